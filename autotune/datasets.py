@@ -1,0 +1,287 @@
+"""Datasets: PyG's own dataset classes, OGB, a ``.pt`` file, or a Reddit-shaped generator.
+
+Every dataset is processed once into a cache file of plain tensors under
+``<root>/.autotune/``; trials memory-map that file (``torch.load(mmap=True)``), so a
+trial starts in well under a second even at Reddit scale and every process shares
+the pages.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from autotune.errors import DatasetError
+
+DEFAULT_ROOT = "data"
+CACHE_FORMAT = 1
+
+# Reddit (Hamilton et al., 2017) as PyG ships it.
+REDDIT_NODES = 232_965
+REDDIT_FEATURES = 602
+REDDIT_CLASSES = 41
+REDDIT_MEAN_DEGREE = 114_615_892 / REDDIT_NODES
+SPLIT_FRACTIONS = (0.66, 0.10)  # train, val; the rest is test, as in Reddit
+MAX_DEGREE_FRACTION = 0.093  # Reddit's largest in-degree is 21,657 of 232,965 nodes
+
+# The files each PyG dataset class expects under its raw folder (for the error a
+# user gets when a dataset is missing and cannot be downloaded).
+_GRAPHSAINT_RAW = ["adj_full.npz", "feats.npy", "class_map.json", "role.json"]
+_PLANETOID_RAW = "ind.{n}.x ind.{n}.tx ind.{n}.allx ind.{n}.y ind.{n}.ty ind.{n}.ally " \
+                 "ind.{n}.graph ind.{n}.test.index"
+
+
+def root_default() -> str:
+    return os.environ.get("AUTOTUNE_DATA_ROOT", DEFAULT_ROOT)
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Where a named dataset lives and how PyG builds it."""
+
+    name: str
+    raw_dir: Callable[[Path], Path]
+    raw_files: Callable[[], list[str]]
+    build: Callable[[Path], "object"]
+
+
+def _planetoid(name: str) -> DatasetSpec:
+    def build(root: Path):
+        from torch_geometric.datasets import Planetoid
+
+        return Planetoid(str(root), name)
+
+    return DatasetSpec(name, lambda root: root / name / "raw",
+                       lambda: _PLANETOID_RAW.format(n=name.lower()).split(), build)
+
+
+def _pyg_class(name: str, cls_name: str, raw: list[str]) -> DatasetSpec:
+    def build(root: Path):
+        import torch_geometric.datasets as pyg_datasets
+
+        return getattr(pyg_datasets, cls_name)(str(root / name))
+
+    return DatasetSpec(name, lambda root: root / name / "raw", lambda: raw, build)
+
+
+def _ogb(name: str) -> DatasetSpec:
+    def build(root: Path):
+        try:
+            from ogb.nodeproppred import PygNodePropPredDataset
+        except ImportError as exc:
+            raise DatasetError(f"dataset {name!r} needs the ogb package; "
+                               "install it with: pip install 'autotune[ogb]'") from exc
+        return PygNodePropPredDataset(name, root=str(root))
+
+    folder = name.replace("-", "_")
+    return DatasetSpec(name, lambda root: root / folder / "raw",
+                       lambda: ["edge.csv.gz", "node-feat.csv.gz", "node-label.csv.gz"], build)
+
+
+NAMED: dict[str, DatasetSpec] = {
+    spec.name: spec for spec in (
+        _pyg_class("Reddit", "Reddit", ["reddit_data.npz", "reddit_graph.npz"]),
+        _pyg_class("Reddit2", "Reddit2", _GRAPHSAINT_RAW),
+        _pyg_class("Flickr", "Flickr", _GRAPHSAINT_RAW),
+        _pyg_class("Yelp", "Yelp", _GRAPHSAINT_RAW),
+        _planetoid("Cora"), _planetoid("CiteSeer"), _planetoid("PubMed"),
+        _ogb("ogbn-products"), _ogb("ogbn-arxiv"),
+    )
+}
+DATASET_NAMES = [*NAMED, "synthetic"]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A loaded graph and where its memory-mapped cache file lives."""
+
+    name: str
+    data: "object"  # torch_geometric.data.Data
+    cache_path: Path
+    num_classes: int
+
+    def stats(self) -> dict:
+        data = self.data
+        return {"name": self.name, "num_nodes": int(data.num_nodes),
+                "num_edges": int(data.edge_index.size(1)),
+                "num_features": int(data.x.size(1)), "num_classes": self.num_classes,
+                "num_train": int(data.train_mask.sum()),
+                "bytes": int(sum(v.numel() * v.element_size() for v in _tensors(data)))}
+
+
+def _tensors(data) -> list[Tensor]:
+    return [value for _, value in data.items() if isinstance(value, Tensor)]
+
+
+def load_dataset(name: str, *, root: str | os.PathLike | None = None, scale: float = 1.0,
+                 seed: int = 0) -> Dataset:
+    """Loads ``name`` (a PyG/OGB name, ``synthetic`` or a path to a ``.pt`` file),
+    processing it into the memory-mapped cache on first use."""
+    root = Path(root if root is not None else root_default())
+    key = _cache_key(name, scale, seed)
+    cache = root / ".autotune" / f"{key}.pt"
+    if not cache.exists():
+        data = _materialise(name, root, scale, seed)
+        _write_cache(data, cache)
+    return _read_cache(name, cache)
+
+
+def _cache_key(name: str, scale: float, seed: int) -> str:
+    if name == "synthetic":
+        return f"synthetic-scale{scale:g}-seed{seed}"
+    if name in NAMED:
+        return name
+    path = Path(name)
+    if path.suffix == ".pt":
+        stat = path.stat() if path.exists() else None
+        tag = f"{stat.st_size}-{int(stat.st_mtime)}" if stat else "missing"
+        return f"file-{path.stem}-{tag}"
+    raise DatasetError(f"unknown dataset {name!r}; use one of {', '.join(DATASET_NAMES)} "
+                       "or a path to a .pt file holding a torch_geometric Data object")
+
+
+def _materialise(name: str, root: Path, scale: float, seed: int):
+    if name == "synthetic":
+        return synthetic_reddit(scale=scale, seed=seed)
+    if name in NAMED:
+        return _from_pyg(NAMED[name], root)
+    return _from_file(Path(name))
+
+
+def _from_pyg(spec: DatasetSpec, root: Path):
+    try:
+        dataset = spec.build(root)
+    except DatasetError:
+        raise
+    except Exception as exc:  # the download failed or the raw files are unreadable
+        raw_dir = spec.raw_dir(root)
+        missing = [f for f in spec.raw_files() if not (raw_dir / f).exists()]
+        if missing:
+            raise DatasetError(
+                f"dataset {spec.name!r} is not under root '{root}' and could not be "
+                f"downloaded ({type(exc).__name__}: {str(exc)[:120]}); place "
+                f"{', '.join(spec.raw_files())} in '{raw_dir}' or pass --root DIR") from exc
+        raise DatasetError(f"dataset {spec.name!r} under '{raw_dir}' could not be "
+                           f"processed: {type(exc).__name__}: {exc}") from exc
+    data = dataset[0]
+    if data.y.dim() > 1 and data.y.size(1) == 1:  # OGB stores labels as [N, 1]
+        data.y = data.y.view(-1)
+    if "train_mask" not in data and hasattr(dataset, "get_idx_split"):
+        _masks_from_split(data, dataset.get_idx_split())
+    data.num_classes = int(dataset.num_classes)
+    return data
+
+
+def _masks_from_split(data, split: dict) -> None:
+    for mask_name, key in (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test")):
+        mask = torch.zeros(data.num_nodes, dtype=torch.bool)
+        mask[split[key]] = True
+        data[mask_name] = mask
+
+
+def _from_file(path: Path):
+    from torch_geometric.data import Data
+
+    if not path.exists():
+        raise DatasetError(f"dataset file '{path}' does not exist")
+    obj = torch.load(path, weights_only=False)
+    if not isinstance(obj, Data):
+        raise DatasetError(f"dataset file '{path}' holds a {type(obj).__name__} "
+                           "(expected a torch_geometric.data.Data)")
+    missing = [k for k in ("x", "y", "edge_index", "train_mask") if k not in obj]
+    if missing:
+        raise DatasetError(f"dataset file '{path}' lacks {', '.join(missing)} "
+                           "(a Data object needs x, y, edge_index and train_mask)")
+    if "num_classes" not in obj:
+        obj.num_classes = int(obj.y.max()) + 1
+    return obj
+
+
+def _write_cache(data, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    blob = {"format": CACHE_FORMAT, "num_classes": int(data.num_classes),
+            "num_nodes": int(data.num_nodes),
+            "tensors": {k: v.contiguous() for k, v in data.items() if isinstance(v, Tensor)}}
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    torch.save(blob, tmp)
+    os.replace(tmp, path)
+
+
+def _read_cache(name: str, path: Path) -> Dataset:
+    from torch_geometric.data import Data
+
+    blob = torch.load(path, mmap=True, weights_only=True)
+    if blob.get("format") != CACHE_FORMAT:
+        raise DatasetError(f"dataset cache '{path}' has an old format; delete it to rebuild")
+    data = Data(**blob["tensors"])
+    data.num_nodes = blob["num_nodes"]
+    return Dataset(name, data, path, int(blob["num_classes"]))
+
+
+def synthetic_reddit(*, scale: float = 1.0, seed: int = 0,
+                     mean_degree: float = REDDIT_MEAN_DEGREE,
+                     num_features: int = REDDIT_FEATURES, num_classes: int = REDDIT_CLASSES,
+                     homophily: float = 0.8, feature_signal: float = 0.06,
+                     power_law_alpha: float = 2.2):
+    """A Reddit-shaped graph: ``round(232,965 * scale)`` nodes, power-law in-degrees
+    with Reddit's mean degree, homophilous labels (a ``homophily`` share of each
+    node's in-neighbours share its class) and class-informative Gaussian features.
+    Deterministic per ``seed``."""
+    from torch_geometric.data import Data
+
+    if not (scale > 0 and math.isfinite(scale)):
+        raise DatasetError(f"--scale must be a positive number (got {scale})")
+    num_nodes = max(int(round(REDDIT_NODES * scale)), 4 * num_classes)
+    gen = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, num_classes, (num_nodes,), generator=gen)
+    in_degree = _power_law_degrees(num_nodes, mean_degree, power_law_alpha, gen)
+    dst = torch.repeat_interleave(torch.arange(num_nodes), in_degree)
+    src = _homophilous_sources(y[dst], y, homophily, gen)
+    edge_index = torch.stack([src, dst])
+    centroids = torch.randn(num_classes, num_features, generator=gen) * feature_signal
+    x = torch.randn(num_nodes, num_features, generator=gen)
+    x += centroids[y]
+    data = Data(x=x, y=y, edge_index=edge_index, num_nodes=num_nodes)
+    order = torch.randperm(num_nodes, generator=gen)
+    n_train = int(SPLIT_FRACTIONS[0] * num_nodes)
+    n_val = int(SPLIT_FRACTIONS[1] * num_nodes)
+    for mask_name, ids in (("train_mask", order[:n_train]),
+                           ("val_mask", order[n_train:n_train + n_val]),
+                           ("test_mask", order[n_train + n_val:])):
+        mask = torch.zeros(num_nodes, dtype=torch.bool)
+        mask[ids] = True
+        data[mask_name] = mask
+    data.num_classes = num_classes
+    return data
+
+
+def _power_law_degrees(n: int, mean: float, alpha: float, gen: torch.Generator) -> Tensor:
+    """Pareto-distributed in-degrees, capped like Reddit's and rescaled to the wanted mean."""
+    u = torch.rand(n, generator=gen, dtype=torch.float64)
+    raw = (1.0 - u).pow(-1.0 / (alpha - 1.0))  # Pareto(x_min=1, alpha)
+    target = min(mean, n - 1)
+    cap = max(2.0, MAX_DEGREE_FRACTION * n)
+    deg = raw * (target / raw.mean())
+    for _ in range(8):  # clipping lowers the mean; rescale the unclipped part
+        deg = deg.clamp(1, cap)
+        deg = deg * (target / deg.mean())
+    return deg.clamp(1, cap).round().long()
+
+
+def _homophilous_sources(dst_class: Tensor, y: Tensor, homophily: float,
+                         gen: torch.Generator) -> Tensor:
+    num_edges, num_nodes = dst_class.numel(), y.numel()
+    by_class = torch.argsort(y, stable=True)
+    counts = torch.bincount(y, minlength=int(y.max()) + 1)
+    starts = torch.cumsum(counts, 0) - counts
+    same = torch.rand(num_edges, generator=gen) < homophily
+    pick = (torch.rand(num_edges, generator=gen, dtype=torch.float64)
+            * counts[dst_class].double()).long()
+    same_class_src = by_class[starts[dst_class] + pick]
+    any_src = torch.randint(0, num_nodes, (num_edges,), generator=gen)
+    return torch.where(same, same_class_src, any_src)

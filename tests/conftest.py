@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA device")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def random_graph():
+    """A small directed multigraph with skewed in-degrees and isolated nodes."""
+    from torch_geometric.data import Data
+
+    gen = torch.Generator().manual_seed(0)
+    n = 300
+    dst = torch.cat([torch.randint(0, n - 20, (4000,), generator=gen),
+                     torch.full((200,), 7)])  # node 7 has a high in-degree
+    src = torch.randint(0, n, (dst.numel(),), generator=gen)
+    perm = torch.randperm(dst.numel(), generator=gen)  # not in CSC order
+    edge_index = torch.stack([src[perm], dst[perm]])
+    return Data(x=torch.randn(n, 16, generator=gen), y=torch.randint(0, 3, (n,), generator=gen),
+                edge_index=edge_index, num_nodes=n,
+                train_mask=torch.rand(n, generator=gen) < 0.7)
+
+
+@pytest.fixture
+def tiny_synthetic():
+    from autotune.datasets import synthetic_reddit
+
+    return synthetic_reddit(scale=0.004, seed=0, mean_degree=12, num_features=32,
+                            num_classes=4)

@@ -1,0 +1,233 @@
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+from torch_geometric.data import Data
+from torch_geometric.loader import NodeLoader
+
+import autotune
+from autotune import sampler as sampler_mod
+from autotune.errors import BackendUnavailableError, ConfigError
+
+# chi-square critical value for 39 degrees of freedom at p = 0.001: a uniform
+# sampler exceeds it once in a thousand seeds; torch-sparse's scores ~534.
+CHI2_39DOF_P001 = 72.05
+
+
+def _in_degree(data):
+    return torch.bincount(data.edge_index[1], minlength=data.num_nodes)
+
+
+def _edge_keys(src, dst, n):
+    return src.long() * n + dst.long()
+
+
+def test_every_sampled_edge_exists(random_graph):
+    s = autotune.NeighborSampler(random_graph, [5, 4, 3], seed=0)
+    out = s.sample(torch.arange(0, 40))
+    n = random_graph.num_nodes
+    sampled = _edge_keys(out.node[out.row], out.node[out.col], n)
+    real = _edge_keys(*random_graph.edge_index, n)
+    assert sampled.numel() > 0
+    assert torch.isin(sampled, real).all()
+    # e_id (through edge_permutation) points at the very edge in the original edge_index
+    e_id = s.edge_permutation[out.edge]
+    assert torch.equal(random_graph.edge_index[0, e_id], out.node[out.row])
+    assert torch.equal(random_graph.edge_index[1, e_id], out.node[out.col])
+
+
+@pytest.mark.parametrize("fanout", [[3, 2], [-1, 2], [10, -1]])
+def test_each_node_gets_min_deg_k_distinct_neighbours(random_graph, fanout):
+    s = autotune.NeighborSampler(random_graph, fanout, seed=1)
+    out = s.sample(torch.tensor([7, 1, 2, 3, 299]))  # 299 is isolated
+    deg = _in_degree(random_graph)
+    start = 0
+    for hop, k in enumerate(fanout):
+        lo = sum(out.num_sampled_nodes[:hop])
+        hi = lo + out.num_sampled_nodes[hop]
+        edges = slice(start, start + out.num_sampled_edges[hop])
+        start += out.num_sampled_edges[hop]
+        col, edge = out.col[edges], out.edge[edges]
+        assert ((col >= lo) & (col < hi)).all(), "an edge's target is outside its hop"
+        for local in range(lo, hi):
+            mine = edge[col == local]
+            d = int(deg[out.node[local]])
+            assert mine.numel() == (d if k < 0 else min(d, k))
+            assert mine.unique().numel() == mine.numel(), "a neighbour was drawn twice"
+
+
+def test_replace_draws_k_for_every_node_with_neighbours(random_graph):
+    s = autotune.NeighborSampler(random_graph, [50], replace=True, seed=0)
+    seeds = torch.tensor([7, 1, 299])
+    out = s.sample(seeds)
+    counts = torch.bincount(out.col, minlength=3)
+    assert counts.tolist() == [50, 50, 0]
+    assert out.edge[out.col == 1].unique().numel() < 50  # node 1 has far fewer neighbours
+
+
+def test_seeds_first_and_counts_add_up(random_graph):
+    seeds = torch.tensor([5, 9, 7, 100])
+    out = autotune.NeighborSampler(random_graph, [4, 3], seed=0).sample(seeds)
+    assert torch.equal(out.node[:4], seeds)
+    assert sum(out.num_sampled_nodes) == out.node.numel()
+    assert sum(out.num_sampled_edges) == out.row.numel() == out.col.numel()
+    assert out.num_sampled_nodes[0] == 4
+    assert out.node.unique().numel() == out.node.numel(), "output must not repeat nodes"
+
+
+def _star_forest(num_stars: int, leaves: int) -> Data:
+    centers = torch.arange(num_stars)
+    leaf = num_stars + torch.arange(num_stars * leaves)
+    dst = centers.repeat_interleave(leaves)
+    return Data(edge_index=torch.stack([leaf, dst]), num_nodes=num_stars * (leaves + 1))
+
+
+def _chi_square_of_positions(sampler, num_stars, leaves, rounds):
+    counts = torch.zeros(leaves)
+    for _ in range(rounds):
+        out = sampler.sample(torch.arange(num_stars))
+        pos = out.edge - sampler.csc.colptr[out.node[out.col]]
+        counts += torch.bincount(pos, minlength=leaves).float()
+    expected = counts.sum() / leaves
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+def test_chi_square_uniformity_of_a_high_degree_node():
+    # 5 of 40 in-neighbours, 20,000 draws (2,000 stars x 10 rounds), fixed seed.
+    data = _star_forest(2000, 40)
+    s = autotune.NeighborSampler(data, [5], seed=1234)
+    chi2 = _chi_square_of_positions(s, 2000, 40, 10)
+    assert chi2 < CHI2_39DOF_P001, f"chi2={chi2:.1f} on 39 dof"
+
+
+def test_chi_square_catches_an_exclusive_upper_bound(monkeypatch):
+    # The same statistic flags torch-sparse's bug, so the test above can fail.
+    def biased(deg, k, generator):
+        out = torch.empty(deg.numel(), k, dtype=torch.long)
+        for p in range(k):
+            j = deg - k + p
+            t = (torch.rand(deg.numel(), dtype=torch.float64, generator=generator) * j).long()
+            if p:
+                t = torch.where((out[:, :p] == t[:, None]).any(1), j, t)
+            out[:, p] = t
+        return out
+
+    monkeypatch.setattr(sampler_mod, "_floyd_offsets", biased)
+    s = autotune.NeighborSampler(_star_forest(2000, 40), [5], seed=1234)
+    assert _chi_square_of_positions(s, 2000, 40, 10) > CHI2_39DOF_P001
+
+
+def test_reproducible_with_a_seed(random_graph):
+    seeds = torch.arange(30)
+    a = autotune.NeighborSampler(random_graph, [5, 5], seed=7).sample(seeds)
+    b = autotune.NeighborSampler(random_graph, [5, 5], seed=7).sample(seeds)
+    c = autotune.NeighborSampler(random_graph, [5, 5], seed=8).sample(seeds)
+    assert torch.equal(a.node, b.node) and torch.equal(a.edge, b.edge)
+    assert not torch.equal(a.edge, c.edge)
+
+
+def _check_batch(batch, data):
+    n = data.num_nodes
+    src, dst = batch.n_id[batch.edge_index[0]], batch.n_id[batch.edge_index[1]]
+    assert torch.isin(_edge_keys(src, dst, n), _edge_keys(*data.edge_index, n)).all()
+    assert torch.equal(batch.x, data.x[batch.n_id])
+    assert torch.equal(batch.n_id[:batch.batch_size], batch.input_id)
+    assert sum(batch.num_sampled_nodes) == batch.num_nodes
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_node_loader_with_two_workers(random_graph, tmp_path, cache):
+    s = autotune.NeighborSampler(random_graph, [4, 3], cache_dir=tmp_path if cache else None)
+    loader = NodeLoader(random_graph, node_sampler=s, input_nodes=random_graph.train_mask,
+                        batch_size=32, num_workers=2, persistent_workers=True, shuffle=True)
+    seen = []
+    for _ in range(2):  # persistent workers serve a second epoch
+        for batch in loader:
+            _check_batch(batch, random_graph)
+            seen.append(batch.input_id)
+    assert torch.cat(seen).numel() == 2 * int(random_graph.train_mask.sum())
+
+
+def test_file_backed_csc_travels_as_a_path(random_graph, tmp_path):
+    s = autotune.NeighborSampler(random_graph, [4, 3], cache_dir=tmp_path)
+    blob = pickle.dumps(s)
+    assert len(blob) < 2000, "the CSC must not be copied into the pickle"
+    clone = pickle.loads(blob)
+    assert torch.equal(clone.csc.row, s.csc.row)
+    assert list(tmp_path.glob("csc-*.pt")), "no cache file was written"
+
+
+def test_cache_file_is_reused(random_graph, tmp_path):
+    autotune.NeighborSampler(random_graph, [2], cache_dir=tmp_path)
+    (path,) = tmp_path.glob("csc-*.pt")
+    mtime = path.stat().st_mtime_ns
+    autotune.NeighborSampler(random_graph, [2], cache_dir=tmp_path)
+    assert path.stat().st_mtime_ns == mtime
+
+
+def test_loader_with_cpu_affinity_and_transform(random_graph):
+    s = autotune.NeighborSampler(random_graph, [3, 3])
+    loader = NodeLoader(random_graph, node_sampler=s, input_nodes=random_graph.train_mask,
+                        batch_size=64, num_workers=1, transform=lambda b: b.update({"tag": 1}))
+    with loader.enable_cpu_affinity(loader_cores=[0]):
+        batch = next(iter(loader))
+    assert batch.tag == 1
+    _check_batch(batch, random_graph)
+
+
+def _sage_step(loader, data):
+    from torch_geometric.nn import GraphSAGE
+
+    torch.manual_seed(0)
+    model = GraphSAGE(data.num_features, 32, num_layers=2, out_channels=3)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    batch = next(iter(loader))
+    out = model(batch.x, batch.edge_index,
+                num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                num_sampled_edges_per_hop=batch.num_sampled_edges)[:batch.batch_size]
+    loss = torch.nn.functional.cross_entropy(out, batch.y[:batch.batch_size])
+    loss.backward()
+    opt.step()
+    return out.shape, loss
+
+
+@pytest.mark.parametrize("backend", ["builtin", "pyg"])
+def test_sage_training_step(random_graph, backend):
+    if backend == "pyg" and sampler_mod.native_backend() is None:
+        pytest.skip("neither pyg-lib nor torch-sparse is installed")
+    s = autotune.make_sampler(random_graph, [5, 5], backend=backend)
+    loader = NodeLoader(random_graph, node_sampler=s, input_nodes=random_graph.train_mask,
+                        batch_size=16)
+    shape, loss = _sage_step(loader, random_graph)
+    assert shape == (16, 3)
+    assert torch.isfinite(loss)
+
+
+def test_backend_choice():
+    if sampler_mod.native_backend() is None:
+        assert sampler_mod.resolve_backend("auto") == "builtin"
+        with pytest.raises(BackendUnavailableError, match="pyg-lib or torch-sparse"):
+            sampler_mod.resolve_backend("pyg")
+    else:
+        assert sampler_mod.resolve_backend("auto") == "pyg"
+    assert sampler_mod.resolve_backend("builtin") == "builtin"
+    with pytest.raises(ConfigError, match=r"got 'fast'"):
+        sampler_mod.resolve_backend("fast")
+
+
+@pytest.mark.parametrize("bad", [[], [2, -3], "25,10", [2.5]])
+def test_bad_num_neighbors(random_graph, bad):
+    with pytest.raises(ConfigError, match="num_neighbors"):
+        autotune.NeighborSampler(random_graph, bad)
+
+
+@pytest.mark.cuda
+def test_cuda_matches_the_graph(random_graph):
+    s = autotune.NeighborSampler(random_graph, [5, 4], device="cuda", seed=0)
+    out = s.sample(torch.arange(0, 40))
+    assert out.node.is_cuda
+    n = random_graph.num_nodes
+    sampled = _edge_keys(out.node[out.row], out.node[out.col], n).cpu()
+    assert torch.isin(sampled, _edge_keys(*random_graph.edge_index, n)).all()
