@@ -285,3 +285,31 @@ def _homophilous_sources(dst_class: Tensor, y: Tensor, homophily: float,
     same_class_src = by_class[starts[dst_class] + pick]
     any_src = torch.randint(0, num_nodes, (num_edges,), generator=gen)
     return torch.where(same, same_class_src, any_src)
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """How a trial process finds a prepared dataset: a name plus the options that
+    select one cache file."""
+
+    name: str
+    root: str = DEFAULT_ROOT
+    scale: float = 1.0
+    seed: int = 0
+
+    def load(self) -> Dataset:
+        return load_dataset(self.name, root=self.root, scale=self.scale, seed=self.seed)
+
+    def csc_path(self) -> Path:
+        """The built-in sampler's CSC cache file, beside the dataset's cache."""
+        key = _cache_key(self.name, self.scale, self.seed)
+        return Path(self.root) / ".autotune" / f"{key}.csc.pt"
+
+    def prepare(self) -> Dataset:
+        """Processes the dataset and builds the sampler's CSC once, in this process,
+        so that every trial only memory-maps them."""
+        from autotune.sampler import load_or_build_csc
+
+        dataset = self.load()
+        load_or_build_csc(dataset.data, cache_file=self.csc_path())
+        return dataset

@@ -16,7 +16,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 import torch
 from torch import Tensor
@@ -28,7 +28,7 @@ from torch_geometric.sampler import (
     SamplerOutput,
 )
 
-from autotune.errors import BackendUnavailableError, ConfigError
+from autotune.errors import AutotuneError, BackendUnavailableError, ConfigError
 
 SamplerBackend = Literal["builtin", "pyg", "auto"]
 SAMPLER_BACKENDS: tuple[str, ...] = ("builtin", "pyg", "auto")
@@ -79,7 +79,7 @@ class CSCGraph:
         """Memory-maps a cache file: every process that loads it shares its pages."""
         blob = torch.load(path, mmap=True, weights_only=True)
         if blob.get("format") != _CSC_FORMAT:
-            raise ValueError(f"CSC cache '{path}' has format {blob.get('format')!r} "
+            raise AutotuneError(f"CSC cache '{path}' has format {blob.get('format')!r} "
                              f"(expected {_CSC_FORMAT}); delete it to rebuild")
         return cls(blob["colptr"], blob["row"], blob["perm"], int(blob["num_nodes"]), Path(path))
 
@@ -103,21 +103,30 @@ def graph_fingerprint(edge_index: Tensor, num_nodes: int) -> str:
     return digest.hexdigest()
 
 
-def load_or_build_csc(data: Data, cache_dir: str | os.PathLike | None = None) -> CSCGraph:
-    """Builds the CSC of ``data`` once. With ``cache_dir``, the CSC is written to a
-    file named by the graph's content hash and memory-mapped from it afterwards;
-    without, it is built in memory and moved to shared memory. Either way, loader
-    workers read it without a copy."""
+def load_or_build_csc(data: Data, cache_dir: str | os.PathLike | None = None,
+                      cache_file: str | os.PathLike | None = None) -> CSCGraph:
+    """Builds the CSC of ``data`` once. With ``cache_file`` (or ``cache_dir``, where the
+    file is named by the graph's content hash), the CSC is written to that file and
+    memory-mapped from it afterwards; with neither, it is built in memory and moved
+    to shared memory. Either way, loader workers read it without a copy."""
     if "edge_index" not in data:
         raise ConfigError("autotune.NeighborSampler needs a graph with 'edge_index' "
                           f"(got keys {sorted(data.keys())})")
     edge_index, num_nodes = data.edge_index, int(data.num_nodes)
-    if cache_dir is None:
+    if cache_file is not None:
+        path = Path(cache_file)
+    elif cache_dir is not None:
+        path = Path(cache_dir) / f"csc-{graph_fingerprint(edge_index, num_nodes)}.pt"
+    else:
         return CSCGraph.from_edge_index(edge_index, num_nodes).share_memory_()
-    path = Path(cache_dir) / f"csc-{graph_fingerprint(edge_index, num_nodes)}.pt"
     if not path.exists():
         CSCGraph.from_edge_index(edge_index.cpu(), num_nodes).save(path)
-    return CSCGraph.load(path)
+    csc = CSCGraph.load(path)
+    if csc.num_nodes != num_nodes or csc.num_edges != edge_index.size(1):
+        raise AutotuneError(f"CSC cache '{path}' holds another graph ({csc.num_nodes} nodes, "
+                         f"{csc.num_edges} edges; expected {num_nodes} and "
+                         f"{edge_index.size(1)}); delete it to rebuild")
+    return csc
 
 
 def _floyd_offsets(deg: Tensor, k: int, generator: torch.Generator | None) -> Tensor:
@@ -209,7 +218,10 @@ class NeighborSampler(BaseSampler):
         num_neighbors: Neighbours to draw per node, one entry per hop (-1: all).
         replace: Draw with replacement.
         cache_dir: Folder for the graph's CSC cache file (memory-mapped and shared
-            with loader workers); ``None`` builds it in shared memory instead.
+            with loader workers), named by a hash of the graph; ``None`` with no
+            ``cache_file`` builds the CSC in shared memory instead.
+        cache_file: The CSC cache file itself, for callers that already know the
+            graph's identity (saves hashing a large ``edge_index``).
         device: Where the CSC lives and sampling runs (``"cuda"`` samples on the GPU).
         seed: Seeds a private generator for reproducible draws. Each loader worker
             derives its own stream from it. ``None`` uses torch's global RNG, which
@@ -218,6 +230,7 @@ class NeighborSampler(BaseSampler):
 
     def __init__(self, data: Data, num_neighbors: Sequence[int], *, replace: bool = False,
                  cache_dir: str | os.PathLike | None = None,
+                 cache_file: str | os.PathLike | None = None,
                  device: torch.device | str | None = None, seed: int | None = None) -> None:
         if not isinstance(data, Data):
             raise ConfigError("autotune.NeighborSampler supports homogeneous 'Data' graphs "
@@ -226,7 +239,7 @@ class NeighborSampler(BaseSampler):
         self.replace = bool(replace)
         self.seed = seed
         self.device = torch.device(device) if device is not None else torch.device("cpu")
-        csc = load_or_build_csc(data, cache_dir)
+        csc = load_or_build_csc(data, cache_dir, cache_file)
         self.csc = csc.to(self.device) if self.device.type != "cpu" else csc
         self._reset_process_state()
 
@@ -358,6 +371,7 @@ def resolve_backend(backend: str) -> Literal["builtin", "pyg"]:
 
 def make_sampler(data: Data, num_neighbors: Sequence[int], *, backend: str = "auto",
                  replace: bool = False, cache_dir: str | os.PathLike | None = None,
+                 cache_file: str | os.PathLike | None = None,
                  device: torch.device | str | None = None,
                  seed: int | None = None) -> BaseSampler:
     """The neighbour sampler for ``backend``: "builtin", "pyg" or "auto"."""
@@ -366,4 +380,27 @@ def make_sampler(data: Data, num_neighbors: Sequence[int], *, backend: str = "au
 
         return PyGNeighborSampler(data, num_neighbors=list(num_neighbors), replace=replace)
     return NeighborSampler(data, num_neighbors, replace=replace, cache_dir=cache_dir,
-                           device=device, seed=seed)
+                           cache_file=cache_file, device=device, seed=seed)
+
+
+def star_forest(num_stars: int, leaves: int) -> Data:
+    """``num_stars`` disjoint stars: node ``i < num_stars`` has ``leaves`` in-neighbours,
+    stored in CSC order. A test bed for uniformity."""
+    centers = torch.arange(num_stars)
+    leaf = num_stars + torch.arange(num_stars * leaves)
+    return Data(edge_index=torch.stack([leaf, centers.repeat_interleave(leaves)]),
+                num_nodes=num_stars * (leaves + 1))
+
+
+def uniformity_chi_square(sample_positions: Callable[[Tensor], Tensor], *,
+                          num_stars: int = 2000, leaves: int = 40, rounds: int = 10) -> float:
+    """Pearson's chi-square (``leaves - 1`` degrees of freedom) of how often each of a
+    star's in-neighbours is drawn. ``sample_positions(centers)`` samples one hop from
+    the star centres of :func:`star_forest` and returns each drawn edge's position
+    within its star (0 .. leaves - 1). 2,000 stars x 10 rounds = 20,000 draws."""
+    counts = torch.zeros(leaves, dtype=torch.float64)
+    for _ in range(rounds):
+        pos = sample_positions(torch.arange(num_stars))
+        counts += torch.bincount(pos.cpu(), minlength=leaves).double()
+    expected = counts.sum() / leaves
+    return float(((counts - expected) ** 2 / expected).sum())

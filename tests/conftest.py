@@ -36,3 +36,20 @@ def tiny_synthetic():
 
     return synthetic_reddit(scale=0.004, seed=0, mean_degree=12, num_features=32,
                             num_classes=4)
+
+
+@pytest.fixture(scope="session")
+def prepared(tmp_path_factory):
+    """A tiny synthetic dataset, processed once for the whole session."""
+    from autotune.datasets import DatasetRef
+
+    ref = DatasetRef("synthetic", root=str(tmp_path_factory.mktemp("data")), scale=0.005)
+    ref.prepare()
+    return ref
+
+
+@pytest.fixture
+def quick_measure():
+    from autotune.measure import MeasureSpec
+
+    return MeasureSpec(warmup_steps=2, window_steps=5)

@@ -77,28 +77,17 @@ def test_seeds_first_and_counts_add_up(random_graph):
     assert out.node.unique().numel() == out.node.numel(), "output must not repeat nodes"
 
 
-def _star_forest(num_stars: int, leaves: int) -> Data:
-    centers = torch.arange(num_stars)
-    leaf = num_stars + torch.arange(num_stars * leaves)
-    dst = centers.repeat_interleave(leaves)
-    return Data(edge_index=torch.stack([leaf, dst]), num_nodes=num_stars * (leaves + 1))
-
-
-def _chi_square_of_positions(sampler, num_stars, leaves, rounds):
-    counts = torch.zeros(leaves)
-    for _ in range(rounds):
-        out = sampler.sample(torch.arange(num_stars))
-        pos = out.edge - sampler.csc.colptr[out.node[out.col]]
-        counts += torch.bincount(pos, minlength=leaves).float()
-    expected = counts.sum() / leaves
-    return float(((counts - expected) ** 2 / expected).sum())
+def _builtin_positions(sampler):
+    def positions(centers):
+        out = sampler.sample(centers)
+        return out.edge - sampler.csc.colptr[out.node[out.col]]
+    return positions
 
 
 def test_chi_square_uniformity_of_a_high_degree_node():
     # 5 of 40 in-neighbours, 20,000 draws (2,000 stars x 10 rounds), fixed seed.
-    data = _star_forest(2000, 40)
-    s = autotune.NeighborSampler(data, [5], seed=1234)
-    chi2 = _chi_square_of_positions(s, 2000, 40, 10)
+    s = autotune.NeighborSampler(sampler_mod.star_forest(2000, 40), [5], seed=1234)
+    chi2 = sampler_mod.uniformity_chi_square(_builtin_positions(s))
     assert chi2 < CHI2_39DOF_P001, f"chi2={chi2:.1f} on 39 dof"
 
 
@@ -115,8 +104,8 @@ def test_chi_square_catches_an_exclusive_upper_bound(monkeypatch):
         return out
 
     monkeypatch.setattr(sampler_mod, "_floyd_offsets", biased)
-    s = autotune.NeighborSampler(_star_forest(2000, 40), [5], seed=1234)
-    assert _chi_square_of_positions(s, 2000, 40, 10) > CHI2_39DOF_P001
+    s = autotune.NeighborSampler(sampler_mod.star_forest(2000, 40), [5], seed=1234)
+    assert sampler_mod.uniformity_chi_square(_builtin_positions(s)) > CHI2_39DOF_P001
 
 
 def test_reproducible_with_a_seed(random_graph):

@@ -1,0 +1,188 @@
+"""``TrialConfig``: the one record that goes from the search to a trial's worker.
+
+Knobs are what the search varies; pipeline facts (model, sizes, dataset, device,
+seed) stay fixed within a study. Every field takes effect in ``pipeline.py``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from autotune.errors import ConfigError
+
+CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune",
+                      "max-autotune-no-cudagraphs"]
+Shapes = Literal["dynamic", "padded"]
+AmpDtype = Literal["float32", "bfloat16", "float16"]
+SamplerName = Literal["builtin", "pyg", "auto"]
+PadLadder = Literal["pow2", "geometric"]
+Device = Literal["cpu", "cuda"]
+ModelName = Literal["sage"]
+
+COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
+SHAPES: tuple[str, ...] = get_args(Shapes)
+AMP_DTYPES: tuple[str, ...] = get_args(AmpDtype)
+SAMPLERS: tuple[str, ...] = get_args(SamplerName)
+PAD_LADDERS: tuple[str, ...] = get_args(PadLadder)
+DEVICES: tuple[str, ...] = get_args(Device)
+MODELS: tuple[str, ...] = get_args(ModelName)
+
+CONFIG_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """One pipeline configuration. Defaults follow PyG's examples/reddit.py
+    (2-layer GraphSAGE, 256 hidden, Adam lr 0.01, fanout [25, 10], batch 1024)."""
+
+    # knobs
+    batch_size: int = 1024
+    num_neighbors: tuple[int, ...] = (25, 10)
+    num_workers: int = 0
+    prefetch_factor: int = 2
+    loader_cores: tuple[int, ...] | None = None
+    compute_cores: tuple[int, ...] | None = None
+    compile_mode: CompileMode = "none"
+    shapes: Shapes = "dynamic"
+    pad_ladder: PadLadder = "pow2"
+    amp_dtype: AmpDtype = "float32"
+    checkpointing: bool = False
+    sampler: SamplerName = "auto"
+    # pipeline facts
+    model: ModelName = "sage"
+    hidden_channels: int = 256
+    num_layers: int = 2
+    lr: float = 0.01
+    dropout: float = 0.5
+    device: Device = "cpu"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _coerce(self, "num_neighbors", tuple(self.num_neighbors)
+                if isinstance(self.num_neighbors, (list, tuple)) else self.num_neighbors)
+        for name in ("loader_cores", "compute_cores"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                _coerce(self, name, tuple(value))
+        self._validate()
+
+    def _validate(self) -> None:
+        _positive_int("batch_size", self.batch_size)
+        _positive_int("hidden_channels", self.hidden_channels)
+        _positive_int("num_layers", self.num_layers)
+        _positive_int("prefetch_factor", self.prefetch_factor)
+        if not isinstance(self.num_workers, int) or isinstance(self.num_workers, bool) \
+                or self.num_workers < 0:
+            raise ConfigError(f"num_workers must be an int >= 0 (got {self.num_workers!r})")
+        fanout = self.num_neighbors
+        if not (isinstance(fanout, tuple) and fanout
+                and all(isinstance(k, int) and (k > 0 or k == -1) for k in fanout)):
+            raise ConfigError("num_neighbors must be a non-empty list of positive ints or -1 "
+                              f"(got {fanout!r})")
+        if len(fanout) != self.num_layers:
+            raise ConfigError(f"num_neighbors needs one entry per layer: {self.num_layers} "
+                              f"layers (got {len(fanout)} entries {list(fanout)})")
+        for name, allowed in (("compile_mode", COMPILE_MODES), ("shapes", SHAPES),
+                              ("amp_dtype", AMP_DTYPES), ("sampler", SAMPLERS),
+                              ("pad_ladder", PAD_LADDERS), ("device", DEVICES),
+                              ("model", MODELS)):
+            _choice(name, getattr(self, name), allowed)
+        if not isinstance(self.checkpointing, bool):
+            raise ConfigError(f"checkpointing must be true or false (got {self.checkpointing!r})")
+        if self.shapes == "padded" and self.compile_mode == "none":
+            raise ConfigError("shapes 'padded' only helps a compiled model; set compile_mode "
+                              "(got compile_mode 'none')")
+        for name in ("loader_cores", "compute_cores"):
+            _cores(name, getattr(self, name))
+        if self.loader_cores is not None and self.num_workers == 0:
+            raise ConfigError(f"loader_cores needs num_workers > 0 (got loader_cores "
+                              f"{list(self.loader_cores)} with num_workers 0)")
+        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
+            raise ConfigError(f"lr must be a positive number (got {self.lr!r})")
+        if not (isinstance(self.dropout, (int, float)) and 0 <= self.dropout < 1):
+            raise ConfigError(f"dropout must be in [0, 1) (got {self.dropout!r})")
+
+    def replace(self, **changes: Any) -> TrialConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> TrialConfig:
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source} must be a mapping of knob names to values "
+                              f"(got {type(values).__name__})")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"{source} has unknown keys {', '.join(unknown)}; "
+                              f"allowed: {', '.join(sorted(known))}")
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ConfigError(f"{source}: {exc}") from exc
+
+    def key(self) -> str:
+        """A stable identity of the measured configuration, for de-duplication."""
+        return repr(sorted(self.to_dict().items()))
+
+
+def _coerce(config: TrialConfig, name: str, value: Any) -> None:
+    object.__setattr__(config, name, value)
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{name} must be a positive int (got {value!r})")
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{name} must be one of {', '.join(allowed)} (got {value!r})")
+
+
+def _cores(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if not (isinstance(value, tuple) and value
+            and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value)):
+        raise ConfigError(f"{name} must be null or a non-empty list of core ids "
+                          f"(got {value!r})")
+    if len(set(value)) != len(value):
+        raise ConfigError(f"{name} lists a core twice (got {list(value)})")
+
+
+def load_config(path: str | Path) -> TrialConfig:
+    """Reads a config exported by ``autotune export`` (or written by hand) from YAML
+    or JSON. An export's measured figures and environment ride along under other
+    top-level keys and are ignored here."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config '{path}': {exc.strerror}") from exc
+    try:
+        blob = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config '{path}' is not valid YAML: {_one_line(exc)}") from exc
+    if isinstance(blob, dict) and "config" in blob:
+        fmt = blob.get("format", CONFIG_FORMAT)
+        if fmt != CONFIG_FORMAT:
+            raise ConfigError(f"config '{path}' has format {fmt!r}; this autotune reads "
+                              f"format {CONFIG_FORMAT}")
+        blob = blob["config"]
+    return TrialConfig.from_dict(blob if blob is not None else {}, source=f"config '{path}'")
+
+
+def _one_line(exc: Exception) -> str:
+    return re.sub(r"\s+", " ", str(exc)).strip()

@@ -1,0 +1,91 @@
+"""Facts about the machine a trial runs on: cores, CPU model, versions, sizes."""
+from __future__ import annotations
+
+import os
+import platform
+import re
+import socket
+from functools import lru_cache
+
+from autotune.errors import ConfigError
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3,
+          "gb": 1000**3, "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2,
+          "gib": 1024**3, "tib": 1024**4}
+
+
+def parse_bytes(text: str | int, *, option: str = "size") -> int:
+    """'8GiB', '512MiB', '2GB' or a plain byte count -> bytes."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+        unit = match.group(2).lower() if match else None
+        if match is None or unit not in _UNITS:
+            raise ConfigError(f"{option} must be a size such as 8GiB, 512MiB or 2GB "
+                              f"(got {text!r})")
+        value = int(float(match.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise ConfigError(f"{option} must be positive (got {text!r})")
+    return value
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def available_cores() -> list[int]:
+    """The cores this process may run on."""
+    return sorted(os.sched_getaffinity(0))
+
+
+@lru_cache(maxsize=1)
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def check_cores(name: str, cores: tuple[int, ...] | None) -> None:
+    """Rejects a core set that names a core this machine (or this process) lacks."""
+    if cores is None:
+        return
+    allowed = set(available_cores())
+    missing = sorted(set(cores) - allowed)
+    if missing:
+        raise ConfigError(f"{name} names cores {missing} that this machine does not offer "
+                          f"(available: {sorted(allowed)})")
+
+
+def fingerprint(device: str = "cpu") -> dict:
+    """Versions and hardware, recorded with every trial and export."""
+    import optuna
+    import psutil
+    import torch
+    import torch_geometric
+
+    gpu = None
+    if device == "cuda" and torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name()
+    return {
+        "autotune": __import__("autotune").__version__,
+        "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
+        "optuna": optuna.__version__, "python": platform.python_version(),
+        "cpu": cpu_model(), "logical_cores": psutil.cpu_count(logical=True),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "available_cores": len(available_cores()),
+        "memory_bytes": psutil.virtual_memory().total,
+        "gpu": gpu, "cuda": torch.version.cuda,
+        "trial_start_method": "spawn (fresh interpreter per trial)",
+        "loader_start_method": torch.multiprocessing.get_start_method(allow_none=True) or "fork",
+        "host": socket.gethostname(),
+    }

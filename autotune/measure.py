@@ -1,0 +1,297 @@
+"""Warm-up, then a timed window, with a memory sampler running beside them.
+
+As in hyperfine and ``torch.utils.benchmark``: warm up first (for compiled modes,
+until no recompile has happened for a few steps), time a fixed window after it,
+synchronise the device before every clock read, keep every raw sample, and say
+which window each peak-memory figure covers.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import psutil
+import torch
+
+from autotune.pipeline import Pipeline
+
+CHILD_REFRESH_S = 0.1  # how often the memory sampler looks for new loader workers
+# A first timed step this much slower than the median means the warm-up was too short.
+SLOW_FIRST_STEP_RATIO = 2.0
+
+
+@dataclass(frozen=True)
+class MeasureSpec:
+    """How long to warm up and measure."""
+
+    warmup_steps: int = 5
+    window_steps: int = 20
+    max_window_s: float = 120.0
+    settle_steps: int = 3
+    max_warmup_steps: int = 60
+    memory_interval_s: float = 0.005
+
+    def __post_init__(self) -> None:
+        from autotune.errors import ConfigError
+
+        for name in ("warmup_steps", "window_steps", "settle_steps", "max_warmup_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < (0 if name == "warmup_steps" else 1):
+                raise ConfigError(f"{name.replace('_', '-')} must be a positive int "
+                                  f"(got {value!r})")
+        if not self.max_window_s > 0:
+            raise ConfigError(f"max-seconds must be positive (got {self.max_window_s!r})")
+        if not 0 < self.memory_interval_s <= 0.01:
+            raise ConfigError("the memory sampling interval must be in (0, 10 ms] "
+                              f"(got {self.memory_interval_s!r})")
+
+
+class MemoryTracker:
+    """Samples the RSS of this process plus its loader workers every few
+    milliseconds in a background thread, keeping one peak per named phase."""
+
+    def __init__(self, worker_pids: Callable[[], list[int]], interval_s: float) -> None:
+        self._worker_pids = worker_pids
+        self._interval = interval_s
+        self._phase = "setup"
+        self.peaks: dict[str, int] = {}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="autotune-memory", daemon=True)
+
+    def __enter__(self) -> MemoryTracker:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def phase(self, name: str) -> None:
+        self._sample(self._procs())  # close the previous phase with a fresh sample
+        self._phase = name
+
+    def _procs(self) -> list[psutil.Process]:
+        procs = [psutil.Process(os.getpid())]
+        for pid in self._worker_pids():
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                pass
+        return procs
+
+    def _sample(self, procs: list[psutil.Process]) -> None:
+        rss = 0
+        for proc in procs:
+            try:
+                rss += proc.memory_info().rss
+            except psutil.NoSuchProcess:
+                pass
+        phase = self._phase
+        self.peaks[phase] = max(self.peaks.get(phase, 0), rss)
+        self.samples += 1
+
+    def _run(self) -> None:
+        procs, refreshed = self._procs(), time.monotonic()
+        while not self._stop.wait(self._interval):
+            if time.monotonic() - refreshed > CHILD_REFRESH_S:
+                procs, refreshed = self._procs(), time.monotonic()
+            self._sample(procs)
+
+
+def _sync(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def _batches(loader) -> Iterator:
+    while True:  # start a new epoch when one runs out
+        yield from loader
+
+
+def loader_worker_pids(loader) -> list[int]:
+    iterator = getattr(loader, "_iterator", None)
+    workers = getattr(iterator, "_workers", None) or []
+    return [w.pid for w in workers if w.pid is not None]
+
+
+def _dynamo_state() -> tuple[int, int, float]:
+    """Frames compiled so far, graph breaks so far, seconds spent compiling."""
+    from torch._dynamo.utils import compilation_time_metrics, counters
+
+    frames = counters["frames"]["total"]
+    breaks = sum(counters["graph_break"].values())
+    seconds = sum(compilation_time_metrics.get("_compile.compile_inner", []))
+    return frames, breaks, seconds
+
+
+@dataclass
+class Measurement:
+    """Raw samples from one run of :func:`measure` (the worker folds them into a
+    ``TrialResult``)."""
+
+    step_times_s: list[float]
+    seeds: list[int]
+    nodes: list[int]
+    edges: list[int]
+    warmup_step_times_s: list[float]
+    losses: list[float]
+    memory: dict
+    compile: dict
+    observed: dict
+    warnings: list[str]
+
+
+class _Stepper:
+    """Runs timed training steps and remembers what each step saw."""
+
+    def __init__(self, pipe: Pipeline, on_step: Callable[[int], None] | None) -> None:
+        self.pipe = pipe
+        self.sync = _sync(pipe.device)
+        self.batches = _batches(pipe.loader)
+        self.on_step = on_step or (lambda step: None)
+        self.count = 0
+        self.shapes: set[tuple[int, int]] = set()
+
+    def step(self) -> tuple[float, object, torch.Tensor]:
+        self.on_step(self.count)
+        self.sync()
+        start = time.perf_counter()
+        batch = next(self.batches)
+        loss = self.pipe.train_step(batch)
+        self.sync()
+        elapsed = time.perf_counter() - start
+        self.count += 1
+        self.shapes.add((int(batch.num_nodes), int(batch.edge_index.size(1))))
+        return elapsed, batch, loss
+
+
+def measure(pipe: Pipeline, spec: MeasureSpec,
+            on_step: Callable[[int], None] | None = None) -> Measurement:
+    """Warm up, then time ``spec.window_steps`` steps (or ``spec.max_window_s``)."""
+    compiled = pipe.config.compile_mode != "none"
+    stepper = _Stepper(pipe, on_step)
+    frames0, breaks0, compile0 = _dynamo_state()
+    with pipe.activate(), MemoryTracker(lambda: loader_worker_pids(pipe.loader),
+                                        spec.memory_interval_s) as memory:
+        if pipe.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        memory.phase("warmup")
+        warmup, frames_after_first = _warm_up(stepper, spec, compiled)
+        frames_warm, _, _ = _dynamo_state()
+        memory.phase("window")
+        times, seeds, nodes, edges, losses = [], [], [], [], []
+        window_start = time.perf_counter()
+        while len(times) < spec.window_steps and \
+                time.perf_counter() - window_start < spec.max_window_s:
+            elapsed, batch, loss = stepper.step()
+            times.append(elapsed)
+            seeds.append(int(batch.batch_size))
+            nodes.append(int(getattr(batch, "num_real_nodes", batch.num_nodes)))
+            edges.append(int(sum(batch.num_sampled_edges)))
+            losses.append(loss)
+        observed = _observe(pipe, stepper)
+        memory.phase("done")
+        cuda_memory = _cuda_memory(pipe.device)
+    frames1, breaks1, compile1 = _dynamo_state()
+    compile_info = {
+        "compiled": compiled, "compile_time_s": compile1 - compile0,
+        "frames_compiled": frames1 - frames0,
+        "recompiles": max(0, frames1 - frames_after_first) if compiled else 0,
+        "recompiles_in_window": frames1 - frames_warm,
+        "graph_breaks": breaks1 - breaks0,
+    }
+    mem = {"peak_rss_warmup_bytes": memory.peaks.get("warmup", 0),
+           "peak_rss_window_bytes": memory.peaks.get("window", 0),
+           "rss_covers": "trial process + loader workers",
+           "samples": memory.samples, "interval_s": spec.memory_interval_s, **cuda_memory}
+    warnings = []
+    if len(times) >= 3 and times[0] > SLOW_FIRST_STEP_RATIO * sorted(times)[len(times) // 2]:
+        warnings.append(f"first timed step took {times[0] * 1e3:.0f} ms, over "
+                        f"{SLOW_FIRST_STEP_RATIO:g}x the median: the warm-up may be too short")
+    if compile_info["recompiles_in_window"]:
+        warnings.append(f"{compile_info['recompiles_in_window']} recompiles happened inside "
+                        "the timed window")
+    loss_values = torch.stack(losses).float().tolist() if losses else []
+    return Measurement(times, seeds, nodes, edges, warmup, loss_values, mem, compile_info,
+                       observed, warnings)
+
+
+def _warm_up(stepper: _Stepper, spec: MeasureSpec, compiled: bool) -> tuple[list[float], int]:
+    """At least ``warmup_steps`` steps; compiled, also until ``settle_steps`` steps in a
+    row compiled nothing new (up to ``max_warmup_steps``)."""
+    times: list[float] = []
+    quiet, frames_after_first = 0, _dynamo_state()[0]
+    while True:
+        before = _dynamo_state()[0]
+        times.append(stepper.step()[0])
+        after = _dynamo_state()[0]
+        if len(times) == 1:
+            frames_after_first = after
+        quiet = quiet + 1 if after == before else 0
+        enough = len(times) >= spec.warmup_steps and (not compiled or quiet >= spec.settle_steps)
+        if enough or len(times) >= spec.max_warmup_steps:
+            return times, frames_after_first
+
+
+def _cuda_memory(device: torch.device) -> dict:
+    if device.type != "cuda":
+        return {}
+    return {"cuda_max_allocated_bytes": torch.cuda.max_memory_allocated(device),
+            "cuda_max_reserved_bytes": torch.cuda.max_memory_reserved(device),
+            "cuda_covers": "warm-up and window (reset after setup)"}
+
+
+def _observe(pipe: Pipeline, stepper: _Stepper) -> dict:
+    """Reads each knob's effect back from the running system."""
+    workers = {}
+    for pid in loader_worker_pids(pipe.loader):
+        try:
+            workers[str(pid)] = sorted(psutil.Process(pid).cpu_affinity())
+        except psutil.NoSuchProcess:
+            workers[str(pid)] = None
+    probe = probe_model(pipe, next(stepper.batches))
+    return {
+        "main_affinity": sorted(os.sched_getaffinity(0)),
+        "worker_affinity": workers,
+        "expected_worker_affinity": pipe.worker_cores,
+        "num_workers_alive": len(workers),
+        "torch_threads": torch.get_num_threads(),
+        "sampler_backend": pipe.sampler_backend,
+        "batch_shapes": len(stepper.shapes),
+        "pad_buckets": sorted(stepper.shapes) if pipe.config.shapes == "padded" else None,
+        **probe,
+    }
+
+
+def probe_model(pipe: Pipeline, batch) -> dict:
+    """One extra eager training step with hooks on the convs, outside the window:
+    the dtype the convs computed in, and how many convs ran again in the backward
+    pass (= checkpointed layers)."""
+    from torch_geometric.nn import MessagePassing
+
+    convs = [m for m in pipe.eager_model.modules() if isinstance(m, MessagePassing)]
+    calls, dtypes = [0], set()
+
+    def count(module, args):  # a pre-hook: recomputation may stop before a post-hook
+        calls[0] += 1
+
+    def dtype(module, args, output):
+        dtypes.add(str(output.dtype).replace("torch.", ""))
+
+    handles = [conv.register_forward_pre_hook(count) for conv in convs]
+    handles += [conv.register_forward_hook(dtype) for conv in convs]
+    try:
+        model, pipe.model = pipe.model, pipe.eager_model
+        pipe.train_step(batch)
+    finally:
+        pipe.model = model
+        for handle in handles:
+            handle.remove()
+    return {"conv_output_dtypes": sorted(dtypes),
+            "checkpointed_layers": calls[0] - len(convs),
+            "conv_layers": len(convs)}

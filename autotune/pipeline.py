@@ -1,0 +1,288 @@
+"""Builds a PyG training pipeline from a ``TrialConfig``: every knob takes effect here.
+
+=================  ===============================================================
+knob               where it acts
+=================  ===============================================================
+batch_size         ``NodeLoader(batch_size=...)``
+num_neighbors      the sampler's fanout
+sampler            :func:`autotune.sampler.make_sampler` (builtin, pyg, auto)
+num_workers        ``NodeLoader(num_workers=..., persistent_workers=True)``
+prefetch_factor    ``NodeLoader(prefetch_factor=...)`` when workers are used
+loader_cores       ``NodeLoader.enable_cpu_affinity(loader_cores=...)``
+compute_cores      ``os.sched_setaffinity`` + ``torch.set_num_threads``
+compile_mode       ``torch.compile(model, mode=..., dynamic=shapes == "dynamic")``
+shapes/pad_ladder  :class:`PadToBucket`, a loader transform
+amp_dtype          ``torch.autocast`` (+ ``GradScaler`` for float16)
+checkpointing      :class:`CheckpointedConv` around every conv layer
+=================  ===============================================================
+
+The trial worker and a user's own training loop (``autotune.build``) use this
+same code, so what was measured is what trains.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from autotune.config import TrialConfig
+from autotune.env import check_cores
+from autotune.errors import ConfigError
+from autotune.sampler import make_sampler, resolve_backend
+
+GEOMETRIC_STEP = 1.25
+MIN_BUCKET = 64
+
+
+class SAGE(nn.Module):
+    """GraphSAGE as in PyG's examples/reddit.py: mean aggregation, ReLU and dropout
+    between layers."""
+
+    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
+                 num_layers: int = 2, dropout: float = 0.5) -> None:
+        super().__init__()
+        from torch_geometric.nn import SAGEConv
+
+        sizes = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
+        self.convs = nn.ModuleList(SAGEConv(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.dropout = dropout
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            if i < len(self.convs) - 1:
+                x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
+        return x
+
+
+class CheckpointedConv(nn.Module):
+    """Recomputes a conv layer's activations in the backward pass instead of storing them."""
+
+    def __init__(self, conv: nn.Module) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        if not torch.is_grad_enabled():
+            return self.conv(x, edge_index)
+        return torch.utils.checkpoint.checkpoint(self.conv, x, edge_index, use_reentrant=False)
+
+
+def apply_checkpointing(model: nn.Module) -> int:
+    """Wraps every conv in ``model.convs``; returns how many were wrapped."""
+    convs = getattr(model, "convs", None)
+    if not isinstance(convs, nn.ModuleList):
+        raise ConfigError("checkpointing needs a model with a 'convs' ModuleList "
+                          f"(got {type(model).__name__})")
+    for i, conv in enumerate(convs):
+        if not isinstance(conv, CheckpointedConv):
+            convs[i] = CheckpointedConv(conv)
+    return len(convs)
+
+
+def bucket(n: int, ladder: str) -> int:
+    """The smallest rung of the ladder that holds ``n``: powers of two, or a
+    geometric ladder with ratio 1.25 starting at 64."""
+    if n <= MIN_BUCKET:
+        return MIN_BUCKET
+    if ladder == "pow2":
+        return 1 << math.ceil(math.log2(n))
+    rung = MIN_BUCKET
+    while rung < n:
+        rung = math.ceil(rung * GEOMETRIC_STEP)
+    return rung
+
+
+class PadToBucket:
+    """Pads a sampled subgraph's node and edge counts up to a bucket ladder, so a
+    compiled model sees few distinct shapes. Padding nodes have zero features and
+    only padding edges (among themselves) point at them, so real nodes' outputs,
+    the loss over the seeds and the gradients equal the unpadded ones."""
+
+    def __init__(self, ladder: str) -> None:
+        self.ladder = ladder
+
+    def __call__(self, batch):
+        n, e = batch.num_nodes, batch.edge_index.size(1)
+        n_pad = bucket(n + 1, self.ladder) - n  # at least one padding node
+        e_pad = bucket(e, self.ladder) - e
+        batch.x = torch.cat([batch.x, batch.x.new_zeros(n_pad, batch.x.size(1))])
+        batch.y = torch.cat([batch.y, batch.y.new_zeros(n_pad)])
+        pad_edges = torch.full((2, e_pad), n, dtype=batch.edge_index.dtype,
+                               device=batch.edge_index.device)
+        batch.edge_index = torch.cat([batch.edge_index, pad_edges], dim=1)
+        batch.num_real_nodes = n
+        batch.num_nodes = n + n_pad
+        return batch
+
+
+def amp_supported(device: str, dtype: str) -> bool:
+    """Whether autocast to ``dtype`` runs on ``device`` with this build of torch."""
+    if dtype == "float32":
+        return True
+    torch_dtype = getattr(torch, dtype)
+    try:
+        if not torch.amp.is_autocast_available(device):
+            return False
+        with torch.autocast(device_type=device, dtype=torch_dtype):
+            out = torch.nn.functional.linear(torch.ones(2, 2, device=device),
+                                             torch.ones(2, 2, device=device))
+        return out.dtype == torch_dtype
+    except RuntimeError:
+        return False
+
+
+def check_config(config: TrialConfig) -> None:
+    """Checks what depends on this machine: cores, device, dtype, sampler backend."""
+    check_cores("loader_cores", config.loader_cores)
+    check_cores("compute_cores", config.compute_cores)
+    cores = len(os.sched_getaffinity(0))
+    if config.num_workers > cores:
+        raise ConfigError(f"num_workers {config.num_workers} exceeds the {cores} cores "
+                          f"available; use at most {cores}")
+    if config.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device 'cuda' was asked for but torch sees no CUDA device "
+                          "(got torch " + torch.__version__ + "); use device cpu")
+    if not amp_supported(config.device, config.amp_dtype):
+        raise ConfigError(f"amp_dtype {config.amp_dtype} is not supported on "
+                          f"{config.device} by this torch build; use bfloat16 or float32")
+    resolve_backend(config.sampler)
+
+
+def worker_core_sets(loader_cores: tuple[int, ...], num_workers: int) -> list[list[int]]:
+    """Deals a loader core set out to workers: worker i gets cores i, i + w, ...; with
+    fewer cores than workers, workers share cores round-robin."""
+    if len(loader_cores) >= num_workers:
+        return [list(loader_cores[i::num_workers]) for i in range(num_workers)]
+    return [[loader_cores[i % len(loader_cores)]] for i in range(num_workers)]
+
+
+@dataclass
+class Pipeline:
+    """What :func:`build` returns: a loader, a model and an optimizer, wired to a config.
+
+    Example::
+
+        pipe = autotune.build(autotune.load_config("best.yaml"), data)
+        with pipe.activate():
+            for batch in pipe.loader:
+                loss = pipe.train_step(batch)
+    """
+
+    config: TrialConfig
+    loader: object
+    model: nn.Module
+    eager_model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    device: torch.device
+    checkpointed_layers: int
+    sampler_backend: str
+    worker_cores: list[list[int]] | None = None
+    _lr: Tensor | None = field(default=None, repr=False)
+
+    def autocast(self):
+        dtype = self.config.amp_dtype
+        return torch.autocast(device_type=self.device.type, dtype=getattr(torch, dtype),
+                              enabled=dtype != "float32")
+
+    def forward(self, batch) -> Tensor:
+        """The model's output for the seed nodes of ``batch``."""
+        batch = batch.to(self.device, non_blocking=True)
+        with self.autocast():
+            return self.model(batch.x, batch.edge_index)[:batch.batch_size]
+
+    def train_step(self, batch) -> Tensor:
+        """One optimisation step; returns the loss as a tensor (no host sync)."""
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        batch = batch.to(self.device, non_blocking=True)
+        with self.autocast():
+            out = self.model(batch.x, batch.edge_index)[:batch.batch_size]
+        loss = F.cross_entropy(out.float(), batch.y[:batch.batch_size])
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return loss.detach()
+
+    def set_lr(self, lr: float) -> None:
+        """Changes the learning rate in place: the tensor keeps compiled code valid."""
+        self._lr.fill_(lr)
+
+    @contextlib.contextmanager
+    def activate(self) -> Iterator[Pipeline]:
+        """Applies the compute-core affinity (and thread count) to this process and
+        the loader-core affinity to workers started inside the block."""
+        restore_cores, restore_threads = os.sched_getaffinity(0), torch.get_num_threads()
+        compute = self.config.compute_cores
+        try:
+            if compute is not None:
+                os.sched_setaffinity(0, compute)
+                torch.set_num_threads(len(compute))
+            with contextlib.ExitStack() as stack:
+                if self.worker_cores is not None:
+                    stack.enter_context(self.loader.enable_cpu_affinity(self.worker_cores))
+                yield self
+        finally:
+            if compute is not None:
+                os.sched_setaffinity(0, restore_cores)
+                torch.set_num_threads(restore_threads)
+
+
+def build(config: TrialConfig, data, model: nn.Module | None = None, *,
+          num_classes: int | None = None, cache_file: str | os.PathLike | None = None,
+          cache_dir: str | os.PathLike | None = None) -> Pipeline:
+    """Builds the loader, model and optimizer that ``config`` describes, on ``data``."""
+    from torch_geometric.loader import NodeLoader
+
+    check_config(config)
+    torch.manual_seed(config.seed)
+    device = torch.device(config.device)
+    backend = resolve_backend(config.sampler)
+    on_gpu_sampling = device.type == "cuda" and backend == "builtin" and config.num_workers == 0
+    sampler = make_sampler(data, config.num_neighbors, backend=backend, seed=config.seed,
+                           cache_file=cache_file, cache_dir=cache_dir,
+                           device=device if on_gpu_sampling else None)
+    loader_data = _gpu_resident(data, device) if on_gpu_sampling else data
+    workers = config.num_workers
+    loader = NodeLoader(
+        loader_data, node_sampler=sampler, input_nodes=data.train_mask,
+        batch_size=config.batch_size, shuffle=True, num_workers=workers,
+        persistent_workers=workers > 0, prefetch_factor=config.prefetch_factor if workers else None,
+        pin_memory=device.type == "cuda" and not on_gpu_sampling,
+        transform=PadToBucket(config.pad_ladder) if config.shapes == "padded" else None)
+    if model is None:
+        classes = num_classes if num_classes is not None else int(data.y.max()) + 1
+        model = SAGE(data.num_features, config.hidden_channels, classes, config.num_layers,
+                     config.dropout)
+    model = model.to(device)
+    checkpointed = apply_checkpointing(model) if config.checkpointing else 0
+    lr = torch.tensor(config.lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, fused=True)
+    compiled = model
+    if config.compile_mode != "none":
+        compiled = torch.compile(model, mode=config.compile_mode,
+                                 dynamic=config.shapes == "dynamic")
+    scaler = torch.amp.GradScaler(device.type, enabled=config.amp_dtype == "float16")
+    worker_cores = worker_core_sets(config.loader_cores, workers) if config.loader_cores else None
+    return Pipeline(config=config, loader=loader, model=compiled, eager_model=model,
+                    optimizer=optimizer, scaler=scaler, device=device,
+                    checkpointed_layers=checkpointed,
+                    sampler_backend=type(sampler).__module__.split(".")[0] + "." +
+                    type(sampler).__name__, worker_cores=worker_cores, _lr=lr)
+
+
+def _gpu_resident(data, device: torch.device):
+    """A view of ``data`` for GPU sampling: features and labels on the GPU, and an
+    empty GPU ``edge_index`` so PyG builds each batch's edges there (the sampler
+    holds the graph itself)."""
+    from torch_geometric.data import Data
+
+    return Data(x=data.x.to(device), y=data.y.to(device), num_nodes=data.num_nodes,
+                edge_index=torch.empty(2, 0, dtype=torch.long, device=device))

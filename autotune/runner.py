@@ -1,0 +1,180 @@
+"""Runs one trial in a fresh process and reads back its ``TrialResult``.
+
+Each trial is a new interpreter (``python -m autotune.worker``, never a fork of
+this process) in its own session, so that the whole process tree, loader workers
+and compile workers included, can be killed as one. A watchdog enforces the
+timeout and, with ``memory_limit``, the RSS of the whole tree. Whatever happens,
+no process of the trial survives ``run_trial``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from autotune.config import TrialConfig
+from autotune.datasets import DatasetRef
+from autotune.env import format_bytes
+from autotune.measure import MeasureSpec
+from autotune.result import TrialResult
+
+POLL_S = 0.02
+STDERR_TAIL_CHARS = 4000
+KILL_WAIT_S = 5.0
+DEFAULT_TIMEOUT_S = 900.0
+
+
+@dataclass(frozen=True)
+class TrialLimits:
+    """What the watchdog enforces."""
+
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    memory_limit_bytes: int | None = None
+
+
+def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.PathLike,
+              measure: MeasureSpec = MeasureSpec(), limits: TrialLimits = TrialLimits(),
+              inductor_cache: str | os.PathLike | None = None,
+              env: dict[str, str] | None = None) -> TrialResult:
+    """Measures ``config`` in a child process. ``dataset`` must be prepared
+    (:meth:`DatasetRef.prepare`). The child's stdout and stderr go to
+    ``trial_dir/stdout.log`` and ``trial_dir/stderr.log``."""
+    trial_dir = Path(trial_dir)
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
+    result_path.unlink(missing_ok=True)
+    spec = {"config": config.to_dict(), "dataset": vars(dataset).copy(),
+            "measure": vars(measure).copy(),
+            "inductor_cache": str(inductor_cache) if inductor_cache else None,
+            "spawned_at": time.time()}
+    spec_path.write_text(json.dumps(spec, indent=2))
+    child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    with open(trial_dir / "stdout.log", "wb") as out, open(trial_dir / "stderr.log", "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "autotune.worker", str(spec_path),
+                                 str(result_path)], stdout=out, stderr=err, env=child_env,
+                                start_new_session=True)
+        verdict = _watch(proc, limits)
+    return _read_back(config, proc.returncode, verdict, result_path, trial_dir / "stderr.log")
+
+
+def _watch(proc: subprocess.Popen, limits: TrialLimits) -> tuple[str, str] | None:
+    """Waits for the child; kills the whole tree on timeout or memory excess and
+    returns (status, reason) then. Always leaves no process of the tree alive."""
+    start, tree = time.monotonic(), _Tree(proc.pid)
+    verdict = None
+    try:
+        while proc.poll() is None:
+            tree.refresh()
+            if time.monotonic() - start > limits.timeout_s:
+                verdict = ("timeout", f"trial exceeded its {limits.timeout_s:g} s timeout")
+                break
+            if limits.memory_limit_bytes is not None:
+                rss = tree.rss()
+                if rss > limits.memory_limit_bytes:
+                    verdict = ("oom", f"process tree RSS {format_bytes(rss)} exceeded "
+                                      f"--memory-limit {format_bytes(limits.memory_limit_bytes)}")
+                    break
+            time.sleep(POLL_S)
+    finally:
+        tree.kill()
+        proc.wait()
+    return verdict
+
+
+class _Tree:
+    """The trial's process tree: its session (process group) plus every descendant
+    seen so far, in case one moved to another group."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.root = psutil.Process(pid)
+        self.known: dict[int, psutil.Process] = {pid: self.root}
+
+    def refresh(self) -> None:
+        try:
+            for child in self.root.children(recursive=True):
+                self.known.setdefault(child.pid, child)
+        except psutil.NoSuchProcess:
+            pass
+
+    def rss(self) -> int:
+        total = 0
+        for proc in list(self.known.values()):
+            try:
+                total += proc.memory_info().rss
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
+    def members(self) -> list[psutil.Process]:
+        self.refresh()
+        members = {p.pid: p for p in self.known.values() if p.is_running()}
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                if proc.pid != os.getpid() and os.getpgid(proc.pid) == self.pid:
+                    members.setdefault(proc.pid, proc)
+            except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+                pass
+        return list(members.values())
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        procs = self.members()
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(procs, timeout=KILL_WAIT_S)
+        if alive and any(p.status() != psutil.STATUS_ZOMBIE for p in alive
+                         if p.pid != self.pid and _exists(p)):
+            raise RuntimeError(f"trial processes survived SIGKILL: {[p.pid for p in alive]}")
+
+
+def _exists(proc: psutil.Process) -> bool:
+    try:
+        proc.status()
+        return True
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - STDERR_TAIL_CHARS))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _read_back(config: TrialConfig, returncode: int, verdict: tuple[str, str] | None,
+               result_path: Path, stderr_path: Path) -> TrialResult:
+    tail = _tail(stderr_path)
+    if verdict is not None:
+        return TrialResult.failed(verdict[0], config.to_dict(), verdict[1], stderr_tail=tail)
+    if result_path.exists():
+        result = TrialResult.from_dict(json.loads(result_path.read_text()))
+        if result.ok or result.stderr_tail:
+            return result
+        return TrialResult.from_dict({**result.to_dict(), "stderr_tail": tail})
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
+        status = "oom" if name == "SIGKILL" else "crash"
+        reason = f"trial process was killed by {name}" + \
+            (" (the kernel's OOM killer?)" if status == "oom" else "")
+        return TrialResult.failed(status, config.to_dict(), reason, stderr_tail=tail)
+    return TrialResult.failed("crash", config.to_dict(),
+                              f"trial process exited with code {returncode} and no result",
+                              stderr_tail=tail)

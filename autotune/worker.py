@@ -1,0 +1,139 @@
+"""The trial process: ``python -m autotune.worker SPEC.json RESULT.json``.
+
+Started by ``runner.py`` as a fresh interpreter. It memory-maps the prepared
+dataset, builds the pipeline, measures it and writes a ``TrialResult`` as JSON.
+Any exception becomes an ``error`` (or ``oom``) result with its traceback.
+
+``AUTOTUNE_TEST_FAULT=KIND[:STEP]`` injects a fault at training step STEP (for the
+test suite): raise, segfault, hang, alloc, loader-hang, loader-kill.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+FAULT_ENV = "AUTOTUNE_TEST_FAULT"
+FAULT_ALLOC_CHUNK = 64 << 20
+FAULT_ALLOC_MAX = 8 << 30
+
+
+def _fault_hook(spec: str | None):
+    if not spec:
+        return None
+    kind, _, at = spec.partition(":")
+    at_step = int(at) if at else 2
+
+    def fire(step: int, pipe) -> None:
+        if step != at_step:
+            return
+        if kind == "raise":
+            raise RuntimeError(f"injected fault at step {step}")
+        if kind == "segfault":
+            import ctypes
+
+            ctypes.string_at(0)
+        if kind == "hang":
+            time.sleep(3600)
+        if kind == "alloc":
+            import torch
+
+            hoard = []
+            while len(hoard) * FAULT_ALLOC_CHUNK < FAULT_ALLOC_MAX:
+                hoard.append(torch.ones(FAULT_ALLOC_CHUNK // 4))
+            time.sleep(3600)
+        if kind in ("loader-hang", "loader-kill"):
+            from autotune.measure import loader_worker_pids
+
+            pids = loader_worker_pids(pipe.loader)
+            if not pids:
+                raise RuntimeError(f"fault {kind} needs loader workers (num_workers > 0)")
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP if kind == "loader-hang" else signal.SIGKILL)
+            return
+        raise RuntimeError(f"unknown {FAULT_ENV} kind {kind!r}")
+
+    return fire
+
+
+def run(spec: dict) -> dict:
+    """Loads, builds, measures; returns the ``TrialResult`` as a dict."""
+    t_start = time.time()
+    from autotune.config import TrialConfig
+    from autotune.datasets import DatasetRef
+    from autotune.env import fingerprint
+    from autotune.measure import MeasureSpec, measure
+    from autotune.pipeline import build
+    from autotune.result import TrialResult
+
+    config = TrialConfig.from_dict(spec["config"])
+    if spec.get("inductor_cache"):
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", spec["inductor_cache"])
+    ref = DatasetRef(**spec["dataset"])
+    dataset = ref.load()
+    t_loaded = time.time()
+    pipe = build(config, dataset.data, num_classes=dataset.num_classes,
+                 cache_file=ref.csc_path())
+    t_built = time.time()
+    fault = _fault_hook(os.environ.get(FAULT_ENV))
+    hook = (lambda step: fault(step, pipe)) if fault else None
+    m = measure(pipe, MeasureSpec(**spec.get("measure", {})), on_step=hook)
+    t_done = time.time()
+    warmup_s = sum(m.warmup_step_times_s)
+    result = TrialResult(
+        status="ok", config=config.to_dict(), step_times_s=tuple(m.step_times_s),
+        seeds_per_step=tuple(m.seeds), nodes_per_step=tuple(m.nodes),
+        edges_per_step=tuple(m.edges), warmup_step_times_s=tuple(m.warmup_step_times_s),
+        losses=tuple(m.losses), memory=m.memory, compile=m.compile, observed=m.observed,
+        dataset=dataset.stats(), env=fingerprint(config.device), warnings=tuple(m.warnings),
+        phases_s={"spawn_and_load": t_loaded - spec["spawned_at"],
+                  "interpreter_start": t_start - spec["spawned_at"],
+                  "build": t_built - t_loaded, "warmup": warmup_s,
+                  "window": sum(m.step_times_s),
+                  "measure_total": t_done - t_built},
+    )
+    if not all(map(_finite, result.losses)):
+        return TrialResult.failed("error", config.to_dict(),
+                                  f"training diverged: non-finite loss {list(result.losses)}"
+                                  ).to_dict()
+    return result.to_dict()
+
+
+def _finite(x: float) -> bool:
+    return x == x and abs(x) != float("inf")
+
+
+def _failure(spec: dict, exc: BaseException) -> dict:
+    from autotune.result import TrialResult
+
+    oom = isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+    return TrialResult.failed("oom" if oom else "error", spec.get("config", {}),
+                              f"{type(exc).__name__}: {exc}",
+                              stderr_tail=traceback.format_exc()[-4000:]).to_dict()
+
+
+def _write(path: Path, blob: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(blob))
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    spec_path, result_path = map(Path, (argv or sys.argv[1:])[:2])
+    spec = json.loads(spec_path.read_text())
+    try:
+        blob = run(spec)
+    except BaseException as exc:  # recorded, never swallowed: it goes into the result
+        traceback.print_exc()
+        _write(result_path, _failure(spec, exc))
+        return 1
+    _write(result_path, blob)
+    return 0 if blob["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

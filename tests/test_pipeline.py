@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from autotune.config import TrialConfig
+from autotune.errors import ConfigError
+from autotune.pipeline import (SAGE, PadToBucket, apply_checkpointing, bucket, build,
+                               check_config, worker_core_sets)
+
+
+@pytest.mark.parametrize("n, ladder, expected", [
+    (1, "pow2", 64), (65, "pow2", 128), (1000, "pow2", 1024),
+    (65, "geometric", 80), (81, "geometric", 100), (101, "geometric", 125),
+])
+def test_bucket_ladders(n, ladder, expected):
+    assert bucket(n, ladder) == expected
+
+
+def _loss_and_grads(model, batch):
+    model.zero_grad()
+    out = model(batch.x, batch.edge_index)[:batch.batch_size]
+    loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def _a_batch(data, fanout=(5, 5), batch_size=32):
+    from torch_geometric.loader import NodeLoader
+
+    from autotune.sampler import NeighborSampler
+
+    loader = NodeLoader(data, node_sampler=NeighborSampler(data, list(fanout), seed=0),
+                        input_nodes=data.train_mask, batch_size=batch_size)
+    return next(iter(loader))
+
+
+@pytest.mark.parametrize("ladder", ["pow2", "geometric"])
+def test_padding_leaves_loss_and_gradients_unchanged(tiny_synthetic, ladder):
+    torch.manual_seed(0)
+    model = SAGE(tiny_synthetic.num_features, 16, 4, dropout=0.0)
+    batch = _a_batch(tiny_synthetic)
+    padded = PadToBucket(ladder)(copy.copy(batch))
+    assert padded.num_nodes == bucket(batch.num_nodes + 1, ladder)
+    assert padded.edge_index.size(1) == bucket(batch.edge_index.size(1), ladder)
+    loss, grads = _loss_and_grads(model, batch)
+    loss_p, grads_p = _loss_and_grads(model, padded)
+    torch.testing.assert_close(loss_p, loss)
+    for g, gp in zip(grads, grads_p):
+        torch.testing.assert_close(gp, g)
+
+
+def test_checkpointing_recomputes_and_matches(tiny_synthetic):
+    torch.manual_seed(0)
+    model = SAGE(tiny_synthetic.num_features, 16, 4, dropout=0.0)
+    twin = copy.deepcopy(model)
+    assert apply_checkpointing(twin) == 2
+    batch = _a_batch(tiny_synthetic)
+    calls = []
+    for conv in twin.convs:
+        conv.conv.register_forward_pre_hook(lambda *a: calls.append(1))
+    loss, grads = _loss_and_grads(model, batch)
+    loss_c, grads_c = _loss_and_grads(twin, batch)
+    assert len(calls) == 4, "each checkpointed conv must run again in backward"
+    torch.testing.assert_close(loss_c, loss)
+    for g, gc in zip(grads, grads_c):
+        torch.testing.assert_close(gc, g)
+
+
+def test_worker_core_sets():
+    assert worker_core_sets((4, 5, 6, 7), 2) == [[4, 6], [5, 7]]
+    assert worker_core_sets((3,), 2) == [[3], [3]]
+
+
+def test_check_config_rejects_what_the_machine_lacks():
+    with pytest.raises(ConfigError, match=r"compute_cores names cores \[4096\]"):
+        check_config(TrialConfig(compute_cores=(4096,)))
+    with pytest.raises(ConfigError, match="num_workers 4096 exceeds"):
+        check_config(TrialConfig(num_workers=4096))
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="sees no CUDA device"):
+            check_config(TrialConfig(device="cuda"))
+
+
+@pytest.mark.parametrize("amp, dtype", [("float32", "float32"), ("bfloat16", "bfloat16")])
+def test_build_trains_and_amp_reaches_the_convs(tiny_synthetic, amp, dtype):
+    from autotune.measure import probe_model
+
+    pipe = build(TrialConfig(batch_size=64, hidden_channels=32, amp_dtype=amp,
+                             checkpointing=True, sampler="builtin"), tiny_synthetic,
+                 num_classes=4)
+    with pipe.activate():
+        losses = [float(pipe.train_step(b)) for _, b in zip(range(15), pipe.loader)]
+        probe = probe_model(pipe, next(iter(pipe.loader)))
+    assert losses[-1] < losses[0]
+    assert probe["conv_output_dtypes"] == [dtype]
+    assert probe["checkpointed_layers"] == 2
+
+
+def test_lr_is_a_tensor_changed_in_place(tiny_synthetic):
+    pipe = build(TrialConfig(batch_size=64, hidden_channels=8), tiny_synthetic, num_classes=4)
+    lr = pipe.optimizer.param_groups[0]["lr"]
+    assert isinstance(lr, torch.Tensor)
+    pipe.set_lr(0.5)
+    assert pipe.optimizer.param_groups[0]["lr"] is lr and float(lr) == 0.5
