@@ -17,12 +17,29 @@ _EXPORTS = {
     "BackendUnavailableError": "autotune.errors",
     "NeighborSampler": "autotune.sampler",
     "make_sampler": "autotune.sampler",
+    "TrialConfig": "autotune.config",
+    "load_config": "autotune.config",
+    "DatasetRef": "autotune.datasets",
+    "load_dataset": "autotune.datasets",
+    "synthetic_reddit": "autotune.datasets",
+    "build": "autotune.pipeline",
+    "Pipeline": "autotune.pipeline",
+    "MeasureSpec": "autotune.measure",
+    "TrialResult": "autotune.result",
+    "TrialLimits": "autotune.runner",
+    "run_trial": "autotune.runner",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
+    from autotune.config import TrialConfig, load_config
+    from autotune.datasets import DatasetRef, load_dataset, synthetic_reddit
     from autotune.errors import AutotuneError, BackendUnavailableError, ConfigError, DatasetError
+    from autotune.measure import MeasureSpec
+    from autotune.pipeline import Pipeline, build
+    from autotune.result import TrialResult
+    from autotune.runner import TrialLimits, run_trial
     from autotune.sampler import NeighborSampler, make_sampler
 
 

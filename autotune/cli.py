@@ -202,7 +202,8 @@ def render_result(result, trial_dir: Path) -> str:
             f"warm-up         {len(result.warmup_step_times_s)} steps, {p['warmup']:.2f} s; "
             f"compile {c['compile_time_s']:.1f} s, {c['recompiles']} recompiles, "
             f"{c['graph_breaks']} graph breaks",
-            f"start-up        spawn and load {p['spawn_and_load']:.2f} s, build {p['build']:.2f} s",
+            f"start-up        spawn and load {p['spawn_and_load']:.2f} s (imports "
+            f"{p['imports']:.2f} s, dataset {p['dataset_load']:.2f} s), build {p['build']:.2f} s",
             f"observed        sampler {result.observed['sampler_backend']}, "
             f"threads {result.observed['torch_threads']}, "
             f"conv dtype {','.join(result.observed['conv_output_dtypes'])}, "

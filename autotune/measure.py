@@ -192,7 +192,7 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
             times.append(elapsed)
             seeds.append(int(batch.batch_size))
             nodes.append(int(getattr(batch, "num_real_nodes", batch.num_nodes)))
-            edges.append(int(sum(batch.num_sampled_edges)))
+            edges.append(int(getattr(batch, "num_real_edges", batch.edge_index.size(1))))
             losses.append(loss)
         observed = _observe(pipe, stepper)
         memory.phase("done")
@@ -204,6 +204,7 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
         "recompiles": max(0, frames1 - frames_after_first) if compiled else 0,
         "recompiles_in_window": frames1 - frames_warm,
         "graph_breaks": breaks1 - breaks0,
+        **_inductor_cache_counts(),
     }
     mem = {"peak_rss_warmup_bytes": memory.peaks.get("warmup", 0),
            "peak_rss_window_bytes": memory.peaks.get("window", 0),
@@ -236,6 +237,14 @@ def _warm_up(stepper: _Stepper, spec: MeasureSpec, compiled: bool) -> tuple[list
         enough = len(times) >= spec.warmup_steps and (not compiled or quiet >= spec.settle_steps)
         if enough or len(times) >= spec.max_warmup_steps:
             return times, frames_after_first
+
+
+def _inductor_cache_counts() -> dict:
+    """Hits and misses of inductor's persistent FX-graph cache in this process."""
+    from torch._dynamo.utils import counters
+
+    return {"inductor_cache_hits": counters["inductor"]["fxgraph_cache_hit"],
+            "inductor_cache_misses": counters["inductor"]["fxgraph_cache_miss"]}
 
 
 def _cuda_memory(device: torch.device) -> dict:

@@ -117,7 +117,7 @@ class PadToBucket:
         pad_edges = torch.full((2, e_pad), n, dtype=batch.edge_index.dtype,
                                device=batch.edge_index.device)
         batch.edge_index = torch.cat([batch.edge_index, pad_edges], dim=1)
-        batch.num_real_nodes = n
+        batch.num_real_nodes, batch.num_real_edges = n, e
         batch.num_nodes = n + n_pad
         return batch
 

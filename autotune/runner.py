@@ -45,17 +45,18 @@ def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.P
               env: dict[str, str] | None = None) -> TrialResult:
     """Measures ``config`` in a child process. ``dataset`` must be prepared
     (:meth:`DatasetRef.prepare`). The child's stdout and stderr go to
-    ``trial_dir/stdout.log`` and ``trial_dir/stderr.log``."""
+    ``trial_dir/stdout.log`` and ``trial_dir/stderr.log``. ``inductor_cache`` is a
+    folder that compiled kernels persist in, so later trials reuse them."""
     trial_dir = Path(trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
     result_path.unlink(missing_ok=True)
     spec = {"config": config.to_dict(), "dataset": vars(dataset).copy(),
-            "measure": vars(measure).copy(),
-            "inductor_cache": str(inductor_cache) if inductor_cache else None,
-            "spawned_at": time.time()}
+            "measure": vars(measure).copy(), "spawned_at": time.time()}
     spec_path.write_text(json.dumps(spec, indent=2))
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    if inductor_cache is not None:  # read by torch at import, so set before the start
+        child_env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(inductor_cache).resolve())
     with open(trial_dir / "stdout.log", "wb") as out, open(trial_dir / "stderr.log", "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "autotune.worker", str(spec_path),
                                  str(result_path)], stdout=out, stderr=err, env=child_env,

@@ -63,6 +63,8 @@ def _fault_hook(spec: str | None):
 def run(spec: dict) -> dict:
     """Loads, builds, measures; returns the ``TrialResult`` as a dict."""
     t_start = time.time()
+    import torch_geometric.loader  # noqa: F401  (timed apart: PyG imports torch._dynamo)
+
     from autotune.config import TrialConfig
     from autotune.datasets import DatasetRef
     from autotune.env import fingerprint
@@ -70,9 +72,8 @@ def run(spec: dict) -> dict:
     from autotune.pipeline import build
     from autotune.result import TrialResult
 
+    t_imported = time.time()
     config = TrialConfig.from_dict(spec["config"])
-    if spec.get("inductor_cache"):
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", spec["inductor_cache"])
     ref = DatasetRef(**spec["dataset"])
     dataset = ref.load()
     t_loaded = time.time()
@@ -92,6 +93,7 @@ def run(spec: dict) -> dict:
         dataset=dataset.stats(), env=fingerprint(config.device), warnings=tuple(m.warnings),
         phases_s={"spawn_and_load": t_loaded - spec["spawned_at"],
                   "interpreter_start": t_start - spec["spawned_at"],
+                  "imports": t_imported - t_start, "dataset_load": t_loaded - t_imported,
                   "build": t_built - t_loaded, "warmup": warmup_s,
                   "window": sum(m.step_times_s),
                   "measure_total": t_done - t_built},

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import torch
 
 from autotune.datasets import synthetic_reddit
+from autotune.env import cpu_model
 from autotune.sampler import NeighborSampler, star_forest, uniformity_chi_square
 from torch_geometric.sampler import NodeSamplerInput
 
@@ -124,7 +124,7 @@ def main() -> None:
     report = {
         "benchmark": "sampler", "batch_size": BATCH, "fanout": FANOUT,
         "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
         "gpu": torch.cuda.get_device_name() if cuda else None,
         "speed": measure_speed(args.batches, args.warmup, cuda),
         "uniformity_chi2": measure_uniformity(),

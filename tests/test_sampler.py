@@ -173,9 +173,12 @@ def _sage_step(loader, data):
     model = GraphSAGE(data.num_features, 32, num_layers=2, out_channels=3)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     batch = next(iter(loader))
+    # PyG's torch-sparse path gives no per-hop counts (pyg-lib and ours do)
+    hops = "num_sampled_nodes" in batch
     out = model(batch.x, batch.edge_index,
-                num_sampled_nodes_per_hop=batch.num_sampled_nodes,
-                num_sampled_edges_per_hop=batch.num_sampled_edges)[:batch.batch_size]
+                num_sampled_nodes_per_hop=batch.num_sampled_nodes if hops else None,
+                num_sampled_edges_per_hop=batch.num_sampled_edges if hops else None,
+                )[:batch.batch_size]
     loss = torch.nn.functional.cross_entropy(out, batch.y[:batch.batch_size])
     loss.backward()
     opt.step()

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def autotune(*args, cwd=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "autotune.cli", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=timeout)
+
+
+def _one_line_error(proc, *needles):
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("autotune: error:")]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_help_does_not_import_torch():
+    code = ("import sys; from autotune.cli import build_parser; build_parser(); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_trial_help_has_an_example():
+    proc = autotune("trial", "--help")
+    assert proc.returncode == 0
+    assert "autotune trial --dataset synthetic --scale 0.05" in proc.stdout
+
+
+def test_missing_dataset_offline_exits_2(tmp_path):
+    proc = autotune("trial", "--dataset", "Reddit", "--root", str(tmp_path / "none"),
+                    "--studies-dir", str(tmp_path / "studies"))
+    _one_line_error(proc, "'Reddit'", str(tmp_path / "none"), "reddit_data.npz")
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--scale", "0"], ["--scale", "positive"]),
+    (["--steps", "-3"], ["--steps"]),
+    (["--memory-limit", "lots"], ["--memory-limit", "8GiB"]),
+    (["--dataset", "Redit"], ["unknown dataset 'Redit'"]),
+])
+def test_bad_flags_exit_2_with_one_line(tmp_path, args, needles):
+    proc = autotune("trial", *args, "--root", str(tmp_path), "--studies-dir",
+                    str(tmp_path / "studies"))
+    _one_line_error(proc, *needles)
+
+
+def test_config_with_unknown_keys_exits_2(tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("batch_size: 64\nturbo: true\n")
+    proc = autotune("trial", "--config", str(cfg), "--root", str(tmp_path))
+    _one_line_error(proc, "unknown keys turbo", str(cfg))
+
+
+def test_trial_prints_json(tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("batch_size: 64\nnum_neighbors: [5, 5]\nhidden_channels: 16\n")
+    proc = autotune("trial", "--dataset", "synthetic", "--scale", "0.004", "--root",
+                    str(tmp_path / "data"), "--config", str(cfg), "--steps", "4", "--warmup",
+                    "1", "--format", "json", "--studies-dir", str(tmp_path / "studies"))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["status"] == "ok"
+    assert len(result["step_times_s"]) == 4
+    assert result["summary"]["seed_nodes_per_s"] > 0
+    assert list((tmp_path / "studies" / "trials").iterdir())
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert ci in (ROOT / "README.md").read_text()
+
+
+def test_public_names_resolve():
+    import autotune
+
+    for name in autotune.__all__:
+        assert getattr(autotune, name) is not None
