@@ -16,6 +16,25 @@ EXIT_BAD_INPUT = 2
 EXIT_TRIAL_FAILED = 1
 DEFAULT_STUDIES = "studies"
 
+SEARCH_EXAMPLE = """examples:
+  autotune search --dataset synthetic --scale 0.02 --space quick --n-trials 8
+  autotune search --dataset Reddit --root data --max-memory 8GiB --n-trials 40
+
+Running the same command again resumes the study: finished trials are kept, an
+interrupted one is marked failed, and --n-trials counts the study's total."""
+
+SHOW_EXAMPLE = """example:
+  autotune show --study-name synthetic-cpu-myhost
+  autotune show --study-name synthetic-cpu-myhost --format yaml"""
+
+EXPORT_EXAMPLE = """examples:
+  autotune export --study-name synthetic-cpu-myhost --pick knee --out best.yaml
+  autotune export --study-name synthetic-cpu-myhost --pick trial:3 --out t3.json
+
+The file holds the full TrialConfig, the measured figures, the environment and the
+command that reproduces the measurement; 'autotune trial --config FILE' and
+autotune.load_config(FILE) read it back."""
+
 TRIAL_EXAMPLE = """example:
   autotune trial --dataset synthetic --scale 0.05 --config cfg.yaml --format json
   autotune trial --dataset Cora --root ../shared/data/planetoid --steps 30
@@ -100,7 +119,65 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the trial's logs go to STUDIES_DIR/trials/ (default: studies)")
     trial.add_argument("--format", choices=["table", "json"], default="table")
     trial.set_defaults(func=cmd_trial)
+
+    search = sub.add_parser("search", help="search the Pareto front of throughput and memory",
+                            description="Optuna multi-objective search: maximise throughput "
+                            "(seed nodes/s), minimise peak memory (MiB).",
+                            epilog=SEARCH_EXAMPLE,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_dataset_flags(search)
+    search.add_argument("--space", default="default",
+                        help="a file in search_spaces/ (default, reddit, quick) or a path")
+    search.add_argument("--n-trials", type=_positive_int, default=20,
+                        help="the study's total trial budget (default: 20)")
+    search.add_argument("--timeout", type=_positive_float, default=None,
+                        help="stop starting trials after this many seconds")
+    search.add_argument("--sampler", default="tpe", choices=["tpe", "nsga2", "gp", "random"],
+                        help="Optuna sampler (default: tpe, the best in "
+                             "benchmarks/search_efficiency.py)")
+    search.add_argument("--seed", type=int, default=0, help="sampler and training seed")
+    search.add_argument("--max-memory", default=None,
+                        help="memory budget, e.g. 8GiB: an Optuna constraint on peak memory")
+    search.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                        help="default: cuda when torch sees a GPU, else cpu")
+    _add_study_flags(search)
+    search.add_argument("--steps", type=_positive_int, default=20,
+                        help="timed steps per trial (default: 20)")
+    search.add_argument("--warmup", type=_positive_int, default=5,
+                        help="warm-up steps at least (default: 5)")
+    search.add_argument("--max-seconds", type=_positive_float, default=120.0,
+                        help="end a trial's timed window after this many seconds")
+    search.add_argument("--trial-timeout", type=_positive_float, default=900.0,
+                        help="kill a trial after this many seconds (default: 900)")
+    search.add_argument("--memory-limit", default=None,
+                        help="kill a trial whose process tree's RSS passes this, e.g. 16GiB")
+    search.set_defaults(func=cmd_search)
+
+    show = sub.add_parser("show", help="print a study's Pareto front and trials",
+                          epilog=SHOW_EXAMPLE,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_study_flags(show, required=True)
+    show.add_argument("--format", choices=["table", "json", "yaml"], default="table")
+    show.set_defaults(func=cmd_show)
+
+    export = sub.add_parser("export", help="write one trial's config for training",
+                            epilog=EXPORT_EXAMPLE,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_study_flags(export, required=True)
+    export.add_argument("--pick", default="knee",
+                        help="knee, max-throughput, min-memory or trial:N (default: knee)")
+    export.add_argument("--out", required=True, help="a .yaml, .yml or .json file")
+    export.set_defaults(func=cmd_export)
     return parser
+
+
+def _add_study_flags(p: argparse.ArgumentParser, required: bool = False) -> None:
+    p.add_argument("--study-name", required=required, default=None,
+                   help="default: DATASET-DEVICE-HOST" if not required else None)
+    p.add_argument("--storage", default=None,
+                   help="an Optuna RDB URL (default: sqlite:///STUDIES_DIR/STUDY.db)")
+    p.add_argument("--studies-dir", default=DEFAULT_STUDIES,
+                   help="where SQLite studies, trial logs and pareto.yaml go (default: studies)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,12 +200,14 @@ def _one_line(text: str) -> str:
 
 
 def _writable_dir(path: Path, option: str) -> Path:
+    from autotune.env import writable_dir
+
+    if not writable_dir(path):
+        raise ConfigError(f"{option} '{path}' is not writable; pass another folder")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"{option} '{path}' cannot be created: {exc.strerror}") from exc
-    if not os.access(path, os.W_OK):
-        raise ConfigError(f"{option} '{path}' is not writable; pass another folder")
     return path
 
 
@@ -218,3 +297,228 @@ def render_result(result, trial_dir: Path) -> str:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def short(config: dict) -> str:
+    """A config in one short line: batch, fanout, workers/affinity, compile, shapes,
+    dtype, checkpointing, sampler."""
+    affinity = "split" if config.get("loader_cores") else "-"
+    shapes = "pad" if config.get("shapes") == "padded" else "dyn"
+    return (f"b{config['batch_size']} f{list(config['num_neighbors'])} "
+            f"w{config['num_workers']}/{affinity} {config['compile_mode']}/{shapes} "
+            f"{config['amp_dtype'].replace('float', 'f').replace('bf', 'bf')} "
+            f"ck{'+' if config['checkpointing'] else '-'} {config['sampler']}")
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}:{secs:02d}"
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    import torch
+
+    from autotune.datasets import DatasetRef, root_default
+    from autotune.env import fingerprint, format_bytes, parse_bytes
+    from autotune.measure import MeasureSpec
+    from autotune.pipeline import check_config
+    from autotune.runner import TrialLimits
+    from autotune.space import load_space
+    from autotune import study as st
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    max_memory = parse_bytes(args.max_memory, option="--max-memory") if args.max_memory else None
+    limits = TrialLimits(timeout_s=args.trial_timeout, memory_limit_bytes=None if
+                         args.memory_limit is None else parse_bytes(args.memory_limit,
+                                                                    option="--memory-limit"))
+    measure = MeasureSpec(warmup_steps=args.warmup, window_steps=args.steps,
+                          max_window_s=args.max_seconds)
+    base_knobs = default_config(device)
+    space = load_space(args.space, device=device, baseline=base_knobs)
+    baseline = space.baseline(base_knobs.replace(seed=args.seed))
+    check_config(baseline)
+    studies_dir = _writable_dir(Path(args.studies_dir), "--studies-dir")
+    ref = DatasetRef(args.dataset, root=args.root or root_default(), scale=args.scale,
+                     seed=args.data_seed)
+    name = args.study_name or st.default_study_name(args.dataset, device)
+    url = args.storage or st.default_storage(studies_dir, name)
+    st.open_storage(url)  # fails fast on a bad URL or an unreachable server
+    dataset = ref.prepare()
+    opts = st.SearchOptions(dataset=ref, space=space, device=device, n_trials=args.n_trials,
+                            timeout_s=args.timeout, sampler=args.sampler, seed=args.seed,
+                            max_memory_bytes=max_memory, storage=url, study_name=name,
+                            studies_dir=studies_dir, measure=measure, limits=limits)
+    study = st.open_study(opts, dataset_stats=dataset.stats(), env=fingerprint(device))
+    budget = max_memory / st.MIB if max_memory else None
+    pareto_path = studies_dir / name / "pareto.yaml"
+    stats = dataset.stats()
+    print(f"study {name} in {st.masked(url)}")
+    print(f"dataset {ref.name}: {stats['num_nodes']:,} nodes, {stats['num_edges']:,} edges, "
+          f"{stats['num_features']} features; space {space.name}; sampler {args.sampler}; "
+          f"device {device}" + (f"; budget {format_bytes(max_memory)}" if max_memory else ""))
+    for note in space.notes:
+        print(f"note: {note}")
+
+    def progress(n, total, config, frozen, elapsed, eta):
+        attrs = frozen.user_attrs
+        if frozen.values:
+            figures = f"{frozen.values[0]:>9,.0f} seeds/s {frozen.values[1]:>8,.0f} MiB"
+        else:
+            figures = f"{'-':>17} {'-':>12}"
+        status = attrs.get("status", "?")
+        if "reused_from" in attrs:
+            status = f"repeat of #{attrs['reused_from']}"
+        elif attrs.get("fail_reason"):
+            status += f": {attrs['fail_reason'][:60]}"
+        print(f"[{n:>3}/{total}] #{frozen.number:<3} {short(config.to_dict()):<52} "
+              f"{figures} | {status} | {_clock(elapsed)} ETA {_clock(eta)}", flush=True)
+
+    try:
+        outcome = st.run_search(opts, study, url, baseline, progress=progress,
+                                on_trial_done=lambda s: st.write_pareto(s, pareto_path, url,
+                                                                        budget))
+    except KeyboardInterrupt:
+        print(f"autotune: interrupted; run the same command again to resume study {name}",
+              file=sys.stderr)
+        return 130
+    if outcome.interrupted:
+        print(f"marked interrupted trials {outcome.interrupted} as failed")
+    print(f"\n{outcome.measured} measured, {outcome.reused} reused, {outcome.failed} failed; "
+          f"{len(study.trials)} trials in the study")
+    print(render_pareto(st.summary_rows(study, budget)))
+    print(f"\npareto.yaml: {pareto_path}\nexport: autotune export --study-name {name} "
+          f"--pick knee --out best.yaml" + (f" --storage '{st.masked(url)}'"
+                                            if args.storage else ""))
+    return 0
+
+
+def render_pareto(rows: list[dict]) -> str:
+    if not rows:
+        return "Pareto front: no completed trial yet"
+    lines = ["Pareto front (fastest first):",
+             f"{'trial':>5} {'seed nodes/s':>13} {'peak MiB':>9} {'speed-up':>8} "
+             f"{'memory':>7}  config"]
+    for r in rows:
+        speed = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "-"
+        mem = f"{r['memory_ratio']:.2f}x" if r["memory_ratio"] is not None else "-"
+        marks = f"  <- {', '.join(r['marks'])}" if r["marks"] else ""
+        lines.append(f"{r['trial']:>5} {r['throughput']:>13,.0f} {r['memory_mib']:>9,.0f} "
+                     f"{speed:>8} {mem:>7}  {short(r['config'])}{marks}")
+    return "\n".join(lines)
+
+
+def _load_study(args: argparse.Namespace):
+    import optuna
+
+    from autotune import study as st
+
+    url = args.storage or st.default_storage(Path(args.studies_dir), args.study_name)
+    if url.startswith("sqlite:///") and not args.storage:
+        path = Path(url[len("sqlite:///"):])
+        if not path.exists():
+            raise ConfigError(f"no study {args.study_name!r}: '{path}' does not exist; "
+                              "pass --storage or --studies-dir where the search ran")
+    storage = st.open_storage(url)
+    try:
+        return optuna.load_study(study_name=args.study_name, storage=storage), url
+    except KeyError:
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        raise ConfigError(f"no study {args.study_name!r} in {st.masked(url)} "
+                          f"(studies there: {', '.join(names) or 'none'})") from None
+
+
+def _trial_rows(study) -> list[dict]:
+    rows = []
+    for t in study.trials:
+        rows.append({"trial": t.number, "state": t.state.name.lower(),
+                     "throughput": t.values[0] if t.values else None,
+                     "memory_mib": t.values[1] if t.values else None,
+                     "baseline": bool(t.user_attrs.get("baseline")),
+                     "reused_from": t.user_attrs.get("reused_from"),
+                     "reason": t.user_attrs.get("fail_reason"),
+                     "config": t.user_attrs.get("config")})
+    return rows
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from autotune import study as st
+
+    study, url = _load_study(args)
+    budget = study.user_attrs.get("max_memory_bytes")
+    budget = budget / st.MIB if budget else None
+    pareto, trials = st.summary_rows(study, budget), _trial_rows(study)
+    if args.format != "table":
+        blob = {"study": study.study_name, "storage": st.masked(url),
+                "baseline_trial": study.user_attrs.get("baseline_trial"),
+                "pareto": pareto, "trials": trials}
+        if args.format == "json":
+            print(json.dumps(blob, indent=2))
+        else:
+            import yaml
+
+            print(yaml.safe_dump(blob, sort_keys=False), end="")
+        return 0
+    print(f"study {study.study_name} in {st.masked(url)}")
+    print(render_pareto(pareto))
+    print(f"\nAll trials ({len(trials)}):")
+    print(f"{'trial':>5} {'state':<8} {'seed nodes/s':>13} {'peak MiB':>9}  config / reason")
+    for r in trials:
+        tp = f"{r['throughput']:,.0f}" if r["throughput"] is not None else "-"
+        mem = f"{r['memory_mib']:,.0f}" if r["memory_mib"] is not None else "-"
+        what = short(r["config"]) if r["config"] else ""
+        extra = " (baseline)" if r["baseline"] else ""
+        extra += f" (repeat of #{r['reused_from']})" if r["reused_from"] is not None else ""
+        extra += f" [{r['reason'][:70]}]" if r["reason"] else ""
+        print(f"{r['trial']:>5} {r['state']:<8} {tp:>13} {mem:>9}  {what}{extra}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from autotune import study as st
+    from autotune.config import CONFIG_FORMAT, TrialConfig
+    from autotune.pareto import pick
+
+    out = Path(args.out)
+    if out.suffix not in (".yaml", ".yml", ".json"):
+        raise ConfigError(f"--out must end in .yaml, .yml or .json (got '{out}')")
+    study, url = _load_study(args)
+    budget = study.user_attrs.get("max_memory_bytes")
+    chosen = pick(st.points(study), args.pick, budget / st.MIB if budget else None)
+    trial = study.trials[chosen.number]
+    config = TrialConfig.from_dict(trial.user_attrs["config"])
+    blob = export_blob(study, trial, config, url, out)
+    blob["format"] = CONFIG_FORMAT
+    _write_export(out, blob)
+    print(f"exported trial {trial.number} ({args.pick}): {chosen.throughput:,.0f} seed nodes/s, "
+          f"{chosen.memory_mib:,.0f} MiB -> {out}")
+    print(f"reproduce: {blob['reproduce']}")
+    return 0
+
+
+def export_blob(study, trial, config, url: str, out: Path) -> dict:
+    from autotune import study as st
+
+    ref = study.user_attrs.get("dataset_ref", {})
+    source = trial.user_attrs.get("reused_from", trial.number)
+    reproduce = (f"autotune trial --dataset {ref.get('name')} --root {ref.get('root')} "
+                 f"--scale {ref.get('scale')} --data-seed {ref.get('seed')} --config {out}")
+    return {"config": config.to_dict(),
+            "measured": {"trial": trial.number, "measured_in_trial": source,
+                         "seed_nodes_per_s": trial.values[0], "peak_memory_mib": trial.values[1],
+                         "summary": trial.user_attrs.get("summary"),
+                         "memory": trial.user_attrs.get("memory"),
+                         "compile": trial.user_attrs.get("compile"),
+                         "observed": trial.user_attrs.get("observed")},
+            "env": study.user_attrs.get("env"), "dataset": study.user_attrs.get("dataset"),
+            "study": study.study_name, "storage": st.masked(url), "reproduce": reproduce}
+
+
+def _write_export(out: Path, blob: dict) -> None:
+    import yaml
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(blob, indent=2) if out.suffix == ".json" else \
+        yaml.safe_dump(blob, sort_keys=False)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, out)

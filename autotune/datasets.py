@@ -7,8 +7,10 @@ the pages.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -16,6 +18,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from autotune.env import writable_dir
 from autotune.errors import DatasetError
 
 DEFAULT_ROOT = "data"
@@ -38,6 +41,25 @@ _PLANETOID_RAW = "ind.{n}.x ind.{n}.tx ind.{n}.allx ind.{n}.y ind.{n}.ty ind.{n}
 
 def root_default() -> str:
     return os.environ.get("AUTOTUNE_DATA_ROOT", DEFAULT_ROOT)
+
+
+def working_root(root: str | os.PathLike) -> Path:
+    """Where a dataset under ``root`` is processed and cached: ``root`` itself, or,
+    when it is read-only (a shared data folder), a shadow folder under
+    ``$AUTOTUNE_CACHE`` (default ``~/.cache/autotune``) keyed by ``root``'s path."""
+    root = Path(root)
+    if writable_dir(root):
+        return root
+    base = Path(os.environ.get("AUTOTUNE_CACHE", Path.home() / ".cache" / "autotune"))
+    key = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:12]
+    return base / "roots" / key
+
+
+def _shadow_raw(spec: DatasetSpec, root: Path, work: Path) -> None:
+    """Copies a read-only root's raw files where PyG may write beside them."""
+    src, dst = spec.raw_dir(root), spec.raw_dir(work)
+    if work != root and src.is_dir() and not dst.exists():
+        shutil.copytree(src, dst)
 
 
 @dataclass(frozen=True)
@@ -123,8 +145,7 @@ def load_dataset(name: str, *, root: str | os.PathLike | None = None, scale: flo
     """Loads ``name`` (a PyG/OGB name, ``synthetic`` or a path to a ``.pt`` file),
     processing it into the memory-mapped cache on first use."""
     root = Path(root if root is not None else root_default())
-    key = _cache_key(name, scale, seed)
-    cache = root / ".autotune" / f"{key}.pt"
+    cache = working_root(root) / ".autotune" / f"{_cache_key(name, scale, seed)}.pt"
     if not cache.exists():
         data = _materialise(name, root, scale, seed)
         _write_cache(data, cache)
@@ -154,8 +175,10 @@ def _materialise(name: str, root: Path, scale: float, seed: int):
 
 
 def _from_pyg(spec: DatasetSpec, root: Path):
+    work = working_root(root)
+    _shadow_raw(spec, root, work)
     try:
-        dataset = spec.build(root)
+        dataset = spec.build(work)
     except DatasetError:
         raise
     except Exception as exc:  # the download failed or the raw files are unreadable
@@ -303,7 +326,7 @@ class DatasetRef:
     def csc_path(self) -> Path:
         """The built-in sampler's CSC cache file, beside the dataset's cache."""
         key = _cache_key(self.name, self.scale, self.seed)
-        return Path(self.root) / ".autotune" / f"{key}.csc.pt"
+        return working_root(self.root) / ".autotune" / f"{key}.csc.pt"
 
     def prepare(self) -> Dataset:
         """Processes the dataset and builds the sampler's CSC once, in this process,

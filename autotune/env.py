@@ -38,6 +38,19 @@ def format_bytes(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
+def writable_dir(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is, or could be created as, a folder we may write in. A
+    folder whose mode grants no write bit counts as read-only even for root, who
+    could write there anyway (shared data folders are marked that way)."""
+    from pathlib import Path
+
+    for folder in (Path(path), *Path(path).parents):
+        if folder.exists():
+            return (folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
+                    and bool(folder.stat().st_mode & 0o222))
+    return False
+
+
 def available_cores() -> list[int]:
     """The cores this process may run on."""
     return sorted(os.sched_getaffinity(0))

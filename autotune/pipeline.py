@@ -192,12 +192,6 @@ class Pipeline:
         return torch.autocast(device_type=self.device.type, dtype=getattr(torch, dtype),
                               enabled=dtype != "float32")
 
-    def forward(self, batch) -> Tensor:
-        """The model's output for the seed nodes of ``batch``."""
-        batch = batch.to(self.device, non_blocking=True)
-        with self.autocast():
-            return self.model(batch.x, batch.edge_index)[:batch.batch_size]
-
     def train_step(self, batch) -> Tensor:
         """One optimisation step; returns the loss as a tensor (no host sync)."""
         self.model.train()

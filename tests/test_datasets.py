@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -70,7 +69,20 @@ def test_missing_dataset_offline_names_root_and_files(tmp_path):
 
 
 @pytest.mark.skipif(not SHARED_PLANETOID.exists(), reason="../shared/data not present")
-def test_real_cora_from_shared_data(tmp_path):
-    shutil.copytree(SHARED_PLANETOID / "Cora", tmp_path / "Cora")
-    ds = DatasetRef("Cora", root=str(tmp_path)).prepare()
+def test_real_cora_from_the_read_only_shared_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
+    before = sorted(p.name for p in (SHARED_PLANETOID / "Cora").iterdir())
+    ds = DatasetRef("Cora", root=str(SHARED_PLANETOID)).prepare()
     assert ds.stats()["num_nodes"] == 2708 and ds.num_classes == 7
+    assert sorted(p.name for p in (SHARED_PLANETOID / "Cora").iterdir()) == before
+    assert str(ds.cache_path).startswith(str(tmp_path / "cache"))
+
+
+def test_read_only_root_is_processed_in_a_shadow_copy(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "ro"
+    root.mkdir()
+    root.chmod(0o555)
+    ds = load_dataset("synthetic", root=root, scale=0.002)
+    assert not any(root.iterdir())
+    assert ds.cache_path.is_relative_to(tmp_path / "cache")

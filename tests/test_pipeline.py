@@ -85,7 +85,8 @@ def test_check_config_rejects_what_the_machine_lacks():
             check_config(TrialConfig(device="cuda"))
 
 
-@pytest.mark.parametrize("amp, dtype", [("float32", "float32"), ("bfloat16", "bfloat16")])
+@pytest.mark.parametrize("amp, dtype", [("float32", "float32"), ("bfloat16", "bfloat16"),
+                                        ("float16", "float16")])
 def test_build_trains_and_amp_reaches_the_convs(tiny_synthetic, amp, dtype):
     from autotune.measure import probe_model
 
@@ -96,6 +97,7 @@ def test_build_trains_and_amp_reaches_the_convs(tiny_synthetic, amp, dtype):
         losses = [float(pipe.train_step(b)) for _, b in zip(range(15), pipe.loader)]
         probe = probe_model(pipe, next(iter(pipe.loader)))
     assert losses[-1] < losses[0]
+    assert pipe.scaler.is_enabled() == (amp == "float16")
     assert probe["conv_output_dtypes"] == [dtype]
     assert probe["checkpointed_layers"] == 2
 

@@ -1,0 +1,6 @@
+"""``python -m autotune`` runs the command line."""
+import sys
+
+from autotune.cli import main
+
+sys.exit(main())

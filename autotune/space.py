@@ -1,0 +1,336 @@
+"""Search spaces: YAML files in ``search_spaces/`` turned into Optuna suggestions.
+
+:func:`suggest_config` is the only code that calls ``trial.suggest_*``. The schema
+is documented in ``search_spaces/README.md``.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.config import (AMP_DTYPES, COMPILE_MODES, PAD_LADDERS, SAMPLERS, SHAPES,
+                             TrialConfig)
+from autotune.errors import ConfigError
+
+SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+AFFINITY_STRATEGIES = ("none", "split")
+KNOBS = ("batch_size", "num_neighbors", "num_workers", "prefetch_factor", "affinity",
+         "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing", "sampler")
+FIXED = ("model", "hidden_channels", "num_layers", "lr", "dropout", "seed")
+TOP_LEVEL = ("description", "knobs", "fixed")
+# What each categorical knob may take (None: any value TrialConfig accepts).
+ALLOWED: dict[str, tuple | None] = {
+    "batch_size": None, "num_neighbors": None, "affinity": AFFINITY_STRATEGIES,
+    "compile_mode": COMPILE_MODES, "shapes": SHAPES, "pad_ladder": PAD_LADDERS,
+    "amp_dtype": AMP_DTYPES, "checkpointing": (False, True), "sampler": SAMPLERS,
+    "num_workers": None, "prefetch_factor": None,
+}
+INT_RANGE_KNOBS = ("batch_size", "num_workers", "prefetch_factor")
+# The knobs PyG's examples/reddit.py fixes: the space is widened to hold its values.
+BASELINE_KNOBS = ("batch_size", "num_neighbors", "num_workers", "affinity", "compile_mode",
+                  "amp_dtype", "checkpointing")
+# Left out on CPU: CUDA graphs need a GPU; float16 autocast on CPU is slow and partial.
+CPU_EXCLUDED = {"compile_mode": ("reduce-overhead", "default"), "amp_dtype": ("float16", "bfloat16")}
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob: categorical ``choices``, or an int range ``low..high`` (``step``, ``log``)."""
+
+    name: str
+    choices: tuple | None = None
+    low: int | None = None
+    high: int | None = None
+    step: int = 1
+    log: bool = False
+
+    @property
+    def pinned(self) -> bool:
+        if self.choices is not None:
+            return len(self.choices) == 1
+        return self.low == self.high
+
+    def contains(self, value: Any) -> bool:
+        if self.choices is not None:
+            return value in self.choices
+        return isinstance(value, int) and self.low <= value <= self.high
+
+    def widened(self, value: Any) -> Knob:
+        """This knob, extended to hold ``value`` (the baseline must be a point of it)."""
+        if self.contains(value):
+            return self
+        if self.choices is not None:
+            return Knob(self.name, (*self.choices, value))
+        return Knob(self.name, None, min(self.low, value), max(self.high, value), 1, self.log)
+
+    def to_dict(self) -> dict:
+        if self.choices is not None:
+            return {"choices": [list(c) if isinstance(c, tuple) else c for c in self.choices]}
+        return {"low": self.low, "high": self.high, "step": self.step, "log": self.log}
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A loaded space: its knobs, its fixed pipeline facts and where it came from."""
+
+    name: str
+    knobs: dict[str, Knob]
+    fixed: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "knobs": {k: v.to_dict() for k, v in self.knobs.items()},
+                "fixed": dict(self.fixed)}
+
+    @property
+    def pinned(self) -> bool:
+        return all(knob.pinned for knob in self.knobs.values())
+
+    def baseline(self, base: TrialConfig) -> TrialConfig:
+        """``base`` (the reddit example) with this space's fixed facts, and the first
+        value of the knobs the example does not define (sampler, prefetch_factor)."""
+        values = {**base.to_dict(), **self.fixed}
+        for name in ("sampler", "prefetch_factor"):
+            knob = self.knobs.get(name)
+            if knob is not None:
+                values[name] = knob.choices[0] if knob.choices is not None else knob.low
+        return TrialConfig(**values)
+
+
+def resolve_space_path(name_or_path: str) -> Path:
+    """A space by file name in ``search_spaces/`` (``quick`` or ``quick.yaml``) or a path."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return path
+    candidate = SPACES_DIR / (name_or_path if path.suffix else f"{name_or_path}.yaml")
+    if candidate.exists():
+        return candidate
+    shipped = sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
+    raise ConfigError(f"search space {name_or_path!r} not found; use a file path or one of "
+                      f"{', '.join(shipped)}")
+
+
+def load_space(name_or_path: str, *, device: str = "cpu", cores: int | None = None,
+               baseline: TrialConfig | None = None) -> SearchSpace:
+    """Reads and checks a space file. On CPU, choices that need a GPU are left out (or
+    downgraded) with a note; with ``baseline``, every knob is widened to hold it."""
+    import yaml
+
+    path = resolve_space_path(name_or_path)
+    try:
+        blob = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"search space '{path}' is not valid YAML: "
+                          f"{' '.join(str(exc).split())}") from exc
+    if not isinstance(blob, dict):
+        raise ConfigError(f"search space '{path}' must be a mapping with 'knobs' "
+                          f"(got {type(blob).__name__})")
+    _unknown(path, "top-level", blob, TOP_LEVEL)
+    raw_knobs = blob.get("knobs") or {}
+    if not isinstance(raw_knobs, dict) or not raw_knobs:
+        raise ConfigError(f"search space '{path}': 'knobs' must be a non-empty mapping")
+    _unknown(path, "knob", raw_knobs, KNOBS)
+    cores = cores if cores is not None else len(os.sched_getaffinity(0))
+    knobs = {name: _parse_knob(path, name, spec, cores) for name, spec in raw_knobs.items()}
+    fixed = blob.get("fixed") or {}
+    if not isinstance(fixed, dict):
+        raise ConfigError(f"search space '{path}': 'fixed' must be a mapping")
+    _unknown(path, "fixed", fixed, FIXED)
+    notes: list[str] = []
+    if device == "cpu":
+        knobs = _cpu_only(path, knobs, notes)
+    if baseline is not None:
+        knobs = {name: knob.widened(_baseline_value(baseline, name))
+                 if name in BASELINE_KNOBS else knob for name, knob in knobs.items()}
+    space = SearchSpace(path.stem, knobs, fixed, str(blob.get("description", "")), tuple(notes))
+    _check_fixed(path, space)
+    return space
+
+
+def _unknown(path: Path, where: str, blob: dict, allowed: tuple[str, ...]) -> None:
+    unknown = sorted(set(blob) - set(allowed))
+    if unknown:
+        raise ConfigError(f"search space '{path}': unknown {where} key {unknown[0]!r}; "
+                          f"allowed: {', '.join(allowed)}")
+
+
+def _parse_knob(path: Path, name: str, spec: Any, cores: int) -> Knob:
+    where = f"search space '{path}', knob {name!r}"
+    if not isinstance(spec, dict):
+        spec = {"value": spec}
+    _unknown(path, f"{name!r} field", spec, ("value", "choices", "low", "high", "step", "log"))
+    if "value" in spec:
+        choices = [spec["value"]]
+    elif "choices" in spec:
+        choices = spec["choices"]
+        if not isinstance(choices, list) or not choices:
+            raise ConfigError(f"{where}: 'choices' must be a non-empty list (got {choices!r})")
+    elif "low" in spec or "high" in spec:
+        return _parse_range(where, name, spec, cores)
+    else:
+        raise ConfigError(f"{where}: give 'value', 'choices' or 'low'/'high'")
+    choices = [_freeze(c) for c in choices]
+    if name == "num_neighbors":
+        bad = [c for c in choices if not (isinstance(c, tuple) and c and all(
+            isinstance(k, int) and not isinstance(k, bool) and (k > 0 or k == -1) for k in c))]
+        if bad:
+            raise ConfigError(f"{where}: {_thaw(bad[0])!r} is not a fanout; use a list of "
+                              "positive ints or -1, one per layer, e.g. [25, 10]")
+    elif any(isinstance(c, tuple) for c in choices):
+        raise ConfigError(f"{where}: choices must be single values (got {_thaw(choices)!r})")
+    allowed = ALLOWED[name]
+    bad = [c for c in choices if allowed is not None and c not in allowed]
+    if bad:
+        raise ConfigError(f"{where}: {bad[0]!r} is not allowed; use {', '.join(map(str, allowed))}")
+    if len(set(choices)) != len(choices):
+        raise ConfigError(f"{where}: a choice is listed twice (got {choices})")
+    return Knob(name, tuple(choices))
+
+
+def _freeze(value: Any) -> Any:
+    return tuple(_freeze(v) for v in value) if isinstance(value, list) else value
+
+
+def _thaw(value: Any) -> Any:
+    return [_thaw(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
+def _parse_range(where: str, name: str, spec: dict, cores: int) -> Knob:
+    if name not in INT_RANGE_KNOBS:
+        raise ConfigError(f"{where}: a low/high range works only for "
+                          f"{', '.join(INT_RANGE_KNOBS)}; use 'choices'")
+    low, high = spec.get("low"), spec.get("high")
+    if high == "cores":
+        high = cores
+    step, log = spec.get("step", 1), bool(spec.get("log", False))
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high, step))
+    if not ints:
+        raise ConfigError(f"{where}: low, high and step must be ints "
+                          f"(got low={low!r}, high={high!r}, step={step!r})")
+    if low > high:
+        raise ConfigError(f"{where}: low {low} > high {high}; low must not exceed high")
+    if step < 1 or (log and low < 1):
+        raise ConfigError(f"{where}: step must be >= 1 and a log range needs low >= 1")
+    return Knob(name, None, low, high, step, log)
+
+
+def _cpu_only(path: Path, knobs: dict[str, Knob], notes: list[str]) -> dict[str, Knob]:
+    out = dict(knobs)
+    for name, (excluded, fallback) in CPU_EXCLUDED.items():
+        knob = knobs.get(name)
+        if knob is None or knob.choices is None or excluded not in knob.choices:
+            continue
+        rest = tuple(c for c in knob.choices if c != excluded)
+        if rest:
+            out[name] = Knob(name, rest)
+            notes.append(f"{path.name}: on cpu, {name} {excluded} is left out")
+        else:
+            out[name] = Knob(name, (fallback,))
+            notes.append(f"{path.name}: on cpu, {name} {excluded} is downgraded to {fallback}")
+    return out
+
+
+def _baseline_value(baseline: TrialConfig, name: str) -> Any:
+    if name == "affinity":
+        return "none"
+    return getattr(baseline, name)
+
+
+def _check_fixed(path: Path, space: SearchSpace) -> None:
+    try:
+        TrialConfig(**space.fixed)
+    except (ConfigError, TypeError) as exc:
+        raise ConfigError(f"search space '{path}', fixed: {exc}") from exc
+    for fanout in (space.knobs.get("num_neighbors") or Knob("num_neighbors", ((25, 10),))).choices:
+        layers = space.fixed.get("num_layers", 2)
+        if not isinstance(fanout, tuple) or len(fanout) != layers:
+            raise ConfigError(f"search space '{path}', knob 'num_neighbors': {fanout!r} needs "
+                              f"one entry per layer ({layers})")
+
+
+def affinity_cores(strategy: str, num_workers: int,
+                   cores: list[int]) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """(loader_cores, compute_cores) for a named strategy. ``split``: the first
+    ``num_workers`` cores (at most all but one) for loader workers, the rest for compute."""
+    if strategy == "none" or num_workers == 0:
+        return None, None
+    if strategy == "split":
+        if len(cores) < 2:
+            raise ConfigError(f"affinity 'split' needs at least 2 cores (got {len(cores)})")
+        k = min(num_workers, len(cores) - 1)
+        return tuple(cores[:k]), tuple(cores[k:])
+    raise ConfigError(f"affinity must be one of {', '.join(AFFINITY_STRATEGIES)} "
+                      f"(got {strategy!r})")
+
+
+def suggest_config(trial, space: SearchSpace, *, device: str, seed: int = 0,
+                   cores: list[int] | None = None) -> TrialConfig:
+    """Turns an Optuna trial into a ``TrialConfig``: the one place that suggests.
+    Affinity is suggested only with workers, padded shapes only with a compile mode."""
+    cores = cores if cores is not None else sorted(os.sched_getaffinity(0))
+    values: dict[str, Any] = {}
+
+    def pick(name: str, default: Any, when: bool = True) -> Any:
+        knob = space.knobs.get(name)
+        if knob is None or not when:
+            return default
+        if knob.choices is not None:
+            value = trial.suggest_categorical(name, [_encode(c) for c in knob.choices])
+            return _decode(value)
+        return trial.suggest_int(name, knob.low, knob.high, step=knob.step, log=knob.log)
+
+    base = TrialConfig()
+    values["batch_size"] = pick("batch_size", base.batch_size)
+    values["num_neighbors"] = pick("num_neighbors", base.num_neighbors)
+    values["num_workers"] = pick("num_workers", base.num_workers)
+    workers = values["num_workers"]
+    values["prefetch_factor"] = pick("prefetch_factor", base.prefetch_factor, workers > 0)
+    strategy = pick("affinity", "none", workers > 0)
+    values["loader_cores"], values["compute_cores"] = affinity_cores(strategy, workers, cores)
+    values["compile_mode"] = pick("compile_mode", base.compile_mode)
+    compiled = values["compile_mode"] != "none"
+    values["shapes"] = pick("shapes", "dynamic", compiled)
+    values["pad_ladder"] = pick("pad_ladder", base.pad_ladder, values["shapes"] == "padded")
+    values["amp_dtype"] = pick("amp_dtype", base.amp_dtype)
+    values["checkpointing"] = pick("checkpointing", base.checkpointing)
+    values["sampler"] = pick("sampler", base.sampler)
+    return TrialConfig(**values, **{"seed": seed, **space.fixed}, device=device)
+
+
+def params_for(config: TrialConfig, space: SearchSpace) -> dict[str, Any]:
+    """The Optuna params that make :func:`suggest_config` return ``config`` (to enqueue
+    the baseline); knobs that would not be suggested are left out."""
+    params: dict[str, Any] = {}
+    for name in space.knobs:
+        if name == "affinity":
+            value = "none"
+            if config.num_workers == 0:
+                continue
+        elif name == "prefetch_factor" and config.num_workers == 0:
+            continue
+        elif name == "shapes" and config.compile_mode == "none":
+            continue
+        elif name == "pad_ladder" and config.shapes != "padded":
+            continue
+        else:
+            value = getattr(config, name)
+        params[name] = _encode(value)
+    return params
+
+
+def _encode(value: Any) -> Any:
+    """Optuna stores categorical choices as None/bool/int/float/str: a fanout goes as
+    '25,10'."""
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, str) and value and all(p.lstrip("-").isdigit() for p in value.split(",")):
+        return tuple(int(p) for p in value.split(","))
+    return value
+

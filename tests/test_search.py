@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import optuna
+import pytest
+import yaml
+
+from autotune.config import TrialConfig, load_config
+
+FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
+        "--seed", "1"]
+
+
+def autotune(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """One 5-trial search on the quick space, then a resumed run to 7 trials."""
+    tmp = tmp_path_factory.mktemp("search")
+    common = [*FAST, "--root", str(tmp / "data"), "--studies-dir", str(tmp / "studies"),
+              "--space", "quick", "--study-name", "e2e"]
+    first = autotune("search", *common, "--n-trials", "5")
+    storage = f"sqlite:///{tmp / 'studies' / 'e2e.db'}"
+    numbers_after_first = [t.number for t in optuna.load_study(study_name="e2e",
+                                                                storage=storage).trials]
+    second = autotune("search", *common, "--n-trials", "7")
+    return tmp, first, second, storage, numbers_after_first
+
+
+@pytest.mark.slow
+def test_search_end_to_end(searched):
+    tmp, first, second, storage, numbers_after_first = searched
+    assert first.returncode == 0, first.stderr
+    assert "Pareto front (fastest first)" in first.stdout
+    assert first.stdout.count("] #") == 5, first.stdout  # one progress line per trial
+    study = optuna.load_study(study_name="e2e", storage=storage)
+    assert study.metric_names == ["throughput (seed nodes/s)", "peak memory (MiB)"]
+    t0 = study.trials[0]
+    assert t0.user_attrs["baseline"] and study.user_attrs["baseline_trial"] == 0
+    assert t0.user_attrs["config"]["batch_size"] == 1024
+    assert list(t0.user_attrs["config"]["num_neighbors"]) == [25, 10]
+    assert "seed_nodes_per_s" in t0.user_attrs["summary"]
+    assert "main_affinity" in t0.user_attrs["observed"]
+    assert {"dataset", "env", "space"} <= set(study.user_attrs)
+    pareto = yaml.safe_load((tmp / "studies" / "e2e" / "pareto.yaml").read_text())
+    rows = pareto["front"]
+    assert rows
+    for a in rows:
+        for b in rows:
+            dominates = (a["throughput"] >= b["throughput"] and a["memory_mib"] <= b["memory_mib"]
+                         and a != b)
+            assert not dominates or (a["throughput"], a["memory_mib"]) == \
+                (b["throughput"], b["memory_mib"])
+
+
+@pytest.mark.slow
+def test_second_run_resumes_numbering(searched):
+    tmp, first, second, storage, numbers_after_first = searched
+    assert second.returncode == 0, second.stderr
+    study = optuna.load_study(study_name="e2e", storage=storage)
+    assert numbers_after_first == [0, 1, 2, 3, 4]
+    assert [t.number for t in study.trials] == [0, 1, 2, 3, 4, 5, 6]
+    assert second.stdout.count("] #") == 2
+
+
+@pytest.mark.slow
+def test_export_loads_back_equal(searched, tmp_path):
+    tmp, *_ = searched
+    out = tmp_path / "best.yaml"
+    proc = autotune("export", "--study-name", "e2e", "--studies-dir", str(tmp / "studies"),
+                    "--pick", "trial:0", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    study = optuna.load_study(study_name="e2e", storage=f"sqlite:///{tmp / 'studies' / 'e2e.db'}")
+    assert load_config(out) == TrialConfig.from_dict(study.trials[0].user_attrs["config"])
+    blob = yaml.safe_load(out.read_text())
+    assert blob["measured"]["seed_nodes_per_s"] == study.trials[0].values[0]
+    assert blob["env"]["torch"] and "autotune trial --dataset synthetic" in blob["reproduce"]
+    knee = autotune("export", "--study-name", "e2e", "--studies-dir", str(tmp / "studies"),
+                    "--out", str(tmp_path / "knee.json"))
+    assert knee.returncode == 0, knee.stderr
+    assert json.loads((tmp_path / "knee.json").read_text())["config"]
+    shown = autotune("show", "--study-name", "e2e", "--studies-dir", str(tmp / "studies"),
+                     "--format", "json")
+    assert shown.returncode == 0 and len(json.loads(shown.stdout)["trials"]) == 7
+
+
+def test_bad_space_exits_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("knobs:\n  batch_size: {choices: []}\n")
+    proc = autotune("search", *FAST, "--root", str(tmp_path / "data"), "--studies-dir",
+                    str(tmp_path / "studies"), "--space", str(bad))
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "bad.yaml" in proc.stderr and "'batch_size'" in proc.stderr
+    assert "non-empty list" in proc.stderr
+
+
+@pytest.mark.slow
+def test_pinned_space_measures_one_configuration(tmp_path):
+    space = tmp_path / "pinned.yaml"
+    space.write_text("knobs:\n  batch_size: 1024\n  num_neighbors: [25, 10]\n"
+                     "  num_workers: 0\n  compile_mode: none\n  amp_dtype: float32\n"
+                     "  checkpointing: false\n  sampler: builtin\nfixed:\n  hidden_channels: 16\n")
+    proc = autotune("search", *FAST, "--root", str(tmp_path / "data"), "--studies-dir",
+                    str(tmp_path / "studies"), "--space", str(space), "--study-name", "pin",
+                    "--n-trials", "3")
+    assert proc.returncode == 0, proc.stderr
+    trial_dirs = list((tmp_path / "studies" / "pin" / "trials").iterdir())
+    assert len(trial_dirs) == 1, "a pinned space has one configuration to measure"
+    study = optuna.load_study(study_name="pin",
+                              storage=f"sqlite:///{tmp_path / 'studies' / 'pin.db'}")
+    assert [t.user_attrs.get("reused_from") for t in study.trials] == [None, 0, 0]
+    assert len({tuple(t.values) for t in study.trials}) == 1
+
+
+def test_export_without_completed_trials_exits_2(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'empty.db'}"
+    optuna.create_study(study_name="empty", storage=storage, directions=["maximize", "minimize"])
+    proc = autotune("export", "--study-name", "empty", "--storage", storage, "--out",
+                    str(tmp_path / "x.yaml"))
+    assert proc.returncode == 2 and "no completed feasible trial" in proc.stderr

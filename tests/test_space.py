@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from autotune.config import TrialConfig
+from autotune.errors import ConfigError
+from autotune.space import (SPACES_DIR, affinity_cores, load_space, params_for,
+                            suggest_config)
+
+BASE = TrialConfig(num_workers=2)
+
+
+@pytest.mark.parametrize("name", ["quick", "default", "reddit"])
+def test_shipped_spaces_load(name):
+    space = load_space(name, device="cpu", cores=2, baseline=BASE)
+    assert space.knobs and not space.pinned
+
+
+def test_default_space_is_device_aware():
+    cpu = load_space("default", device="cpu", cores=2)
+    gpu = load_space("default", device="cuda", cores=2)
+    assert "reduce-overhead" not in cpu.knobs["compile_mode"].choices
+    assert "float16" not in cpu.knobs["amp_dtype"].choices
+    assert any("reduce-overhead is left out" in n for n in cpu.notes)
+    assert "reduce-overhead" in gpu.knobs["compile_mode"].choices and not gpu.notes
+
+
+def _space(tmp_path, text):
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("text, match", [
+    ("knobs:\n  batchsize: {choices: [1]}\n", r"space.yaml.*unknown knob key 'batchsize'; "
+                                               r"allowed: batch_size"),
+    ("knobs:\n  batch_size: {choices: []}\n", r"knob 'batch_size': 'choices' must be a "
+                                              r"non-empty list"),
+    ("knobs:\n  num_workers: {low: 3, high: 1}\n", r"knob 'num_workers': low 3 > high 1"),
+    ("knobs:\n  compile_mode: {choices: [turbo]}\n", r"'turbo' is not allowed; use none"),
+    ("knobs: [1, 2]\n", r"'knobs' must be a non-empty mapping"),
+    ("knobs:\n  batch_size: {choices: [1, 2}\n", r"is not valid YAML"),
+    ("knobs:\n  amp_dtype: {low: 1, high: 2}\n", r"a low/high range works only for"),
+    ("knobs:\n  batch_size: 64\nfixed:\n  colour: red\n", r"unknown fixed key 'colour'"),
+    ("knobs:\n  num_neighbors: {choices: [[5, 5, 5]]}\n", r"needs one entry per layer"),
+    ("knobs:\n  num_neighbors: [[25, 10]]\n", r"\[\[25, 10\]\] is not a fanout"),
+    ("knobs:\n  batch_size: {choices: [[1, 2]]}\n", r"choices must be single values"),
+])
+def test_malformed_spaces_name_file_key_and_fix(tmp_path, text, match):
+    with pytest.raises(ConfigError, match=match):
+        load_space(str(_space(tmp_path, text)), device="cpu", cores=2)
+
+
+def test_cpu_downgrades_a_pinned_gpu_only_choice(tmp_path):
+    space = load_space(str(_space(tmp_path, "knobs:\n  compile_mode: reduce-overhead\n")),
+                       device="cpu", cores=2)
+    assert space.knobs["compile_mode"].choices == ("default",)
+    assert "downgraded to default" in space.notes[0]
+
+
+def test_conditional_knobs():
+    space = load_space("quick", device="cpu", cores=2, baseline=BASE)
+    trial = optuna.trial.FixedTrial({"batch_size": 256, "num_neighbors": "10,5",
+                                     "num_workers": 0, "amp_dtype": "float32",
+                                     "checkpointing": False, "compile_mode": "none",
+                                     "sampler": "builtin"})
+    config = suggest_config(trial, space, device="cpu", cores=[0, 1])
+    assert config.loader_cores is None and config.compute_cores is None
+    assert config.num_neighbors == (10, 5) and config.hidden_channels == 64
+    with_workers = optuna.trial.FixedTrial({**trial.params, "num_workers": 1,
+                                            "affinity": "split"})
+    config = suggest_config(with_workers, space, device="cpu", cores=[0, 1])
+    assert (config.loader_cores, config.compute_cores) == ((0,), (1,))
+
+
+def test_baseline_is_a_point_of_every_space():
+    space = load_space("quick", device="cpu", cores=2, baseline=BASE)
+    assert 1024 in space.knobs["batch_size"].choices
+    assert space.knobs["sampler"].choices == ("builtin",), "a pinned knob stays pinned"
+    baseline = space.baseline(BASE)
+    trial = optuna.trial.FixedTrial(params_for(baseline, space))
+    assert suggest_config(trial, space, device="cpu", cores=[0, 1]) == baseline
+
+
+def test_affinity_split():
+    assert affinity_cores("split", 3, [0, 1, 2, 3]) == ((0, 1, 2), (3,))
+    assert affinity_cores("split", 4, [0, 1]) == ((0,), (1,))
+    assert affinity_cores("none", 2, [0, 1]) == (None, None)
+
+
+def test_spaces_dir_has_a_schema_doc():
+    assert (SPACES_DIR / "README.md").exists()
