@@ -29,7 +29,7 @@ from autotune.space import SearchSpace, params_for, suggest_config
 DIRECTIONS = ["maximize", "minimize"]
 METRIC_NAMES = ["throughput (seed nodes/s)", "peak memory (MiB)"]
 SAMPLERS = ("tpe", "nsga2", "gp", "random")
-DEFAULT_SAMPLER = "tpe"
+DEFAULT_SAMPLER = "gp"  # the best in benchmarks/search_efficiency.py
 CONSTRAINTS_KEY = "constraints"  # where Optuna keeps constraint values (system attrs)
 MIB = 1 << 20
 
@@ -100,13 +100,15 @@ def make_sampler(name: str, seed: int, constrained: bool) -> optuna.samplers.Bas
     constraints = _constraints if constrained else None
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True,
-                                          constraints_func=constraints)
+                                          group=True, constraints_func=constraints,
+                                          warn_independent_sampling=False)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=8,
                                              constraints_func=constraints)
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=4,
-                                         constraints_func=constraints)
+                                         constraints_func=constraints,
+                                         warn_independent_sampling=False)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     raise ConfigError(f"--sampler must be one of {', '.join(SAMPLERS)} (got {name!r})")
@@ -238,7 +240,7 @@ def run_search(opts: SearchOptions, study: optuna.Study, url: str, baseline: Tri
     """Asks, measures and tells until the study holds ``n_trials`` counted trials
     or ``timeout_s`` has passed."""
     outcome = SearchOutcome(study, url, interrupted=fail_interrupted(study))
-    if "baseline_trial" not in study.user_attrs and not study.trials:
+    if _needs_baseline(study):
         study.enqueue_trial(params_for(baseline, opts.space), user_attrs={"baseline": True})
     start = time.monotonic()
     done_at_start = counted(study)
@@ -254,7 +256,12 @@ def run_search(opts: SearchOptions, study: optuna.Study, url: str, baseline: Tri
             config = baseline
             study.set_user_attr("baseline_trial", trial.number)
         trial.set_user_attr("config_key", config.key())
-        frozen = _measure_and_tell(opts, study, trial, config, budget_mib, outcome)
+        try:
+            frozen = _measure_and_tell(opts, study, trial, config, budget_mib, outcome)
+        except KeyboardInterrupt:
+            trial.set_user_attr("fail_reason", "interrupted")
+            study.tell(trial, state=TrialState.FAIL)
+            raise
         on_trial_done(study)
         elapsed = time.monotonic() - start
         n_done = counted(study) - done_at_start
@@ -262,6 +269,17 @@ def run_search(opts: SearchOptions, study: optuna.Study, url: str, baseline: Tri
         eta = elapsed / n_done * remaining if n_done else 0.0
         progress(counted(study), opts.n_trials, config, frozen, elapsed, eta)
     return outcome
+
+
+def _needs_baseline(study: optuna.Study) -> bool:
+    """True until a baseline trial is queued, running, or finished other than by an
+    interruption."""
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("baseline") and (
+                t.state in (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE)
+                or t.user_attrs.get("fail_reason") != "interrupted"):
+            return False
+    return True
 
 
 def _create_time() -> float:

@@ -124,8 +124,27 @@ def _write(path: Path, blob: dict) -> None:
     os.replace(tmp, path)
 
 
+def _die_with_parent() -> None:
+    """Asks Linux to SIGKILL this process when the runner dies (say, kill -9 of the
+    search), so no orphaned trial keeps measuring. Loader workers notice their
+    parent's death themselves (torch's worker watchdog)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return
+    if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) != 0:
+        print(f"autotune.worker: prctl(PR_SET_PDEATHSIG) failed: errno {ctypes.get_errno()}",
+              file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
+    _die_with_parent()
     spec_path, result_path = map(Path, (argv or sys.argv[1:])[:2])
+    if os.getppid() == 1:  # the runner died before the request above took effect
+        return 1
     spec = json.loads(spec_path.read_text())
     try:
         blob = run(spec)

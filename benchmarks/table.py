@@ -58,6 +58,16 @@ def rows() -> list[tuple[str, str, str, str]]:
                     f"{100 * n['throughput_cv']:.2f}% (median "
                     f"{n['median_seed_nodes_per_s']:.0f} seed nodes/s)",
                     f"<= 5%: {_verdict(n['meets'])}"))
+    e = _load("search_efficiency")
+    if e:
+        fmt = ", ".join(f"{name} {r['median_best_ratio']:.2f} / {r['median_hypervolume_ratio']:.2f}"
+                        for name, r in e["samplers"].items())
+        out.append(("search_efficiency.py", f"best throughput / grid best, hypervolume / grid "
+                    f"({e['trials_per_run']} trials, {e['seeds']} seeds, grid of "
+                    f"{e['grid_size']})", fmt,
+                    f"default ({e['default_sampler']}) >= {e['target_best_ratio']}: "
+                    f"{_verdict(e['meets']['default_reaches_target'])}; beats random: "
+                    f"{_verdict(e['meets']['default_beats_random'])}"))
     return out
 
 
