@@ -323,6 +323,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from autotune.space import load_space
     from autotune import study as st
 
+    _quiet_optuna()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     max_memory = parse_bytes(args.max_memory, option="--max-memory") if args.max_memory else None
     limits = TrialLimits(timeout_s=args.trial_timeout, memory_limit_bytes=None if
@@ -404,9 +405,17 @@ def render_pareto(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _quiet_optuna() -> None:
+    """autotune prints its own progress; Optuna's INFO lines would repeat it."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
 def _load_study(args: argparse.Namespace):
     import optuna
 
+    _quiet_optuna()
     from autotune import study as st
 
     url = args.storage or st.default_storage(Path(args.studies_dir), args.study_name)

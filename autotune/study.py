@@ -10,6 +10,7 @@ import os
 import re
 import socket
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -145,7 +146,9 @@ def open_study(opts: SearchOptions, *, dataset_stats: dict, env: dict) -> optuna
                                   f"({attrs.get(key)!r}, now {value!r}); pass a new "
                                   "--study-name or the original flags")
     else:
-        study.set_metric_names(METRIC_NAMES)
+        with warnings.catch_warnings():  # stable in practice; experimental in name
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(METRIC_NAMES)
         for key, value in {**checks, "dataset": dataset_stats, "env": env}.items():
             study.set_user_attr(key, value)
     return study
