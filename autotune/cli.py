@@ -82,7 +82,9 @@ def _add_dataset_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic graph")
 
 
-def _add_measure_flags(p: argparse.ArgumentParser) -> None:
+def _add_measure_flags(p: argparse.ArgumentParser, timeout_flag: str = "--timeout") -> None:
+    """How each trial is measured and bounded; ``search`` names the trial timeout
+    ``--trial-timeout``, since its ``--timeout`` bounds the whole study."""
     p.add_argument("--steps", type=_positive_int, default=20,
                    help="timed steps per trial (default: 20)")
     p.add_argument("--warmup", type=_positive_int, default=5,
@@ -90,10 +92,23 @@ def _add_measure_flags(p: argparse.ArgumentParser) -> None:
                         "for 3 steps; default: 5)")
     p.add_argument("--max-seconds", type=_positive_float, default=120.0,
                    help="end the timed window after this many seconds (default: 120)")
-    p.add_argument("--timeout", type=_positive_float, default=900.0,
+    p.add_argument(timeout_flag, dest="trial_timeout", type=_positive_float, default=900.0,
                    help="kill a trial after this many seconds (default: 900)")
     p.add_argument("--memory-limit", default=None,
                    help="kill a trial whose process tree's RSS passes this, e.g. 8GiB")
+
+
+def _measure_and_limits(args: argparse.Namespace):
+    from autotune.env import parse_bytes
+    from autotune.measure import MeasureSpec
+    from autotune.runner import TrialLimits
+
+    limit = args.memory_limit
+    limits = TrialLimits(timeout_s=args.trial_timeout, memory_limit_bytes=None if limit is None
+                         else parse_bytes(limit, option="--memory-limit"))
+    measure = MeasureSpec(warmup_steps=args.warmup, window_steps=args.steps,
+                          max_window_s=args.max_seconds)
+    return measure, limits
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,16 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--device", choices=["cpu", "cuda"], default=None,
                         help="default: cuda when torch sees a GPU, else cpu")
     _add_study_flags(search)
-    search.add_argument("--steps", type=_positive_int, default=20,
-                        help="timed steps per trial (default: 20)")
-    search.add_argument("--warmup", type=_positive_int, default=5,
-                        help="warm-up steps at least (default: 5)")
-    search.add_argument("--max-seconds", type=_positive_float, default=120.0,
-                        help="end a trial's timed window after this many seconds")
-    search.add_argument("--trial-timeout", type=_positive_float, default=900.0,
-                        help="kill a trial after this many seconds (default: 900)")
-    search.add_argument("--memory-limit", default=None,
-                        help="kill a trial whose process tree's RSS passes this, e.g. 16GiB")
+    _add_measure_flags(search, timeout_flag="--trial-timeout")
     search.set_defaults(func=cmd_search)
 
     show = sub.add_parser("show", help="print a study's Pareto front and trials",
@@ -212,21 +218,16 @@ def _writable_dir(path: Path, option: str) -> Path:
 
 
 def cmd_trial(args: argparse.Namespace) -> int:
-    from autotune.config import TrialConfig, load_config
+    from autotune.config import load_config
     from autotune.datasets import DatasetRef, root_default
-    from autotune.env import parse_bytes
-    from autotune.measure import MeasureSpec
     from autotune.pipeline import check_config
-    from autotune.runner import TrialLimits, run_trial
+    from autotune.runner import run_trial
 
     config = load_config(args.config) if args.config else default_config()
     if args.device:
         config = config.replace(device=args.device)
     check_config(config)
-    limits = TrialLimits(timeout_s=args.timeout, memory_limit_bytes=None if args.memory_limit
-                         is None else parse_bytes(args.memory_limit, option="--memory-limit"))
-    measure = MeasureSpec(warmup_steps=args.warmup, window_steps=args.steps,
-                          max_window_s=args.max_seconds)
+    measure, limits = _measure_and_limits(args)
     trial_dir = _writable_dir(Path(args.studies_dir) / "trials", "--studies-dir") / \
         time.strftime(f"%Y%m%d-%H%M%S-{os.getpid()}")
     ref = DatasetRef(args.dataset, root=args.root or root_default(), scale=args.scale,
@@ -317,20 +318,14 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     from autotune.datasets import DatasetRef, root_default
     from autotune.env import fingerprint, format_bytes, parse_bytes
-    from autotune.measure import MeasureSpec
     from autotune.pipeline import check_config
-    from autotune.runner import TrialLimits
     from autotune.space import load_space
     from autotune import study as st
 
     _quiet_optuna()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     max_memory = parse_bytes(args.max_memory, option="--max-memory") if args.max_memory else None
-    limits = TrialLimits(timeout_s=args.trial_timeout, memory_limit_bytes=None if
-                         args.memory_limit is None else parse_bytes(args.memory_limit,
-                                                                    option="--memory-limit"))
-    measure = MeasureSpec(warmup_steps=args.warmup, window_steps=args.steps,
-                          max_window_s=args.max_seconds)
+    measure, limits = _measure_and_limits(args)
     base_knobs = default_config(device)
     space = load_space(args.space, device=device, baseline=base_knobs)
     baseline = space.baseline(base_knobs.replace(seed=args.seed))
