@@ -7,10 +7,13 @@ the pages.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import math
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -177,8 +180,10 @@ def _materialise(name: str, root: Path, scale: float, seed: int):
 def _from_pyg(spec: DatasetSpec, root: Path):
     work = working_root(root)
     _shadow_raw(spec, root, work)
+    chatter = io.StringIO()  # PyG's "Downloading ..." lines: shown once it worked
     try:
-        dataset = spec.build(work)
+        with contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter):
+            dataset = spec.build(work)
     except DatasetError:
         raise
     except Exception as exc:  # the download failed or the raw files are unreadable
@@ -191,6 +196,7 @@ def _from_pyg(spec: DatasetSpec, root: Path):
                 f"{', '.join(spec.raw_files())} in '{raw_dir}' or pass --root DIR") from exc
         raise DatasetError(f"dataset {spec.name!r} under '{raw_dir}' could not be "
                            f"processed: {type(exc).__name__}: {exc}") from exc
+    sys.stderr.write(chatter.getvalue())
     data = dataset[0]
     if data.y.dim() > 1 and data.y.size(1) == 1:  # OGB stores labels as [N, 1]
         data.y = data.y.view(-1)

@@ -149,6 +149,9 @@ def check_config(config: TrialConfig) -> None:
     if config.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device 'cuda' was asked for but torch sees no CUDA device "
                           "(got torch " + torch.__version__ + "); use device cpu")
+    if config.device == "cpu" and config.compile_mode == "reduce-overhead":
+        raise ConfigError("compile_mode reduce-overhead captures CUDA graphs and does nothing "
+                          "more on cpu; use compile_mode default")
     if not amp_supported(config.device, config.amp_dtype):
         raise ConfigError(f"amp_dtype {config.amp_dtype} is not supported on "
                           f"{config.device} by this torch build; use bfloat16 or float32")

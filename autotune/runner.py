@@ -26,6 +26,7 @@ from autotune.measure import MeasureSpec
 from autotune.result import TrialResult
 
 POLL_S = 0.02
+STACK_DUMP_WAIT_S = 0.5  # after SIGUSR1, for the worker to print its threads' stacks
 STDERR_TAIL_CHARS = 4000
 KILL_WAIT_S = 5.0
 DEFAULT_TIMEOUT_S = 900.0
@@ -75,6 +76,7 @@ def _watch(proc: subprocess.Popen, limits: TrialLimits) -> tuple[str, str] | Non
             tree.refresh()
             if time.monotonic() - start > limits.timeout_s:
                 verdict = ("timeout", f"trial exceeded its {limits.timeout_s:g} s timeout")
+                _dump_stacks(proc)
                 break
             if limits.memory_limit_bytes is not None:
                 rss = tree.rss()
@@ -87,6 +89,16 @@ def _watch(proc: subprocess.Popen, limits: TrialLimits) -> tuple[str, str] | Non
         tree.kill()
         proc.wait()
     return verdict
+
+
+def _dump_stacks(proc: subprocess.Popen) -> None:
+    """Asks a hung worker to print every thread's stack to its stderr (faulthandler),
+    so the trial's stderr tail shows where it hung."""
+    try:
+        os.kill(proc.pid, signal.SIGUSR1)
+    except ProcessLookupError:
+        return
+    time.sleep(STACK_DUMP_WAIT_S)
 
 
 class _Tree:

@@ -135,6 +135,13 @@ def load_space(name_or_path: str, *, device: str = "cpu", cores: int | None = No
     _unknown(path, "knob", raw_knobs, KNOBS)
     cores = cores if cores is not None else len(os.sched_getaffinity(0))
     knobs = {name: _parse_knob(path, name, spec, cores) for name, spec in raw_knobs.items()}
+    workers = knobs.get("num_workers")
+    most = None
+    if workers is not None:
+        most = max(workers.choices) if workers.choices is not None else workers.high
+    if most is not None and most > cores:
+        raise ConfigError(f"search space '{path}', knob 'num_workers': {most} workers but this "
+                          f"machine offers {cores} cores; use at most {cores} (or high: cores)")
     fixed = blob.get("fixed") or {}
     if not isinstance(fixed, dict):
         raise ConfigError(f"search space '{path}': 'fixed' must be a mapping")

@@ -4,8 +4,10 @@ Started by ``runner.py`` as a fresh interpreter. It memory-maps the prepared
 dataset, builds the pipeline, measures it and writes a ``TrialResult`` as JSON.
 Any exception becomes an ``error`` (or ``oom``) result with its traceback.
 
-``AUTOTUNE_TEST_FAULT=KIND[:STEP]`` injects a fault at training step STEP (for the
-test suite): raise, segfault, hang, alloc, loader-hang, loader-kill.
+``AUTOTUNE_TEST_FAULT=KIND[:STEP][@TRIAL]`` injects a fault at training step STEP
+(for the test suite): raise, segfault, hang, alloc, loader-hang, loader-kill,
+cuda-oom. With ``@TRIAL``, only the trial whose folder is named TRIAL (a study's
+trial number) is hit.
 """
 from __future__ import annotations
 
@@ -22,8 +24,11 @@ FAULT_ALLOC_CHUNK = 64 << 20
 FAULT_ALLOC_MAX = 8 << 30
 
 
-def _fault_hook(spec: str | None):
+def _fault_hook(spec: str | None, trial_dir: Path):
     if not spec:
+        return None
+    spec, _, only_trial = spec.partition("@")
+    if only_trial and trial_dir.name != only_trial:
         return None
     kind, _, at = spec.partition(":")
     at_step = int(at) if at else 2
@@ -46,6 +51,10 @@ def _fault_hook(spec: str | None):
             while len(hoard) * FAULT_ALLOC_CHUNK < FAULT_ALLOC_MAX:
                 hoard.append(torch.ones(FAULT_ALLOC_CHUNK // 4))
             time.sleep(3600)
+        if kind == "cuda-oom":
+            import torch
+
+            torch.empty(1 << 50, dtype=torch.uint8, device=pipe.device)  # a petabyte
         if kind in ("loader-hang", "loader-kill"):
             from autotune.measure import loader_worker_pids
 
@@ -60,7 +69,7 @@ def _fault_hook(spec: str | None):
     return fire
 
 
-def run(spec: dict) -> dict:
+def run(spec: dict, trial_dir: Path) -> dict:
     """Loads, builds, measures; returns the ``TrialResult`` as a dict."""
     t_start = time.time()
     import torch_geometric.loader  # noqa: F401  (timed apart: PyG imports torch._dynamo)
@@ -80,7 +89,7 @@ def run(spec: dict) -> dict:
     pipe = build(config, dataset.data, num_classes=dataset.num_classes,
                  cache_file=ref.csc_path())
     t_built = time.time()
-    fault = _fault_hook(os.environ.get(FAULT_ENV))
+    fault = _fault_hook(os.environ.get(FAULT_ENV), trial_dir)
     hook = (lambda step: fault(step, pipe)) if fault else None
     m = measure(pipe, MeasureSpec(**spec.get("measure", {})), on_step=hook)
     t_done = time.time()
@@ -141,13 +150,17 @@ def _die_with_parent() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import faulthandler
+
+    faulthandler.enable()  # a segfault leaves its Python stack in stderr.log
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the runner's "where are you?"
     _die_with_parent()
     spec_path, result_path = map(Path, (argv or sys.argv[1:])[:2])
     if os.getppid() == 1:  # the runner died before the request above took effect
         return 1
     spec = json.loads(spec_path.read_text())
     try:
-        blob = run(spec)
+        blob = run(spec, spec_path.parent)
     except BaseException as exc:  # recorded, never swallowed: it goes into the result
         traceback.print_exc()
         _write(result_path, _failure(spec, exc))

@@ -53,3 +53,22 @@ def quick_measure():
     from autotune.measure import MeasureSpec
 
     return MeasureSpec(warmup_steps=2, window_steps=5)
+
+
+_TALLY = {"fault": [0, 0], "bad_input": [0, 0]}  # [passed, ran]
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "call":
+        return
+    for marker, counts in _TALLY.items():
+        if marker in report.keywords:
+            counts[1] += 1
+            counts[0] += report.passed
+
+
+def pytest_terminal_summary(terminalreporter):
+    faults, bad = _TALLY["fault"], _TALLY["bad_input"]
+    if faults[1] or bad[1]:
+        terminalreporter.write_line(f"faults survived: {faults[0]}/{faults[1]}, "
+                                    f"bad inputs: {bad[0]}/{bad[1]}")

@@ -127,52 +127,6 @@ def test_export_without_completed_trials_exits_2(tmp_path):
     assert proc.returncode == 2 and "no completed feasible trial" in proc.stderr
 
 
-def _workers_of(spec_dir):
-    import psutil
-
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if any(str(spec_dir) in part for part in proc.info["cmdline"] or []):
-                found.append(proc)
-        except psutil.NoSuchProcess:
-            pass
-    return found
-
-
-@pytest.mark.slow
-def test_kill_9_mid_trial_then_resume(tmp_path):
-    import os
-    import signal
-    import time
-
-    import psutil
-
-    args = ["search", *FAST, "--root", str(tmp_path / "data"), "--studies-dir",
-            str(tmp_path / "studies"), "--space", "quick", "--study-name", "k9",
-            "--n-trials", "3", "--steps", "200"]  # long trials, so the kill lands mid-trial
-    proc = subprocess.Popen([sys.executable, "-m", "autotune", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    trial_dir = tmp_path / "studies" / "k9" / "trials" / "0"
-    deadline = time.monotonic() + 120
-    while not (trial_dir / "stderr.log").exists() or not _workers_of(trial_dir):
-        assert time.monotonic() < deadline and proc.poll() is None, "no trial started"
-        time.sleep(0.2)
-    time.sleep(2)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    _, alive = psutil.wait_procs(_workers_of(trial_dir), timeout=15)
-    assert not alive, "the trial process outlived the killed search"
-    resumed = autotune(*args[:-2], "--steps", "3")
-    assert resumed.returncode == 0, resumed.stderr
-    assert "marked interrupted trials [0] as failed" in resumed.stdout
-    study = optuna.load_study(study_name="k9",
-                              storage=f"sqlite:///{tmp_path / 'studies' / 'k9.db'}")
-    states = [(t.number, t.state.name, t.user_attrs.get("fail_reason")) for t in study.trials]
-    assert states[0] == (0, "FAIL", "interrupted")
-    assert sum(1 for t in study.trials if t.state.name == "COMPLETE") == 3
-
-
 @pytest.mark.slow
 def test_memory_budget_is_an_optuna_constraint(tmp_path):
     args = ["search", *FAST, "--root", str(tmp_path / "data"), "--studies-dir",

@@ -1,0 +1,136 @@
+"""The bad-input catalogue: each case exits 2 with one line that names the problem
+and the fix, shows no traceback, and leaves the stored study exactly as it was."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import optuna
+import pytest
+
+TINY = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "2", "--warmup", "1"]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """A study with one completed trial, which no bad input may change."""
+    tmp = tmp_path_factory.mktemp("bad")
+    common = ["--root", str(tmp / "data"), "--studies-dir", str(tmp / "studies")]
+    proc = _cli("search", *TINY, *common, "--space", "quick", "--study-name", "base",
+                "--n-trials", "1")
+    assert proc.returncode == 0, proc.stderr
+    files = {"bad.yaml": "knobs:\n  batch_size: {choices: [1,\n",
+             "unknown.yaml": "knobs:\n  turbo: {choices: [1]}\n",
+             "empty.yaml": "knobs:\n  batch_size: {choices: []}\n",
+             "range.yaml": "knobs:\n  num_workers: {low: 3, high: 1}\n",
+             "workers.yaml": "knobs:\n  num_workers: {choices: [0, 4096]}\n",
+             "cores.yaml": "compute_cores: [4096]\n",
+             "many.yaml": "num_workers: 4096\n",
+             "ro.yaml": "compile_mode: reduce-overhead\n",
+             "keys.yaml": "batch_size: 64\nturbo: true\n"}
+    for name, text in files.items():
+        (tmp / name).write_text(text)
+    storage = f"sqlite:///{tmp / 'studies' / 'base.db'}"
+    optuna.create_study(study_name="one-way", storage=storage, direction="maximize")
+    readonly = tmp / "readonly"
+    readonly.mkdir()
+    readonly.chmod(0o555)
+    return tmp, common, storage
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def _state(storage):
+    out = []
+    for summary in optuna.get_all_study_summaries(storage):
+        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        out.append((summary.study_name, [(t.number, t.state.name, t.values, t.user_attrs)
+                                         for t in study.trials], study.user_attrs))
+    return out
+
+
+CASES = {
+    "unknown dataset": (["search", "--dataset", "Redit"], ["unknown dataset 'Redit'",
+                                                          "use one of"]),
+    "dataset missing offline": (["trial", "--dataset", "Cora", "--root", "{tmp}/empty"],
+                                ["'Cora' is not under root", "ind.cora.x", "--root"]),
+    "malformed YAML": (["search", "--space", "{tmp}/bad.yaml"], ["bad.yaml", "not valid YAML"]),
+    "unknown key in a space": (["search", "--space", "{tmp}/unknown.yaml"],
+                               ["unknown.yaml", "'turbo'", "allowed: batch_size"]),
+    "empty choice list": (["search", "--space", "{tmp}/empty.yaml"],
+                          ["'batch_size'", "non-empty list"]),
+    "low > high": (["search", "--space", "{tmp}/range.yaml"],
+                   ["'num_workers'", "low 3 > high 1"]),
+    "affinity core the machine lacks": (["trial", "--config", "{tmp}/cores.yaml"],
+                                        ["compute_cores", "[4096]", "available"]),
+    "more workers than cores (space)": (["search", "--space", "{tmp}/workers.yaml"],
+                                        ["4096 workers", "use at most"]),
+    "more workers than cores (config)": (["trial", "--config", "{tmp}/many.yaml"],
+                                         ["num_workers 4096 exceeds", "use at most"]),
+    "reduce-overhead on cpu": (["trial", "--config", "{tmp}/ro.yaml", "--device", "cpu"],
+                               ["reduce-overhead", "use compile_mode default"]),
+    "malformed storage URL": (["search", "--storage", "not a url"],
+                              ["not a database URL", "sqlite:///"]),
+    "unreachable storage": (["search", "--storage", "postgresql://u:s3cret@127.0.0.1:1/x"],
+                            ["cannot open storage", "u:***@127.0.0.1:1"]),
+    "study with other directions": (["search", "--study-name", "one-way", "--storage",
+                                     "{storage}"], ["'one-way'", "--study-name"]),
+    "study with another space": (["search", "--study-name", "base", "--space", "default"],
+                                 ["'base'", "another space", "--study-name"]),
+    "--n-trials 0": (["search", "--n-trials", "0"], ["--n-trials", "positive integer"]),
+    "--n-trials negative": (["search", "--n-trials", "-4"], ["--n-trials"]),
+    "unparsable --max-memory": (["search", "--max-memory", "lots"],
+                                ["--max-memory", "8GiB"]),
+    "export with no completed trial": (["export", "--study-name", "one-way", "--storage",
+                                        "{storage}", "--out", "{tmp}/x.yaml"],
+                                       ["no completed feasible trial", "autotune search"]),
+    "export of a missing trial": (["export", "--study-name", "base", "--pick", "trial:99",
+                                   "--out", "{tmp}/x.yaml"], ["no completed trial 99"]),
+    "config file with unknown keys": (["trial", "--config", "{tmp}/keys.yaml"],
+                                      ["unknown keys turbo", "allowed:"]),
+    "unwritable studies folder": (["search", "--studies-dir", "{tmp}/readonly/studies"],
+                                  ["--studies-dir", "not writable"]),
+}
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input(base, case):
+    tmp, common, storage = base
+    args, needles = CASES[case]
+    command, *rest = [a.format(tmp=tmp, storage=storage) for a in args]
+    defaults = [*TINY, *common] if command in ("search", "trial") else common[2:]
+    args = [command, *defaults, *rest]  # argparse keeps the last of a repeated flag
+    before = _state(storage)
+    proc = _cli(*args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autotune: error:"), proc.stderr
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert "s3cret" not in proc.stderr + proc.stdout
+    assert _state(storage) == before, "a bad input changed the stored study"
+
+
+@pytest.mark.bad_input
+def test_float16_where_the_build_lacks_it(monkeypatch, capsys, tmp_path):
+    import autotune.pipeline
+    from autotune.cli import main
+
+    monkeypatch.setattr(autotune.pipeline, "amp_supported", lambda device, dtype: False)
+    cfg = tmp_path / "fp16.yaml"
+    cfg.write_text("amp_dtype: float16\n")
+    assert main(["trial", "--config", str(cfg), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "amp_dtype float16 is not supported on cpu" in err[0]
+    assert "use bfloat16 or float32" in err[0]
+
+
+def test_debug_shows_the_traceback():
+    proc = _cli("--debug", "search", "--dataset", "Redit")
+    assert proc.returncode != 0 and "Traceback" in proc.stderr

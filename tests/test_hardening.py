@@ -1,0 +1,152 @@
+"""Faults injected into real trials of real studies, kill -9 and Ctrl-C of a search:
+every failure is recorded, the search reaches its budget, nothing is lost and no
+trial process survives."""
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import optuna
+import psutil
+import pytest
+import yaml
+
+FAULT_SPACE = """knobs:
+  batch_size: {choices: [64, 128]}
+  num_neighbors: {choices: [[5, 5]]}
+  num_workers: 1
+  compile_mode: none
+  amp_dtype: float32
+  checkpointing: false
+  sampler: builtin
+fixed:
+  hidden_channels: 16
+"""
+FAST = ["--dataset", "synthetic", "--scale", "0.004", "--warmup", "1", "--seed", "3"]
+DEAD_WORKER = r"DataLoader worker \(pid(\(s\))? [\d, ]+\) (is killed|exited unexpectedly)|Connection"
+
+
+def _cli(*args, env=None, **kwargs):
+    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True,
+                          text=True, env={**os.environ, **(env or {})}, timeout=600, **kwargs)
+
+
+def _survivors(path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(path) in part for part in proc.info["cmdline"] or []):
+                found.append(proc)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def _study(tmp_path, name):
+    return optuna.load_study(study_name=name,
+                             storage=f"sqlite:///{tmp_path / 'studies' / f'{name}.db'}")
+
+
+@pytest.mark.slow
+@pytest.mark.fault
+@pytest.mark.parametrize("fault, status, reason", [
+    ("raise", "error", r"injected fault"),
+    ("segfault", "crash", r"SIGSEGV"),
+    ("hang", "timeout", r"timeout"),
+    ("loader-hang", "timeout", r"timeout"),
+    ("loader-kill", "error", DEAD_WORKER),
+    ("alloc", "oom", r"exceeded --memory-limit"),
+    pytest.param("cuda-oom", "oom", r"OutOfMemoryError", marks=pytest.mark.cuda),
+])
+def test_fault_in_a_study_becomes_a_failed_trial(tmp_path, fault, status, reason):
+    import re
+
+    space = tmp_path / "space.yaml"
+    space.write_text(FAULT_SPACE)
+    device = ["--device", "cuda"] if fault == "cuda-oom" else []
+    proc = _cli("search", *FAST, *device, "--root", str(tmp_path / "data"), "--studies-dir",
+                str(tmp_path / "studies"), "--space", str(space), "--study-name", "f",
+                "--n-trials", "3", "--steps", "3", "--trial-timeout", "20",
+                "--memory-limit", "2GiB", env={"AUTOTUNE_TEST_FAULT": f"{fault}@0"})
+    assert proc.returncode == 0, proc.stderr
+    study = _study(tmp_path, "f")
+    assert len(study.trials) == 3, "the search must go on to its budget"
+    hit = study.trials[0]
+    assert hit.state.name == "FAIL"
+    assert hit.user_attrs["status"] == status
+    assert re.search(reason, hit.user_attrs["fail_reason"]), hit.user_attrs["fail_reason"]
+    assert "stderr_tail" in hit.user_attrs
+    if fault in ("raise", "segfault", "hang"):
+        assert re.search(r"Traceback|Fatal Python error|Thread", hit.user_attrs["stderr_tail"])
+    assert any(t.state.name == "COMPLETE" for t in study.trials[1:])
+    assert not _survivors(tmp_path / "studies"), "a trial process survived"
+
+
+def _snapshot(study):
+    return [(t.number, t.state.name, t.values, t.user_attrs.get("config"))
+            for t in study.trials if t.state.name != "RUNNING"]
+
+
+def _start_long_search(tmp_path, n_trials):
+    args = ["search", *FAST, "--root", str(tmp_path / "data"), "--studies-dir",
+            str(tmp_path / "studies"), "--space", "quick", "--study-name", "s",
+            "--n-trials", str(n_trials)]
+    return args, subprocess.Popen([sys.executable, "-m", "autotune", *args, "--steps", "400"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_trial(tmp_path, proc, number):
+    trial_dir = tmp_path / "studies" / "s" / "trials" / str(number)
+    deadline = time.monotonic() + 120
+    while not (trial_dir / "spec.json").exists() or not _survivors(trial_dir):
+        assert time.monotonic() < deadline and proc.poll() is None, "no trial started"
+        time.sleep(0.2)
+    time.sleep(2)
+    return trial_dir
+
+
+@pytest.mark.slow
+@pytest.mark.fault
+def test_kill_9_of_the_search_loses_nothing(tmp_path):
+    args, _ = _start_long_search(tmp_path, 1)
+    first = _cli(*args, "--steps", "3")  # one completed trial to protect
+    assert first.returncode == 0, first.stderr
+    before = _snapshot(_study(tmp_path, "s"))
+    pareto = tmp_path / "studies" / "s" / "pareto.yaml"
+    pareto_before = pareto.read_text()
+    args, proc = _start_long_search(tmp_path, 3)
+    trial_dir = _wait_for_trial(tmp_path, proc, 1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    _, alive = psutil.wait_procs(_survivors(trial_dir), timeout=15)
+    assert not alive, "the trial process outlived the killed search"
+    db = sqlite3.connect(tmp_path / "studies" / "s.db")
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    db.close()
+    assert pareto.read_text() == pareto_before and yaml.safe_load(pareto_before)["front"]
+    resumed = _cli(*args, "--steps", "3")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "marked interrupted trials [1] as failed" in resumed.stdout
+    study = _study(tmp_path, "s")
+    assert _snapshot(study)[:1] == before, "a completed trial changed"
+    assert (study.trials[1].state.name, study.trials[1].user_attrs["fail_reason"]) == \
+        ("FAIL", "interrupted")
+    assert sum(t.state.name == "COMPLETE" for t in study.trials) == 3, "budget not completed"
+
+
+@pytest.mark.slow
+@pytest.mark.fault
+def test_ctrl_c_fails_the_running_trial_and_exits_130(tmp_path):
+    args, proc = _start_long_search(tmp_path, 2)
+    trial_dir = _wait_for_trial(tmp_path, proc, 0)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "run the same command again to resume" in stderr
+    assert not _survivors(trial_dir), "the trial's process tree survived Ctrl-C"
+    t0 = _study(tmp_path, "s").trials[0]
+    assert (t0.state.name, t0.user_attrs["fail_reason"]) == ("FAIL", "interrupted")
