@@ -68,21 +68,26 @@ def test_fault_in_a_study_becomes_a_failed_trial(tmp_path, fault, status, reason
     space = tmp_path / "space.yaml"
     space.write_text(FAULT_SPACE)
     device = ["--device", "cuda"] if fault == "cuda-oom" else []
-    proc = _cli("search", *FAST, *device, "--root", str(tmp_path / "data"), "--studies-dir",
-                str(tmp_path / "studies"), "--space", str(space), "--study-name", "f",
-                "--n-trials", "3", "--steps", "3", "--trial-timeout", "20",
-                "--memory-limit", "2GiB", env={"AUTOTUNE_TEST_FAULT": f"{fault}@0"})
+    args = ["search", *FAST, *device, "--root", str(tmp_path / "data"), "--studies-dir",
+            str(tmp_path / "studies"), "--space", str(space), "--study-name", "f",
+            "--steps", "3", "--trial-timeout", "20", "--memory-limit", "2GiB"]
+    first = _cli(*args, "--n-trials", "1")  # trial 0, stored before the fault
+    assert first.returncode == 0, first.stderr
+    before = _snapshot(_study(tmp_path, "f"))
+    proc = _cli(*args, "--n-trials", "3", env={"AUTOTUNE_TEST_FAULT": f"{fault}@1"})
     assert proc.returncode == 0, proc.stderr
     study = _study(tmp_path, "f")
     assert len(study.trials) == 3, "the search must go on to its budget"
-    hit = study.trials[0]
+    assert _snapshot(study)[:1] == before, "a trial stored before the fault changed"
+    hit = study.trials[1]
+    assert "reused_from" not in hit.user_attrs, "the faulted trial must be measured"
     assert hit.state.name == "FAIL"
     assert hit.user_attrs["status"] == status
     assert re.search(reason, hit.user_attrs["fail_reason"]), hit.user_attrs["fail_reason"]
     assert "stderr_tail" in hit.user_attrs
     if fault in ("raise", "segfault", "hang"):
         assert re.search(r"Traceback|Fatal Python error|Thread", hit.user_attrs["stderr_tail"])
-    assert any(t.state.name == "COMPLETE" for t in study.trials[1:])
+    assert study.trials[2].state.name == "COMPLETE"
     assert not _survivors(tmp_path / "studies"), "a trial process survived"
 
 
