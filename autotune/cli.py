@@ -135,6 +135,27 @@ def build_parser() -> argparse.ArgumentParser:
     trial.add_argument("--format", choices=["table", "json"], default="table")
     trial.set_defaults(func=cmd_trial)
 
+    _add_search_parser(sub)
+
+    show = sub.add_parser("show", help="print a study's Pareto front and trials",
+                          epilog=SHOW_EXAMPLE,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_study_flags(show, required=True)
+    show.add_argument("--format", choices=["table", "json", "yaml"], default="table")
+    show.set_defaults(func=cmd_show)
+
+    export = sub.add_parser("export", help="write one trial's config for training",
+                            epilog=EXPORT_EXAMPLE,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_study_flags(export, required=True)
+    export.add_argument("--pick", default="knee",
+                        help="knee, max-throughput, min-memory or trial:N (default: knee)")
+    export.add_argument("--out", required=True, help="a .yaml, .yml or .json file")
+    export.set_defaults(func=cmd_export)
+    return parser
+
+
+def _add_search_parser(sub) -> None:
     search = sub.add_parser("search", help="search the Pareto front of throughput and memory",
                             description="Optuna multi-objective search: maximise throughput "
                             "(seed nodes/s), minimise peak memory (MiB).",
@@ -158,23 +179,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_study_flags(search)
     _add_measure_flags(search, timeout_flag="--trial-timeout")
     search.set_defaults(func=cmd_search)
-
-    show = sub.add_parser("show", help="print a study's Pareto front and trials",
-                          epilog=SHOW_EXAMPLE,
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_study_flags(show, required=True)
-    show.add_argument("--format", choices=["table", "json", "yaml"], default="table")
-    show.set_defaults(func=cmd_show)
-
-    export = sub.add_parser("export", help="write one trial's config for training",
-                            epilog=EXPORT_EXAMPLE,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_study_flags(export, required=True)
-    export.add_argument("--pick", default="knee",
-                        help="knee, max-throughput, min-memory or trial:N (default: knee)")
-    export.add_argument("--out", required=True, help="a .yaml, .yml or .json file")
-    export.set_defaults(func=cmd_export)
-    return parser
 
 
 def _add_study_flags(p: argparse.ArgumentParser, required: bool = False) -> None:
@@ -352,22 +356,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     for note in space.notes:
         print(f"note: {note}")
 
-    def progress(n, total, config, frozen, elapsed, eta):
-        attrs = frozen.user_attrs
-        if frozen.values:
-            figures = f"{frozen.values[0]:>9,.0f} seeds/s {frozen.values[1]:>8,.0f} MiB"
-        else:
-            figures = f"{'-':>17} {'-':>12}"
-        status = attrs.get("status", "?")
-        if "reused_from" in attrs:
-            status = f"repeat of #{attrs['reused_from']}"
-        elif attrs.get("fail_reason"):
-            status += f": {attrs['fail_reason'][:60]}"
-        print(f"[{n:>3}/{total}] #{frozen.number:<3} {short(config.to_dict()):<52} "
-              f"{figures} | {status} | {_clock(elapsed)} ETA {_clock(eta)}", flush=True)
-
     try:
-        outcome = st.run_search(opts, study, url, baseline, progress=progress,
+        outcome = st.run_search(opts, study, url, baseline, progress=print_progress,
                                 on_trial_done=lambda s: st.write_pareto(s, pareto_path, url,
                                                                         budget))
     except KeyboardInterrupt:
@@ -383,6 +373,22 @@ def cmd_search(args: argparse.Namespace) -> int:
           f"--pick knee --out best.yaml" + (f" --storage '{st.masked(url)}'"
                                             if args.storage else ""))
     return 0
+
+
+def print_progress(n: int, total: int, config, frozen, elapsed: float, eta: float) -> None:
+    """One line per finished trial: n/N, the config, its figures, status, time and ETA."""
+    attrs = frozen.user_attrs
+    if frozen.values:
+        figures = f"{frozen.values[0]:>9,.0f} seeds/s {frozen.values[1]:>8,.0f} MiB"
+    else:
+        figures = f"{'-':>17} {'-':>12}"
+    status = attrs.get("status", "?")
+    if "reused_from" in attrs:
+        status = f"repeat of #{attrs['reused_from']}"
+    elif attrs.get("fail_reason"):
+        status += f": {attrs['fail_reason'][:60]}"
+    print(f"[{n:>3}/{total}] #{frozen.number:<3} {short(config.to_dict()):<52} "
+          f"{figures} | {status} | {_clock(elapsed)} ETA {_clock(eta)}", flush=True)
 
 
 def render_pareto(rows: list[dict]) -> str:
