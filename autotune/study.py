@@ -125,13 +125,16 @@ def open_study(opts: SearchOptions, *, dataset_stats: dict, env: dict) -> optuna
     name = opts.study_name or default_study_name(opts.dataset.name, opts.device)
     url = opts.storage or default_storage(opts.studies_dir, name)
     storage = open_storage(url)
-    sampler = make_sampler(opts.sampler, opts.seed, opts.max_memory_bytes is not None)
     try:
-        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
-                                    directions=DIRECTIONS, load_if_exists=True)
+        study = optuna.create_study(study_name=name, storage=storage, directions=DIRECTIONS,
+                                    load_if_exists=True)
     except ValueError as exc:
         raise ConfigError(f"study {name!r} in {masked(url)} cannot be reused: {exc}; "
                           "pass a new --study-name") from exc
+    # A resumed search continues the random stream instead of replaying it, which
+    # would re-propose configurations already measured.
+    study.sampler = make_sampler(opts.sampler, opts.seed + len(study.trials),
+                                 opts.max_memory_bytes is not None)
     if [d.name.lower() for d in study.directions] != DIRECTIONS:
         raise ConfigError(f"study {name!r} has directions "
                           f"{[d.name.lower() for d in study.directions]} (expected {DIRECTIONS}); "
