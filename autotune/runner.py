@@ -27,7 +27,7 @@ from autotune.result import TrialResult
 
 POLL_S = 0.02
 STACK_DUMP_WAIT_S = 0.5  # after SIGUSR1, for the worker to print its threads' stacks
-STDERR_TAIL_CHARS = 4000
+STDERR_TAIL_CHARS = 8000  # faulthandler lists extension modules after the stack
 KILL_WAIT_S = 5.0
 DEFAULT_TIMEOUT_S = 900.0
 

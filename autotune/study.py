@@ -226,7 +226,7 @@ def _attrs(result: TrialResult) -> dict[str, Any]:
                      warnings=list(result.warnings),
                      step_times_s=list(result.step_times_s))
     else:
-        attrs.update(fail_reason=result.reason, stderr_tail=(result.stderr_tail or "")[-2000:])
+        attrs.update(fail_reason=result.reason, stderr_tail=result.stderr_tail or "")
     return attrs
 
 
