@@ -250,13 +250,13 @@ def run_search(opts: SearchOptions, study: optuna.Study, url: str, baseline: Tri
         study.enqueue_trial(params_for(baseline, opts.space), user_attrs={"baseline": True})
     start = time.monotonic()
     done_at_start = counted(study)
+    worker = _this_worker()
     budget_mib = opts.max_memory_bytes / MIB if opts.max_memory_bytes else None
     while counted(study) < opts.n_trials:
         if opts.timeout_s is not None and time.monotonic() - start > opts.timeout_s:
             break
         trial = study.ask()
-        trial.set_user_attr("worker", {"host": socket.gethostname(), "pid": os.getpid(),
-                                       "started": _create_time()})
+        trial.set_user_attr("worker", worker)
         config = suggest_config(trial, opts.space, device=opts.device, seed=opts.seed)
         if trial.user_attrs.get("baseline"):
             config = baseline
@@ -288,10 +288,13 @@ def _needs_baseline(study: optuna.Study) -> bool:
     return True
 
 
-def _create_time() -> float:
+def _this_worker() -> dict[str, Any]:
+    """Who runs the trials: host, pid and the pid's start time (pids are reused),
+    which :func:`fail_interrupted` checks to tell a dead search from a live one."""
     import psutil
 
-    return psutil.Process(os.getpid()).create_time()
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "started": psutil.Process(pid).create_time()}
 
 
 def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
