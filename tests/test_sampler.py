@@ -58,6 +58,18 @@ def test_each_node_gets_min_deg_k_distinct_neighbours(random_graph, fanout):
             assert mine.unique().numel() == mine.numel(), "a neighbour was drawn twice"
 
 
+def test_consecutive_batches_share_no_state(random_graph):
+    # the per-process scratch maps must be clean again after each batch
+    s = autotune.NeighborSampler(random_graph, [5, 4], seed=0)
+    n = random_graph.num_nodes
+    real = _edge_keys(*random_graph.edge_index, n)
+    for seeds in (torch.arange(0, 40), torch.arange(20, 60), torch.arange(0, 40)):
+        out = s.sample(seeds)
+        assert (out.row >= 0).all() and out.node.unique().numel() == out.node.numel()
+        assert torch.isin(_edge_keys(out.node[out.row], out.node[out.col], n), real).all()
+    assert (s._assoc == -1).all()
+
+
 def test_replace_draws_k_for_every_node_with_neighbours(random_graph):
     s = autotune.NeighborSampler(random_graph, [50], replace=True, seed=0)
     seeds = torch.tensor([7, 1, 299])
