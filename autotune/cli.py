@@ -35,6 +35,21 @@ The file holds the full TrialConfig, the measured figures, the environment and t
 command that reproduces the measurement; 'autotune trial --config FILE' and
 autotune.load_config(FILE) read it back."""
 
+DASHBOARD_EXAMPLE = """examples:
+  autotune dashboard --study-name synthetic-cpu-myhost
+  autotune dashboard --storage postgresql://tuner@db-host/autotune --port 8081
+
+Serves optuna-dashboard for the study's storage on 127.0.0.1 until Ctrl-C; pass
+--host 0.0.0.0 to share it with other machines. A search may be writing the study
+meanwhile (SQLite runs in WAL mode, so readers never block it)."""
+
+REPORT_EXAMPLE = """example:
+  autotune report --study-name synthetic-cpu-myhost --out report/
+
+Writes report/report.html with pareto.png (throughput against peak memory, the
+baseline and the knee marked), importance.png (fANOVA importance of each knob for
+each objective) and step_times.png (step-time distributions of the Pareto trials)."""
+
 TRIAL_EXAMPLE = """example:
   autotune trial --dataset synthetic --scale 0.05 --config cfg.yaml --format json
   autotune trial --dataset Cora --root ../shared/data/planetoid --steps 30
@@ -152,7 +167,32 @@ def build_parser() -> argparse.ArgumentParser:
                         help="knee, max-throughput, min-memory or trial:N (default: knee)")
     export.add_argument("--out", required=True, help="a .yaml, .yml or .json file")
     export.set_defaults(func=cmd_export)
+
+    dash = sub.add_parser("dashboard", help="serve optuna-dashboard for a study",
+                          epilog=DASHBOARD_EXAMPLE,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_study_flags(dash)
+    dash.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    dash.add_argument("--port", type=_port, default=8080, help="default: 8080")
+    dash.set_defaults(func=cmd_dashboard)
+
+    report = sub.add_parser("report", help="write report.html and PNG plots of a study",
+                            epilog=REPORT_EXAMPLE,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_study_flags(report, required=True)
+    report.add_argument("--out", required=True, help="folder for report.html and the PNGs")
+    report.set_defaults(func=cmd_report)
     return parser
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number (got {text!r})")
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535 (got {text!r})")
+    return value
 
 
 def _add_search_parser(sub) -> None:
@@ -177,6 +217,11 @@ def _add_search_parser(sub) -> None:
     search.add_argument("--device", choices=["cpu", "cuda"], default=None,
                         help="default: cuda when torch sees a GPU, else cpu")
     _add_study_flags(search)
+    search.add_argument("--heartbeat", type=_positive_int, default=10,
+                        help="seconds between a running trial's heartbeats (default: 10)")
+    search.add_argument("--grace-period", type=_positive_int, default=60,
+                        help="a trial whose heartbeat is older than this is failed and its "
+                             "config re-queued once (default: 60)")
     _add_measure_flags(search, timeout_flag="--trial-timeout")
     search.set_defaults(func=cmd_search)
 
@@ -301,17 +346,6 @@ def render_result(result, trial_dir: Path) -> str:
 
 
 
-def short(config: dict) -> str:
-    """A config in one short line: batch, fanout, workers/affinity, compile, shapes,
-    dtype, checkpointing, sampler."""
-    affinity = "split" if config.get("loader_cores") else "-"
-    shapes = "pad" if config.get("shapes") == "padded" else "dyn"
-    return (f"b{config['batch_size']} f{list(config['num_neighbors'])} "
-            f"w{config['num_workers']}/{affinity} {config['compile_mode']}/{shapes} "
-            f"{config['amp_dtype'].replace('float', 'f').replace('bf', 'bf')} "
-            f"ck{'+' if config['checkpointing'] else '-'} {config['sampler']}")
-
-
 def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}:{secs:02d}"
@@ -328,6 +362,10 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     _quiet_optuna()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.grace_period <= args.heartbeat:
+        raise ConfigError(f"--grace-period must be longer than --heartbeat (got "
+                          f"{args.grace_period} <= {args.heartbeat}): a live worker's trial "
+                          "would be failed between two beats")
     max_memory = parse_bytes(args.max_memory, option="--max-memory") if args.max_memory else None
     measure, limits = _measure_and_limits(args)
     base_knobs = default_config(device)
@@ -344,7 +382,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     opts = st.SearchOptions(dataset=ref, space=space, device=device, n_trials=args.n_trials,
                             timeout_s=args.timeout, sampler=args.sampler, seed=args.seed,
                             max_memory_bytes=max_memory, storage=url, study_name=name,
-                            studies_dir=studies_dir, measure=measure, limits=limits)
+                            studies_dir=studies_dir, measure=measure, limits=limits,
+                            heartbeat_s=args.heartbeat, grace_s=args.grace_period)
     study = st.open_study(opts, dataset_stats=dataset.stats(), env=fingerprint(device))
     budget = max_memory / st.MIB if max_memory else None
     pareto_path = studies_dir / name / "pareto.yaml"
@@ -358,14 +397,15 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     try:
         outcome = st.run_search(opts, study, url, baseline, progress=print_progress,
-                                on_trial_done=lambda s: st.write_pareto(s, pareto_path, url,
-                                                                        budget))
+                                on_trial_done=lambda s: _publish(s, pareto_path, url, budget))
     except KeyboardInterrupt:
         print(f"autotune: interrupted; run the same command again to resume study {name}",
               file=sys.stderr)
         return 130
     if outcome.interrupted:
         print(f"marked interrupted trials {outcome.interrupted} as failed")
+    if outcome.stale:
+        print(f"marked stale trials {outcome.stale} (no heartbeat) as failed; configs re-queued")
     print(f"\n{outcome.measured} measured, {outcome.reused} reused, {outcome.failed} failed; "
           f"{len(study.trials)} trials in the study")
     print(render_pareto(st.summary_rows(study, budget)))
@@ -375,8 +415,20 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _publish(study, pareto_path: Path, url: str, budget: float | None) -> None:
+    """After every trial: pareto.yaml on this host, the study note in the storage."""
+    from autotune import study as st
+    from autotune.report import save_study_note
+
+    st.write_pareto(study, pareto_path, url, budget)
+    with st.study_lock(url, study.study_name):  # workers take turns writing the note
+        save_study_note(study)
+
+
 def print_progress(n: int, total: int, config, frozen, elapsed: float, eta: float) -> None:
     """One line per finished trial: n/N, the config, its figures, status, time and ETA."""
+    from autotune.report import short
+
     attrs = frozen.user_attrs
     if frozen.values:
         figures = f"{frozen.values[0]:>9,.0f} seeds/s {frozen.values[1]:>8,.0f} MiB"
@@ -392,6 +444,8 @@ def print_progress(n: int, total: int, config, frozen, elapsed: float, eta: floa
 
 
 def render_pareto(rows: list[dict]) -> str:
+    from autotune.report import short
+
     if not rows:
         return "Pareto front: no completed trial yet"
     lines = ["Pareto front (fastest first):",
@@ -465,6 +519,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
             print(yaml.safe_dump(blob, sort_keys=False), end="")
         return 0
+    from autotune.report import short
+
     print(f"study {study.study_name} in {st.masked(url)}")
     print(render_pareto(pareto))
     print(f"\nAll trials ({len(trials)}):")
@@ -500,6 +556,73 @@ def cmd_export(args: argparse.Namespace) -> int:
           f"{chosen.memory_mib:,.0f} MiB -> {out}")
     print(f"reproduce: {blob['reproduce']}")
     return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from autotune.report import write_report
+
+    out = _writable_dir(Path(args.out), "--out")
+    study, url = _load_study(args)
+    report = write_report(study, out, url=url)
+    for name, path in report.images.items():
+        print(f"{name:<11} {path}")
+    for name, why in report.not_drawn.items():
+        print(f"{name:<11} not drawn: {why}")
+    print(f"report      {report.html}")
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    import socketserver
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    import optuna_dashboard
+
+    from autotune import study as st
+
+    url, path = _dashboard_storage(args), "/dashboard"
+    storage = st.open_storage(url)
+    if args.study_name:
+        study, _ = _load_study(args)
+        path = f"/dashboard/studies/{study._study_id}"
+
+    class Server(socketserver.ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args) -> None:  # one line per request would drown the URL
+            pass
+
+    try:
+        server = make_server(args.host, args.port, optuna_dashboard.wsgi(storage),
+                             server_class=Server, handler_class=Quiet)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}; "
+                          "pass another --port") from exc
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"optuna-dashboard for {st.masked(url)}\n"
+          f"open http://{host}:{server.server_port}{path}  (Ctrl-C stops it)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("dashboard stopped")
+    finally:
+        server.server_close()
+    return 0
+
+
+def _dashboard_storage(args: argparse.Namespace) -> str:
+    """--storage; else the study's SQLite file; else the only one in --studies-dir."""
+    from autotune import study as st
+
+    if args.storage or args.study_name:
+        return args.storage or st.default_storage(Path(args.studies_dir), args.study_name)
+    files = sorted(Path(args.studies_dir).glob("*.db"))
+    if len(files) != 1:
+        raise ConfigError(f"{len(files)} study databases in '{args.studies_dir}' "
+                          f"({', '.join(f.name for f in files) or 'none'}); pass --study-name "
+                          "or --storage")
+    return f"sqlite:///{files[0].resolve()}"
 
 
 def export_blob(study, trial, config, url: str, out: Path) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from autotune.pareto import Point, best_under, front, knee
 from autotune.result import TrialResult
 from autotune.runner import TrialLimits, run_trial
 from autotune.space import SearchSpace, params_for, suggest_config
+from autotune.storage import (GRACE_S, HEARTBEAT_S, Heartbeat, file_lock, masked,
+                              measurement_lock_path, open_storage, study_lock)
 
 DIRECTIONS = ["maximize", "minimize"]
 METRIC_NAMES = ["throughput (seed nodes/s)", "peak memory (MiB)"]
@@ -52,6 +55,8 @@ class SearchOptions:
     studies_dir: Path = Path("studies")
     measure: MeasureSpec = field(default_factory=MeasureSpec)
     limits: TrialLimits = field(default_factory=TrialLimits)
+    heartbeat_s: int = HEARTBEAT_S
+    grace_s: int = GRACE_S
 
 
 def default_study_name(dataset: str, device: str) -> str:
@@ -61,39 +66,6 @@ def default_study_name(dataset: str, device: str) -> str:
 
 def default_storage(studies_dir: Path, study_name: str) -> str:
     return f"sqlite:///{(studies_dir / f'{study_name}.db').resolve()}"
-
-
-def masked(url: str) -> str:
-    """A storage URL with its password hidden."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
-
-
-def open_storage(url: str) -> optuna.storages.RDBStorage:
-    """Opens (and, for SQLite, creates) an RDB storage; a bad URL or an unreachable
-    server is a one-line ConfigError."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = make_url(url)
-    except ArgumentError as exc:
-        raise ConfigError(f"--storage {url!r} is not a database URL; use e.g. "
-                          "sqlite:///studies/x.db or postgresql://user@host/db") from exc
-    if parsed.drivername.startswith("sqlite") and parsed.database:
-        folder = Path(parsed.database).parent
-        from autotune.env import writable_dir
-
-        if not writable_dir(folder):
-            raise ConfigError(f"cannot write the study database in '{folder}'; pass a "
-                              "writable --studies-dir or another --storage")
-        folder.mkdir(parents=True, exist_ok=True)
-    try:
-        return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
-    except Exception as exc:  # the driver's own error: unreachable host, bad database
-        raise ConfigError(f"cannot open storage {masked(url)}: "
-                          f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from exc
 
 
 def make_sampler(name: str, seed: int, constrained: bool) -> optuna.samplers.BaseSampler:
@@ -120,54 +92,101 @@ def _constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
 
 
 def open_study(opts: SearchOptions, *, dataset_stats: dict, env: dict) -> optuna.Study:
-    """Creates the study or loads it to resume; refuses one made for other objectives,
-    another search space or another memory budget."""
+    """Creates the study or loads it to resume or to join it from another worker;
+    refuses one made for other objectives, another search space or another budget."""
     name = opts.study_name or default_study_name(opts.dataset.name, opts.device)
     url = opts.storage or default_storage(opts.studies_dir, name)
-    storage = open_storage(url)
-    try:
-        study = optuna.create_study(study_name=name, storage=storage, directions=DIRECTIONS,
-                                    load_if_exists=True)
-    except ValueError as exc:
-        raise ConfigError(f"study {name!r} in {masked(url)} cannot be reused: {exc}; "
-                          "pass a new --study-name") from exc
-    # A resumed search continues the random stream instead of replaying it, which
-    # would re-propose configurations already measured.
-    study.sampler = make_sampler(opts.sampler, opts.seed + len(study.trials),
-                                 opts.max_memory_bytes is not None)
-    if [d.name.lower() for d in study.directions] != DIRECTIONS:
-        raise ConfigError(f"study {name!r} has directions "
-                          f"{[d.name.lower() for d in study.directions]} (expected {DIRECTIONS}); "
-                          "pass a new --study-name")
+    storage = open_storage(url, heartbeat_s=opts.heartbeat_s, grace_s=opts.grace_s)
+    with study_lock(url, name):  # two workers starting together write the attrs once
+        try:
+            study = optuna.create_study(study_name=name, storage=storage,
+                                        directions=DIRECTIONS, load_if_exists=True)
+        except ValueError as exc:
+            raise ConfigError(f"study {name!r} in {masked(url)} cannot be reused: {exc}; "
+                              "pass a new --study-name") from exc
+        if [d.name.lower() for d in study.directions] != DIRECTIONS:
+            raise ConfigError(f"study {name!r} has directions "
+                              f"{[d.name.lower() for d in study.directions]} (expected "
+                              f"{DIRECTIONS}); pass a new --study-name")
+        _check_or_set_attrs(study, opts, dataset_stats, env)
+    return study
+
+
+def _check_or_set_attrs(study: optuna.Study, opts: SearchOptions, dataset_stats: dict,
+                        env: dict) -> None:
     attrs = study.user_attrs
     checks = {"space": opts.space.to_dict(), "max_memory_bytes": opts.max_memory_bytes,
               "dataset_ref": vars(opts.dataset), "device": opts.device}
     if "space" in attrs:
         for key, value in checks.items():
             if attrs.get(key) != value:
-                raise ConfigError(f"study {name!r} was created with another {key} "
+                raise ConfigError(f"study {study.study_name!r} was created with another {key} "
                                   f"({attrs.get(key)!r}, now {value!r}); pass a new "
                                   "--study-name or the original flags")
-    else:
-        with warnings.catch_warnings():  # stable in practice; experimental in name
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names(METRIC_NAMES)
-        for key, value in {**checks, "dataset": dataset_stats, "env": env}.items():
-            study.set_user_attr(key, value)
-    return study
+        return
+    with warnings.catch_warnings():  # stable in practice; experimental in name
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(METRIC_NAMES)
+    for key, value in {**checks, "dataset": dataset_stats, "env": env}.items():
+        study.set_user_attr(key, value)
+
+
+NOT_MEASURED = ("interrupted", "stale")  # fail reasons of trials that never finished
+
+
+def _not_measured(t: optuna.trial.FrozenTrial) -> bool:
+    reason = t.user_attrs.get("fail_reason") or ""
+    return t.state == TrialState.FAIL and reason.split(":")[0] in NOT_MEASURED
 
 
 def fail_interrupted(study: optuna.Study) -> list[int]:
-    """Marks trials this host left RUNNING, from a search process that no longer
-    exists, as failed ("interrupted")."""
-    host, failed = socket.gethostname(), []
+    """Fails the trials this host left RUNNING, from a search process that no longer
+    exists, as "interrupted" and re-queues their configs once."""
+    host, dead = socket.gethostname(), []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         worker = t.user_attrs.get("worker", {})
         if worker.get("host") == host and not _alive(worker.get("pid"), worker.get("started")):
-            study._storage.set_trial_user_attr(t._trial_id, "fail_reason", "interrupted")
-            study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            failed.append(t.number)
+            dead.append(t)
+    return _fail_and_requeue(study, dead, lambda w: f"interrupted: search pid {w.get('pid')} "
+                             "is gone")
+
+
+def fail_stale(study: optuna.Study) -> list[int]:
+    """Fails the trials whose worker, on any host, stopped its heartbeat for longer
+    than the grace period (Optuna's heartbeat records), and re-queues them once. This
+    is ``optuna.storages.fail_stale_trials``, but writing the reason before the state:
+    a finished trial takes no more attributes."""
+    storage = study._storage
+    if storage.get_heartbeat_interval() is None:
+        return []
+    stale = [storage.get_trial(i) for i in storage._get_stale_trial_ids(study._study_id)]
+    return _fail_and_requeue(study, stale, lambda w: f"stale: no heartbeat from "
+                             f"{w.get('host')} pid {w.get('pid')} within the grace period")
+
+
+def _fail_and_requeue(study: optuna.Study, trials: list[optuna.trial.FrozenTrial],
+                      reason: Callable[[dict], str]) -> list[int]:
+    storage, failed = study._storage, []
+    for t in trials:
+        try:
+            storage.set_trial_user_attr(t._trial_id, "fail_reason",
+                                        reason(t.user_attrs.get("worker", {})))
+            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # it finished after all
+        _requeue_once(study, t)
+        failed.append(t.number)
     return failed
+
+
+def _requeue_once(study: optuna.Study, t: optuna.trial.FrozenTrial) -> None:
+    """Queues the config of a trial that never finished, unless it was itself a retry."""
+    if "retry_of" in t.user_attrs:
+        return
+    attrs: dict[str, Any] = {"retry_of": t.number}
+    if t.user_attrs.get("baseline"):
+        attrs["baseline"] = True
+    study.enqueue_trial(t.params, user_attrs=attrs, skip_if_exists=False)
 
 
 def _alive(pid: int | None, started: float | None) -> bool:
@@ -191,10 +210,11 @@ def points(study: optuna.Study) -> list[Point]:
 
 
 def counted(study: optuna.Study) -> int:
-    """Trials that count against --n-trials: finished ones, bar interrupted ones."""
+    """Trials that count against --n-trials: finished ones, bar those that never
+    finished because their worker died or was interrupted."""
     return sum(1 for t in study.get_trials(deepcopy=False)
                if t.state == TrialState.COMPLETE or
-               (t.state == TrialState.FAIL and t.user_attrs.get("fail_reason") != "interrupted"))
+               (t.state == TrialState.FAIL and not _not_measured(t)))
 
 
 @dataclass
@@ -205,6 +225,7 @@ class SearchOutcome:
     reused: int = 0
     failed: int = 0
     interrupted: list[int] = field(default_factory=list)
+    stale: list[int] = field(default_factory=list)
 
 
 def objectives(result: TrialResult, device: str) -> tuple[float, float]:
@@ -232,8 +253,8 @@ def _attrs(result: TrialResult) -> dict[str, Any]:
 
 def _previous(study: optuna.Study, key: str) -> optuna.trial.FrozenTrial | None:
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
-        if t.user_attrs.get("config_key") == key and t.user_attrs.get("fail_reason") != \
-                "interrupted" and "reused_from" not in t.user_attrs:
+        if t.user_attrs.get("config_key") == key and not _not_measured(t) and \
+                "reused_from" not in t.user_attrs:
             return t
     return None
 
@@ -241,22 +262,28 @@ def _previous(study: optuna.Study, key: str) -> optuna.trial.FrozenTrial | None:
 Progress = Callable[[int, int, TrialConfig, optuna.trial.FrozenTrial, float, float], None]
 
 
+POLL_S = 2.0  # how often a worker whose budget is taken by running trials looks again
+
+
 def run_search(opts: SearchOptions, study: optuna.Study, url: str, baseline: TrialConfig, *,
                progress: Progress, on_trial_done: Callable[[optuna.Study], None]) -> SearchOutcome:
-    """Asks, measures and tells until the study holds ``n_trials`` counted trials
-    or ``timeout_s`` has passed."""
-    outcome = SearchOutcome(study, url, interrupted=fail_interrupted(study))
-    if _needs_baseline(study):
-        study.enqueue_trial(params_for(baseline, opts.space), user_attrs={"baseline": True})
+    """Reserves, measures and tells until the study holds ``n_trials`` counted trials
+    or ``timeout_s`` has passed. Any number of workers may run this on one study:
+    the budget is the study's, shared between them."""
+    outcome = SearchOutcome(study, url)
     start = time.monotonic()
     done_at_start = counted(study)
     worker = _this_worker()
     budget_mib = opts.max_memory_bytes / MIB if opts.max_memory_bytes else None
-    while counted(study) < opts.n_trials:
-        if opts.timeout_s is not None and time.monotonic() - start > opts.timeout_s:
+    while opts.timeout_s is None or time.monotonic() - start <= opts.timeout_s:
+        asked_at = time.monotonic()
+        trial = _reserve(opts, study, url, baseline, worker, outcome)
+        if trial is None:
             break
-        trial = study.ask()
-        trial.set_user_attr("worker", worker)
+        if trial is _WAIT:
+            time.sleep(POLL_S)
+            continue
+        trial.set_user_attr("reserve_s", time.monotonic() - asked_at)  # lock + ask
         config = suggest_config(trial, opts.space, device=opts.device, seed=opts.seed)
         if trial.user_attrs.get("baseline"):
             config = baseline
@@ -268,22 +295,54 @@ def run_search(opts: SearchOptions, study: optuna.Study, url: str, baseline: Tri
             trial.set_user_attr("fail_reason", "interrupted")
             study.tell(trial, state=TrialState.FAIL)
             raise
+        if frozen is None:
+            continue
         on_trial_done(study)
-        elapsed = time.monotonic() - start
-        n_done = counted(study) - done_at_start
-        remaining = opts.n_trials - counted(study)
-        eta = elapsed / n_done * remaining if n_done else 0.0
-        progress(counted(study), opts.n_trials, config, frozen, elapsed, eta)
+        elapsed, n_total = time.monotonic() - start, counted(study)
+        n_done = n_total - done_at_start
+        eta = elapsed / n_done * max(opts.n_trials - n_total, 0) if n_done > 0 else 0.0
+        progress(n_total, opts.n_trials, config, frozen, elapsed, eta)
     return outcome
+
+
+_WAIT = object()  # the budget is taken, but by running trials that may yet fail
+
+
+def _reserve(opts: SearchOptions, study: optuna.Study, url: str, baseline: TrialConfig,
+             worker: dict[str, Any], outcome: SearchOutcome) -> optuna.Trial | object | None:
+    """Under the study lock: fails dead workers' trials, queues the baseline, and asks
+    a trial if the budget has room. Returns the trial, ``_WAIT`` or None (done)."""
+    with study_lock(url, study.study_name):
+        outcome.interrupted += fail_interrupted(study)
+        outcome.stale += fail_stale(study)
+        if _needs_baseline(study):
+            study.enqueue_trial(params_for(baseline, opts.space), user_attrs={"baseline": True})
+        trials = study.get_trials(deepcopy=False)
+        done = counted(study)
+        running = sum(1 for t in trials if t.state == TrialState.RUNNING)
+        if done >= opts.n_trials:
+            return None
+        if done + running >= opts.n_trials:
+            return _WAIT
+        # Seeded by the study's size, so one worker replays exactly and two workers
+        # never draw the same start-up configs.
+        study.sampler = make_sampler(opts.sampler, opts.seed + len(trials),
+                                     opts.max_memory_bytes is not None)
+        with warnings.catch_warnings():  # we beat ourselves, see Heartbeat
+            warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
+            trial = study.ask()
+        trial.set_user_attr("worker", worker)
+        if study._storage.get_heartbeat_interval() is not None:
+            # a first beat at once: a trial with none is never found stale
+            study._storage.record_heartbeat(trial._trial_id)
+        return trial
 
 
 def _needs_baseline(study: optuna.Study) -> bool:
     """True until a baseline trial is queued, running, or finished other than by an
-    interruption."""
+    interruption or a dead worker."""
     for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get("baseline") and (
-                t.state in (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE)
-                or t.user_attrs.get("fail_reason") != "interrupted"):
+        if t.user_attrs.get("baseline") and not _not_measured(t):
             return False
     return True
 
@@ -299,7 +358,10 @@ def _this_worker() -> dict[str, Any]:
 
 def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
                       config: TrialConfig, budget_mib: float | None,
-                      outcome: SearchOutcome) -> optuna.trial.FrozenTrial:
+                      outcome: SearchOutcome) -> optuna.trial.FrozenTrial | None:
+    """Reuses an earlier measurement of the same config, or measures it under the
+    host's measurement lock with a heartbeat; None when another worker failed the
+    trial as stale meanwhile."""
     previous = _previous(study, config.key())
     if previous is not None:
         keep = {k: v for k, v in previous.user_attrs.items()
@@ -313,17 +375,32 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
         outcome.failed += 1
         return study.tell(trial, state=TrialState.FAIL)
     trial_dir = opts.studies_dir / study.study_name / "trials" / str(trial.number)
-    result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir, measure=opts.measure,
-                       limits=opts.limits, inductor_cache=opts.studies_dir / ".cache" / "inductor")
+    with Heartbeat(study._storage, trial._trial_id), \
+            file_lock(measurement_lock_path(opts.device)) as waited:
+        measured_from = time.time()
+        result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir,
+                           measure=opts.measure, limits=opts.limits,
+                           inductor_cache=opts.studies_dir / ".cache" / "inductor")
+        measured_to = time.time()
     outcome.measured += 1
-    for key, value in {**_attrs(result), "trial_dir": str(trial_dir)}.items():
-        trial.set_user_attr(key, value)
-    if not result.ok:
-        outcome.failed += 1
-        return study.tell(trial, state=TrialState.FAIL)
-    values = objectives(result, opts.device)
-    _set_constraint(study, trial, values[1], budget_mib)
-    return study.tell(trial, list(values))
+    attrs = {**_attrs(result), "trial_dir": str(trial_dir),
+             "measured_at": [measured_from, measured_to], "lock_wait_s": waited}
+    try:
+        written_at = time.monotonic()
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        trial.set_user_attr("attrs_write_s", time.monotonic() - written_at)
+        if not result.ok:
+            outcome.failed += 1
+            return study.tell(trial, state=TrialState.FAIL)
+        values = objectives(result, opts.device)
+        _set_constraint(study, trial, values[1], budget_mib)
+        return study.tell(trial, list(values))
+    except optuna.exceptions.UpdateFinishedTrialError:
+        print(f"autotune: trial {trial.number} was failed as stale by another worker while "
+              "it was measured here (heartbeats lost?); its result is dropped and its config "
+              "was re-queued", file=sys.stderr, flush=True)
+        return None
 
 
 def _set_constraint(study: optuna.Study, trial: optuna.Trial, memory_mib: float,

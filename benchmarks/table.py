@@ -68,6 +68,14 @@ def rows() -> list[tuple[str, str, str, str]]:
                     f"default ({e['default_sampler']}) >= {e['target_best_ratio']}: "
                     f"{_verdict(e['meets']['default_reaches_target'])}; beats random: "
                     f"{_verdict(e['meets']['default_beats_random'])}"))
+    d = _load("distributed")
+    if d:
+        fmt = "; ".join(f"{r['workers']} worker{'s' if r['workers'] > 1 else ''}: "
+                        f"{r['trials_per_min']:.1f}/min, {r['median_storage_overhead_ms']:.0f} ms"
+                        for r in d["runs"])
+        out.append(("distributed.py", f"PostgreSQL, {d['budget_trials']} cheap trials, "
+                    "measurement lock on: trials per minute, storage overhead per trial", fmt,
+                    "reported (no target)"))
     return out
 
 

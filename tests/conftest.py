@@ -72,3 +72,48 @@ def pytest_terminal_summary(terminalreporter):
     if faults[1] or bad[1]:
         terminalreporter.write_line(f"faults survived: {faults[0]}/{faults[1]}, "
                                     f"bad inputs: {bad[0]}/{bad[1]}")
+
+
+PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture(scope="session")
+def pg_url():
+    """The PostgreSQL the distributed tests use: AUTOTUNE_TEST_POSTGRES_URL, else the
+    local server's ``test`` database. Skips without it, but fails under CI=true."""
+    import os
+
+    from sqlalchemy import create_engine, text
+
+    from autotune.storage import normalise_url
+
+    url = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL", PG_DEFAULT)
+    try:
+        engine = create_engine(normalise_url(url), connect_args={"connect_timeout": 5})
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        engine.dispose()
+    except Exception as exc:
+        message = f"PostgreSQL at {url} unreachable ({type(exc).__name__}: {exc})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message}; CI=true requires it")
+        pytest.skip(f"{message}; set AUTOTUNE_TEST_POSTGRES_URL")
+    return url
+
+
+@pytest.fixture
+def pg_study(pg_url):
+    """A fresh study name in PostgreSQL, deleted afterwards."""
+    import uuid
+
+    import optuna
+
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    yield name
+    from autotune.storage import open_storage
+
+    try:
+        optuna.delete_study(study_name=name, storage=open_storage(pg_url))
+    except KeyError:
+        pass
+

@@ -143,8 +143,11 @@ def test_kill_9_of_the_search_loses_nothing(tmp_path):
     assert "marked interrupted trials [1] as failed" in resumed.stdout
     study = _study(tmp_path, "s")
     assert _snapshot(study)[:1] == before, "a completed trial changed"
-    assert (study.trials[1].state.name, study.trials[1].user_attrs["fail_reason"]) == \
-        ("FAIL", "interrupted")
+    killed = study.trials[1]
+    assert killed.state.name == "FAIL"
+    assert killed.user_attrs["fail_reason"].startswith("interrupted: search pid")
+    retry = study.trials[2]  # the killed trial's config, re-queued once
+    assert retry.user_attrs["retry_of"] == 1 and retry.params == killed.params
     assert sum(t.state.name == "COMPLETE" for t in study.trials) == 3, "budget not completed"
 
 

@@ -1,0 +1,229 @@
+"""What a person looks at: ``autotune report`` (matplotlib PNGs and one HTML page)
+and the study note optuna-dashboard shows (``optuna_dashboard.save_note``)."""
+from __future__ import annotations
+
+import html
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.pareto import Point, knee
+from autotune.study import METRIC_NAMES, MIB, points, summary_rows
+from autotune.storage import masked
+
+FIGSIZE = (7.0, 4.5)
+DPI = 110
+MAX_BOXES = 12  # step-time boxes drawn, fastest Pareto trials first
+
+
+def budget_mib(study: optuna.Study) -> float | None:
+    budget = study.user_attrs.get("max_memory_bytes")
+    return budget / MIB if budget else None
+
+
+def short(config: dict) -> str:
+    """A config in one short line: batch, fanout, workers/affinity, compile, shapes,
+    dtype, checkpointing, sampler."""
+    affinity = "split" if config.get("loader_cores") else "-"
+    shapes = "pad" if config.get("shapes") == "padded" else "dyn"
+    return (f"b{config['batch_size']} f{list(config['num_neighbors'])} "
+            f"w{config['num_workers']}/{affinity} {config['compile_mode']}/{shapes} "
+            f"{config['amp_dtype'].replace('float', 'f')} "
+            f"ck{'+' if config['checkpointing'] else '-'} {config['sampler']}")
+
+
+def study_note(study: optuna.Study) -> str:
+    """Markdown for the dashboard: the baseline and the Pareto front."""
+    budget = budget_mib(study)
+    rows = summary_rows(study, budget)
+    base_no = study.user_attrs.get("baseline_trial")
+    base = next((p for p in points(study) if p.number == base_no), None)
+    ref, stats = study.user_attrs.get("dataset_ref", {}), study.user_attrs.get("dataset", {})
+    lines = [f"## autotune: {study.study_name}", "",
+             f"Dataset **{ref.get('name')}** ({stats.get('num_nodes', 0):,} nodes, "
+             f"{stats.get('num_edges', 0):,} edges), device {study.user_attrs.get('device')}"
+             + (f", memory budget {budget:,.0f} MiB" if budget else "") + ".", ""]
+    if base is not None:
+        lines += [f"Baseline: trial {base.number}, {base.throughput:,.0f} seed nodes/s, "
+                  f"{base.memory_mib:,.0f} MiB peak ({short(base.config)}).", ""]
+    lines += ["### Pareto front (fastest first)", "",
+              "| trial | seed nodes/s | peak MiB | speed-up | memory | config | |",
+              "|---:|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        speed = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "-"
+        mem = f"{r['memory_ratio']:.2f}x" if r["memory_ratio"] is not None else "-"
+        lines.append(f"| {r['trial']} | {r['throughput']:,.0f} | {r['memory_mib']:,.0f} | "
+                     f"{speed} | {mem} | `{short(r['config'])}` | {', '.join(r['marks'])} |")
+    n_done = sum(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
+    lines += ["", f"Updated {time.strftime('%Y-%m-%d %H:%M:%S')} after {n_done} completed "
+              "trials. autotune rewrites this note after every trial."]
+    return "\n".join(lines)
+
+
+def save_study_note(study: optuna.Study) -> None:
+    from optuna_dashboard import save_note
+
+    save_note(study, study_note(study))
+
+
+@dataclass
+class Report:
+    html: Path
+    images: dict[str, Path] = field(default_factory=dict)
+    not_drawn: dict[str, str] = field(default_factory=dict)  # picture -> why
+
+
+def write_report(study: optuna.Study, out: Path, *, url: str) -> Report:
+    """Writes ``report.html`` and its PNGs into ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    out.mkdir(parents=True, exist_ok=True)
+    report = Report(html=out / "report.html")
+    pts = points(study)
+    if not pts:
+        report.not_drawn["all"] = "the study has no completed trial yet"
+    else:
+        report.images["pareto"] = _pareto_png(study, pts, out / "pareto.png")
+        try:
+            report.images["importance"] = _importance_png(study, out / "importance.png")
+        except (ValueError, RuntimeError) as exc:  # too few trials, nothing varied
+            report.not_drawn["importance"] = f"{type(exc).__name__}: {exc}"
+        report.images["step_times"] = _step_times_png(study, out / "step_times.png")
+    report.html.write_text(_html(study, report, url))
+    return report
+
+
+def _pareto_png(study: optuna.Study, pts: list[Point], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    budget = budget_mib(study)
+    rows = summary_rows(study, budget)
+    front_no = {r["trial"] for r in rows}
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    others = [p for p in pts if p.number not in front_no]
+    ax.scatter([p.memory_mib for p in others], [p.throughput for p in others], c="0.7",
+               s=18, label="other trials")
+    line = sorted((p for p in pts if p.number in front_no), key=lambda p: p.memory_mib)
+    ax.plot([p.memory_mib for p in line], [p.throughput for p in line], "o-", c="tab:blue",
+            ms=5, label="Pareto front")
+    base = next((p for p in pts if p.number == study.user_attrs.get("baseline_trial")), None)
+    if base is not None:
+        ax.scatter([base.memory_mib], [base.throughput], marker="*", s=220, c="tab:red",
+                   zorder=3, label=f"baseline (trial {base.number})")
+    k = knee(pts)
+    if k is not None:
+        ax.scatter([k.memory_mib], [k.throughput], marker="D", s=80, facecolors="none",
+                   edgecolors="tab:green", linewidths=2, zorder=4, label=f"knee (trial {k.number})")
+    if budget:
+        ax.axvline(budget, ls="--", c="tab:orange", label=f"budget {budget:,.0f} MiB")
+    ax.set_xlabel(METRIC_NAMES[1])
+    ax.set_ylabel(METRIC_NAMES[0])
+    ax.set_title(f"{study.study_name}: throughput against peak memory")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    return _save(fig, path)
+
+
+def _importance_png(study: optuna.Study, path: Path) -> Path:
+    """PED-ANOVA importances (Optuna's default evaluator, needing no scikit-learn) of
+    each knob for reaching the good end of each objective: high throughput, low memory."""
+    import warnings
+
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    evaluator = optuna.importance.PedAnovaImportanceEvaluator()
+    with warnings.catch_warnings():  # it warns that it looks at low values: we negate
+        warnings.filterwarnings("ignore", message="PedAnovaImportanceEvaluator computes")
+        per_metric = [optuna.importance.get_param_importances(
+            study, evaluator=evaluator, target=lambda t, i=i, s=sign: s * t.values[i])
+            for i, sign in enumerate((-1.0, 1.0))]
+    names = sorted({n for imp in per_metric for n in imp},
+                   key=lambda n: -sum(imp.get(n, 0.0) for imp in per_metric))
+    if not names:
+        raise ValueError("no knob varied across the completed trials")
+    fig, ax = plt.subplots(figsize=(FIGSIZE[0], 1.2 + 0.45 * len(names)))
+    y = np.arange(len(names))
+    for i, (name, imp) in enumerate(zip(METRIC_NAMES, per_metric)):
+        ax.barh(y + (i - 0.5) * 0.38, [imp.get(n, 0.0) for n in names], height=0.38, label=name)
+    ax.set_yticks(y, names)
+    ax.invert_yaxis()
+    ax.set_xlabel("importance for reaching the best 10% (PED-ANOVA, normalised)")
+    ax.set_title("Effect of each knob")
+    ax.legend(fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+def _step_times_png(study: optuna.Study, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    rows = summary_rows(study, budget_mib(study))[:MAX_BOXES]
+    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+    data, labels = [], []
+    for r in rows:
+        steps = by_number[r["trial"]].user_attrs.get("step_times_s") or []
+        if steps:
+            data.append([1000 * s for s in steps])
+            labels.append(f"#{r['trial']}")
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    if data:
+        ax.boxplot(data, showfliers=True)
+        ax.set_xticks(range(1, len(labels) + 1), labels)
+    ax.set_xlabel("Pareto trial (fastest first)")
+    ax.set_ylabel("step time (ms)")
+    ax.set_title("Step-time distributions of the Pareto trials (timed window)")
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def _html(study: optuna.Study, report: Report, url: str) -> str:
+    e = html.escape
+    rows = summary_rows(study, budget_mib(study))
+    table = "".join(
+        f"<tr><td>{r['trial']}</td><td>{r['throughput']:,.0f}</td><td>{r['memory_mib']:,.0f}</td>"
+        f"<td>{_ratio(r['speedup'])}</td><td>{_ratio(r['memory_ratio'])}</td>"
+        f"<td><code>{e(short(r['config']))}</code></td><td>{e(', '.join(r['marks']))}</td></tr>"
+        for r in rows)
+    captions = {"pareto": "Pareto front: throughput against peak memory",
+                "importance": "Effect of each knob", "step_times": "Step-time distributions"}
+    figures = "".join(f'<figure><a href="{p.name}"><img src="{p.name}" alt="{captions[k]}"></a>'
+                      f"<figcaption>{captions[k]}</figcaption></figure>"
+                      for k, p in report.images.items())
+    missing = "".join(f"<p class=warn>{e(k)} not drawn: {e(why)}</p>"
+                      for k, why in report.not_drawn.items())
+    env = study.user_attrs.get("env", {})
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>autotune report: {e(study.study_name)}</title>
+<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}
+table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.2em .5em;text-align:right}}
+img{{max-width:100%}}.warn{{color:#a40}}</style></head><body>
+<h1>autotune report: {e(study.study_name)}</h1>
+<p>Storage {e(masked(url))}; {len(study.trials)} trials; written
+{e(time.strftime('%Y-%m-%d %H:%M:%S'))}. Environment: {e(str(env.get('cpu', '')))},
+torch {e(str(env.get('torch', '')))}.</p>
+<h2>Pareto front (fastest first)</h2>
+<table><tr><th>trial</th><th>{e(METRIC_NAMES[0])}</th><th>{e(METRIC_NAMES[1])}</th>
+<th>speed-up</th><th>memory</th><th>config</th><th>marks</th></tr>{table}</table>
+{missing}{figures}
+</body></html>
+"""
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.2f}x"

@@ -1,0 +1,191 @@
+"""Many workers, one study, on a real PostgreSQL (see the pg_url fixture)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import psutil
+import pytest
+
+from _helpers import cli
+
+FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
+        "--space", "quick"]
+
+
+def _worker(tmp_path, url, name, n_trials, *extra, steps="3", lock_dir=None):
+    env = {**os.environ, "AUTOTUNE_LOCK_DIR": str(lock_dir or tmp_path / "locks")}
+    args = [sys.executable, "-m", "autotune", "search", *FAST, "--root", str(tmp_path / "data"),
+            "--studies-dir", str(tmp_path / "studies"), "--storage", url, "--study-name", name,
+            "--n-trials", str(n_trials), "--steps", steps, *extra]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+def _study(url, name):
+    from autotune.storage import open_storage
+
+    return optuna.load_study(study_name=name, storage=open_storage(url))
+
+
+def _prepare_data(tmp_path):
+    """Builds the dataset once, so that two workers starting together don't both."""
+    from autotune.datasets import DatasetRef
+
+    DatasetRef("synthetic", root=str(tmp_path / "data"), scale=0.004).prepare()
+
+
+@pytest.mark.slow
+def test_two_workers_share_the_budget_and_never_measure_at_once(tmp_path, pg_url, pg_study):
+    _prepare_data(tmp_path)
+    workers = [_worker(tmp_path, pg_url, pg_study, 8) for _ in range(2)]
+    outs = [w.communicate(timeout=600) for w in workers]
+    for w, (out, err) in zip(workers, outs):
+        assert w.returncode == 0, err
+    study = _study(pg_url, pg_study)
+    trials = study.trials
+    assert len(trials) == 8, "the study holds more or fewer trials than --n-trials"
+    assert all(t.state.name == "COMPLETE" for t in trials)
+    assert sorted(t.number for t in trials) == list(range(8))
+    pids = {t.user_attrs["worker"]["pid"] for t in trials}
+    assert pids == {w.pid for w in workers}, "one worker did all the trials"
+    assert sum(bool(t.user_attrs.get("baseline")) for t in trials) == 1
+    windows = sorted(tuple(t.user_attrs["measured_at"]) for t in trials
+                     if "reused_from" not in t.user_attrs)
+    assert len(windows) >= 2
+    for (_, end), (start, _) in zip(windows, windows[1:]):
+        assert end <= start, f"two trials measured at once on this host: {windows}"
+    assert max(t.user_attrs["lock_wait_s"] for t in trials
+               if "lock_wait_s" in t.user_attrs) > 0.5, "the workers never waited for the lock"
+
+
+def _running_trial(url, name, pid, deadline_s=180):
+    """Waits until worker ``pid`` is measuring a trial (its trial process is alive)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            study = _study(url, name)
+        except KeyError:
+            time.sleep(0.5)
+            continue
+        for t in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
+            if t.user_attrs.get("worker", {}).get("pid") == pid and psutil.Process(pid).children():
+                return t
+        time.sleep(0.5)
+    raise AssertionError("the worker never started measuring a trial")
+
+
+@pytest.mark.slow
+@pytest.mark.fault
+def test_sigkilled_worker_trial_fails_and_the_other_completes(tmp_path, pg_url, pg_study):
+    _prepare_data(tmp_path)
+    grace = 20
+    flags = ["--heartbeat", "2", "--grace-period", str(grace)]
+    doomed = _worker(tmp_path, pg_url, pg_study, 5, *flags, steps="400")  # long trials
+    victim = _running_trial(pg_url, pg_study, doomed.pid)
+    survivor = _worker(tmp_path, pg_url, pg_study, 5, *flags)
+    time.sleep(3)
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait()
+    killed_at = time.monotonic()
+    deadline, state = killed_at + grace + 30, None
+    while time.monotonic() < deadline:
+        state = _study(pg_url, pg_study).trials[victim.number].state.name
+        if state == "FAIL":
+            break
+        time.sleep(0.5)
+    failed_after = time.monotonic() - killed_at
+    assert state == "FAIL" and failed_after <= grace, \
+        f"the killed worker's trial is {state} {failed_after:.0f} s after the kill"
+    out, err = survivor.communicate(timeout=600)
+    assert survivor.returncode == 0, err
+    study = _study(pg_url, pg_study)
+    dead = study.trials[victim.number]
+    assert dead.user_attrs["fail_reason"].split(":")[0] in ("interrupted", "stale")
+    retries = [t for t in study.trials if t.user_attrs.get("retry_of") == victim.number]
+    assert len(retries) == 1 and retries[0].params == dead.params, "config not re-queued once"
+    assert sum(t.state.name == "COMPLETE" for t in study.trials) == 5, "budget not completed"
+
+
+def test_stale_heartbeat_from_another_host_fails_and_requeues_once(pg_url, pg_study):
+    """A worker on another host (so no pid to check) that stopped beating."""
+    from autotune.storage import Heartbeat, open_storage
+    from autotune.study import DIRECTIONS, fail_stale
+
+    storage = open_storage(pg_url, heartbeat_s=1, grace_s=2)
+    study = optuna.create_study(study_name=pg_study, storage=storage, directions=DIRECTIONS)
+    gone, alive = study.ask(), study.ask()
+    for t in (gone, alive):
+        t.suggest_int("batch_size", 256, 1024)
+        t.set_user_attr("worker", {"host": "elsewhere", "pid": 1, "started": 0.0})
+    storage.record_heartbeat(gone._trial_id)
+    with Heartbeat(study._storage, alive._trial_id):
+        time.sleep(3.5)
+        assert fail_stale(study) == [gone.number]
+        assert fail_stale(study) == []
+    frozen = study.trials[gone.number]
+    assert frozen.state.name == "FAIL" and frozen.user_attrs["fail_reason"].startswith("stale")
+    assert study.trials[alive.number].state.name == "RUNNING"
+    study.tell(alive, [1.0, 1.0])  # its worker finishes it
+    queued = [t for t in study.trials if t.state.name == "WAITING"]
+    assert [t.user_attrs["retry_of"] for t in queued] == [gone.number]
+    retry = study.ask()
+    assert retry.suggest_int("batch_size", 256, 1024) == frozen.params["batch_size"]
+    # the retry dies too: it is not re-queued a second time
+    retry.set_user_attr("worker", {"host": "elsewhere", "pid": 1, "started": 0.0})
+    storage.record_heartbeat(retry._trial_id)
+    time.sleep(3.5)
+    assert fail_stale(study) == [retry.number]
+    assert not [t for t in study.trials if t.state.name == "WAITING"]
+
+
+@pytest.mark.slow
+def test_dropped_connections_are_retried(tmp_path, pg_url, pg_study):
+    """Every autotune connection to the server is killed while a search runs."""
+    from sqlalchemy import create_engine, text
+
+    from autotune.storage import normalise_url
+
+    _prepare_data(tmp_path)
+    proc = _worker(tmp_path, pg_url, pg_study, 3, steps="60")
+    _running_trial(pg_url, pg_study, proc.pid)
+    admin = create_engine(normalise_url(pg_url))
+    with admin.connect() as conn:
+        killed = conn.execute(text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = 'autotune' AND pid <> pg_backend_pid()")).scalar()
+    admin.dispose()
+    assert killed >= 1
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert sum(t.state.name == "COMPLETE" for t in _study(pg_url, pg_study).trials) == 3
+
+
+@pytest.mark.slow
+def test_password_appears_in_no_output_log_or_export(tmp_path, pg_url, pg_study):
+    from sqlalchemy.engine import make_url
+
+    secret = "s3cret-Pw-91"
+    url = make_url(pg_url).set(password=secret).render_as_string(hide_password=False)
+    common = ["--storage", url, "--study-name", pg_study, "--studies-dir",
+              str(tmp_path / "studies")]
+    runs = [cli("search", *FAST, "--root", str(tmp_path / "data"), "--n-trials", "1", *common),
+            cli("show", *common),
+            cli("export", *common, "--out", str(tmp_path / "best.yaml")),
+            cli("report", *common, "--out", str(tmp_path / "report"))]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+        assert secret not in run.stdout + run.stderr
+    assert "***" in runs[0].stdout  # the URL is shown, masked
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), f"password in {path}"
+    study = _study(pg_url, pg_study)
+    stored = json.dumps([study.user_attrs, study._storage.get_study_system_attrs(study._study_id)] +
+                        [[t.user_attrs, t.system_attrs] for t in study.trials], default=str)
+    assert secret not in stored
