@@ -19,6 +19,7 @@ DEFAULT_STUDIES = "studies"
 SEARCH_EXAMPLE = """examples:
   autotune search --dataset synthetic --scale 0.02 --space quick --n-trials 8
   autotune search --dataset Reddit --root data --max-memory 8GiB --n-trials 40
+  autotune search --dataset Reddit --space reddit --model gat --layers 3 --n-trials 40
 
 Running the same command again resumes the study: finished trials are kept, an
 interrupted one is marked failed, and --n-trials counts the study's total."""
@@ -50,9 +51,18 @@ Writes report/report.html with pareto.png (throughput against peak memory, the
 baseline and the knee marked), importance.png (fANOVA importance of each knob for
 each objective) and step_times.png (step-time distributions of the Pareto trials)."""
 
+TRAIN_EXAMPLE = """examples:
+  autotune export --study-name synthetic-cpu-myhost --pick knee --out best.yaml
+  autotune train --config best.yaml --dataset synthetic --scale 0.02 --epochs 5
+
+Trains with every knob of the config (the code the trial measured), prints the
+loss, training throughput and validation/test accuracy of each epoch, and at the
+end the achieved throughput next to the one the exported trial measured."""
+
 TRIAL_EXAMPLE = """example:
   autotune trial --dataset synthetic --scale 0.05 --config cfg.yaml --format json
   autotune trial --dataset Cora --root ../shared/data/planetoid --steps 30
+  autotune trial --config cfg.yaml --model gcn --layers 3 --recompile-limit 4
 
 Without --config, the trial measures PyG's examples/reddit.py setup: fanout [25, 10],
 batch 1024, 2-layer SAGE with 256 hidden units, no compile, float32."""
@@ -97,6 +107,22 @@ def _add_dataset_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic graph")
 
 
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    """Pipeline facts: fixed for a study (part of its identity), never searched."""
+    p.add_argument("--model", choices=["sage", "gcn", "gat"], default=None,
+                   help="the GNN (default: sage, as PyG's examples/reddit.py)")
+    p.add_argument("--hidden", type=_positive_int, default=None,
+                   help="hidden channels (default: the config's or space's, else 256)")
+    p.add_argument("--layers", type=_positive_int, default=None,
+                   help="conv layers (default: 2); fanouts are fitted to it by cutting or "
+                        "repeating their last entry")
+
+
+def _model_facts(args: argparse.Namespace) -> dict:
+    named = {"model": args.model, "hidden_channels": args.hidden, "num_layers": args.layers}
+    return {k: v for k, v in named.items() if v is not None}
+
+
 def _add_measure_flags(p: argparse.ArgumentParser, timeout_flag: str = "--timeout") -> None:
     """How each trial is measured and bounded; ``search`` names the trial timeout
     ``--trial-timeout``, since its ``--timeout`` bounds the whole study."""
@@ -111,6 +137,9 @@ def _add_measure_flags(p: argparse.ArgumentParser, timeout_flag: str = "--timeou
                    help="kill a trial after this many seconds (default: 900)")
     p.add_argument("--memory-limit", default=None,
                    help="kill a trial whose process tree's RSS passes this, e.g. 8GiB")
+    p.add_argument("--recompile-limit", type=_positive_int, default=None,
+                   help="torch._dynamo's recompile limit per frame (default: torch's, 8); a "
+                        "trial that hits it ran partly eager and is flagged so")
 
 
 def _measure_and_limits(args: argparse.Namespace):
@@ -122,7 +151,7 @@ def _measure_and_limits(args: argparse.Namespace):
     limits = TrialLimits(timeout_s=args.trial_timeout, memory_limit_bytes=None if limit is None
                          else parse_bytes(limit, option="--memory-limit"))
     measure = MeasureSpec(warmup_steps=args.warmup, window_steps=args.steps,
-                          max_window_s=args.max_seconds)
+                          max_window_s=args.max_seconds, recompile_limit=args.recompile_limit)
     return measure, limits
 
 
@@ -144,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a YAML/JSON TrialConfig, or a file written by 'autotune export'")
     trial.add_argument("--device", choices=["cpu", "cuda"], default=None,
                        help="overrides the config's device")
+    _add_model_flags(trial)
     _add_measure_flags(trial)
     trial.add_argument("--studies-dir", default=DEFAULT_STUDIES,
                        help="the trial's logs go to STUDIES_DIR/trials/ (default: studies)")
@@ -175,6 +205,23 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     dash.add_argument("--port", type=_port, default=8080, help="default: 8080")
     dash.set_defaults(func=cmd_dashboard)
+
+    train = sub.add_parser("train", help="train with a config; accuracy every epoch",
+                           description="Train with an exported config for whole epochs, "
+                           "evaluating validation and test accuracy after each.",
+                           epilog=TRAIN_EXAMPLE,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_dataset_flags(train)
+    train.add_argument("--config", required=True,
+                       help="a file written by 'autotune export' (or a YAML/JSON TrialConfig)")
+    train.add_argument("--epochs", type=_positive_int, required=True, help="whole epochs")
+    train.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                       help="overrides the config's device")
+    train.add_argument("--studies-dir", default=DEFAULT_STUDIES,
+                       help="inductor's kernel cache lives in STUDIES_DIR/.cache (default: "
+                            "studies)")
+    train.add_argument("--format", choices=["table", "json"], default="table")
+    train.set_defaults(func=cmd_train)
 
     report = sub.add_parser("report", help="write report.html and PNG plots of a study",
                             epilog=REPORT_EXAMPLE,
@@ -216,6 +263,18 @@ def _add_search_parser(sub) -> None:
                         help="memory budget, e.g. 8GiB: an Optuna constraint on peak memory")
     search.add_argument("--device", choices=["cpu", "cuda"], default=None,
                         help="default: cuda when torch sees a GPU, else cpu")
+    _add_model_flags(search)
+    search.add_argument("--accuracy-guard", type=_positive_float, default=None, metavar="RATIO",
+                        help="e.g. 0.99: a config that would join the Pareto front first "
+                             "trains for the baseline's time of --guard-epochs epochs; below "
+                             "RATIO x the baseline's validation accuracy it is infeasible")
+    search.add_argument("--guard-epochs", type=_positive_int, default=3,
+                        help="the baseline's epochs that set the guard's training budget "
+                             "(default: 3)")
+    search.add_argument("--objectives", default="throughput,memory",
+                        help="throughput,memory (default) or throughput,memory,accuracy: "
+                             "accuracy as a third objective, every trial trained for the "
+                             "guard's budget")
     _add_study_flags(search)
     search.add_argument("--heartbeat", type=_positive_int, default=10,
                         help="seconds between a running trial's heartbeats (default: 10)")
@@ -267,7 +326,7 @@ def _writable_dir(path: Path, option: str) -> Path:
 
 
 def cmd_trial(args: argparse.Namespace) -> int:
-    from autotune.config import load_config
+    from autotune.config import load_config, with_model
     from autotune.datasets import DatasetRef, root_default
     from autotune.pipeline import check_config
     from autotune.runner import run_trial
@@ -275,6 +334,7 @@ def cmd_trial(args: argparse.Namespace) -> int:
     config = load_config(args.config) if args.config else default_config()
     if args.device:
         config = config.replace(device=args.device)
+    config = with_model(config, model=args.model, hidden=args.hidden, layers=args.layers)
     check_config(config)
     measure, limits = _measure_and_limits(args)
     trial_dir = _writable_dir(Path(args.studies_dir) / "trials", "--studies-dir") / \
@@ -289,6 +349,60 @@ def cmd_trial(args: argparse.Namespace) -> int:
     else:
         print(render_result(result, trial_dir))
     return 0 if result.ok else EXIT_TRIAL_FAILED
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    cache = Path(args.studies_dir) / ".cache" / "inductor"
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache.resolve()))  # before torch
+    from autotune.config import load_config, measured_figures
+    from autotune.datasets import DatasetRef, root_default
+    from autotune.pipeline import build, check_config
+    from autotune.train import TrainSpec, train
+
+    config = load_config(args.config)
+    if args.device:
+        config = config.replace(device=args.device)
+    check_config(config)
+    ref = DatasetRef(args.dataset, root=args.root or root_default(), scale=args.scale,
+                     seed=args.data_seed)
+    dataset = ref.prepare()
+    pipe = build(config, dataset.data, num_classes=dataset.num_classes,
+                 cache_file=ref.csc_path())
+    table = args.format == "table"
+    if table:
+        print(f"training {short_config(config)} on {ref.name} for {args.epochs} epochs")
+        print(f"{'epoch':>5} {'loss':>7} {'train s':>8} {'seed nodes/s':>13} {'val acc':>8} "
+              f"{'test acc':>8}")
+
+    def show(e) -> None:
+        if table:
+            print(f"{e.epoch:>5} {e.loss:>7.4f} {e.train_s:>8.2f} {e.seed_nodes_per_s:>13,.0f} "
+                  f"{e.val_acc:>8.4f} {e.test_acc:>8.4f}", flush=True)
+
+    training = train(pipe, dataset.data, TrainSpec(epochs=args.epochs), on_epoch=show)
+    achieved = training.steady_seed_nodes_per_s()
+    measured = measured_figures(args.config)
+    ratio = achieved / measured["seed_nodes_per_s"] if measured else None
+    if not table:
+        print(json.dumps({"config": config.to_dict(), **training.to_dict(),
+                          "measured": measured, "achieved_over_measured": ratio}, indent=2))
+        return 0
+    which = "median of epochs 2-" + str(args.epochs) if args.epochs > 1 else "epoch 1"
+    line = f"throughput: achieved {achieved:,.0f} seed nodes/s ({which})"
+    if measured:
+        line += (f"; trial #{measured['trial']} measured {measured['seed_nodes_per_s']:,.0f}"
+                 f" = {ratio:.2f}x")
+    else:
+        line += f"; {args.config} holds no measurement to compare with"
+    print(line)
+    return 0
+
+
+def short_config(config) -> str:
+    from autotune.report import short
+
+    return f"{config.model} {config.num_layers}x{config.hidden_channels}, " + \
+        short(config.to_dict())
 
 
 def default_config(device: str | None = None):
@@ -311,7 +425,8 @@ def render_result(result, trial_dir: Path) -> str:
              f"workers {cfg['num_workers']}, compile {cfg['compile_mode']}, "
              f"shapes {cfg['shapes']}, amp {cfg['amp_dtype']}, "
              f"checkpointing {cfg['checkpointing']}, sampler {cfg['sampler']}, "
-             f"device {cfg['device']}"]
+             f"device {cfg['device']}; model {cfg['model']} {cfg['num_layers']}x"
+             f"{cfg['hidden_channels']}"]
     if result.ok:
         s, m, c, p = result.summary(), result.memory, result.compile, result.phases_s
         lines += [
@@ -329,14 +444,16 @@ def render_result(result, trial_dir: Path) -> str:
                          f"   reserved {format_bytes(m['cuda_max_reserved_bytes'])}")
         lines += [
             f"warm-up         {len(result.warmup_step_times_s)} steps, {p['warmup']:.2f} s; "
-            f"compile {c['compile_time_s']:.1f} s, {c['recompiles']} recompiles, "
-            f"{c['graph_breaks']} graph breaks",
+            f"compile {c['compile_time_s']:.1f} s ({c.get('backend') or 'not compiled'}), "
+            f"{c['recompiles']} recompiles, {c['graph_breaks']} graph breaks"
+            + ("; EAGER: recompile limit hit" if c.get("fell_back_to_eager") else ""),
             f"start-up        spawn and load {p['spawn_and_load']:.2f} s (imports "
             f"{p['imports']:.2f} s, dataset {p['dataset_load']:.2f} s), build {p['build']:.2f} s",
             f"observed        sampler {result.observed['sampler_backend']}, "
             f"threads {result.observed['torch_threads']}, "
             f"conv dtype {','.join(result.observed['conv_output_dtypes'])}, "
-            f"checkpointed layers {result.observed['checkpointed_layers']}",
+            f"checkpointed layers {result.observed['checkpointed_layers']}, saved for "
+            f"backward {format_bytes(result.observed['saved_tensor_bytes'])}",
         ]
         lines += [f"warning         {w}" for w in result.warnings]
     elif result.stderr_tail:
@@ -356,6 +473,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     from autotune.datasets import DatasetRef, root_default
     from autotune.env import fingerprint, format_bytes, parse_bytes
+    from autotune.guard import GuardFailed, GuardOptions, parse_objectives
     from autotune.pipeline import check_config
     from autotune.space import load_space
     from autotune import study as st
@@ -367,9 +485,11 @@ def cmd_search(args: argparse.Namespace) -> int:
                           f"{args.grace_period} <= {args.heartbeat}): a live worker's trial "
                           "would be failed between two beats")
     max_memory = parse_bytes(args.max_memory, option="--max-memory") if args.max_memory else None
+    guard = GuardOptions(ratio=args.accuracy_guard, epochs=args.guard_epochs,
+                         objective=parse_objectives(args.objectives))
     measure, limits = _measure_and_limits(args)
     base_knobs = default_config(device)
-    space = load_space(args.space, device=device, baseline=base_knobs)
+    space = load_space(args.space, device=device, baseline=base_knobs, facts=_model_facts(args))
     baseline = space.baseline(base_knobs.replace(seed=args.seed))
     check_config(baseline)
     studies_dir = _writable_dir(Path(args.studies_dir), "--studies-dir")
@@ -383,7 +503,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                             timeout_s=args.timeout, sampler=args.sampler, seed=args.seed,
                             max_memory_bytes=max_memory, storage=url, study_name=name,
                             studies_dir=studies_dir, measure=measure, limits=limits,
-                            heartbeat_s=args.heartbeat, grace_s=args.grace_period)
+                            heartbeat_s=args.heartbeat, grace_s=args.grace_period, guard=guard)
     study = st.open_study(opts, dataset_stats=dataset.stats(), env=fingerprint(device))
     budget = max_memory / st.MIB if max_memory else None
     pareto_path = studies_dir / name / "pareto.yaml"
@@ -391,7 +511,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     print(f"study {name} in {st.masked(url)}")
     print(f"dataset {ref.name}: {stats['num_nodes']:,} nodes, {stats['num_edges']:,} edges, "
           f"{stats['num_features']} features; space {space.name}; sampler {args.sampler}; "
-          f"device {device}" + (f"; budget {format_bytes(max_memory)}" if max_memory else ""))
+          f"device {device}" + (f"; budget {format_bytes(max_memory)}" if max_memory else "")
+          + (f"; accuracy guard {guard.ratio:g} x baseline after {guard.epochs} epochs"
+             if guard.ratio else "") + ("; objectives throughput, memory, accuracy"
+                                        if guard.objective else ""))
     for note in space.notes:
         print(f"note: {note}")
 
@@ -402,12 +525,23 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"autotune: interrupted; run the same command again to resume study {name}",
               file=sys.stderr)
         return 130
+    except GuardFailed as exc:
+        print(f"autotune: accuracy guard: {_one_line(str(exc))}", file=sys.stderr)
+        return EXIT_TRIAL_FAILED
     if outcome.interrupted:
         print(f"marked interrupted trials {outcome.interrupted} as failed")
     if outcome.stale:
         print(f"marked stale trials {outcome.stale} (no heartbeat) as failed; configs re-queued")
     print(f"\n{outcome.measured} measured, {outcome.reused} reused, {outcome.failed} failed; "
           f"{len(study.trials)} trials in the study")
+    if guard.active:
+        ref = study.user_attrs.get("guard") or {}
+        share = outcome.guard_s / max(outcome.elapsed_s, 1e-9)
+        print(f"accuracy guard: {outcome.guarded} configs trained for "
+              f"{ref.get('budget_s', 0):.1f} s each (the baseline's {guard.epochs} epochs, "
+              f"validation accuracy {ref.get('baseline_val_acc', 0):.4f}); "
+              f"{outcome.guard_violations} below the guard; guard time {outcome.guard_s:.0f} s "
+              f"= {100 * share:.0f}% of this search's {outcome.elapsed_s:.0f} s")
     print(render_pareto(st.summary_rows(study, budget)))
     print(f"\npareto.yaml: {pareto_path}\nexport: autotune export --study-name {name} "
           f"--pick knee --out best.yaml" + (f" --storage '{st.masked(url)}'"
@@ -439,6 +573,12 @@ def print_progress(n: int, total: int, config, frozen, elapsed: float, eta: floa
         status = f"repeat of #{attrs['reused_from']}"
     elif attrs.get("fail_reason"):
         status += f": {attrs['fail_reason'][:60]}"
+    elif attrs.get("compile", {}).get("fell_back_to_eager"):
+        status += ", eager: recompile limit hit"
+    if "val_acc" in attrs:
+        status += f", val acc {attrs['val_acc']:.3f} ({attrs['accuracy_ratio']:.3f}x)"
+        if attrs.get("accuracy_shortfall", 0) > 0:
+            status += " BELOW GUARD"
     print(f"[{n:>3}/{total}] #{frozen.number:<3} {short(config.to_dict()):<52} "
           f"{figures} | {status} | {_clock(elapsed)} ETA {_clock(eta)}", flush=True)
 
@@ -448,15 +588,18 @@ def render_pareto(rows: list[dict]) -> str:
 
     if not rows:
         return "Pareto front: no completed trial yet"
+    acc = any(r.get("val_acc") is not None for r in rows)
     lines = ["Pareto front (fastest first):",
              f"{'trial':>5} {'seed nodes/s':>13} {'peak MiB':>9} {'speed-up':>8} "
-             f"{'memory':>7}  config"]
+             f"{'memory':>7}" + (f" {'val acc':>7}" if acc else "") + "  config"]
     for r in rows:
         speed = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "-"
         mem = f"{r['memory_ratio']:.2f}x" if r["memory_ratio"] is not None else "-"
         marks = f"  <- {', '.join(r['marks'])}" if r["marks"] else ""
+        val = "" if not acc else (f" {r['val_acc']:>7.4f}" if r.get("val_acc") is not None
+                                  else f" {'-':>7}")
         lines.append(f"{r['trial']:>5} {r['throughput']:>13,.0f} {r['memory_mib']:>9,.0f} "
-                     f"{speed:>8} {mem:>7}  {short(r['config'])}{marks}")
+                     f"{speed:>8} {mem:>7}{val}  {short(r['config'])}{marks}")
     return "\n".join(lines)
 
 
@@ -497,6 +640,8 @@ def _trial_rows(study) -> list[dict]:
                      "baseline": bool(t.user_attrs.get("baseline")),
                      "reused_from": t.user_attrs.get("reused_from"),
                      "reason": t.user_attrs.get("fail_reason"),
+                     "val_acc": t.user_attrs.get("val_acc"),
+                     "below_guard": t.user_attrs.get("accuracy_shortfall", 0.0) > 0,
                      "config": t.user_attrs.get("config")})
     return rows
 
@@ -532,6 +677,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         extra = " (baseline)" if r["baseline"] else ""
         extra += f" (repeat of #{r['reused_from']})" if r["reused_from"] is not None else ""
         extra += f" [{r['reason'][:70]}]" if r["reason"] else ""
+        if r["val_acc"] is not None:
+            extra += f" (val acc {r['val_acc']:.4f}" + \
+                (", below the accuracy guard)" if r["below_guard"] else ")")
         print(f"{r['trial']:>5} {r['state']:<8} {tp:>13} {mem:>9}  {what}{extra}")
     return 0
 
@@ -632,13 +780,18 @@ def export_blob(study, trial, config, url: str, out: Path) -> dict:
     source = trial.user_attrs.get("reused_from", trial.number)
     reproduce = (f"autotune trial --dataset {ref.get('name')} --root {ref.get('root')} "
                  f"--scale {ref.get('scale')} --data-seed {ref.get('seed')} --config {out}")
+    limit = (trial.user_attrs.get("compile") or {}).get("recompile_limit")
+    if limit is not None:
+        reproduce += f" --recompile-limit {limit}"
     return {"config": config.to_dict(),
             "measured": {"trial": trial.number, "measured_in_trial": source,
                          "seed_nodes_per_s": trial.values[0], "peak_memory_mib": trial.values[1],
                          "summary": trial.user_attrs.get("summary"),
                          "memory": trial.user_attrs.get("memory"),
                          "compile": trial.user_attrs.get("compile"),
-                         "observed": trial.user_attrs.get("observed")},
+                         "observed": trial.user_attrs.get("observed"),
+                         "val_acc": trial.user_attrs.get("val_acc"),
+                         "accuracy_ratio": trial.user_attrs.get("accuracy_ratio")},
             "env": study.user_attrs.get("env"), "dataset": study.user_attrs.get("dataset"),
             "study": study.study_name, "storage": st.masked(url), "reproduce": reproduce}
 

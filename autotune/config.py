@@ -20,7 +20,7 @@ AmpDtype = Literal["float32", "bfloat16", "float16"]
 SamplerName = Literal["builtin", "pyg", "auto"]
 PadLadder = Literal["pow2", "geometric"]
 Device = Literal["cpu", "cuda"]
-ModelName = Literal["sage"]
+ModelName = Literal["sage", "gcn", "gat"]
 
 COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 SHAPES: tuple[str, ...] = get_args(Shapes)
@@ -31,6 +31,7 @@ DEVICES: tuple[str, ...] = get_args(Device)
 MODELS: tuple[str, ...] = get_args(ModelName)
 
 CONFIG_FORMAT = 1
+GAT_HEADS = 4
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class TrialConfig:
     amp_dtype: AmpDtype = "float32"
     checkpointing: bool = False
     sampler: SamplerName = "auto"
+    gpu_sampling: bool = False
     # pipeline facts
     model: ModelName = "sage"
     hidden_channels: int = 256
@@ -90,8 +92,17 @@ class TrialConfig:
                               ("pad_ladder", PAD_LADDERS), ("device", DEVICES),
                               ("model", MODELS)):
             _choice(name, getattr(self, name), allowed)
-        if not isinstance(self.checkpointing, bool):
-            raise ConfigError(f"checkpointing must be true or false (got {self.checkpointing!r})")
+        for name in ("checkpointing", "gpu_sampling"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false (got {getattr(self, name)!r})")
+        if self.gpu_sampling and (self.device != "cuda" or self.num_workers
+                                  or self.sampler != "builtin"):
+            raise ConfigError("gpu_sampling needs device cuda, num_workers 0 and sampler "
+                              f"builtin (got device {self.device}, num_workers "
+                              f"{self.num_workers}, sampler {self.sampler})")
+        if self.model == "gat" and self.hidden_channels % GAT_HEADS:
+            raise ConfigError(f"model gat splits hidden_channels over {GAT_HEADS} heads; use a "
+                              f"multiple of {GAT_HEADS} (got {self.hidden_channels})")
         if self.shapes == "padded" and self.compile_mode == "none":
             raise ConfigError("shapes 'padded' only helps a compiled model; set compile_mode "
                               "(got compile_mode 'none')")
@@ -160,6 +171,27 @@ def _cores(name: str, value: Any) -> None:
         raise ConfigError(f"{name} lists a core twice (got {list(value)})")
 
 
+def fit_fanout(fanout: tuple[int, ...], layers: int) -> tuple[int, ...]:
+    """A fanout fitted to ``layers`` layers: cut, or extended with its last entry
+    ([25, 10] for 3 layers is [25, 10, 10])."""
+    fanout = tuple(fanout)
+    return fanout[:layers] + fanout[-1:] * max(0, layers - len(fanout))
+
+
+def with_model(config: TrialConfig, *, model: str | None = None, hidden: int | None = None,
+               layers: int | None = None) -> TrialConfig:
+    """``config`` with the model facts that were given replaced; a new layer count
+    fits the fanout to it (see :func:`fit_fanout`)."""
+    changes: dict[str, Any] = {}
+    if model is not None:
+        changes["model"] = model
+    if hidden is not None:
+        changes["hidden_channels"] = hidden
+    if layers is not None:
+        changes.update(num_layers=layers, num_neighbors=fit_fanout(config.num_neighbors, layers))
+    return config.replace(**changes) if changes else config
+
+
 def load_config(path: str | Path) -> TrialConfig:
     """Reads a config exported by ``autotune export`` (or written by hand) from YAML
     or JSON. An export's measured figures and environment ride along under other
@@ -182,6 +214,16 @@ def load_config(path: str | Path) -> TrialConfig:
                               f"format {CONFIG_FORMAT}")
         blob = blob["config"]
     return TrialConfig.from_dict(blob if blob is not None else {}, source=f"config '{path}'")
+
+
+def measured_figures(path: str | Path) -> dict[str, Any] | None:
+    """The ``measured`` block of a file written by ``autotune export`` (trial number,
+    seed nodes/s, peak memory), or None for a hand-written config."""
+    import yaml
+
+    blob = yaml.safe_load(Path(path).read_text())
+    measured = blob.get("measured") if isinstance(blob, dict) else None
+    return measured if isinstance(measured, dict) and "seed_nodes_per_s" in measured else None
 
 
 def _one_line(exc: Exception) -> str:

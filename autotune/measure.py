@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 
 import psutil
 import torch
+from torch import nn
 
 from autotune.pipeline import Pipeline
 
@@ -33,10 +34,15 @@ class MeasureSpec:
     settle_steps: int = 3
     max_warmup_steps: int = 60
     memory_interval_s: float = 0.005
+    recompile_limit: int | None = None  # torch._dynamo's, None: torch's default (8)
 
     def __post_init__(self) -> None:
         from autotune.errors import ConfigError
 
+        if self.recompile_limit is not None and not (
+                isinstance(self.recompile_limit, int) and self.recompile_limit >= 1):
+            raise ConfigError(f"recompile-limit must be a positive int "
+                              f"(got {self.recompile_limit!r})")
         for name in ("warmup_steps", "window_steps", "settle_steps", "max_warmup_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < (0 if name == "warmup_steps" else 1):
@@ -129,6 +135,23 @@ def _dynamo_state() -> tuple[int, int, float]:
     return frames, breaks, seconds
 
 
+def _limit_hits() -> int:
+    """How often torch._dynamo gave up on a frame at its recompile limit: from then
+    on that frame runs eagerly, whatever the compile mode says."""
+    from torch._dynamo.utils import counters
+
+    return sum(n for reason, n in counters["unimplemented"].items()
+               if reason.startswith("Dynamo recompile limit exceeded"))
+
+
+def _backends() -> list[str]:
+    """The compiler backends that ran in this process, read from torch's own
+    compile-time metrics (inductor's entry point is compile_fx_inner)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return ["inductor"] if "compile_fx_inner" in compilation_time_metrics else []
+
+
 @dataclass
 class Measurement:
     """Raw samples from one run of :func:`measure` (the worker folds them into a
@@ -173,11 +196,15 @@ class _Stepper:
 def measure(pipe: Pipeline, spec: MeasureSpec,
             on_step: Callable[[int], None] | None = None) -> Measurement:
     """Warm up, then time ``spec.window_steps`` steps (or ``spec.max_window_s``)."""
+    import torch._dynamo
+
     compiled = pipe.config.compile_mode != "none"
     stepper = _Stepper(pipe, on_step)
     frames0, breaks0, compile0 = _dynamo_state()
-    with pipe.activate(), MemoryTracker(lambda: loader_worker_pids(pipe.loader),
-                                        spec.memory_interval_s) as memory:
+    hits0 = _limit_hits()
+    limit = spec.recompile_limit or torch._dynamo.config.recompile_limit
+    tracker = MemoryTracker(lambda: loader_worker_pids(pipe.loader), spec.memory_interval_s)
+    with torch._dynamo.config.patch(recompile_limit=limit), pipe.activate(), tracker as memory:
         if pipe.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         memory.phase("warmup")
@@ -198,12 +225,16 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
         memory.phase("done")
         cuda_memory = _cuda_memory(pipe.device)
     frames1, breaks1, compile1 = _dynamo_state()
+    hits = _limit_hits() - hits0
     compile_info = {
-        "compiled": compiled, "compile_time_s": compile1 - compile0,
+        "compiled": compiled, "backend": ",".join(_backends()) if compiled else None,
+        "compile_time_s": compile1 - compile0,
         "frames_compiled": frames1 - frames0,
         "recompiles": max(0, frames1 - frames_after_first) if compiled else 0,
         "recompiles_in_window": frames1 - frames_warm,
         "graph_breaks": breaks1 - breaks0,
+        "recompile_limit": limit, "recompile_limit_hits": hits,
+        "fell_back_to_eager": hits > 0,
         **_inductor_cache_counts(),
     }
     mem = {"peak_rss_warmup_bytes": memory.peaks.get("warmup", 0),
@@ -214,6 +245,9 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
     if len(times) >= 3 and times[0] > SLOW_FIRST_STEP_RATIO * sorted(times)[len(times) // 2]:
         warnings.append(f"first timed step took {times[0] * 1e3:.0f} ms, over "
                         f"{SLOW_FIRST_STEP_RATIO:g}x the median: the warm-up may be too short")
+    if hits:
+        warnings.append(f"torch._dynamo hit its recompile limit ({limit}) {hits} times and "
+                        "ran those frames eagerly: this throughput is eager, not compiled")
     if compile_info["recompiles_in_window"]:
         warnings.append(f"{compile_info['recompiles_in_window']} recompiles happened inside "
                         "the timed window")
@@ -279,12 +313,15 @@ def _observe(pipe: Pipeline, stepper: _Stepper) -> dict:
 
 def probe_model(pipe: Pipeline, batch) -> dict:
     """One extra eager training step with hooks on the convs, outside the window:
-    the dtype the convs computed in, and how many convs ran again in the backward
-    pass (= checkpointed layers)."""
+    the dtype the convs computed in, how many convs ran again in the backward pass
+    (= checkpointed layers), and the bytes autograd saved for the backward pass
+    (checkpointed layers save only their inputs)."""
     from torch_geometric.nn import MessagePassing
+    from torch_geometric.nn.dense import Linear
 
     convs = [m for m in pipe.eager_model.modules() if isinstance(m, MessagePassing)]
-    calls, dtypes = [0], set()
+    linears = [m for conv in convs for m in conv.modules() if isinstance(m, (Linear, nn.Linear))]
+    calls, dtypes, linear_dtypes = [0], set(), set()
 
     def count(module, args):  # a pre-hook: recomputation may stop before a post-hook
         calls[0] += 1
@@ -292,15 +329,26 @@ def probe_model(pipe: Pipeline, batch) -> dict:
     def dtype(module, args, output):
         dtypes.add(str(output.dtype).replace("torch.", ""))
 
+    def linear_dtype(module, args, output):
+        linear_dtypes.add(str(output.dtype).replace("torch.", ""))
+
+    saved = [0]
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        saved[0] += tensor.numel() * tensor.element_size()
+        return tensor
+
     handles = [conv.register_forward_pre_hook(count) for conv in convs]
     handles += [conv.register_forward_hook(dtype) for conv in convs]
+    handles += [lin.register_forward_hook(linear_dtype) for lin in linears]
     try:
         model, pipe.model = pipe.model, pipe.eager_model
-        pipe.train_step(batch)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            pipe.train_step(batch)
     finally:
         pipe.model = model
         for handle in handles:
             handle.remove()
-    return {"conv_output_dtypes": sorted(dtypes),
+    return {"conv_output_dtypes": sorted(dtypes), "conv_linear_dtypes": sorted(linear_dtypes),
             "checkpointed_layers": calls[0] - len(convs),
-            "conv_layers": len(convs)}
+            "conv_layers": len(convs), "saved_tensor_bytes": saved[0]}

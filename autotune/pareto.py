@@ -23,10 +23,17 @@ class Point:
     config: dict[str, Any] = field(default_factory=dict)
     feasible: bool = True
     baseline: bool = False
+    eager: bool = False  # compiled, but torch._dynamo hit its recompile limit and ran eager
+    accuracy: float | None = None  # validation accuracy, where the guard trained the trial
+    accuracy_objective: bool = False  # accuracy is a third objective (it takes part in
+    # dominance); otherwise it is only a constraint, already folded into ``feasible``
 
     def dominates(self, other: Point) -> bool:
-        return (self.throughput >= other.throughput and self.memory_mib <= other.memory_mib
-                and (self.throughput > other.throughput or self.memory_mib < other.memory_mib))
+        mine, theirs = [self.throughput, -self.memory_mib], [other.throughput, -other.memory_mib]
+        if self.accuracy_objective and self.accuracy is not None and other.accuracy is not None:
+            mine.append(self.accuracy)
+            theirs.append(other.accuracy)
+        return all(a >= b for a, b in zip(mine, theirs)) and mine != theirs
 
 
 def front(points: list[Point]) -> list[Point]:

@@ -6,6 +6,9 @@ knob               where it acts
 batch_size         ``NodeLoader(batch_size=...)``
 num_neighbors      the sampler's fanout
 sampler            :func:`autotune.sampler.make_sampler` (builtin, pyg, auto)
+gpu_sampling       CSR, features and sampling on the GPU, no workers (CUDA only);
+                   otherwise CPU sampling with pinned, non-blocking copies on CUDA
+model              :data:`MODELS`: sage (default), gcn or gat
 num_workers        ``NodeLoader(num_workers=..., persistent_workers=True)``
 prefetch_factor    ``NodeLoader(prefetch_factor=...)`` when workers are used
 loader_cores       ``NodeLoader.enable_cpu_affinity(loader_cores=...)``
@@ -31,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from autotune.config import TrialConfig
+from autotune.config import GAT_HEADS, TrialConfig
 from autotune.env import check_cores
 from autotune.errors import ConfigError
 from autotune.sampler import make_sampler, resolve_backend
@@ -40,18 +43,21 @@ GEOMETRIC_STEP = 1.25
 MIN_BUCKET = 64
 
 
-class SAGE(nn.Module):
-    """GraphSAGE as in PyG's examples/reddit.py: mean aggregation, ReLU and dropout
-    between layers."""
+class GNN(nn.Module):
+    """A stack of conv layers with ReLU and dropout between them, as in PyG's
+    examples/reddit.py. Subclasses say which conv each layer is."""
 
     def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
                  num_layers: int = 2, dropout: float = 0.5) -> None:
         super().__init__()
-        from torch_geometric.nn import SAGEConv
-
         sizes = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
-        self.convs = nn.ModuleList(SAGEConv(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        last = len(sizes) - 2
+        self.convs = nn.ModuleList(self.conv(a, b, i == last)
+                                   for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])))
         self.dropout = dropout
+
+    def conv(self, in_channels: int, out_channels: int, last: bool) -> nn.Module:
+        raise NotImplementedError
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
         for i, conv in enumerate(self.convs):
@@ -59,6 +65,61 @@ class SAGE(nn.Module):
             if i < len(self.convs) - 1:
                 x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
         return x
+
+
+class SAGE(GNN):
+    """GraphSAGE with mean aggregation (PyG's examples/reddit.py, the default)."""
+
+    def conv(self, in_channels: int, out_channels: int, last: bool) -> nn.Module:
+        from torch_geometric.nn import SAGEConv
+
+        return SAGEConv(in_channels, out_channels)
+
+
+class GCN(GNN):
+    """GCN (Kipf and Welling) with self-loops and symmetric normalisation."""
+
+    def conv(self, in_channels: int, out_channels: int, last: bool) -> nn.Module:
+        return GCNLayer(in_channels, out_channels)
+
+
+class GCNLayer(nn.Module):
+    """``GCNConv`` that stays in the autocast dtype. GCNConv builds its normalisation
+    weights in its input's dtype and adds a float32 bias, so under bfloat16 autocast
+    its output came back as float32 although its linear layer ran in bfloat16. Here
+    the input is cast to the autocast dtype and the bias is added in it, as autocast
+    does for a linear layer's bias."""
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__()
+        from torch_geometric.nn import GCNConv
+
+        self.conv = GCNConv(in_channels, out_channels, bias=False)
+        self.bias = nn.Parameter(torch.zeros(out_channels))
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        device = x.device.type
+        if torch.is_autocast_enabled(device):
+            x = x.to(torch.get_autocast_dtype(device))
+        out = self.conv(x, edge_index)
+        return out + self.bias.to(out.dtype)
+
+
+class GAT(GNN):
+    """GAT with ``GAT_HEADS`` concatenated heads per hidden layer (hidden_channels is
+    split over them) and one head in the output layer. Under autocast its linear
+    layers run in the autocast dtype; its attention and messages stay float32 (the
+    attention vectors are float32 parameters), which the trial's probe reports."""
+
+    def conv(self, in_channels: int, out_channels: int, last: bool) -> nn.Module:
+        from torch_geometric.nn import GATConv
+
+        if last:
+            return GATConv(in_channels, out_channels, heads=1)
+        return GATConv(in_channels, out_channels // GAT_HEADS, heads=GAT_HEADS)
+
+
+MODELS = {"sage": SAGE, "gcn": GCN, "gat": GAT}
 
 
 class CheckpointedConv(nn.Module):
@@ -242,7 +303,7 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
     backend = resolve_backend(config.sampler)
-    on_gpu_sampling = device.type == "cuda" and backend == "builtin" and config.num_workers == 0
+    on_gpu_sampling = config.gpu_sampling
     sampler = make_sampler(data, config.num_neighbors, backend=backend, seed=config.seed,
                            cache_file=cache_file, cache_dir=cache_dir,
                            device=device if on_gpu_sampling else None)
@@ -256,8 +317,8 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
         transform=PadToBucket(config.pad_ladder) if config.shapes == "padded" else None)
     if model is None:
         classes = num_classes if num_classes is not None else int(data.y.max()) + 1
-        model = SAGE(data.num_features, config.hidden_channels, classes, config.num_layers,
-                     config.dropout)
+        model = MODELS[config.model](data.num_features, config.hidden_channels, classes,
+                                     config.num_layers, config.dropout)
     model = model.to(device)
     checkpointed = apply_checkpointing(model) if config.checkpointing else 0
     lr = torch.tensor(config.lr)

@@ -29,7 +29,7 @@ def budget_mib(study: optuna.Study) -> float | None:
 def short(config: dict) -> str:
     """A config in one short line: batch, fanout, workers/affinity, compile, shapes,
     dtype, checkpointing, sampler."""
-    affinity = "split" if config.get("loader_cores") else "-"
+    affinity = "pin" if config.get("loader_cores") else "-"
     shapes = "pad" if config.get("shapes") == "padded" else "dyn"
     return (f"b{config['batch_size']} f{list(config['num_neighbors'])} "
             f"w{config['num_workers']}/{affinity} {config['compile_mode']}/{shapes} "

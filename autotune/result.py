@@ -37,6 +37,7 @@ class TrialResult:
     dataset: dict[str, Any] = field(default_factory=dict)
     env: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    training: dict[str, Any] = field(default_factory=dict)  # train mode: autotune.train
 
     @property
     def ok(self) -> bool:

@@ -43,17 +43,20 @@ class TrialLimits:
 def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.PathLike,
               measure: MeasureSpec = MeasureSpec(), limits: TrialLimits = TrialLimits(),
               inductor_cache: str | os.PathLike | None = None,
-              env: dict[str, str] | None = None) -> TrialResult:
+              env: dict[str, str] | None = None, train=None) -> TrialResult:
     """Measures ``config`` in a child process. ``dataset`` must be prepared
     (:meth:`DatasetRef.prepare`). The child's stdout and stderr go to
     ``trial_dir/stdout.log`` and ``trial_dir/stderr.log``. ``inductor_cache`` is a
-    folder that compiled kernels persist in, so later trials reuse them."""
+    folder that compiled kernels persist in, so later trials reuse them. With
+    ``train`` (an :class:`autotune.train.TrainSpec`), the child trains instead of
+    measuring and the result's ``training`` holds the epochs and accuracies."""
     trial_dir = Path(trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
     result_path.unlink(missing_ok=True)
     spec = {"config": config.to_dict(), "dataset": vars(dataset).copy(),
-            "measure": vars(measure).copy(), "spawned_at": time.time()}
+            "measure": vars(measure).copy(), "spawned_at": time.time(),
+            "train": vars(train).copy() if train is not None else None}
     spec_path.write_text(json.dumps(spec, indent=2))
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     if inductor_cache is not None:  # read by torch at import, so set before the start

@@ -11,13 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config import (AMP_DTYPES, COMPILE_MODES, PAD_LADDERS, SAMPLERS, SHAPES,
-                             TrialConfig)
+                             TrialConfig, fit_fanout)
 from autotune.errors import ConfigError
+from autotune.topology import STRATEGIES, Topology, affinity_sets, this_machine
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
-AFFINITY_STRATEGIES = ("none", "split")
+AFFINITY_STRATEGIES = STRATEGIES
 KNOBS = ("batch_size", "num_neighbors", "num_workers", "prefetch_factor", "affinity",
-         "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing", "sampler")
+         "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing", "sampler",
+         "gpu_sampling")
 FIXED = ("model", "hidden_channels", "num_layers", "lr", "dropout", "seed")
 TOP_LEVEL = ("description", "knobs", "fixed")
 # What each categorical knob may take (None: any value TrialConfig accepts).
@@ -25,14 +27,15 @@ ALLOWED: dict[str, tuple | None] = {
     "batch_size": None, "num_neighbors": None, "affinity": AFFINITY_STRATEGIES,
     "compile_mode": COMPILE_MODES, "shapes": SHAPES, "pad_ladder": PAD_LADDERS,
     "amp_dtype": AMP_DTYPES, "checkpointing": (False, True), "sampler": SAMPLERS,
-    "num_workers": None, "prefetch_factor": None,
+    "num_workers": None, "prefetch_factor": None, "gpu_sampling": (False, True),
 }
 INT_RANGE_KNOBS = ("batch_size", "num_workers", "prefetch_factor")
 # The knobs PyG's examples/reddit.py fixes: the space is widened to hold its values.
 BASELINE_KNOBS = ("batch_size", "num_neighbors", "num_workers", "affinity", "compile_mode",
                   "amp_dtype", "checkpointing")
 # Left out on CPU: CUDA graphs need a GPU; float16 autocast on CPU is slow and partial.
-CPU_EXCLUDED = {"compile_mode": ("reduce-overhead", "default"), "amp_dtype": ("float16", "bfloat16")}
+CPU_EXCLUDED = {"compile_mode": ("reduce-overhead", "default"), "amp_dtype": ("float16", "bfloat16"),
+                "gpu_sampling": (True, False)}
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class SearchSpace:
         """``base`` (the reddit example) with this space's fixed facts, and the first
         value of the knobs the example does not define (sampler, prefetch_factor)."""
         values = {**base.to_dict(), **self.fixed}
+        values["num_neighbors"] = fit_fanout(values["num_neighbors"], values["num_layers"])
         for name in ("sampler", "prefetch_factor"):
             knob = self.knobs.get(name)
             if knob is not None:
@@ -114,9 +118,13 @@ def resolve_space_path(name_or_path: str) -> Path:
 
 
 def load_space(name_or_path: str, *, device: str = "cpu", cores: int | None = None,
-               baseline: TrialConfig | None = None) -> SearchSpace:
+               baseline: TrialConfig | None = None, topology: Topology | None = None,
+               facts: dict[str, Any] | None = None) -> SearchSpace:
     """Reads and checks a space file. On CPU, choices that need a GPU are left out (or
-    downgraded) with a note; with ``baseline``, every knob is widened to hold it."""
+    downgraded) with a note, as are affinity strategies this machine's topology cannot
+    build; with ``baseline``, every knob is widened to hold it. ``facts`` (model,
+    hidden_channels, num_layers from the command line) override the file's ``fixed``;
+    a new layer count fits every fanout choice to it, with a note."""
     import yaml
 
     path = resolve_space_path(name_or_path)
@@ -147,8 +155,20 @@ def load_space(name_or_path: str, *, device: str = "cpu", cores: int | None = No
         raise ConfigError(f"search space '{path}': 'fixed' must be a mapping")
     _unknown(path, "fixed", fixed, FIXED)
     notes: list[str] = []
+    if facts:
+        fixed = {**fixed, **facts}
+        if "num_layers" in facts:
+            knobs["num_neighbors"] = _fit_fanouts(path, knobs.get("num_neighbors"),
+                                                  facts["num_layers"], notes)
+            if baseline is not None:
+                baseline = baseline.replace(
+                    num_layers=facts["num_layers"],
+                    num_neighbors=fit_fanout(baseline.num_neighbors, facts["num_layers"]))
     if device == "cpu":
         knobs = _cpu_only(path, knobs, notes)
+    if "affinity" in knobs:
+        knobs["affinity"] = _buildable(path, knobs["affinity"], topology or this_machine(),
+                                       notes)
     if baseline is not None:
         knobs = {name: knob.widened(_baseline_value(baseline, name))
                  if name in BASELINE_KNOBS else knob for name, knob in knobs.items()}
@@ -240,6 +260,31 @@ def _cpu_only(path: Path, knobs: dict[str, Knob], notes: list[str]) -> dict[str,
     return out
 
 
+def _fit_fanouts(path: Path, knob: Knob | None, layers: int, notes: list[str]) -> Knob:
+    choices = knob.choices if knob is not None else (TrialConfig().num_neighbors,)
+    fitted = tuple(dict.fromkeys(fit_fanout(c, layers) for c in choices))
+    if fitted != choices:
+        notes.append(f"{path.name}: fanouts fitted to {layers} layers: "
+                     f"{', '.join(str(list(c)) for c in fitted)}")
+    return Knob("num_neighbors", fitted)
+
+
+def _buildable(path: Path, knob: Knob, topology: Topology, notes: list[str]) -> Knob:
+    """The affinity strategies of ``knob`` that this machine can build; the others
+    are left out with a note. A space whose every strategy is out is an error."""
+    kept = []
+    for strategy in knob.choices:
+        reason = topology.why_not(strategy)
+        if reason:
+            notes.append(f"{path.name}: {reason}; left out")
+        else:
+            kept.append(strategy)
+    if not kept:
+        raise ConfigError(f"search space '{path}', knob 'affinity': "
+                          f"{topology.why_not(knob.choices[0])}; use none")
+    return Knob("affinity", tuple(kept))
+
+
 def _baseline_value(baseline: TrialConfig, name: str) -> Any:
     if name == "affinity":
         return "none"
@@ -248,7 +293,8 @@ def _baseline_value(baseline: TrialConfig, name: str) -> Any:
 
 def _check_fixed(path: Path, space: SearchSpace) -> None:
     try:
-        TrialConfig(**space.fixed)
+        layers = space.fixed.get("num_layers", TrialConfig.num_layers)
+        TrialConfig(**space.fixed, num_neighbors=fit_fanout(TrialConfig.num_neighbors, layers))
     except (ConfigError, TypeError) as exc:
         raise ConfigError(f"search space '{path}', fixed: {exc}") from exc
     for fanout in (space.knobs.get("num_neighbors") or Knob("num_neighbors", ((25, 10),))).choices:
@@ -258,26 +304,12 @@ def _check_fixed(path: Path, space: SearchSpace) -> None:
                               f"one entry per layer ({layers})")
 
 
-def affinity_cores(strategy: str, num_workers: int,
-                   cores: list[int]) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
-    """(loader_cores, compute_cores) for a named strategy. ``split``: the first
-    ``num_workers`` cores (at most all but one) for loader workers, the rest for compute."""
-    if strategy == "none" or num_workers == 0:
-        return None, None
-    if strategy == "split":
-        if len(cores) < 2:
-            raise ConfigError(f"affinity 'split' needs at least 2 cores (got {len(cores)})")
-        k = min(num_workers, len(cores) - 1)
-        return tuple(cores[:k]), tuple(cores[k:])
-    raise ConfigError(f"affinity must be one of {', '.join(AFFINITY_STRATEGIES)} "
-                      f"(got {strategy!r})")
-
-
 def suggest_config(trial, space: SearchSpace, *, device: str, seed: int = 0,
-                   cores: list[int] | None = None) -> TrialConfig:
+                   topology: Topology | None = None) -> TrialConfig:
     """Turns an Optuna trial into a ``TrialConfig``: the one place that suggests.
-    Affinity is suggested only with workers, padded shapes only with a compile mode."""
-    cores = cores if cores is not None else sorted(os.sched_getaffinity(0))
+    Affinity is suggested only with workers, padded shapes only with a compile mode,
+    GPU sampling only on CUDA without workers (and then with the builtin sampler)."""
+    topology = topology or this_machine()
     values: dict[str, Any] = {}
 
     def pick(name: str, default: Any, when: bool = True) -> Any:
@@ -296,14 +328,17 @@ def suggest_config(trial, space: SearchSpace, *, device: str, seed: int = 0,
     workers = values["num_workers"]
     values["prefetch_factor"] = pick("prefetch_factor", base.prefetch_factor, workers > 0)
     strategy = pick("affinity", "none", workers > 0)
-    values["loader_cores"], values["compute_cores"] = affinity_cores(strategy, workers, cores)
+    values["loader_cores"], values["compute_cores"] = affinity_sets(strategy, workers, topology)
     values["compile_mode"] = pick("compile_mode", base.compile_mode)
     compiled = values["compile_mode"] != "none"
     values["shapes"] = pick("shapes", "dynamic", compiled)
     values["pad_ladder"] = pick("pad_ladder", base.pad_ladder, values["shapes"] == "padded")
     values["amp_dtype"] = pick("amp_dtype", base.amp_dtype)
     values["checkpointing"] = pick("checkpointing", base.checkpointing)
-    values["sampler"] = pick("sampler", base.sampler)
+    values["gpu_sampling"] = pick("gpu_sampling", False, device == "cuda" and workers == 0)
+    values["sampler"] = pick("sampler", base.sampler, not values["gpu_sampling"])
+    if values["gpu_sampling"]:
+        values["sampler"] = "builtin"  # the only sampler that runs on the GPU
     return TrialConfig(**values, **{"seed": seed, **space.fixed}, device=device)
 
 
@@ -321,6 +356,10 @@ def params_for(config: TrialConfig, space: SearchSpace) -> dict[str, Any]:
         elif name == "shapes" and config.compile_mode == "none":
             continue
         elif name == "pad_ladder" and config.shapes != "padded":
+            continue
+        elif name == "gpu_sampling" and (config.device != "cuda" or config.num_workers):
+            continue
+        elif name == "sampler" and config.gpu_sampling:
             continue
         else:
             value = getattr(config, name)

@@ -6,6 +6,7 @@ and resumption: running the same search again continues the same study.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -22,6 +23,8 @@ from optuna.trial import TrialState
 from autotune.config import TrialConfig
 from autotune.datasets import DatasetRef
 from autotune.errors import ConfigError
+from autotune.guard import GuardFailed, GuardOptions, Verdict
+from autotune import guard as guards
 from autotune.measure import MeasureSpec
 from autotune.pareto import Point, best_under, front, knee
 from autotune.result import TrialResult
@@ -32,6 +35,7 @@ from autotune.storage import (GRACE_S, HEARTBEAT_S, Heartbeat, file_lock, masked
 
 DIRECTIONS = ["maximize", "minimize"]
 METRIC_NAMES = ["throughput (seed nodes/s)", "peak memory (MiB)"]
+ACCURACY_METRIC = "validation accuracy"
 SAMPLERS = ("tpe", "nsga2", "gp", "random")
 DEFAULT_SAMPLER = "gp"  # the best in benchmarks/search_efficiency.py
 CONSTRAINTS_KEY = "constraints"  # where Optuna keeps constraint values (system attrs)
@@ -57,6 +61,15 @@ class SearchOptions:
     limits: TrialLimits = field(default_factory=TrialLimits)
     heartbeat_s: int = HEARTBEAT_S
     grace_s: int = GRACE_S
+    guard: GuardOptions = field(default_factory=GuardOptions)
+
+    @property
+    def directions(self) -> list[str]:
+        return DIRECTIONS + (["maximize"] if self.guard.objective else [])
+
+    @property
+    def metric_names(self) -> list[str]:
+        return METRIC_NAMES + ([ACCURACY_METRIC] if self.guard.objective else [])
 
 
 def default_study_name(dataset: str, device: str) -> str:
@@ -68,9 +81,12 @@ def default_storage(studies_dir: Path, study_name: str) -> str:
     return f"sqlite:///{(studies_dir / f'{study_name}.db').resolve()}"
 
 
-def make_sampler(name: str, seed: int, constrained: bool) -> optuna.samplers.BaseSampler:
-    """Samplers tuned for budgets of tens of trials (few random start-up trials)."""
-    constraints = _constraints if constrained else None
+def make_sampler(name: str, seed: int, memory: bool,
+                 accuracy: bool = False) -> optuna.samplers.BaseSampler:
+    """Samplers tuned for budgets of tens of trials (few random start-up trials);
+    ``memory``/``accuracy``: the memory budget / the accuracy guard are constraints."""
+    constraints = functools.partial(_constraints, memory=memory, accuracy=accuracy) \
+        if memory or accuracy else None
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True,
                                           group=True, constraints_func=constraints,
@@ -87,8 +103,12 @@ def make_sampler(name: str, seed: int, constrained: bool) -> optuna.samplers.Bas
     raise ConfigError(f"--sampler must be one of {', '.join(SAMPLERS)} (got {name!r})")
 
 
-def _constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
-    return [trial.user_attrs.get("memory_excess_mib", 0.0)]
+def _constraints(trial: optuna.trial.FrozenTrial, *, memory: bool,
+                 accuracy: bool) -> list[float]:
+    """Constraint values (feasible when <= 0), one per active constraint. A trial the
+    guard did not train (dominated when it finished) counts as meeting the guard."""
+    return ([trial.user_attrs.get("memory_excess_mib", 0.0)] if memory else []) + \
+        ([trial.user_attrs.get("accuracy_shortfall", 0.0)] if accuracy else [])
 
 
 def open_study(opts: SearchOptions, *, dataset_stats: dict, env: dict) -> optuna.Study:
@@ -100,14 +120,15 @@ def open_study(opts: SearchOptions, *, dataset_stats: dict, env: dict) -> optuna
     with study_lock(url, name):  # two workers starting together write the attrs once
         try:
             study = optuna.create_study(study_name=name, storage=storage,
-                                        directions=DIRECTIONS, load_if_exists=True)
+                                        directions=opts.directions, load_if_exists=True)
         except ValueError as exc:
             raise ConfigError(f"study {name!r} in {masked(url)} cannot be reused: {exc}; "
                               "pass a new --study-name") from exc
-        if [d.name.lower() for d in study.directions] != DIRECTIONS:
+        if [d.name.lower() for d in study.directions] != opts.directions:
             raise ConfigError(f"study {name!r} has directions "
                               f"{[d.name.lower() for d in study.directions]} (expected "
-                              f"{DIRECTIONS}); pass a new --study-name")
+                              f"{opts.directions}: check --objectives); pass a new "
+                              "--study-name")
         _check_or_set_attrs(study, opts, dataset_stats, env)
     return study
 
@@ -116,8 +137,15 @@ def _check_or_set_attrs(study: optuna.Study, opts: SearchOptions, dataset_stats:
                         env: dict) -> None:
     attrs = study.user_attrs
     checks = {"space": opts.space.to_dict(), "max_memory_bytes": opts.max_memory_bytes,
-              "dataset_ref": vars(opts.dataset), "device": opts.device}
+              "dataset_ref": vars(opts.dataset), "device": opts.device,
+              "accuracy_guard": ({"ratio": opts.guard.ratio, "epochs": opts.guard.epochs}
+                                 if opts.guard.active else None)}
     if "space" in attrs:
+        was, now = attrs["space"].get("fixed", {}), opts.space.fixed
+        if was != now:
+            raise ConfigError(f"study {study.study_name!r} was created with the pipeline facts "
+                              f"{was} (now {now}); pass the same --model/--hidden/--layers "
+                              "or a new --study-name")
         for key, value in checks.items():
             if attrs.get(key) != value:
                 raise ConfigError(f"study {study.study_name!r} was created with another {key} "
@@ -126,7 +154,7 @@ def _check_or_set_attrs(study: optuna.Study, opts: SearchOptions, dataset_stats:
         return
     with warnings.catch_warnings():  # stable in practice; experimental in name
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names(METRIC_NAMES)
+        study.set_metric_names(opts.metric_names)
     for key, value in {**checks, "dataset": dataset_stats, "env": env}.items():
         study.set_user_attr(key, value)
 
@@ -199,10 +227,15 @@ def _alive(pid: int | None, started: float | None) -> bool:
 
 
 def _point(t: optuna.trial.FrozenTrial) -> Point:
+    third = len(t.values) > 2
     return Point(number=t.number, throughput=t.values[0], memory_mib=t.values[1],
                  config=t.user_attrs.get("config", {}),
-                 feasible=t.user_attrs.get("memory_excess_mib", 0.0) <= 0,
-                 baseline=bool(t.user_attrs.get("baseline")))
+                 feasible=(t.user_attrs.get("memory_excess_mib", 0.0) <= 0
+                           and t.user_attrs.get("accuracy_shortfall", 0.0) <= 0),
+                 accuracy=t.values[2] if third else t.user_attrs.get("val_acc"),
+                 accuracy_objective=third,
+                 baseline=bool(t.user_attrs.get("baseline")),
+                 eager=bool(t.user_attrs.get("compile", {}).get("fell_back_to_eager")))
 
 
 def points(study: optuna.Study) -> list[Point]:
@@ -226,6 +259,10 @@ class SearchOutcome:
     failed: int = 0
     interrupted: list[int] = field(default_factory=list)
     stale: list[int] = field(default_factory=list)
+    guarded: int = 0
+    guard_violations: int = 0
+    guard_s: float = 0.0
+    elapsed_s: float = 0.0
 
 
 def objectives(result: TrialResult, device: str) -> tuple[float, float]:
@@ -302,6 +339,7 @@ def run_search(opts: SearchOptions, study: optuna.Study, url: str, baseline: Tri
         n_done = n_total - done_at_start
         eta = elapsed / n_done * max(opts.n_trials - n_total, 0) if n_done > 0 else 0.0
         progress(n_total, opts.n_trials, config, frozen, elapsed, eta)
+    outcome.elapsed_s = time.monotonic() - start
     return outcome
 
 
@@ -327,7 +365,8 @@ def _reserve(opts: SearchOptions, study: optuna.Study, url: str, baseline: Trial
         # Seeded by the study's size, so one worker replays exactly and two workers
         # never draw the same start-up configs.
         study.sampler = make_sampler(opts.sampler, opts.seed + len(trials),
-                                     opts.max_memory_bytes is not None)
+                                     opts.max_memory_bytes is not None,
+                                     opts.guard.ratio is not None)
         with warnings.catch_warnings():  # we beat ourselves, see Heartbeat
             warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
             trial = study.ask()
@@ -370,7 +409,8 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
             trial.set_user_attr(key, value)
         outcome.reused += 1
         if previous.state == TrialState.COMPLETE:
-            _set_constraint(study, trial, previous.values[1], budget_mib)
+            _set_constraints(opts, study, trial, previous.values[1], budget_mib,
+                             previous.user_attrs.get("accuracy_shortfall"))
             return study.tell(trial, previous.values)
         outcome.failed += 1
         return study.tell(trial, state=TrialState.FAIL)
@@ -393,9 +433,23 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
         if not result.ok:
             outcome.failed += 1
             return study.tell(trial, state=TrialState.FAIL)
-        values = objectives(result, opts.device)
-        _set_constraint(study, trial, values[1], budget_mib)
-        return study.tell(trial, list(values))
+        values = list(objectives(result, opts.device))
+        with Heartbeat(study._storage, trial._trial_id):  # guard training takes a while
+            verdict = _guard(opts, study, trial, config, values, budget_mib, outcome)
+        if verdict is not None and opts.guard.objective:
+            values.append(verdict.val_acc)
+        _set_constraints(opts, study, trial, values[1], budget_mib,
+                         verdict.shortfall if verdict else None)
+        return study.tell(trial, values)
+    except GuardFailed as exc:
+        outcome.failed += 1
+        trial.set_user_attr("fail_reason", f"accuracy guard training failed: {exc}")
+        frozen = study.tell(trial, state=TrialState.FAIL)
+        if trial.user_attrs.get("baseline"):  # no budget, no reference: the guard cannot go on
+            raise GuardFailed(f"the baseline (trial {trial.number}) could not be trained for "
+                              f"the accuracy guard: {exc}; see "
+                              f"{opts.studies_dir / study.study_name / 'guard'}") from exc
+        return frozen
     except optuna.exceptions.UpdateFinishedTrialError:
         print(f"autotune: trial {trial.number} was failed as stale by another worker while "
               "it was measured here (heartbeats lost?); its result is dropped and its config "
@@ -403,16 +457,59 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
         return None
 
 
-def _set_constraint(study: optuna.Study, trial: optuna.Trial, memory_mib: float,
-                    budget_mib: float | None) -> None:
-    """Records memory over budget as an Optuna constraint (feasible when <= 0), so
-    ``best_trials`` and the dashboard's feasible view respect the budget. Written
-    here for every sampler, RandomSampler included, which takes no constraints_func."""
-    if budget_mib is None:
-        return
-    excess = memory_mib - budget_mib
-    trial.set_user_attr("memory_excess_mib", excess)
-    study._storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_KEY, [excess])
+def _guard(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
+           config: TrialConfig, values: list[float], budget_mib: float | None,
+           outcome: SearchOutcome) -> Verdict | None:
+    """Trains the trial for the guard's budget when it must: the baseline (for E
+    epochs: it sets the budget), every trial with accuracy as an objective, and
+    otherwise a trial that would join the feasible front. None: not trained."""
+    guard = opts.guard
+    if not guard.active:
+        return None
+    if trial.user_attrs.get("baseline"):
+        verdict = guards.reference(opts, study, trial.number, config, guard)
+    else:
+        feasible = budget_mib is None or values[1] <= budget_mib
+        candidate = Point(trial.number, values[0], values[1])
+        if not guard.objective and (not feasible or any(
+                p.feasible and p.dominates(candidate) for p in points(study))):
+            return None
+        ref = guards.budget(study, lambda: _baseline_pending(study))
+        verdict = guards.check(opts, study, trial.number, config, guard, ref)
+    for key, value in verdict.attrs().items():
+        trial.set_user_attr(key, value)
+    outcome.guarded += 1
+    outcome.guard_violations += verdict.shortfall > 0
+    outcome.guard_s += verdict.guard_s
+    return verdict
+
+
+def _baseline_pending(study: optuna.Study) -> bool:
+    """Whether a baseline trial is running (in another worker) and may yet set the
+    budget. A merely queued one is not waited for: this worker might be the one to
+    run it."""
+    return any(t.user_attrs.get("baseline") and t.state == TrialState.RUNNING
+               for t in study.get_trials(deepcopy=False))
+
+
+def _set_constraints(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
+                     memory_mib: float, budget_mib: float | None,
+                     shortfall: float | None) -> None:
+    """Records memory over budget and accuracy below the guard as Optuna constraints
+    (feasible when <= 0), so ``best_trials`` and the dashboard's feasible view respect
+    them. Written here for every sampler, RandomSampler included, which takes no
+    constraints_func; the order matches :func:`_constraints`."""
+    values = []
+    if budget_mib is not None:
+        excess = memory_mib - budget_mib
+        trial.set_user_attr("memory_excess_mib", excess)
+        values.append(excess)
+    if opts.guard.ratio is not None:
+        values.append(shortfall if shortfall is not None else 0.0)
+        if shortfall is not None:
+            trial.set_user_attr("accuracy_shortfall", shortfall)
+    if values:
+        study._storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_KEY, values)
 
 
 def summary_rows(study: optuna.Study, budget_mib: float | None) -> list[dict[str, Any]]:
@@ -426,10 +523,12 @@ def summary_rows(study: optuna.Study, budget_mib: float | None) -> list[dict[str
         marks = [m for m, hit in (("knee", k and p.number == k.number),
                                   ("best-under-budget", budget_mib is not None and best
                                    and p.number == best.number),
-                                  ("baseline", p.number == base_no)) if hit]
+                                  ("baseline", p.number == base_no),
+                                  ("eager: recompile limit hit", p.eager)) if hit]
         rows.append({"trial": p.number, "throughput": p.throughput, "memory_mib": p.memory_mib,
                      "speedup": p.throughput / base.throughput if base else None,
                      "memory_ratio": p.memory_mib / base.memory_mib if base else None,
+                     "val_acc": p.accuracy,
                      "marks": marks, "config": p.config})
     return rows
 

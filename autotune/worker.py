@@ -89,6 +89,8 @@ def run(spec: dict, trial_dir: Path) -> dict:
     pipe = build(config, dataset.data, num_classes=dataset.num_classes,
                  cache_file=ref.csc_path())
     t_built = time.time()
+    if spec.get("train"):
+        return _train(spec, config, dataset, pipe, t_start, t_loaded, t_built)
     fault = _fault_hook(os.environ.get(FAULT_ENV), trial_dir)
     hook = (lambda step: fault(step, pipe)) if fault else None
     m = measure(pipe, MeasureSpec(**spec.get("measure", {})), on_step=hook)
@@ -112,6 +114,28 @@ def run(spec: dict, trial_dir: Path) -> dict:
                                   f"training diverged: non-finite loss {list(result.losses)}"
                                   ).to_dict()
     return result.to_dict()
+
+
+def _train(spec: dict, config, dataset, pipe, t_start: float, t_loaded: float,
+           t_built: float) -> dict:
+    """Train mode (the accuracy guard): trains for the spec's epochs or budget and
+    reports the training, validation accuracy included, instead of a measurement."""
+    from autotune.env import fingerprint
+    from autotune.result import TrialResult
+    from autotune.train import TrainSpec, train
+
+    training = train(pipe, dataset.data, TrainSpec(**spec["train"]))
+    losses = tuple(e.loss for e in training.epochs)
+    if not all(map(_finite, losses)):
+        return TrialResult.failed("error", config.to_dict(),
+                                  f"training diverged: non-finite loss {list(losses)}").to_dict()
+    return TrialResult(status="ok", config=config.to_dict(), losses=losses,
+                       dataset=dataset.stats(), env=fingerprint(config.device),
+                       training=training.to_dict(),
+                       phases_s={"spawn_and_load": t_loaded - spec["spawned_at"],
+                                 "build": t_built - t_loaded,
+                                 "train": training.train_s,
+                                 "total": time.time() - t_start}).to_dict()
 
 
 def _finite(x: float) -> bool:

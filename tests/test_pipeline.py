@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from autotune.config import TrialConfig
 from autotune.errors import ConfigError
-from autotune.pipeline import (SAGE, PadToBucket, apply_checkpointing, bucket, build,
+from autotune.pipeline import (MODELS, SAGE, PadToBucket, apply_checkpointing, bucket, build,
                                check_config, worker_core_sets)
 
 
@@ -38,10 +38,11 @@ def _a_batch(data, fanout=(5, 5), batch_size=32):
     return next(iter(loader))
 
 
-@pytest.mark.parametrize("ladder", ["pow2", "geometric"])
-def test_padding_leaves_loss_and_gradients_unchanged(tiny_synthetic, ladder):
+@pytest.mark.parametrize("ladder, model", [("pow2", "sage"), ("geometric", "sage"),
+                                           ("pow2", "gcn"), ("geometric", "gat")])
+def test_padding_leaves_loss_and_gradients_unchanged(tiny_synthetic, ladder, model):
     torch.manual_seed(0)
-    model = SAGE(tiny_synthetic.num_features, 16, 4, dropout=0.0)
+    model = MODELS[model](tiny_synthetic.num_features, 16, 4, dropout=0.0)
     batch = _a_batch(tiny_synthetic)
     padded = PadToBucket(ladder)(copy.copy(batch))
     assert padded.num_nodes == bucket(batch.num_nodes + 1, ladder)
@@ -70,6 +71,33 @@ def test_checkpointing_recomputes_and_matches(tiny_synthetic):
         torch.testing.assert_close(gc, g)
 
 
+def _saved_bytes(model, batch) -> int:
+    saved = [0]
+
+    def pack(tensor):
+        saved[0] += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        _loss_and_grads(model, batch)
+    return saved[0]
+
+
+def test_checkpointing_saves_fewer_bytes_for_backward(tiny_synthetic):
+    """Measured with autograd's saved_tensors_hooks: checkpointed convs keep only
+    their inputs (the non-reentrant checkpoint packs them itself), so autograd saves
+    fewer bytes; the gradients stay equal."""
+    torch.manual_seed(0)
+    model = SAGE(tiny_synthetic.num_features, 64, 4, dropout=0.0)
+    twin = copy.deepcopy(model)
+    apply_checkpointing(twin)
+    batch = _a_batch(tiny_synthetic, fanout=(10, 10), batch_size=64)
+    plain, checkpointed = _saved_bytes(model, batch), _saved_bytes(twin, batch)
+    assert checkpointed < 0.5 * plain, (checkpointed, plain)
+    for g, gc in zip(_loss_and_grads(model, batch)[1], _loss_and_grads(twin, batch)[1]):
+        torch.testing.assert_close(gc, g)
+
+
 def test_worker_core_sets():
     assert worker_core_sets((4, 5, 6, 7), 2) == [[4, 6], [5, 7]]
     assert worker_core_sets((3,), 2) == [[3], [3]]
@@ -85,20 +113,26 @@ def test_check_config_rejects_what_the_machine_lacks():
             check_config(TrialConfig(device="cuda"))
 
 
-@pytest.mark.parametrize("amp, dtype", [("float32", "float32"), ("bfloat16", "bfloat16"),
-                                        ("float16", "float16")])
-def test_build_trains_and_amp_reaches_the_convs(tiny_synthetic, amp, dtype):
+@pytest.mark.parametrize("amp, dtype, model", [
+    ("float32", "float32", "sage"), ("bfloat16", "bfloat16", "sage"),
+    ("float16", "float16", "sage"), ("bfloat16", "bfloat16", "gcn"),
+    ("bfloat16", "bfloat16", "gat")])
+def test_build_trains_and_amp_reaches_the_convs(tiny_synthetic, amp, dtype, model):
     from autotune.measure import probe_model
 
     pipe = build(TrialConfig(batch_size=64, hidden_channels=32, amp_dtype=amp,
-                             checkpointing=True, sampler="builtin"), tiny_synthetic,
-                 num_classes=4)
+                             checkpointing=True, sampler="builtin", model=model),
+                 tiny_synthetic, num_classes=4)
+    assert type(pipe.eager_model) is MODELS[model]
     with pipe.activate():
         losses = [float(pipe.train_step(b)) for _, b in zip(range(15), pipe.loader)]
         probe = probe_model(pipe, next(iter(pipe.loader)))
     assert losses[-1] < losses[0]
     assert pipe.scaler.is_enabled() == (amp == "float16")
-    assert probe["conv_output_dtypes"] == [dtype]
+    assert probe["conv_linear_dtypes"] == [dtype]
+    # GAT's attention vectors are float32 parameters and autocast leaves elementwise
+    # products alone, so its messages and output are float32 (the probe says so).
+    assert probe["conv_output_dtypes"] == ["float32" if model == "gat" else dtype]
     assert probe["checkpointed_layers"] == 2
 
 
@@ -108,3 +142,38 @@ def test_lr_is_a_tensor_changed_in_place(tiny_synthetic):
     assert isinstance(lr, torch.Tensor)
     pipe.set_lr(0.5)
     assert pipe.optimizer.param_groups[0]["lr"] is lr and float(lr) == 0.5
+
+
+def test_three_layers_and_gat_heads():
+    from autotune.config import with_model
+
+    config = with_model(TrialConfig(), model="gat", hidden=64, layers=3)
+    assert config.num_neighbors == (25, 10, 10) and config.num_layers == 3
+    assert with_model(config, layers=1).num_neighbors == (25,)
+    with pytest.raises(ConfigError, match="multiple of 4"):
+        TrialConfig(model="gat", hidden_channels=30)
+
+
+def test_gpu_sampling_needs_cuda_and_no_workers():
+    with pytest.raises(ConfigError, match="gpu_sampling needs device cuda"):
+        TrialConfig(gpu_sampling=True, sampler="builtin")
+    with pytest.raises(ConfigError, match="num_workers 2"):
+        TrialConfig(gpu_sampling=True, sampler="builtin", device="cuda", num_workers=2)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("gpu_sampling", [True, False])
+def test_sampler_placement_on_cuda(tiny_synthetic, gpu_sampling):
+    """GPU sampling: graph and features on the GPU, batches built there. CPU
+    sampling: batches come from the CPU in pinned memory and are copied non-blocking."""
+    config = TrialConfig(batch_size=64, hidden_channels=32, sampler="builtin", device="cuda",
+                         gpu_sampling=gpu_sampling)
+    pipe = build(config, tiny_synthetic, num_classes=4)
+    batch = next(iter(pipe.loader))
+    assert batch.x.is_cuda == gpu_sampling
+    assert pipe.loader.pin_memory == (not gpu_sampling)
+    if not gpu_sampling:
+        assert batch.x.is_pinned()
+    loss = pipe.train_step(batch)
+    assert loss.is_cuda and torch.isfinite(loss)

@@ -7,7 +7,9 @@ import psutil
 import pytest
 
 from autotune.config import TrialConfig
+from autotune.pipeline import worker_core_sets
 from autotune.runner import TrialLimits, run_trial
+from autotune.topology import NUMA_STRATEGY, affinity_sets, this_machine
 
 SMALL = dict(batch_size=64, num_neighbors=(5, 5), hidden_channels=32, sampler="builtin")
 
@@ -40,17 +42,30 @@ def test_a_trial_measures_exactly_the_window(prepared, quick_measure, tmp_path):
     assert _leftovers(tmp_path / "t") == []
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
-def test_observed_affinity_equals_requested(prepared, quick_measure, tmp_path):
-    cores = sorted(os.sched_getaffinity(0))
-    config = TrialConfig(**SMALL, num_workers=1, loader_cores=(cores[1],),
-                         compute_cores=(cores[0],))
+@pytest.mark.parametrize("strategy", ["split", "compact", NUMA_STRATEGY])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_observed_affinity_equals_requested(prepared, quick_measure, tmp_path, strategy,
+                                            workers):
+    """Every loader worker's affinity, the trial process's own and torch's thread
+    count, read back from the running trial, equal what the strategy asked for."""
+    topology = this_machine()
+    if topology.why_not(strategy):
+        pytest.skip(topology.why_not(strategy))
+    if workers > len(topology.cpus):
+        pytest.skip(f"{workers} workers need {workers} cores")
+    loader, compute = affinity_sets(strategy, workers, topology)
+    config = TrialConfig(**SMALL, num_workers=workers, loader_cores=loader,
+                         compute_cores=compute)
     result = run_trial(config, dataset=prepared, trial_dir=tmp_path / "t",
                        measure=quick_measure)
     assert result.status == "ok", result.stderr_tail
-    assert result.observed["main_affinity"] == [cores[0]]
-    assert result.observed["torch_threads"] == 1
-    assert list(result.observed["worker_affinity"].values()) == [[cores[1]]]
+    observed = result.observed
+    assert observed["main_affinity"] == list(compute)
+    assert observed["torch_threads"] == len(compute)
+    expected = worker_core_sets(loader, workers)
+    assert observed["expected_worker_affinity"] == expected
+    assert sorted(observed["worker_affinity"].values()) == sorted(expected)
+    assert observed["num_workers_alive"] == workers
 
 
 @pytest.mark.parametrize("fault, status, reason", [
@@ -102,8 +117,28 @@ def test_compiled_padded_trial_reports_compile_and_buckets(prepared, tmp_path):
                        inductor_cache=tmp_path / "inductor")
     assert result.status == "ok", result.stderr_tail
     assert result.compile["compiled"] and result.compile["compile_time_s"] > 0
+    assert result.compile["backend"] == "inductor"
     assert result.compile["frames_compiled"] >= 1
+    assert not result.compile["fell_back_to_eager"]
     buckets = result.observed["pad_buckets"]
     assert buckets and all(n & (n - 1) == 0 for n, _ in buckets), "node counts must be 2^k"
     assert result.compile["recompiles"] <= len(buckets)
     assert any((tmp_path / "inductor").iterdir()), "the inductor cache was not used"
+
+
+@pytest.mark.slow
+def test_a_trial_past_the_recompile_limit_is_flagged_eager(prepared, tmp_path):
+    """Static padded shapes recompile once per bucket; with the limit at 1 the
+    second bucket makes torch._dynamo give up and run the model eagerly."""
+    from autotune.measure import MeasureSpec
+
+    config = TrialConfig(**{**SMALL, "batch_size": 16}, compile_mode="default",
+                         shapes="padded", pad_ladder="geometric")
+    result = run_trial(config, dataset=prepared, trial_dir=tmp_path / "t",
+                       measure=MeasureSpec(warmup_steps=2, window_steps=6, recompile_limit=1))
+    assert result.status == "ok", result.stderr_tail
+    assert len(result.observed["pad_buckets"]) > 1, "needs two buckets to recompile"
+    assert result.compile["recompile_limit"] == 1
+    assert result.compile["recompile_limit_hits"] >= 1
+    assert result.compile["fell_back_to_eager"]
+    assert any("this throughput is eager" in w for w in result.warnings)

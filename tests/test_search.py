@@ -162,3 +162,27 @@ def test_storage_password_is_masked(tmp_path):
 def test_malformed_storage_url_exits_2(tmp_path):
     proc = autotune("show", "--study-name", "x", "--storage", "not a url")
     assert proc.returncode == 2 and "is not a database URL" in proc.stderr
+
+
+@pytest.mark.slow
+def test_model_flags_are_study_facts(tmp_path):
+    """--model/--hidden/--layers reach every trial (fanouts fitted to the layers),
+    and resuming the study with another model is refused before any trial."""
+    common = [*FAST, "--root", str(tmp_path / "data"), "--studies-dir",
+              str(tmp_path / "studies"), "--space", "quick", "--study-name", "gcn3"]
+    first = autotune("search", *common, "--n-trials", "2", "--model", "gcn", "--layers", "3",
+                     "--hidden", "32")
+    assert first.returncode == 0, first.stderr
+    assert "fanouts fitted to 3 layers" in first.stdout
+    study = optuna.load_study(study_name="gcn3",
+                              storage=f"sqlite:///{tmp_path / 'studies' / 'gcn3.db'}")
+    configs = [t.user_attrs["config"] for t in study.trials]
+    assert len(configs) == 2 and all(t.state.name == "COMPLETE" for t in study.trials)
+    for config in configs:
+        assert (config["model"], config["num_layers"], config["hidden_channels"]) == \
+            ("gcn", 3, 32)
+        assert len(config["num_neighbors"]) == 3
+    again = autotune("search", *common, "--n-trials", "3", "--model", "sage")
+    assert again.returncode == 2 and again.stderr.count("\n") == 1, again.stderr
+    assert "pipeline facts" in again.stderr and "--model" in again.stderr
+    assert len(optuna.load_study(study_name="gcn3", storage=study._storage).trials) == 2

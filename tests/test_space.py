@@ -5,8 +5,11 @@ import pytest
 
 from autotune.config import TrialConfig
 from autotune.errors import ConfigError
-from autotune.space import (SPACES_DIR, affinity_cores, load_space, params_for,
-                            suggest_config)
+from autotune.space import SPACES_DIR, load_space, params_for, suggest_config
+from autotune.topology import Topology
+
+TWO = Topology(cpus=(0, 1), cores=((0,), (1,)), nodes=((0, 1),))
+TWO_NODES = Topology(cpus=(0, 1, 2, 3), cores=((0,), (1,), (2,), (3,)), nodes=((0, 1), (2, 3)))
 
 BASE = TrialConfig(num_workers=2)
 
@@ -18,12 +21,14 @@ def test_shipped_spaces_load(name):
 
 
 def test_default_space_is_device_aware():
-    cpu = load_space("default", device="cpu", cores=2)
-    gpu = load_space("default", device="cuda", cores=2)
+    cpu = load_space("default", device="cpu", cores=2, topology=TWO_NODES)
+    gpu = load_space("default", device="cuda", cores=2, topology=TWO_NODES)
     assert "reduce-overhead" not in cpu.knobs["compile_mode"].choices
     assert "float16" not in cpu.knobs["amp_dtype"].choices
     assert any("reduce-overhead is left out" in n for n in cpu.notes)
+    assert cpu.knobs["gpu_sampling"].choices == (False,)
     assert "reduce-overhead" in gpu.knobs["compile_mode"].choices and not gpu.notes
+    assert gpu.knobs["gpu_sampling"].choices == (False, True)
 
 
 def _space(tmp_path, text):
@@ -65,12 +70,12 @@ def test_conditional_knobs():
                                      "num_workers": 0, "amp_dtype": "float32",
                                      "checkpointing": False, "compile_mode": "none",
                                      "sampler": "builtin"})
-    config = suggest_config(trial, space, device="cpu", cores=[0, 1])
+    config = suggest_config(trial, space, device="cpu", topology=TWO)
     assert config.loader_cores is None and config.compute_cores is None
     assert config.num_neighbors == (10, 5) and config.hidden_channels == 64
     with_workers = optuna.trial.FixedTrial({**trial.params, "num_workers": 1,
                                             "affinity": "split"})
-    config = suggest_config(with_workers, space, device="cpu", cores=[0, 1])
+    config = suggest_config(with_workers, space, device="cpu", topology=TWO)
     assert (config.loader_cores, config.compute_cores) == ((0,), (1,))
 
 
@@ -80,13 +85,32 @@ def test_baseline_is_a_point_of_every_space():
     assert space.knobs["sampler"].choices == ("builtin",), "a pinned knob stays pinned"
     baseline = space.baseline(BASE)
     trial = optuna.trial.FixedTrial(params_for(baseline, space))
-    assert suggest_config(trial, space, device="cpu", cores=[0, 1]) == baseline
+    assert suggest_config(trial, space, device="cpu", topology=TWO) == baseline
 
 
-def test_affinity_split():
-    assert affinity_cores("split", 3, [0, 1, 2, 3]) == ((0, 1, 2), (3,))
-    assert affinity_cores("split", 4, [0, 1]) == ((0,), (1,))
-    assert affinity_cores("none", 2, [0, 1]) == (None, None)
+def test_affinity_strategies_the_machine_cannot_build_are_left_out(tmp_path):
+    path = _space(tmp_path, "knobs:\n  num_workers: {choices: [0, 1]}\n"
+                            "  affinity: {choices: [none, split, compact, "
+                            "loader-on-numa0/compute-on-numa1]}\n")
+    space = load_space(str(path), device="cpu", cores=2, topology=TWO)
+    assert space.knobs["affinity"].choices == ("none", "split", "compact")
+    assert any("needs 2 NUMA nodes" in n and "has 1" in n for n in space.notes)
+    pinned = _space(tmp_path, "knobs:\n  affinity: loader-on-numa0/compute-on-numa1\n")
+    with pytest.raises(ConfigError, match="needs 2 NUMA nodes"):
+        load_space(str(pinned), device="cpu", cores=2, topology=TWO)
+
+
+def test_model_facts_override_fixed_and_fit_fanouts():
+    space = load_space("quick", device="cpu", cores=2, baseline=BASE,
+                       facts={"model": "gat", "num_layers": 3, "hidden_channels": 32})
+    assert space.fixed == {"hidden_channels": 32, "model": "gat", "num_layers": 3}
+    assert set(space.knobs["num_neighbors"].choices) == {(10, 5, 5), (15, 10, 10), (25, 10, 10)}
+    assert any("fitted to 3 layers" in n for n in space.notes)
+    baseline = space.baseline(BASE)
+    assert (baseline.model, baseline.num_layers, baseline.num_neighbors) == \
+        ("gat", 3, (25, 10, 10))
+    trial = optuna.trial.FixedTrial(params_for(baseline, space))
+    assert suggest_config(trial, space, device="cpu", topology=TWO) == baseline
 
 
 def test_spaces_dir_has_a_schema_doc():

@@ -1,0 +1,143 @@
+"""The accuracy guard: fanout, batch size and AMP dtype change what a model learns,
+so a fast config must not win by learning worse.
+
+The baseline trains for ``epochs`` whole epochs; its training time is the budget and
+its validation accuracy the reference. A trial that would join the feasible Pareto
+front (or, with accuracy as an objective, every trial) trains for the same budget,
+in its own process like a trial, before its result is told to Optuna; a validation
+accuracy below ``ratio`` x the baseline's becomes a violated Optuna constraint, so
+it leaves ``study.best_trials`` and the dashboard's feasible view. Trials dominated
+by a feasible point when they finish can never reach the front and are not trained.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from autotune.config import TrialConfig
+from autotune.errors import ConfigError
+from autotune.result import TrialResult
+from autotune.runner import run_trial
+from autotune.storage import file_lock, measurement_lock_path
+from autotune.train import TrainSpec
+
+GUARD_ATTR = "guard"  # study attr: budget_s, baseline_val_acc, baseline_trial, ratio, epochs
+OBJECTIVES = ("throughput", "memory", "accuracy")
+WAIT_S = 2.0
+
+
+@dataclass(frozen=True)
+class GuardOptions:
+    """``ratio``: --accuracy-guard (None: no constraint); ``objective``: accuracy is
+    the third objective; ``epochs``: the baseline's epochs that set the budget."""
+
+    ratio: float | None = None
+    epochs: int = 3
+    objective: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ratio is not None and not 0 < self.ratio <= 1:
+            raise ConfigError(f"--accuracy-guard must be in (0, 1], e.g. 0.99 "
+                              f"(got {self.ratio!r})")
+        if not (isinstance(self.epochs, int) and self.epochs > 0):
+            raise ConfigError(f"--guard-epochs must be a positive int (got {self.epochs!r})")
+
+    @property
+    def active(self) -> bool:
+        return self.ratio is not None or self.objective
+
+
+def parse_objectives(text: str) -> bool:
+    """``throughput,memory`` or ``throughput,memory,accuracy``; True for the latter."""
+    names = [n.strip() for n in text.split(",")]
+    if names == list(OBJECTIVES[:2]):
+        return False
+    if names == list(OBJECTIVES):
+        return True
+    raise ConfigError(f"--objectives must be throughput,memory or throughput,memory,accuracy "
+                      f"(got {text!r})")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A trained trial's validation accuracy against the baseline's."""
+
+    val_acc: float
+    baseline_val_acc: float
+    ratio: float | None
+    guard_s: float
+    train_s: float
+    steps: int
+
+    @property
+    def shortfall(self) -> float:
+        """How far below the guard (> 0: violated; 0 without a guard ratio)."""
+        if self.ratio is None:
+            return 0.0
+        return self.ratio * self.baseline_val_acc - self.val_acc
+
+    def attrs(self) -> dict:
+        return {"val_acc": self.val_acc, "accuracy_ratio": self.val_acc / self.baseline_val_acc,
+                "accuracy_shortfall": self.shortfall, "guard_s": self.guard_s,
+                "guard_train_s": self.train_s, "guard_steps": self.steps}
+
+
+class GuardFailed(Exception):
+    """The guard's training of a trial failed (error, crash, timeout, OOM)."""
+
+
+def _train(opts, study: optuna.Study, number: int, config: TrialConfig,
+           spec: TrainSpec) -> tuple[TrialResult, float]:
+    """Trains in a child process under the host's measurement lock (it would steal
+    cores from a trial measured beside it)."""
+    trial_dir = Path(opts.studies_dir) / study.study_name / "guard" / str(number)
+    start = time.monotonic()
+    with file_lock(measurement_lock_path(opts.device)):
+        result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir,
+                           limits=opts.limits, train=spec,
+                           inductor_cache=Path(opts.studies_dir) / ".cache" / "inductor")
+    if not result.ok:
+        raise GuardFailed(f"{result.status}: {result.reason}")
+    return result, time.monotonic() - start
+
+
+def reference(opts, study: optuna.Study, number: int, config: TrialConfig,
+              guard: GuardOptions) -> Verdict:
+    """Trains the baseline for ``guard.epochs`` epochs and stores the budget and the
+    reference accuracy on the study."""
+    result, took = _train(opts, study, number, config,
+                          TrainSpec(epochs=guard.epochs, evaluate_test=False))
+    training = result.training
+    acc = training["val_acc"]
+    study.set_user_attr(GUARD_ATTR, {"budget_s": training["train_s"], "baseline_val_acc": acc,
+                                     "baseline_trial": number, "ratio": guard.ratio,
+                                     "epochs": guard.epochs})
+    steps = sum(e["steps"] for e in training["epochs"])
+    return Verdict(acc, acc, guard.ratio, took, training["train_s"], steps)
+
+
+def budget(study: optuna.Study, alive) -> dict:
+    """The study's guard budget, waiting while another worker trains the baseline;
+    ``alive()`` is False once the baseline can no longer deliver one."""
+    while True:
+        found = study.user_attrs.get(GUARD_ATTR)
+        if found:
+            return found
+        if not alive():
+            raise GuardFailed("no baseline has set the guard's budget (its guard training "
+                              "failed, or it is not running)")
+        time.sleep(WAIT_S)
+
+
+def check(opts, study: optuna.Study, number: int, config: TrialConfig,
+          guard: GuardOptions, ref: dict) -> Verdict:
+    """Trains ``config`` for the baseline's budget and compares its accuracy."""
+    result, took = _train(opts, study, number, config,
+                          TrainSpec(budget_s=ref["budget_s"], evaluate_test=False))
+    training = result.training
+    steps = sum(e["steps"] for e in training["epochs"])
+    return Verdict(training["val_acc"], ref["baseline_val_acc"], guard.ratio, took,
+                   training["train_s"], steps)

@@ -1,0 +1,104 @@
+"""The accuracy guard on real and synthetic graphs: ``autotune search --accuracy-guard
+0.99`` over a space that holds damaging configs (fanout [1, 1], batch 16), on Cora and
+CiteSeer (../shared/data/planetoid; skipped with a message when absent) and on the
+Reddit-shaped synthetic graph. Figures per graph: the guarded knee's validation
+accuracy divided by the baseline's (target >= 0.99) and the guard's share of the
+search's wall time (target <= 25%).
+
+    python benchmarks/guard.py --out benchmarks/results/guard.json
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import yaml
+
+from _common import parser, write
+
+from autotune.pareto import knee
+from autotune.study import default_storage, points
+
+PLANETOID = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "planetoid"
+RATIO, SHARE = 0.99, 0.25
+SPACE = {
+    "description": "benchmarks/guard.py: knobs that change learning, damaging ones included",
+    "knobs": {"batch_size": {"choices": [16, 64, 256, 1024]},
+              "num_neighbors": {"choices": [[1, 1], [5, 5], [10, 5], [25, 10]]},
+              "num_workers": 0, "amp_dtype": {"choices": ["float32", "bfloat16"]},
+              "checkpointing": {"choices": [False, True]}, "sampler": "builtin"},
+    "fixed": {"hidden_channels": 64},
+}
+
+
+def one(name: str, data: list[str], epochs: int, args, workdir: Path) -> dict:
+    study_name = f"guard-{name}-{time.strftime('%H%M%S')}"
+    command = [sys.executable, "-m", "autotune", "search", *data, "--space",
+               str(workdir / "space.yaml"), "--n-trials", str(args.n_trials),
+               "--accuracy-guard", str(RATIO), "--guard-epochs", str(epochs),
+               "--steps", str(args.steps), "--warmup", str(args.warmup), "--sampler", "random",
+               "--studies-dir", str(workdir), "--study-name", study_name]
+    start = time.perf_counter()
+    run = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if run.returncode != 0:
+        raise SystemExit(f"{name}: search failed ({run.returncode}): {run.stderr[-2000:]}")
+    study = optuna.load_study(study_name=study_name,
+                              storage=default_storage(workdir, study_name))
+    guard = study.user_attrs["guard"]
+    trials = study.trials
+    k = knee(points(study))
+    guarded = [t for t in trials if "val_acc" in t.user_attrs and "reused_from" not in t.user_attrs]
+    guard_s = sum(t.user_attrs["guard_s"] for t in guarded)
+    knee_acc = next(t.user_attrs.get("val_acc") for t in trials if t.number == k.number)
+    return {
+        "dataset": name, "guard_epochs": epochs, "trials": len(trials),
+        "baseline_val_acc": guard["baseline_val_acc"], "budget_s": guard["budget_s"],
+        "knee": {"trial": k.number, "val_acc": knee_acc, "config": k.config,
+                 "seed_nodes_per_s": k.throughput, "peak_mib": k.memory_mib},
+        "knee_accuracy_ratio": knee_acc / guard["baseline_val_acc"],
+        "guarded": [{"trial": t.number, "val_acc": t.user_attrs["val_acc"],
+                     "ratio": t.user_attrs["accuracy_ratio"],
+                     "violated": t.user_attrs.get("accuracy_shortfall", 0) > 0,
+                     "fanout": t.user_attrs["config"]["num_neighbors"],
+                     "batch": t.user_attrs["config"]["batch_size"]} for t in guarded],
+        "search_wall_s": wall, "guard_s": guard_s, "guard_share": guard_s / wall,
+        "meets": {"knee_ratio": knee_acc / guard["baseline_val_acc"] >= RATIO,
+                  "guard_share": guard_s / wall <= SHARE},
+        "stdout_tail": run.stdout[-1500:],
+    }
+
+
+def main() -> None:
+    p = parser(__doc__, "benchmarks/results/guard.json")
+    p.add_argument("--n-trials", type=int, default=10)
+    p.add_argument("--planetoid", default=str(PLANETOID))
+    p.add_argument("--planetoid-epochs", type=int, default=50)
+    p.add_argument("--synthetic-epochs", type=int, default=2)
+    args = p.parse_args()
+    workdir = Path(args.workdir) / "guard"
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "space.yaml").write_text(yaml.safe_dump(SPACE, sort_keys=False))
+    results, skipped = [], []
+    for name in ("Cora", "CiteSeer"):
+        if not (Path(args.planetoid) / name / "raw").is_dir():
+            message = f"{name}: no {Path(args.planetoid) / name / 'raw'}; skipped"
+            print(message, flush=True)
+            skipped.append(message)
+            continue
+        results.append(one(name, ["--dataset", name, "--root", args.planetoid],
+                           args.planetoid_epochs, args, workdir))
+        print(name, results[-1]["knee_accuracy_ratio"], results[-1]["guard_share"], flush=True)
+    results.append(one("synthetic", ["--dataset", "synthetic", "--scale", str(args.scale),
+                                     "--root", args.root], args.synthetic_epochs, args, workdir))
+    print("synthetic", results[-1]["knee_accuracy_ratio"], results[-1]["guard_share"])
+    write(args.out, {"benchmark": "guard", "ratio": RATIO, "target_share": SHARE,
+                     "n_trials": args.n_trials, "results": results, "skipped": skipped,
+                     "meets": all(all(r["meets"].values()) for r in results)})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""From a Pareto point to training: the Python API on an exported config,
+``autotune train``, and the accuracy guard marking a damaging config infeasible."""
+from __future__ import annotations
+
+import dataclasses
+
+import optuna
+import pytest
+import yaml
+
+from _helpers import cli
+from autotune.config import TrialConfig
+from autotune.guard import GuardOptions
+from autotune.measure import MeasureSpec
+
+FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1"]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("train")
+    common = ["--root", str(tmp / "data"), "--studies-dir", str(tmp / "studies")]
+    run = cli("search", *FAST, *common, "--space", "quick", "--study-name", "t",
+              "--n-trials", "3")
+    assert run.returncode == 0, run.stderr
+    out = tmp / "best.yaml"
+    run = cli("export", "--study-name", "t", "--studies-dir", str(tmp / "studies"),
+              "--pick", "knee", "--out", str(out))
+    assert run.returncode == 0, run.stderr
+    return tmp, common, out
+
+
+def test_export_load_build_one_epoch_lowers_the_loss(exported):
+    import autotune
+    from autotune.datasets import synthetic_reddit
+
+    _, _, out = exported
+    config = autotune.load_config(out)
+    data = synthetic_reddit(scale=0.02, seed=1, mean_degree=12, num_features=32,
+                            num_classes=4)
+    # A smaller batch than the export's, so one epoch has enough steps to compare.
+    pipe = autotune.build(config.replace(batch_size=64), data, num_classes=4)
+    with pipe.activate():
+        losses = [float(pipe.train_step(batch)) for batch in pipe.loader]
+    assert len(losses) >= 20
+    quarter = len(losses) // 4
+    assert sum(losses[-quarter:]) / quarter < 0.9 * sum(losses[:quarter]) / quarter, losses
+
+
+@pytest.mark.slow
+def test_train_command_reports_accuracy_and_throughput_against_the_trial(exported):
+    tmp, common, out = exported
+    run = cli("train", "--config", str(out), *FAST[:4], *common, "--epochs", "2")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    epochs = [line.split() for line in lines if line.split()[:1] in (["1"], ["2"])]
+    assert len(epochs) == 2
+    for row in epochs:
+        val, test = float(row[-2]), float(row[-1])
+        assert 0 <= val <= 1 and 0 <= test <= 1
+    measured = yaml.safe_load(out.read_text())["measured"]
+    assert f"trial #{measured['trial']} measured" in lines[-1]
+    assert "throughput: achieved" in lines[-1] and lines[-1].endswith("x")
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize("text, needle", [
+    ("format: 2\nconfig: {batch_size: 512}\n", "has format 2"),
+    ("config: {batch_size: 512, warp_drive: true}\n", "unknown keys warp_drive"),
+])
+def test_train_refuses_a_foreign_config(tmp_path, text, needle):
+    path = tmp_path / "other.yaml"
+    path.write_text(text)
+    run = cli("train", "--config", str(path), *FAST[:4], "--root", str(tmp_path / "data"),
+              "--epochs", "1", timeout=120)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert needle in run.stderr
+    assert not (tmp_path / "data").exists(), "nothing may be prepared for a refused config"
+
+
+@pytest.mark.slow
+def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path):
+    """On a homophilous graph with weak features, fanout [1, 1] with batch 16 learns
+    much less in the baseline's time than fanout [25, 10]; bfloat16 learns as well."""
+    from autotune.datasets import DatasetRef
+    from autotune.space import load_space, params_for
+    from autotune import study as st
+
+    (tmp_path / "space.yaml").write_text(
+        "knobs:\n  batch_size: {choices: [16]}\n  num_neighbors: {choices: [[1, 1]]}\n"
+        "  num_workers: 0\n  amp_dtype: {choices: [float32, bfloat16]}\n"
+        "  sampler: builtin\nfixed:\n  hidden_channels: 64\n")
+    base = TrialConfig(num_workers=0, hidden_channels=64)
+    space = load_space(str(tmp_path / "space.yaml"), baseline=base)
+    baseline = space.baseline(base)
+    ref = DatasetRef("synthetic", root=str(tmp_path / "data"), scale=0.05)
+    dataset = ref.prepare()
+    opts = st.SearchOptions(dataset=ref, space=space, n_trials=1, sampler="random",
+                            storage=f"sqlite:///{tmp_path / 'g.db'}", study_name="g",
+                            studies_dir=tmp_path, measure=MeasureSpec(warmup_steps=1,
+                                                                      window_steps=3),
+                            guard=GuardOptions(ratio=0.99, epochs=2))
+    study = st.open_study(opts, dataset_stats=dataset.stats(), env={})
+
+    def run(n: int, config: TrialConfig | None = None):
+        if config is not None:
+            study.enqueue_trial(params_for(config, space))
+        return st.run_search(dataclasses.replace(opts, n_trials=n), study, opts.storage,
+                             baseline, progress=lambda *a: None, on_trial_done=lambda s: None)
+
+    run(1)
+    damaging = baseline.replace(batch_size=16, num_neighbors=(1, 1))
+    run(2, damaging)
+    run(3, baseline.replace(amp_dtype="bfloat16"))
+    trials = study.trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3, [t.user_attrs for t in trials]
+    guard = study.user_attrs["guard"]
+    assert guard["baseline_trial"] == 0 and guard["budget_s"] > 0
+    base_t, bad, bf16 = trials
+    assert base_t.user_attrs["val_acc"] == guard["baseline_val_acc"] > 0.5
+    assert bad.user_attrs["config"]["num_neighbors"] == [1, 1]
+    assert "val_acc" in bad.user_attrs, "the low-memory [1, 1] trial joins the front"
+    assert bad.user_attrs["accuracy_shortfall"] > 0, bad.user_attrs["accuracy_ratio"]
+    assert bad.system_attrs["constraints"][-1] > 0
+    best = {t.number for t in study.best_trials}
+    assert 1 not in best and 0 in best
+    assert bf16.system_attrs["constraints"][-1] <= 0, "the bfloat16 config stays feasible"
+    if "val_acc" in bf16.user_attrs:  # trained: it joined the front
+        assert bf16.user_attrs["accuracy_shortfall"] <= 0, bf16.user_attrs["accuracy_ratio"]
+    else:  # dominated by a feasible trial, so it can never be on the front
+        assert any(p.feasible and p.dominates(st._point(bf16)) for p in st.points(study))
+    for t in trials:
+        if "val_acc" in t.user_attrs:
+            assert t.user_attrs["guard_s"] > 0 and t.user_attrs["guard_train_s"] > 0
+
+
+@pytest.mark.slow
+def test_accuracy_as_a_third_objective_trains_every_trial(tmp_path):
+    studies = tmp_path / "studies"
+    run = cli("search", *FAST, "--root", str(tmp_path / "data"), "--studies-dir",
+              str(studies), "--space", "quick", "--study-name", "acc", "--n-trials", "3",
+              "--objectives", "throughput,memory,accuracy", "--guard-epochs", "1")
+    assert run.returncode == 0, run.stderr
+    assert "val acc" in run.stdout and "accuracy guard: 3 configs trained" in run.stdout
+    study = optuna.load_study(study_name="acc", storage=f"sqlite:///{studies / 'acc.db'}")
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE", "MAXIMIZE"]
+    assert study.metric_names[2] == "validation accuracy"
+    for t in study.trials:
+        assert t.state.name == "COMPLETE" and len(t.values) == 3
+        assert t.values[2] == t.user_attrs["val_acc"]
+    again = cli("search", *FAST, "--root", str(tmp_path / "data"), "--studies-dir",
+                str(studies), "--space", "quick", "--study-name", "acc", "--n-trials", "4",
+                timeout=120)
+    assert again.returncode == 2 and "--objectives" in again.stderr, again.stderr
