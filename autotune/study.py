@@ -87,6 +87,15 @@ def make_sampler(name: str, seed: int, memory: bool,
     ``memory``/``accuracy``: the memory budget / the accuracy guard are constraints."""
     constraints = functools.partial(_constraints, memory=memory, accuracy=accuracy) \
         if memory or accuracy else None
+    with warnings.catch_warnings():
+        # Optuna 5 deprecates constraints_func (removal in 7) for Trial.set_constraint,
+        # which Optuna 4, also supported here, lacks; one warning per trial would bury
+        # the progress lines.
+        warnings.filterwarnings("ignore", message=".*constraints_func.*", category=FutureWarning)
+        return _make_sampler(name, seed, constraints)
+
+
+def _make_sampler(name: str, seed: int, constraints) -> optuna.samplers.BaseSampler:
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True,
                                           group=True, constraints_func=constraints,
@@ -142,7 +151,7 @@ def _check_or_set_attrs(study: optuna.Study, opts: SearchOptions, dataset_stats:
                                  if opts.guard.active else None)}
     if "space" in attrs:
         was, now = attrs["space"].get("fixed", {}), opts.space.fixed
-        if was != now:
+        if attrs["space"].get("name") == opts.space.name and was != now:
             raise ConfigError(f"study {study.study_name!r} was created with the pipeline facts "
                               f"{was} (now {now}); pass the same --model/--hidden/--layers "
                               "or a new --study-name")

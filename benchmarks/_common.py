@@ -39,3 +39,25 @@ def write(path: str, report: dict) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
+
+
+def timed_search(flags: list[str], workdir, study_name: str):
+    """Runs ``autotune search FLAGS --studies-dir WORKDIR --study-name NAME`` as a user
+    would; returns the study, the wall time in seconds and the search's stdout."""
+    import subprocess
+    import sys
+
+    import optuna
+
+    from autotune.study import default_storage
+
+    command = [sys.executable, "-m", "autotune", "search", *flags, "--studies-dir",
+               str(workdir), "--study-name", study_name]
+    start = time.perf_counter()
+    run = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if run.returncode != 0:
+        raise SystemExit(f"{study_name}: search failed ({run.returncode}): "
+                         f"{run.stderr[-2000:]}")
+    return optuna.load_study(study_name=study_name,
+                             storage=default_storage(Path(workdir), study_name)), wall, run.stdout

@@ -9,18 +9,15 @@ search's wall time (target <= 25%).
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import optuna
 import yaml
 
-from _common import parser, write
+from _common import parser, timed_search, write
 
 from autotune.pareto import knee
-from autotune.study import default_storage, points
+from autotune.study import points
 
 PLANETOID = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "planetoid"
 RATIO, SHARE = 0.99, 0.25
@@ -36,18 +33,11 @@ SPACE = {
 
 def one(name: str, data: list[str], epochs: int, args, workdir: Path) -> dict:
     study_name = f"guard-{name}-{time.strftime('%H%M%S')}"
-    command = [sys.executable, "-m", "autotune", "search", *data, "--space",
-               str(workdir / "space.yaml"), "--n-trials", str(args.n_trials),
-               "--accuracy-guard", str(RATIO), "--guard-epochs", str(epochs),
-               "--steps", str(args.steps), "--warmup", str(args.warmup), "--sampler", "random",
-               "--studies-dir", str(workdir), "--study-name", study_name]
-    start = time.perf_counter()
-    run = subprocess.run(command, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if run.returncode != 0:
-        raise SystemExit(f"{name}: search failed ({run.returncode}): {run.stderr[-2000:]}")
-    study = optuna.load_study(study_name=study_name,
-                              storage=default_storage(workdir, study_name))
+    study, wall, stdout = timed_search(
+        [*data, "--space", str(workdir / "space.yaml"), "--n-trials", str(args.n_trials),
+         "--accuracy-guard", str(RATIO), "--guard-epochs", str(epochs), "--steps",
+         str(args.steps), "--warmup", str(args.warmup), "--sampler", "random"],
+        workdir, study_name)
     guard = study.user_attrs["guard"]
     trials = study.trials
     k = knee(points(study))
@@ -68,7 +58,7 @@ def one(name: str, data: list[str], epochs: int, args, workdir: Path) -> dict:
         "search_wall_s": wall, "guard_s": guard_s, "guard_share": guard_s / wall,
         "meets": {"knee_ratio": knee_acc / guard["baseline_val_acc"] >= RATIO,
                   "guard_share": guard_s / wall <= SHARE},
-        "stdout_tail": run.stdout[-1500:],
+        "stdout_tail": stdout[-1500:],
     }
 
 

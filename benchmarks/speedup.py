@@ -10,17 +10,12 @@ Target: <= 10 epochs.
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import optuna
 import yaml
 
-from _common import baseline, parser, prepare, write
-
-from autotune.study import default_storage
+from _common import baseline, parser, prepare, timed_search, write
 
 REDDIT_TRAIN_NODES = 153_431
 TARGET_CPU, TARGET_GPU, TARGET_EPOCHS = 1.8, 2.5, 10
@@ -59,18 +54,11 @@ def main() -> None:
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     name = f"speedup-{time.strftime('%Y%m%d-%H%M%S')}"
-    command = [sys.executable, "-m", "autotune", "search", "--dataset", "synthetic",
-               "--scale", str(args.scale), "--root", args.root,
-               "--space", str(space_file(base, workdir)), "--n-trials", str(args.n_trials),
-               "--sampler", args.sampler, "--steps", str(args.steps),
-               "--warmup", str(args.warmup), "--trial-timeout", str(args.trial_timeout),
-               "--studies-dir", str(workdir), "--study-name", name]
-    start = time.perf_counter()
-    run = subprocess.run(command, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if run.returncode != 0:
-        raise SystemExit(f"search failed ({run.returncode}): {run.stderr[-2000:]}")
-    study = optuna.load_study(study_name=name, storage=default_storage(workdir, name))
+    study, wall, stdout = timed_search(
+        ["--dataset", "synthetic", "--scale", str(args.scale), "--root", args.root,
+         "--space", str(space_file(base, workdir)), "--n-trials", str(args.n_trials),
+         "--sampler", args.sampler, "--steps", str(args.steps), "--warmup", str(args.warmup),
+         "--trial-timeout", str(args.trial_timeout)], workdir, name)
     done = [t for t in study.trials if t.state.name == "COMPLETE"
             and "reused_from" not in t.user_attrs]
     base_trial = next(t for t in done if t.user_attrs.get("baseline"))
@@ -97,7 +85,7 @@ def main() -> None:
         "break_even_epochs": wall / saved if saved > 0 else None,
         "target_break_even_epochs": TARGET_EPOCHS,
         "meets_break_even": saved > 0 and wall / saved <= TARGET_EPOCHS,
-        "search_stdout_tail": run.stdout[-3000:],
+        "search_stdout_tail": stdout[-3000:],
     })
 
 

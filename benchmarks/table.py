@@ -97,6 +97,25 @@ def rows() -> list[tuple[str, str, str, str]]:
                     f"{epochs:.1f} epochs ({sp['search_wall_s'] / 60:.0f} min search)"
                     if epochs is not None else "never (no time saved)",
                     f"<= {sp['target_break_even_epochs']}: {_verdict(sp['meets_break_even'])}"))
+    c = _load("carryover")
+    if c:
+        fmt = ", ".join(f"{r['pick']} {r['ratio']:.2f}" for r in c["runs"])
+        out.append(("carryover.py", f"autotune train / trial throughput, exported picks "
+                    f"(scale {c['scale']}, {c['epochs']} epochs)",
+                    f"{fmt} (median {c['median_ratio']:.2f})",
+                    f"0.85-1.15: {_verdict(c['meets'])}"))
+    g = _load("guard")
+    if g:
+        for r in g["results"]:
+            out.append(("guard.py", f"{r['dataset']}: guarded knee's val acc / baseline's; "
+                        f"guard share of search time ({r['trials']} trials)",
+                        f"{r['knee_accuracy_ratio']:.3f} (trial {r['knee']['trial']}); "
+                        f"{100 * r['guard_share']:.0f}% ({r['guard_s']:.0f} of "
+                        f"{r['search_wall_s']:.0f} s)",
+                        f">= {g['ratio']}: {_verdict(r['meets']['knee_ratio'])}; <= "
+                        f"{100 * g['target_share']:.0f}%: {_verdict(r['meets']['guard_share'])}"))
+        for message in g["skipped"]:
+            out.append(("guard.py", message, "-", "skipped"))
     return out
 
 
