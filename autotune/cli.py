@@ -48,7 +48,7 @@ REPORT_EXAMPLE = """example:
   autotune report --study-name synthetic-cpu-myhost --out report/
 
 Writes report/report.html with pareto.png (throughput against peak memory, the
-baseline and the knee marked), importance.png (fANOVA importance of each knob for
+baseline and the knee marked), importance.png (PED-ANOVA importance of each knob for
 each objective) and step_times.png (step-time distributions of the Pareto trials)."""
 
 TRAIN_EXAMPLE = """examples:
@@ -499,6 +499,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     url = args.storage or st.default_storage(studies_dir, name)
     st.open_storage(url)  # fails fast on a bad URL or an unreachable server
     dataset = ref.prepare()
+    if guard.active and "val_mask" not in dataset.data:
+        raise ConfigError(f"--accuracy-guard and --objectives ...,accuracy need a validation "
+                          f"split, and dataset {ref.name} has no val_mask")
     opts = st.SearchOptions(dataset=ref, space=space, device=device, n_trials=args.n_trials,
                             timeout_s=args.timeout, sampler=args.sampler, seed=args.seed,
                             max_memory_bytes=max_memory, storage=url, study_name=name,

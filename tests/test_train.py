@@ -123,7 +123,8 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
     assert bad.user_attrs["accuracy_shortfall"] > 0, bad.user_attrs["accuracy_ratio"]
     assert bad.system_attrs["constraints"][-1] > 0
     best = {t.number for t in study.best_trials}
-    assert 1 not in best and 0 in best
+    assert best and 1 not in best, best  # the baseline may be dominated by bfloat16
+    assert base_t.system_attrs["constraints"][-1] <= 0, "the baseline is feasible"
     assert bf16.system_attrs["constraints"][-1] <= 0, "the bfloat16 config stays feasible"
     if "val_acc" in bf16.user_attrs:  # trained: it joined the front
         assert bf16.user_attrs["accuracy_shortfall"] <= 0, bf16.user_attrs["accuracy_ratio"]
