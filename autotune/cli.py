@@ -123,6 +123,14 @@ def _model_facts(args: argparse.Namespace) -> dict:
     return {k: v for k, v in named.items() if v is not None}
 
 
+def _dataset_ref(args: argparse.Namespace):
+    """The dataset the --dataset/--root/--scale/--data-seed flags name."""
+    from autotune.datasets import DatasetRef, root_default
+
+    return DatasetRef(args.dataset, root=args.root or root_default(), scale=args.scale,
+                      seed=args.data_seed)
+
+
 def _add_measure_flags(p: argparse.ArgumentParser, timeout_flag: str = "--timeout") -> None:
     """How each trial is measured and bounded; ``search`` names the trial timeout
     ``--trial-timeout``, since its ``--timeout`` bounds the whole study."""
@@ -327,9 +335,8 @@ def _writable_dir(path: Path, option: str) -> Path:
 
 def cmd_trial(args: argparse.Namespace) -> int:
     from autotune.config import load_config, with_model
-    from autotune.datasets import DatasetRef, root_default
     from autotune.pipeline import check_config
-    from autotune.runner import run_trial
+    from autotune.runner import inductor_cache_dir, run_trial
 
     config = load_config(args.config) if args.config else default_config()
     if args.device:
@@ -339,11 +346,10 @@ def cmd_trial(args: argparse.Namespace) -> int:
     measure, limits = _measure_and_limits(args)
     trial_dir = _writable_dir(Path(args.studies_dir) / "trials", "--studies-dir") / \
         time.strftime(f"%Y%m%d-%H%M%S-{os.getpid()}")
-    ref = DatasetRef(args.dataset, root=args.root or root_default(), scale=args.scale,
-                     seed=args.data_seed)
+    ref = _dataset_ref(args)
     ref.prepare()
     result = run_trial(config, dataset=ref, trial_dir=trial_dir, measure=measure,
-                       limits=limits, inductor_cache=Path(args.studies_dir) / ".cache" / "inductor")
+                       limits=limits, inductor_cache=inductor_cache_dir(args.studies_dir))
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -352,10 +358,11 @@ def cmd_trial(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    cache = Path(args.studies_dir) / ".cache" / "inductor"
+    from autotune.runner import inductor_cache_dir
+
+    cache = inductor_cache_dir(args.studies_dir)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache.resolve()))  # before torch
     from autotune.config import load_config, measured_figures
-    from autotune.datasets import DatasetRef, root_default
     from autotune.pipeline import build, check_config
     from autotune.train import TrainSpec, train
 
@@ -363,8 +370,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.device:
         config = config.replace(device=args.device)
     check_config(config)
-    ref = DatasetRef(args.dataset, root=args.root or root_default(), scale=args.scale,
-                     seed=args.data_seed)
+    ref = _dataset_ref(args)
     dataset = ref.prepare()
     pipe = build(config, dataset.data, num_classes=dataset.num_classes,
                  cache_file=ref.csc_path())
@@ -471,7 +477,6 @@ def _clock(seconds: float) -> str:
 def cmd_search(args: argparse.Namespace) -> int:
     import torch
 
-    from autotune.datasets import DatasetRef, root_default
     from autotune.env import fingerprint, format_bytes, parse_bytes
     from autotune.guard import GuardFailed, GuardOptions, parse_objectives
     from autotune.pipeline import check_config
@@ -493,8 +498,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     baseline = space.baseline(base_knobs.replace(seed=args.seed))
     check_config(baseline)
     studies_dir = _writable_dir(Path(args.studies_dir), "--studies-dir")
-    ref = DatasetRef(args.dataset, root=args.root or root_default(), scale=args.scale,
-                     seed=args.data_seed)
+    ref = _dataset_ref(args)
     name = args.study_name or st.default_study_name(args.dataset, device)
     url = args.storage or st.default_storage(studies_dir, name)
     st.open_storage(url)  # fails fast on a bad URL or an unreachable server
@@ -538,11 +542,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     print(f"\n{outcome.measured} measured, {outcome.reused} reused, {outcome.failed} failed; "
           f"{len(study.trials)} trials in the study")
     if guard.active:
-        ref = study.user_attrs.get("guard") or {}
+        reference = study.user_attrs.get("guard") or {}
         share = outcome.guard_s / max(outcome.elapsed_s, 1e-9)
         print(f"accuracy guard: {outcome.guarded} configs trained for "
-              f"{ref.get('budget_s', 0):.1f} s each (the baseline's {guard.epochs} epochs, "
-              f"validation accuracy {ref.get('baseline_val_acc', 0):.4f}); "
+              f"{reference.get('budget_s', 0):.1f} s each (the baseline's {guard.epochs} "
+              f"epochs, validation accuracy {reference.get('baseline_val_acc', 0):.4f}); "
               f"{outcome.guard_violations} below the guard; guard time {outcome.guard_s:.0f} s "
               f"= {100 * share:.0f}% of this search's {outcome.elapsed_s:.0f} s")
     print(render_pareto(st.summary_rows(study, budget)))

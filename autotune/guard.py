@@ -20,7 +20,7 @@ import optuna
 from autotune.config import TrialConfig
 from autotune.errors import ConfigError
 from autotune.result import TrialResult
-from autotune.runner import run_trial
+from autotune.runner import inductor_cache_dir, run_trial
 from autotune.storage import file_lock, measurement_lock_path
 from autotune.train import TrainSpec
 
@@ -98,7 +98,7 @@ def _train(opts, study: optuna.Study, number: int, config: TrialConfig,
     with file_lock(measurement_lock_path(opts.device)):
         result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir,
                            limits=opts.limits, train=spec,
-                           inductor_cache=Path(opts.studies_dir) / ".cache" / "inductor")
+                           inductor_cache=inductor_cache_dir(opts.studies_dir))
     if not result.ok:
         raise GuardFailed(f"{result.status}: {result.reason}")
     return result, time.monotonic() - start
@@ -111,12 +111,11 @@ def reference(opts, study: optuna.Study, number: int, config: TrialConfig,
     result, took = _train(opts, study, number, config,
                           TrainSpec(epochs=guard.epochs, evaluate_test=False))
     training = result.training
-    acc = training["val_acc"]
-    study.set_user_attr(GUARD_ATTR, {"budget_s": training["train_s"], "baseline_val_acc": acc,
+    study.set_user_attr(GUARD_ATTR, {"budget_s": training["train_s"],
+                                     "baseline_val_acc": training["val_acc"],
                                      "baseline_trial": number, "ratio": guard.ratio,
                                      "epochs": guard.epochs})
-    steps = sum(e["steps"] for e in training["epochs"])
-    return Verdict(acc, acc, guard.ratio, took, training["train_s"], steps)
+    return _verdict(training, took, training["val_acc"], guard)
 
 
 def budget(study: optuna.Study, alive) -> dict:
@@ -137,7 +136,10 @@ def check(opts, study: optuna.Study, number: int, config: TrialConfig,
     """Trains ``config`` for the baseline's budget and compares its accuracy."""
     result, took = _train(opts, study, number, config,
                           TrainSpec(budget_s=ref["budget_s"], evaluate_test=False))
-    training = result.training
-    steps = sum(e["steps"] for e in training["epochs"])
-    return Verdict(training["val_acc"], ref["baseline_val_acc"], guard.ratio, took,
-                   training["train_s"], steps)
+    return _verdict(result.training, took, ref["baseline_val_acc"], guard)
+
+
+def _verdict(training: dict, took: float, baseline_val_acc: float,
+             guard: GuardOptions) -> Verdict:
+    return Verdict(training["val_acc"], baseline_val_acc, guard.ratio, took,
+                   training["train_s"], sum(e["steps"] for e in training["epochs"]))

@@ -108,7 +108,8 @@ class MemoryTracker:
             self._sample(procs)
 
 
-def _sync(device: torch.device) -> Callable[[], None]:
+def device_sync(device: torch.device) -> Callable[[], None]:
+    """What waits for the device's queued work before a clock read (nothing on CPU)."""
     if device.type == "cuda":
         return torch.cuda.synchronize
     return lambda: None
@@ -174,7 +175,7 @@ class _Stepper:
 
     def __init__(self, pipe: Pipeline, on_step: Callable[[int], None] | None) -> None:
         self.pipe = pipe
-        self.sync = _sync(pipe.device)
+        self.sync = device_sync(pipe.device)
         self.batches = _batches(pipe.loader)
         self.on_step = on_step or (lambda step: None)
         self.count = 0

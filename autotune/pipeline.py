@@ -303,17 +303,16 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
     backend = resolve_backend(config.sampler)
-    on_gpu_sampling = config.gpu_sampling
     sampler = make_sampler(data, config.num_neighbors, backend=backend, seed=config.seed,
                            cache_file=cache_file, cache_dir=cache_dir,
-                           device=device if on_gpu_sampling else None)
-    loader_data = _gpu_resident(data, device) if on_gpu_sampling else data
+                           device=device if config.gpu_sampling else None)
+    loader_data = _gpu_resident(data, device) if config.gpu_sampling else data
     workers = config.num_workers
     loader = NodeLoader(
         loader_data, node_sampler=sampler, input_nodes=data.train_mask,
         batch_size=config.batch_size, shuffle=True, num_workers=workers,
         persistent_workers=workers > 0, prefetch_factor=config.prefetch_factor if workers else None,
-        pin_memory=device.type == "cuda" and not on_gpu_sampling,
+        pin_memory=device.type == "cuda" and not config.gpu_sampling,
         transform=PadToBucket(config.pad_ladder) if config.shapes == "padded" else None)
     if model is None:
         classes = num_classes if num_classes is not None else int(data.y.max()) + 1

@@ -32,6 +32,12 @@ KILL_WAIT_S = 5.0
 DEFAULT_TIMEOUT_S = 900.0
 
 
+def inductor_cache_dir(studies_dir: str | os.PathLike) -> Path:
+    """Where compiled kernels persist between trials (and training runs) of a studies
+    folder: ``STUDIES_DIR/.cache/inductor``."""
+    return Path(studies_dir) / ".cache" / "inductor"
+
+
 @dataclass(frozen=True)
 class TrialLimits:
     """What the watchdog enforces."""

@@ -28,7 +28,7 @@ from autotune import guard as guards
 from autotune.measure import MeasureSpec
 from autotune.pareto import Point, best_under, front, knee
 from autotune.result import TrialResult
-from autotune.runner import TrialLimits, run_trial
+from autotune.runner import TrialLimits, inductor_cache_dir, run_trial
 from autotune.space import SearchSpace, params_for, suggest_config
 from autotune.storage import (GRACE_S, HEARTBEAT_S, Heartbeat, file_lock, masked,
                               measurement_lock_path, open_storage, study_lock)
@@ -429,7 +429,7 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
         measured_from = time.time()
         result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir,
                            measure=opts.measure, limits=opts.limits,
-                           inductor_cache=opts.studies_dir / ".cache" / "inductor")
+                           inductor_cache=inductor_cache_dir(opts.studies_dir))
         measured_to = time.time()
     outcome.measured += 1
     attrs = {**_attrs(result), "trial_dir": str(trial_dir),

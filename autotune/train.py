@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 
 from autotune.errors import ConfigError
+from autotune.measure import device_sync
 from autotune.pipeline import Pipeline
 
 
@@ -81,11 +82,6 @@ class Training:
                 "steady_seed_nodes_per_s": self.steady_seed_nodes_per_s()}
 
 
-def _sync(pipe: Pipeline) -> None:
-    if pipe.device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 @torch.no_grad()
 def accuracy(pipe: Pipeline, mask: torch.Tensor) -> float:
     """Share of ``mask``'s nodes the model classifies right, on subgraphs sampled
@@ -142,7 +138,8 @@ def _one_epoch(pipe: Pipeline, number: int, left_s: float | None) -> Epoch:
     """One pass over the training nodes, or less when ``left_s`` runs out first."""
     steps = seeds = 0
     loss = torch.zeros(())
-    _sync(pipe)
+    sync = device_sync(pipe.device)
+    sync()
     t0 = time.perf_counter()
     for batch in pipe.loader:
         loss = pipe.train_step(batch)
@@ -150,6 +147,6 @@ def _one_epoch(pipe: Pipeline, number: int, left_s: float | None) -> Epoch:
         seeds += int(batch.batch_size)
         if left_s is not None and time.perf_counter() - t0 >= left_s:
             break
-    _sync(pipe)
+    sync()
     return Epoch(epoch=number, steps=steps, seeds=seeds, train_s=time.perf_counter() - t0,
                  loss=float(loss))

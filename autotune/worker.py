@@ -109,11 +109,7 @@ def run(spec: dict, trial_dir: Path) -> dict:
                   "window": sum(m.step_times_s),
                   "measure_total": t_done - t_built},
     )
-    if not all(map(_finite, result.losses)):
-        return TrialResult.failed("error", config.to_dict(),
-                                  f"training diverged: non-finite loss {list(result.losses)}"
-                                  ).to_dict()
-    return result.to_dict()
+    return _unless_diverged(result)
 
 
 def _train(spec: dict, config, dataset, pipe, t_start: float, t_loaded: float,
@@ -125,17 +121,19 @@ def _train(spec: dict, config, dataset, pipe, t_start: float, t_loaded: float,
     from autotune.train import TrainSpec, train
 
     training = train(pipe, dataset.data, TrainSpec(**spec["train"]))
-    losses = tuple(e.loss for e in training.epochs)
-    if not all(map(_finite, losses)):
-        return TrialResult.failed("error", config.to_dict(),
-                                  f"training diverged: non-finite loss {list(losses)}").to_dict()
-    return TrialResult(status="ok", config=config.to_dict(), losses=losses,
-                       dataset=dataset.stats(), env=fingerprint(config.device),
-                       training=training.to_dict(),
-                       phases_s={"spawn_and_load": t_loaded - spec["spawned_at"],
-                                 "build": t_built - t_loaded,
-                                 "train": training.train_s,
-                                 "total": time.time() - t_start}).to_dict()
+    return _unless_diverged(TrialResult(
+        status="ok", config=config.to_dict(), losses=tuple(e.loss for e in training.epochs),
+        dataset=dataset.stats(), env=fingerprint(config.device), training=training.to_dict(),
+        phases_s={"spawn_and_load": t_loaded - spec["spawned_at"], "build": t_built - t_loaded,
+                  "train": training.train_s, "total": time.time() - t_start}))
+
+
+def _unless_diverged(result) -> dict:
+    """The result as a dict, or an error result when a loss was not finite."""
+    if not all(map(_finite, result.losses)):
+        return result.failed("error", result.config, "training diverged: non-finite loss "
+                             f"{list(result.losses)}").to_dict()
+    return result.to_dict()
 
 
 def _finite(x: float) -> bool:
