@@ -15,6 +15,16 @@ _EXPORTS = {
     "ConfigError": "autotune.errors",
     "DatasetError": "autotune.errors",
     "BackendUnavailableError": "autotune.errors",
+    "SearchSpaceError": "autotune.errors",
+    "StorageError": "autotune.errors",
+    "StudyNotFoundError": "autotune.errors",
+    "GuardError": "autotune.errors",
+    "search": "autotune.study.api",
+    "prepare_search": "autotune.study.api",
+    "SearchResult": "autotune.study.api",
+    "SearchPlan": "autotune.study.api",
+    "TrialRecord": "autotune.study.records",
+    "load_study": "autotune.study.studies",
     "NeighborSampler": "autotune.sampler",
     "make_sampler": "autotune.sampler",
     "TrialConfig": "autotune.config",
@@ -35,7 +45,12 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from autotune.config import TrialConfig, load_config
     from autotune.datasets import DatasetRef, load_dataset, synthetic_reddit
-    from autotune.errors import AutotuneError, BackendUnavailableError, ConfigError, DatasetError
+    from autotune.errors import (AutotuneError, BackendUnavailableError, ConfigError,
+                                 DatasetError, GuardError, SearchSpaceError, StorageError,
+                                 StudyNotFoundError)
+    from autotune.study.api import SearchPlan, SearchResult, prepare_search, search
+    from autotune.study.records import TrialRecord
+    from autotune.study.studies import load_study
     from autotune.measure import MeasureSpec
     from autotune.pipeline import Pipeline, build
     from autotune.result import TrialResult

@@ -4,13 +4,16 @@ so ``autotune --help`` stays fast."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
-from autotune.errors import AutotuneError, ConfigError
+from typing import Any, Callable
+
+from autotune.errors import AutotuneError, ConfigError, GuardError
+from autotune.render import FORMATS, emit, front_table, progress_line, result_text, short, \
+    trial_row, trials_table
 
 EXIT_BAD_INPUT = 2
 EXIT_TRIAL_FAILED = 1
@@ -20,13 +23,14 @@ SEARCH_EXAMPLE = """examples:
   autotune search --dataset synthetic --scale 0.02 --space quick --n-trials 8
   autotune search --dataset Reddit --root data --max-memory 8GiB --n-trials 40
   autotune search --dataset Reddit --space reddit --model gat --layers 3 --n-trials 40
+  autotune search --dataset mypkg.data:load --model mypkg.models:factory --n-trials 20
 
 Running the same command again resumes the study: finished trials are kept, an
 interrupted one is marked failed, and --n-trials counts the study's total."""
 
 SHOW_EXAMPLE = """example:
   autotune show --study-name synthetic-cpu-myhost
-  autotune show --study-name synthetic-cpu-myhost --format yaml"""
+  autotune show --study-name synthetic-cpu-myhost -f yaml"""
 
 EXPORT_EXAMPLE = """examples:
   autotune export --study-name synthetic-cpu-myhost --pick knee --out best.yaml
@@ -60,12 +64,21 @@ loss, training throughput and validation/test accuracy of each epoch, and at the
 end the achieved throughput next to the one the exported trial measured."""
 
 TRIAL_EXAMPLE = """example:
-  autotune trial --dataset synthetic --scale 0.05 --config cfg.yaml --format json
+  autotune trial --dataset synthetic --scale 0.05 --config cfg.yaml -f json
   autotune trial --dataset Cora --root ../shared/data/planetoid --steps 30
   autotune trial --config cfg.yaml --model gcn --layers 3 --recompile-limit 4
+  autotune trial --model mypkg.models:factory --dataset mypkg.data:load
 
 Without --config, the trial measures PyG's examples/reddit.py setup: fanout [25, 10],
 batch 1024, 2-layer SAGE with 256 hidden units, no compile, float32."""
+
+
+MODEL_HELP = ("sage (default, as PyG's examples/reddit.py), gcn, gat, or your own factory "
+              "'package.module:factory' called as factory(in_channels, out_channels, config) "
+              "and returning an nn.Module whose forward takes (x, edge_index)")
+DATASET_HELP = ("Reddit, Reddit2, Flickr, Yelp, Cora, CiteSeer, PubMed, ogbn-products, "
+                "ogbn-arxiv, synthetic, a path to a .pt Data file, or your own function "
+                "'package.module:function' returning a Data (default: synthetic)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,60 +88,66 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"autotune: error: {message} (see '{self.prog} --help')\n")
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number (got {text!r})")
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number (got {text!r})")
-    return value
+def _number(kind: type, what: str) -> Callable[[str], Any]:
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {what} (got {text!r})") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a {what} (got {text!r})")
+        return value
+    return parse
 
 
-def _positive_int(text: str) -> int:
+_positive_float = _number(float, "positive number")
+_positive_int = _number(int, "positive integer")
+
+
+def _port(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer (got {text!r})")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer (got {text!r})")
+        raise argparse.ArgumentTypeError(f"expected a port number (got {text!r})") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535 (got {text!r})")
     return value
 
 
+def _common() -> argparse.ArgumentParser:
+    """Flags every subcommand takes: --debug, accepted after the subcommand too."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks")
+    return common
+
+
+def _add_format(p: argparse.ArgumentParser, *, yaml: bool = True) -> None:
+    p.add_argument("-f", "--format", choices=FORMATS if yaml else FORMATS[:2], default="table",
+                   help="table for people, json or yaml for programs (default: table)")
+
+
 def _add_dataset_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dataset", default="synthetic",
-                   help="Reddit, Reddit2, Flickr, Yelp, Cora, CiteSeer, PubMed, ogbn-products, "
-                        "ogbn-arxiv, synthetic, or a path to a .pt Data file "
-                        "(default: synthetic)")
+    p.add_argument("--dataset", default="synthetic", help=DATASET_HELP)
     p.add_argument("--root", default=None,
                    help="folder datasets live in (default: $AUTOTUNE_DATA_ROOT or ./data)")
     p.add_argument("--scale", type=_positive_float, default=1.0,
                    help="size of the synthetic graph relative to Reddit (default: 1.0)")
-    p.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic graph")
+    p.add_argument("--data-seed", type=int, default=0,
+                   help="seed of the synthetic graph (default: 0)")
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
     """Pipeline facts: fixed for a study (part of its identity), never searched."""
-    p.add_argument("--model", choices=["sage", "gcn", "gat"], default=None,
-                   help="the GNN (default: sage, as PyG's examples/reddit.py)")
+    p.add_argument("--model", default=None, help=MODEL_HELP)
     p.add_argument("--hidden", type=_positive_int, default=None,
                    help="hidden channels (default: the config's or space's, else 256)")
     p.add_argument("--layers", type=_positive_int, default=None,
                    help="conv layers (default: 2); fanouts are fitted to it by cutting or "
                         "repeating their last entry")
-
-
-def _model_facts(args: argparse.Namespace) -> dict:
-    named = {"model": args.model, "hidden_channels": args.hidden, "num_layers": args.layers}
-    return {k: v for k, v in named.items() if v is not None}
-
-
-def _dataset_ref(args: argparse.Namespace):
-    """The dataset the --dataset/--root/--scale/--data-seed flags name."""
-    from autotune.datasets import DatasetRef, root_default
-
-    return DatasetRef(args.dataset, root=args.root or root_default(), scale=args.scale,
-                      seed=args.data_seed)
+    p.add_argument("--recompile-limit", type=_positive_int, default=None,
+                   help="torch._dynamo's recompile limit per frame (default: torch's, 8); a "
+                        "trial that hits it ran partly eager and is flagged so")
 
 
 def _add_measure_flags(p: argparse.ArgumentParser, timeout_flag: str = "--timeout") -> None:
@@ -144,10 +163,18 @@ def _add_measure_flags(p: argparse.ArgumentParser, timeout_flag: str = "--timeou
     p.add_argument(timeout_flag, dest="trial_timeout", type=_positive_float, default=900.0,
                    help="kill a trial after this many seconds (default: 900)")
     p.add_argument("--memory-limit", default=None,
-                   help="kill a trial whose process tree's RSS passes this, e.g. 8GiB")
-    p.add_argument("--recompile-limit", type=_positive_int, default=None,
-                   help="torch._dynamo's recompile limit per frame (default: torch's, 8); a "
-                        "trial that hits it ran partly eager and is flagged so")
+                   help="kill a trial whose process tree's RSS passes this, e.g. 8GiB "
+                        "(KiB/MiB/GiB are powers of 1024, KB/MB/GB of 1000)")
+
+
+def _add_study_flags(p: argparse.ArgumentParser, required: bool = False) -> None:
+    p.add_argument("--study-name", required=required, default=None,
+                   help="the study (default: DATASET-DEVICE-HOST)" if not required
+                   else "the study to read")
+    p.add_argument("--storage", default=None,
+                   help="an Optuna RDB URL (default: sqlite:///STUDIES_DIR/STUDY.db)")
+    p.add_argument("--studies-dir", default=DEFAULT_STUDIES,
+                   help="where SQLite studies, trial logs and pareto.yaml go (default: studies)")
 
 
 def _measure_and_limits(args: argparse.Namespace):
@@ -159,23 +186,54 @@ def _measure_and_limits(args: argparse.Namespace):
     limits = TrialLimits(timeout_s=args.trial_timeout, memory_limit_bytes=None if limit is None
                          else parse_bytes(limit, option="--memory-limit"))
     measure = MeasureSpec(warmup_steps=args.warmup, window_steps=args.steps,
-                          max_window_s=args.max_seconds, recompile_limit=args.recompile_limit)
+                          max_window_s=args.max_seconds)
     return measure, limits
+
+
+def _sub(sub, name: str, help_: str, description: str, example: str, func) -> _Parser:
+    p = sub.add_parser(name, help=help_, description=description, epilog=example,
+                       parents=[_common()], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.set_defaults(func=func)
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autotune", description="Pareto autotuner for PyTorch Geometric "
-                     "training pipelines.")
+                     "training pipelines.", parents=[_common()])
     parser.add_argument("--version", action="version",
                         version=f"autotune {__import__('autotune').__version__}")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
+    _add_trial_parser(sub)
+    _add_search_parser(sub)
+    show = _sub(sub, "show", "print a study's Pareto front and trials",
+                "Print a study's Pareto front (with speed-ups against the baseline) and "
+                "every trial.", SHOW_EXAMPLE, cmd_show)
+    _add_study_flags(show, required=True)
+    _add_format(show)
+    export = _sub(sub, "export", "write one trial's config for training",
+                  "Write one trial's full config, measured figures and environment.",
+                  EXPORT_EXAMPLE, cmd_export)
+    _add_study_flags(export, required=True)
+    export.add_argument("--pick", default="knee",
+                        help="knee, max-throughput, min-memory or trial:N (default: knee)")
+    export.add_argument("--out", required=True, help="a .yaml, .yml or .json file")
+    _add_format(export)
+    _add_dashboard_parser(sub)
+    _add_train_parser(sub)
+    report = _sub(sub, "report", "write report.html and PNG plots of a study",
+                  "Draw a study: Pareto front, knob importance, step times.", REPORT_EXAMPLE,
+                  cmd_report)
+    _add_study_flags(report, required=True)
+    report.add_argument("--out", required=True, help="folder for report.html and the PNGs")
+    _add_format(report)
+    return parser
 
-    trial = sub.add_parser("trial", help="measure one configuration in its own process",
-                           description="Measure one pipeline configuration: throughput, "
-                           "peak memory, compile time and recompiles.", epilog=TRIAL_EXAMPLE,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+
+def _add_trial_parser(sub) -> None:
+    trial = _sub(sub, "trial", "measure one configuration in its own process",
+                 "Measure one pipeline configuration: throughput, peak memory, compile time "
+                 "and recompiles.", TRIAL_EXAMPLE, cmd_trial)
     _add_dataset_flags(trial)
     trial.add_argument("--config", default=None,
                        help="a YAML/JSON TrialConfig, or a file written by 'autotune export'")
@@ -185,40 +243,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_measure_flags(trial)
     trial.add_argument("--studies-dir", default=DEFAULT_STUDIES,
                        help="the trial's logs go to STUDIES_DIR/trials/ (default: studies)")
-    trial.add_argument("--format", choices=["table", "json"], default="table")
-    trial.set_defaults(func=cmd_trial)
+    _add_format(trial)
 
-    _add_search_parser(sub)
 
-    show = sub.add_parser("show", help="print a study's Pareto front and trials",
-                          epilog=SHOW_EXAMPLE,
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_study_flags(show, required=True)
-    show.add_argument("--format", choices=["table", "json", "yaml"], default="table")
-    show.set_defaults(func=cmd_show)
-
-    export = sub.add_parser("export", help="write one trial's config for training",
-                            epilog=EXPORT_EXAMPLE,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_study_flags(export, required=True)
-    export.add_argument("--pick", default="knee",
-                        help="knee, max-throughput, min-memory or trial:N (default: knee)")
-    export.add_argument("--out", required=True, help="a .yaml, .yml or .json file")
-    export.set_defaults(func=cmd_export)
-
-    dash = sub.add_parser("dashboard", help="serve optuna-dashboard for a study",
-                          epilog=DASHBOARD_EXAMPLE,
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+def _add_dashboard_parser(sub) -> None:
+    dash = _sub(sub, "dashboard", "serve optuna-dashboard for a study",
+                "Serve optuna-dashboard for a study's storage.", DASHBOARD_EXAMPLE,
+                cmd_dashboard)
     _add_study_flags(dash)
     dash.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    dash.add_argument("--port", type=_port, default=8080, help="default: 8080")
-    dash.set_defaults(func=cmd_dashboard)
+    dash.add_argument("--port", type=_port, default=8080, help="port to bind (default: 8080)")
 
-    train = sub.add_parser("train", help="train with a config; accuracy every epoch",
-                           description="Train with an exported config for whole epochs, "
-                           "evaluating validation and test accuracy after each.",
-                           epilog=TRAIN_EXAMPLE,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+
+def _add_train_parser(sub) -> None:
+    train = _sub(sub, "train", "train with a config; accuracy every epoch",
+                 "Train with an exported config for whole epochs, evaluating validation and "
+                 "test accuracy after each.", TRAIN_EXAMPLE, cmd_train)
     _add_dataset_flags(train)
     train.add_argument("--config", required=True,
                        help="a file written by 'autotune export' (or a YAML/JSON TrialConfig)")
@@ -228,34 +268,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--studies-dir", default=DEFAULT_STUDIES,
                        help="inductor's kernel cache lives in STUDIES_DIR/.cache (default: "
                             "studies)")
-    train.add_argument("--format", choices=["table", "json"], default="table")
-    train.set_defaults(func=cmd_train)
-
-    report = sub.add_parser("report", help="write report.html and PNG plots of a study",
-                            epilog=REPORT_EXAMPLE,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_study_flags(report, required=True)
-    report.add_argument("--out", required=True, help="folder for report.html and the PNGs")
-    report.set_defaults(func=cmd_report)
-    return parser
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number (got {text!r})")
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number 0-65535 (got {text!r})")
-    return value
+    _add_format(train, yaml=False)
 
 
 def _add_search_parser(sub) -> None:
-    search = sub.add_parser("search", help="search the Pareto front of throughput and memory",
-                            description="Optuna multi-objective search: maximise throughput "
-                            "(seed nodes/s), minimise peak memory (MiB).",
-                            epilog=SEARCH_EXAMPLE,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    search = _sub(sub, "search", "search the Pareto front of throughput and memory",
+                  "Optuna multi-objective search: maximise throughput (seed nodes/s), "
+                  "minimise peak memory (MiB).", SEARCH_EXAMPLE, cmd_search)
     _add_dataset_flags(search)
     search.add_argument("--space", default="default",
                         help="a file in search_spaces/ (default, reddit, quick) or a path")
@@ -268,7 +287,8 @@ def _add_search_parser(sub) -> None:
                              "benchmarks/search_efficiency.py)")
     search.add_argument("--seed", type=int, default=0, help="sampler and training seed")
     search.add_argument("--max-memory", default=None,
-                        help="memory budget, e.g. 8GiB: an Optuna constraint on peak memory")
+                        help="memory budget, e.g. 8GiB (KiB/MiB/GiB are powers of 1024, "
+                             "KB/MB/GB of 1000): an Optuna constraint on peak memory")
     search.add_argument("--device", choices=["cpu", "cuda"], default=None,
                         help="default: cuda when torch sees a GPU, else cpu")
     _add_model_flags(search)
@@ -290,31 +310,31 @@ def _add_search_parser(sub) -> None:
                         help="a trial whose heartbeat is older than this is failed and its "
                              "config re-queued once (default: 60)")
     _add_measure_flags(search, timeout_flag="--trial-timeout")
-    search.set_defaults(func=cmd_search)
-
-
-def _add_study_flags(p: argparse.ArgumentParser, required: bool = False) -> None:
-    p.add_argument("--study-name", required=required, default=None,
-                   help="default: DATASET-DEVICE-HOST" if not required else None)
-    p.add_argument("--storage", default=None,
-                   help="an Optuna RDB URL (default: sqlite:///STUDIES_DIR/STUDY.db)")
-    p.add_argument("--studies-dir", default=DEFAULT_STUDIES,
-                   help="where SQLite studies, trial logs and pareto.yaml go (default: studies)")
+    _add_format(search)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    debug = getattr(args, "debug", False)
     try:
         return args.func(args)
+    except GuardError as exc:  # the input was fine; the baseline's guard training was not
+        if debug:
+            raise
+        print(f"autotune: accuracy guard: {_one_line(str(exc))}", file=sys.stderr)
+        return EXIT_TRIAL_FAILED
     except AutotuneError as exc:
-        if args.debug:
+        if debug:
             raise
         print(f"autotune: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("autotune: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `autotune show | head`: the reader left, as with any CLI tool
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _one_line(text: str) -> str:
@@ -333,15 +353,26 @@ def _writable_dir(path: Path, option: str) -> Path:
     return path
 
 
+def _dataset_ref(args: argparse.Namespace):
+    """The dataset the --dataset/--root/--scale/--data-seed flags name."""
+    from autotune.datasets import DatasetRef, root_default
+
+    return DatasetRef(args.dataset, root=args.root or root_default(), scale=args.scale,
+                      seed=args.data_seed)
+
+
 def cmd_trial(args: argparse.Namespace) -> int:
     from autotune.config import load_config, with_model
     from autotune.pipeline import check_config
     from autotune.runner import inductor_cache_dir, run_trial
+    from autotune.study.api import default_config
 
     config = load_config(args.config) if args.config else default_config()
     if args.device:
         config = config.replace(device=args.device)
     config = with_model(config, model=args.model, hidden=args.hidden, layers=args.layers)
+    if args.recompile_limit is not None:
+        config = config.replace(recompile_limit=args.recompile_limit)
     check_config(config)
     measure, limits = _measure_and_limits(args)
     trial_dir = _writable_dir(Path(args.studies_dir) / "trials", "--studies-dir") / \
@@ -350,10 +381,7 @@ def cmd_trial(args: argparse.Namespace) -> int:
     ref.prepare()
     result = run_trial(config, dataset=ref, trial_dir=trial_dir, measure=measure,
                        limits=limits, inductor_cache=inductor_cache_dir(args.studies_dir))
-    if args.format == "json":
-        print(json.dumps(result.to_dict(), indent=2))
-    else:
-        print(render_result(result, trial_dir))
+    print(emit(result.to_dict(), args.format, lambda: result_text(result, trial_dir)))
     return 0 if result.ok else EXIT_TRIAL_FAILED
 
 
@@ -389,10 +417,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     achieved = training.steady_seed_nodes_per_s()
     measured = measured_figures(args.config)
     ratio = achieved / measured["seed_nodes_per_s"] if measured else None
-    if not table:
-        print(json.dumps({"config": config.to_dict(), **training.to_dict(),
-                          "measured": measured, "achieved_over_measured": ratio}, indent=2))
-        return 0
+    blob = {"config": config.to_dict(), **training.to_dict(), "measured": measured,
+            "achieved_over_measured": ratio}
     which = "median of epochs 2-" + str(args.epochs) if args.epochs > 1 else "epoch 1"
     line = f"throughput: achieved {achieved:,.0f} seed nodes/s ({which})"
     if measured:
@@ -400,330 +426,152 @@ def cmd_train(args: argparse.Namespace) -> int:
                  f" = {ratio:.2f}x")
     else:
         line += f"; {args.config} holds no measurement to compare with"
-    print(line)
+    print(emit(blob, args.format, lambda: line))
     return 0
 
 
 def short_config(config) -> str:
-    from autotune.report import short
-
     return f"{config.model} {config.num_layers}x{config.hidden_channels}, " + \
         short(config.to_dict())
 
 
-def default_config(device: str | None = None):
-    """PyG's examples/reddit.py setup, its 6 loader workers capped to this machine."""
-    import torch
-
-    from autotune.config import TrialConfig
-
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    return TrialConfig(num_workers=min(6, len(os.sched_getaffinity(0))), device=device)
-
-
-def render_result(result, trial_dir: Path) -> str:
-    from autotune.env import format_bytes
-
-    cfg = result.config
-    lines = [f"trial  {result.status}" + (f": {result.reason}" if result.reason else ""),
-             f"config batch {cfg['batch_size']}, fanout {cfg['num_neighbors']}, "
-             f"workers {cfg['num_workers']}, compile {cfg['compile_mode']}, "
-             f"shapes {cfg['shapes']}, amp {cfg['amp_dtype']}, "
-             f"checkpointing {cfg['checkpointing']}, sampler {cfg['sampler']}, "
-             f"device {cfg['device']}; model {cfg['model']} {cfg['num_layers']}x"
-             f"{cfg['hidden_channels']}"]
-    if result.ok:
-        s, m, c, p = result.summary(), result.memory, result.compile, result.phases_s
-        lines += [
-            f"throughput      {s['seed_nodes_per_s']:,.0f} seed nodes/s  "
-            f"({s['sampled_nodes_per_s']:,.0f} sampled nodes/s, "
-            f"{s['sampled_edges_per_s']:,.0f} edges/s)",
-            f"step time       p50 {s['step_p50_ms']:.1f} ms   p90 {s['step_p90_ms']:.1f} ms   "
-            f"CV {100 * s['step_cv']:.1f}%   over {s['steps']} steps "
-            f"({s['window_s']:.2f} s window)",
-            f"peak RSS        window {format_bytes(m['peak_rss_window_bytes'])}   warm-up "
-            f"{format_bytes(m['peak_rss_warmup_bytes'])}   ({m['rss_covers']})",
-        ]
-        if "cuda_max_allocated_bytes" in m:
-            lines.append(f"peak CUDA       allocated {format_bytes(m['cuda_max_allocated_bytes'])}"
-                         f"   reserved {format_bytes(m['cuda_max_reserved_bytes'])}")
-        lines += [
-            f"warm-up         {len(result.warmup_step_times_s)} steps, {p['warmup']:.2f} s; "
-            f"compile {c['compile_time_s']:.1f} s ({c.get('backend') or 'not compiled'}), "
-            f"{c['recompiles']} recompiles, {c['graph_breaks']} graph breaks"
-            + ("; EAGER: recompile limit hit" if c.get("fell_back_to_eager") else ""),
-            f"start-up        spawn and load {p['spawn_and_load']:.2f} s (imports "
-            f"{p['imports']:.2f} s, dataset {p['dataset_load']:.2f} s), build {p['build']:.2f} s",
-            f"observed        sampler {result.observed['sampler_backend']}, "
-            f"threads {result.observed['torch_threads']}, "
-            f"conv dtype {','.join(result.observed['conv_output_dtypes'])}, "
-            f"checkpointed layers {result.observed['checkpointed_layers']}, saved for "
-            f"backward {format_bytes(result.observed['saved_tensor_bytes'])}",
-        ]
-        lines += [f"warning         {w}" for w in result.warnings]
-    elif result.stderr_tail:
-        lines.append("stderr tail:\n" + result.stderr_tail.rstrip()[-1500:])
-    lines.append(f"logs            {trial_dir}")
-    return "\n".join(lines)
-
-
-
-def _clock(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}:{secs:02d}"
+def _search_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags of ``autotune search`` as :func:`autotune.search`'s options."""
+    measure, limits = _measure_and_limits(args)
+    return dict(dataset=args.dataset, root=args.root, scale=args.scale,
+                data_seed=args.data_seed, model=args.model, hidden=args.hidden,
+                layers=args.layers, recompile_limit=args.recompile_limit, space=args.space,
+                n_trials=args.n_trials, timeout_s=args.timeout, sampler=args.sampler,
+                seed=args.seed, max_memory=args.max_memory, device=args.device,
+                accuracy_guard=args.accuracy_guard, guard_epochs=args.guard_epochs,
+                objectives=args.objectives, study_name=args.study_name, storage=args.storage,
+                studies_dir=args.studies_dir, heartbeat_s=args.heartbeat,
+                grace_s=args.grace_period, measure=measure, limits=limits)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    import torch
+    from autotune.study.api import prepare_search
 
-    from autotune.env import fingerprint, format_bytes, parse_bytes
-    from autotune.guard import GuardFailed, GuardOptions, parse_objectives
-    from autotune.pipeline import check_config
-    from autotune.space import load_space
-    from autotune import study as st
-
-    _quiet_optuna()
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if args.grace_period <= args.heartbeat:
-        raise ConfigError(f"--grace-period must be longer than --heartbeat (got "
-                          f"{args.grace_period} <= {args.heartbeat}): a live worker's trial "
-                          "would be failed between two beats")
-    max_memory = parse_bytes(args.max_memory, option="--max-memory") if args.max_memory else None
-    guard = GuardOptions(ratio=args.accuracy_guard, epochs=args.guard_epochs,
-                         objective=parse_objectives(args.objectives))
-    measure, limits = _measure_and_limits(args)
-    base_knobs = default_config(device)
-    space = load_space(args.space, device=device, baseline=base_knobs, facts=_model_facts(args))
-    baseline = space.baseline(base_knobs.replace(seed=args.seed))
-    check_config(baseline)
-    studies_dir = _writable_dir(Path(args.studies_dir), "--studies-dir")
-    ref = _dataset_ref(args)
-    name = args.study_name or st.default_study_name(args.dataset, device)
-    url = args.storage or st.default_storage(studies_dir, name)
-    st.open_storage(url)  # fails fast on a bad URL or an unreachable server
-    dataset = ref.prepare()
-    if guard.active and "val_mask" not in dataset.data:
-        raise ConfigError(f"--accuracy-guard and --objectives ...,accuracy need a validation "
-                          f"split, and dataset {ref.name} has no val_mask")
-    opts = st.SearchOptions(dataset=ref, space=space, device=device, n_trials=args.n_trials,
-                            timeout_s=args.timeout, sampler=args.sampler, seed=args.seed,
-                            max_memory_bytes=max_memory, storage=url, study_name=name,
-                            studies_dir=studies_dir, measure=measure, limits=limits,
-                            heartbeat_s=args.heartbeat, grace_s=args.grace_period, guard=guard)
-    study = st.open_study(opts, dataset_stats=dataset.stats(), env=fingerprint(device))
-    budget = max_memory / st.MIB if max_memory else None
-    pareto_path = studies_dir / name / "pareto.yaml"
-    stats = dataset.stats()
-    print(f"study {name} in {st.masked(url)}")
-    print(f"dataset {ref.name}: {stats['num_nodes']:,} nodes, {stats['num_edges']:,} edges, "
-          f"{stats['num_features']} features; space {space.name}; sampler {args.sampler}; "
-          f"device {device}" + (f"; budget {format_bytes(max_memory)}" if max_memory else "")
-          + (f"; accuracy guard {guard.ratio:g} x baseline after {guard.epochs} epochs"
-             if guard.ratio else "") + ("; objectives throughput, memory, accuracy"
-                                        if guard.objective else ""))
-    for note in space.notes:
-        print(f"note: {note}")
-
+    plan = prepare_search(**_search_options(args))
+    table = args.format == "table"
+    if table:
+        print(_search_header(plan))
+    progress = (lambda *a: print(progress_line(*a), flush=True)) if table else None
     try:
-        outcome = st.run_search(opts, study, url, baseline, progress=print_progress,
-                                on_trial_done=lambda s: _publish(s, pareto_path, url, budget))
+        result = plan.run(progress=progress)
     except KeyboardInterrupt:
-        print(f"autotune: interrupted; run the same command again to resume study {name}",
-              file=sys.stderr)
+        print(f"autotune: interrupted; run the same command again to resume study "
+              f"{plan.options.study_name}", file=sys.stderr)
         return 130
-    except GuardFailed as exc:
-        print(f"autotune: accuracy guard: {_one_line(str(exc))}", file=sys.stderr)
-        return EXIT_TRIAL_FAILED
-    if outcome.interrupted:
-        print(f"marked interrupted trials {outcome.interrupted} as failed")
-    if outcome.stale:
-        print(f"marked stale trials {outcome.stale} (no heartbeat) as failed; configs re-queued")
-    print(f"\n{outcome.measured} measured, {outcome.reused} reused, {outcome.failed} failed; "
-          f"{len(study.trials)} trials in the study")
-    if guard.active:
-        reference = study.user_attrs.get("guard") or {}
-        share = outcome.guard_s / max(outcome.elapsed_s, 1e-9)
-        print(f"accuracy guard: {outcome.guarded} configs trained for "
-              f"{reference.get('budget_s', 0):.1f} s each (the baseline's {guard.epochs} "
-              f"epochs, validation accuracy {reference.get('baseline_val_acc', 0):.4f}); "
-              f"{outcome.guard_violations} below the guard; guard time {outcome.guard_s:.0f} s "
-              f"= {100 * share:.0f}% of this search's {outcome.elapsed_s:.0f} s")
-    print(render_pareto(st.summary_rows(study, budget)))
-    print(f"\npareto.yaml: {pareto_path}\nexport: autotune export --study-name {name} "
-          f"--pick knee --out best.yaml" + (f" --storage '{st.masked(url)}'"
-                                            if args.storage else ""))
+    print(emit(_search_blob(result), args.format, lambda: _search_summary(plan, result, args)))
     return 0
 
 
-def _publish(study, pareto_path: Path, url: str, budget: float | None) -> None:
-    """After every trial: pareto.yaml on this host, the study note in the storage."""
-    from autotune import study as st
-    from autotune.report import save_study_note
-
-    st.write_pareto(study, pareto_path, url, budget)
-    with st.study_lock(url, study.study_name):  # workers take turns writing the note
-        save_study_note(study)
-
-
-def print_progress(n: int, total: int, config, frozen, elapsed: float, eta: float) -> None:
-    """One line per finished trial: n/N, the config, its figures, status, time and ETA."""
-    from autotune.report import short
-
-    attrs = frozen.user_attrs
-    if frozen.values:
-        figures = f"{frozen.values[0]:>9,.0f} seeds/s {frozen.values[1]:>8,.0f} MiB"
-    else:
-        figures = f"{'-':>17} {'-':>12}"
-    status = attrs.get("status", "?")
-    if "reused_from" in attrs:
-        status = f"repeat of #{attrs['reused_from']}"
-    elif attrs.get("fail_reason"):
-        status += f": {attrs['fail_reason'][:60]}"
-    elif attrs.get("compile", {}).get("fell_back_to_eager"):
-        status += ", eager: recompile limit hit"
-    if "val_acc" in attrs:
-        status += f", val acc {attrs['val_acc']:.3f} ({attrs['accuracy_ratio']:.3f}x)"
-        if attrs.get("accuracy_shortfall", 0) > 0:
-            status += " BELOW GUARD"
-    print(f"[{n:>3}/{total}] #{frozen.number:<3} {short(config.to_dict()):<52} "
-          f"{figures} | {status} | {_clock(elapsed)} ETA {_clock(eta)}", flush=True)
+def _search_header(plan) -> str:
+    opts, stats = plan.options, plan.dataset_stats
+    guard = opts.guard
+    line = (f"dataset {opts.dataset.name}: {stats['num_nodes']:,} nodes, "
+            f"{stats['num_edges']:,} edges, {stats['num_features']} features; space "
+            f"{opts.space.name}; sampler {opts.sampler}; device {opts.device}")
+    if opts.max_memory_bytes:
+        line += f"; budget {format_bytes(opts.max_memory_bytes)}"
+    if guard.ratio:
+        line += f"; accuracy guard {guard.ratio:g} x baseline after {guard.epochs} epochs"
+    if guard.objective:
+        line += "; objectives throughput, memory, accuracy"
+    lines = [f"study {opts.study_name} in {masked(opts.storage)}", line]
+    return "\n".join(lines + [f"note: {note}" for note in plan.notes])
 
 
-def render_pareto(rows: list[dict]) -> str:
-    from autotune.report import short
-
-    if not rows:
-        return "Pareto front: no completed trial yet"
-    acc = any(r.get("val_acc") is not None for r in rows)
-    lines = ["Pareto front (fastest first):",
-             f"{'trial':>5} {'seed nodes/s':>13} {'peak MiB':>9} {'speed-up':>8} "
-             f"{'memory':>7}" + (f" {'val acc':>7}" if acc else "") + "  config"]
-    for r in rows:
-        speed = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "-"
-        mem = f"{r['memory_ratio']:.2f}x" if r["memory_ratio"] is not None else "-"
-        marks = f"  <- {', '.join(r['marks'])}" if r["marks"] else ""
-        val = "" if not acc else (f" {r['val_acc']:>7.4f}" if r.get("val_acc") is not None
-                                  else f" {'-':>7}")
-        lines.append(f"{r['trial']:>5} {r['throughput']:>13,.0f} {r['memory_mib']:>9,.0f} "
-                     f"{speed:>8} {mem:>7}{val}  {short(r['config'])}{marks}")
+def _search_summary(plan, result, args: argparse.Namespace) -> str:
+    o, guard = result.outcome, plan.options.guard
+    lines = []
+    if o.interrupted:
+        lines.append(f"marked interrupted trials {o.interrupted} as failed")
+    if o.stale:
+        lines.append(f"marked stale trials {o.stale} (no heartbeat) as failed; configs re-queued")
+    if o.orphans:
+        lines.append(f"marked orphan trials {o.orphans} (no worker) as failed")
+    lines.append(f"\n{o.measured} measured, {o.reused} reused, {o.failed} failed; "
+                 f"{len(result.trials)} trials in the study")
+    if guard.active:
+        ref = result.guard or {}
+        share = o.guard_s / max(o.elapsed_s, 1e-9)
+        lines.append(f"accuracy guard: {o.guarded} configs trained for "
+                     f"{ref.get('budget_s', 0):.1f} s each (the baseline's {guard.epochs} "
+                     f"epochs, validation accuracy {ref.get('baseline_val_acc', 0):.4f}); "
+                     f"{o.guard_violations} below the guard; guard time {o.guard_s:.0f} s "
+                     f"= {100 * share:.0f}% of this search's {o.elapsed_s:.0f} s")
+    lines.append(front_table(result.front))
+    where = _study_flags(args)
+    lines.append(f"\npareto.yaml: {result.pareto_path}\nexport: autotune export "
+                 f"--study-name {result.study_name}{where} --pick knee --out best.yaml")
     return "\n".join(lines)
 
 
-def _quiet_optuna() -> None:
-    """autotune prints its own progress; Optuna's INFO lines would repeat it."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-def _load_study(args: argparse.Namespace):
-    import optuna
-
-    _quiet_optuna()
-    from autotune import study as st
-
-    url = args.storage or st.default_storage(Path(args.studies_dir), args.study_name)
-    if url.startswith("sqlite:///") and not args.storage:
-        path = Path(url[len("sqlite:///"):])
-        if not path.exists():
-            raise ConfigError(f"no study {args.study_name!r}: '{path}' does not exist; "
-                              "pass --storage or --studies-dir where the search ran")
-    storage = st.open_storage(url)
-    try:
-        return optuna.load_study(study_name=args.study_name, storage=storage), url
-    except KeyError:
-        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
-        raise ConfigError(f"no study {args.study_name!r} in {st.masked(url)} "
-                          f"(studies there: {', '.join(names) or 'none'})") from None
+def _study_flags(args: argparse.Namespace) -> str:
+    """The flags that find this study again, for a printed command."""
+    flags = ""
+    if args.storage:
+        flags += f" --storage '{masked(args.storage)}'"
+    elif args.studies_dir != DEFAULT_STUDIES:
+        flags += f" --studies-dir {args.studies_dir}"
+    return flags
 
 
-def _trial_rows(study) -> list[dict]:
-    rows = []
-    for t in study.trials:
-        rows.append({"trial": t.number, "state": t.state.name.lower(),
-                     "throughput": t.values[0] if t.values else None,
-                     "memory_mib": t.values[1] if t.values else None,
-                     "baseline": bool(t.user_attrs.get("baseline")),
-                     "reused_from": t.user_attrs.get("reused_from"),
-                     "reason": t.user_attrs.get("fail_reason"),
-                     "val_acc": t.user_attrs.get("val_acc"),
-                     "below_guard": t.user_attrs.get("accuracy_shortfall", 0.0) > 0,
-                     "config": t.user_attrs.get("config")})
-    return rows
+def _search_blob(result) -> dict[str, Any]:
+    o = result.outcome
+    return {"study": result.study_name, "storage": result.storage,
+            "baseline_trial": result.baseline.number if result.baseline else None,
+            "knee_trial": result.knee.number if result.knee else None,
+            "measured": o.measured, "reused": o.reused, "failed": o.failed,
+            "elapsed_s": o.elapsed_s, "pareto": [r.to_dict() for r in result.front],
+            "trials": [trial_row(t) for t in result.trials]}
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from autotune import study as st
+    from autotune.study import records as rec
+    from autotune.study.front import study_front
+    from autotune.study.studies import load_study
 
-    study, url = _load_study(args)
-    budget = study.user_attrs.get("max_memory_bytes")
-    budget = budget / st.MIB if budget else None
-    pareto, trials = st.summary_rows(study, budget), _trial_rows(study)
-    if args.format != "table":
-        blob = {"study": study.study_name, "storage": st.masked(url),
-                "baseline_trial": study.user_attrs.get("baseline_trial"),
-                "pareto": pareto, "trials": trials}
-        if args.format == "json":
-            print(json.dumps(blob, indent=2))
-        else:
-            import yaml
-
-            print(yaml.safe_dump(blob, sort_keys=False), end="")
-        return 0
-    from autotune.report import short
-
-    print(f"study {study.study_name} in {st.masked(url)}")
-    print(render_pareto(pareto))
-    print(f"\nAll trials ({len(trials)}):")
-    print(f"{'trial':>5} {'state':<8} {'seed nodes/s':>13} {'peak MiB':>9}  config / reason")
-    for r in trials:
-        tp = f"{r['throughput']:,.0f}" if r["throughput"] is not None else "-"
-        mem = f"{r['memory_mib']:,.0f}" if r["memory_mib"] is not None else "-"
-        what = short(r["config"]) if r["config"] else ""
-        extra = " (baseline)" if r["baseline"] else ""
-        extra += f" (repeat of #{r['reused_from']})" if r["reused_from"] is not None else ""
-        extra += f" [{r['reason'][:70]}]" if r["reason"] else ""
-        if r["val_acc"] is not None:
-            extra += f" (val acc {r['val_acc']:.4f}" + \
-                (", below the accuracy guard)" if r["below_guard"] else ")")
-        print(f"{r['trial']:>5} {r['state']:<8} {tp:>13} {mem:>9}  {what}{extra}")
+    study, url = load_study(args.study_name, storage=args.storage, studies_dir=args.studies_dir)
+    front, trials = study_front(study), rec.records(study)
+    blob = {"study": study.study_name, "storage": masked(url),
+            "baseline_trial": study.user_attrs.get(rec.STUDY_BASELINE),
+            "pareto": [r.to_dict() for r in front], "trials": [trial_row(t) for t in trials]}
+    print(emit(blob, args.format, lambda: f"study {study.study_name} in {masked(url)}\n"
+               f"{front_table(front)}\n\n{trials_table(trials)}"))
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from autotune import study as st
-    from autotune.config import CONFIG_FORMAT, TrialConfig
-    from autotune.pareto import pick
+    from autotune.study.front import write_export
+    from autotune.study.studies import load_study
 
     out = Path(args.out)
     if out.suffix not in (".yaml", ".yml", ".json"):
         raise ConfigError(f"--out must end in .yaml, .yml or .json (got '{out}')")
-    study, url = _load_study(args)
-    budget = study.user_attrs.get("max_memory_bytes")
-    chosen = pick(st.points(study), args.pick, budget / st.MIB if budget else None)
-    trial = study.trials[chosen.number]
-    config = TrialConfig.from_dict(trial.user_attrs["config"])
-    blob = export_blob(study, trial, config, url, out)
-    blob["format"] = CONFIG_FORMAT
-    _write_export(out, blob)
-    print(f"exported trial {trial.number} ({args.pick}): {chosen.throughput:,.0f} seed nodes/s, "
-          f"{chosen.memory_mib:,.0f} MiB -> {out}")
-    print(f"reproduce: {blob['reproduce']}")
+    study, url = load_study(args.study_name, storage=args.storage, studies_dir=args.studies_dir)
+    blob, t = write_export(study, args.pick, url, out)
+    print(emit({"trial": t.number, "pick": args.pick, "out": str(out), **blob}, args.format,
+               lambda: f"exported trial {t.number} ({args.pick}): {t.throughput:,.0f} seed "
+                       f"nodes/s, {t.memory_mib:,.0f} MiB -> {out}\n"
+                       f"reproduce: {blob['reproduce']}"))
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from autotune.report import write_report
+    from autotune.study.studies import load_study
 
     out = _writable_dir(Path(args.out), "--out")
-    study, url = _load_study(args)
+    study, url = load_study(args.study_name, storage=args.storage, studies_dir=args.studies_dir)
     report = write_report(study, out, url=url)
-    for name, path in report.images.items():
-        print(f"{name:<11} {path}")
-    for name, why in report.not_drawn.items():
-        print(f"{name:<11} not drawn: {why}")
-    print(f"report      {report.html}")
+    blob = {"html": str(report.html), "images": {k: str(v) for k, v in report.images.items()},
+            "not_drawn": report.not_drawn}
+    lines = [f"{name:<11} {path}" for name, path in report.images.items()]
+    lines += [f"{name:<11} not drawn: {why}" for name, why in report.not_drawn.items()]
+    print(emit(blob, args.format, lambda: "\n".join(lines + [f"report      {report.html}"])))
     return 0
 
 
@@ -733,13 +581,15 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
     import optuna_dashboard
 
-    from autotune import study as st
+    from autotune.storage import open_storage
+    from autotune.study._optuna import study_id
+    from autotune.study.studies import load_study
 
     url, path = _dashboard_storage(args), "/dashboard"
-    storage = st.open_storage(url)
+    storage = open_storage(url)
     if args.study_name:
-        study, _ = _load_study(args)
-        path = f"/dashboard/studies/{study._study_id}"
+        study, _ = load_study(args.study_name, storage=url)
+        path = f"/dashboard/studies/{study_id(study)}"
 
     class Server(socketserver.ThreadingMixIn, WSGIServer):
         daemon_threads = True
@@ -755,7 +605,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         raise ConfigError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}; "
                           "pass another --port") from exc
     host = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"optuna-dashboard for {st.masked(url)}\n"
+    print(f"optuna-dashboard for {masked(url)}\n"
           f"open http://{host}:{server.server_port}{path}  (Ctrl-C stops it)", flush=True)
     try:
         server.serve_forever()
@@ -768,10 +618,10 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 def _dashboard_storage(args: argparse.Namespace) -> str:
     """--storage; else the study's SQLite file; else the only one in --studies-dir."""
-    from autotune import study as st
+    from autotune.study.studies import default_storage
 
     if args.storage or args.study_name:
-        return args.storage or st.default_storage(Path(args.studies_dir), args.study_name)
+        return args.storage or default_storage(args.studies_dir, args.study_name)
     files = sorted(Path(args.studies_dir).glob("*.db"))
     if len(files) != 1:
         raise ConfigError(f"{len(files)} study databases in '{args.studies_dir}' "
@@ -780,38 +630,16 @@ def _dashboard_storage(args: argparse.Namespace) -> str:
     return f"sqlite:///{files[0].resolve()}"
 
 
-def export_blob(study, trial, config, url: str, out: Path) -> dict:
-    from autotune import study as st
+def format_bytes(n: float) -> str:
+    from autotune.env import format_bytes as fmt
 
-    ref = study.user_attrs.get("dataset_ref", {})
-    source = trial.user_attrs.get("reused_from", trial.number)
-    reproduce = (f"autotune trial --dataset {ref.get('name')} --root {ref.get('root')} "
-                 f"--scale {ref.get('scale')} --data-seed {ref.get('seed')} --config {out}")
-    limit = (trial.user_attrs.get("compile") or {}).get("recompile_limit")
-    if limit is not None:
-        reproduce += f" --recompile-limit {limit}"
-    return {"config": config.to_dict(),
-            "measured": {"trial": trial.number, "measured_in_trial": source,
-                         "seed_nodes_per_s": trial.values[0], "peak_memory_mib": trial.values[1],
-                         "summary": trial.user_attrs.get("summary"),
-                         "memory": trial.user_attrs.get("memory"),
-                         "compile": trial.user_attrs.get("compile"),
-                         "observed": trial.user_attrs.get("observed"),
-                         "val_acc": trial.user_attrs.get("val_acc"),
-                         "accuracy_ratio": trial.user_attrs.get("accuracy_ratio")},
-            "env": study.user_attrs.get("env"), "dataset": study.user_attrs.get("dataset"),
-            "study": study.study_name, "storage": st.masked(url), "reproduce": reproduce}
+    return fmt(n)
 
 
-def _write_export(out: Path, blob: dict) -> None:
-    import yaml
+def masked(url: str) -> str:
+    from autotune.storage import masked as mask
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(blob, indent=2) if out.suffix == ".json" else \
-        yaml.safe_dump(blob, sort_keys=False)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, out)
+    return mask(url)
 
 
 if __name__ == "__main__":

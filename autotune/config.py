@@ -20,7 +20,7 @@ AmpDtype = Literal["float32", "bfloat16", "float16"]
 SamplerName = Literal["builtin", "pyg", "auto"]
 PadLadder = Literal["pow2", "geometric"]
 Device = Literal["cpu", "cuda"]
-ModelName = Literal["sage", "gcn", "gat"]
+ModelName = Literal["sage", "gcn", "gat"]  # or an import path, see is_import_path
 
 COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 SHAPES: tuple[str, ...] = get_args(Shapes)
@@ -53,8 +53,9 @@ class TrialConfig:
     checkpointing: bool = False
     sampler: SamplerName = "auto"
     gpu_sampling: bool = False
+    recompile_limit: int | None = None  # torch._dynamo's per frame; None: torch's (8)
     # pipeline facts
-    model: ModelName = "sage"
+    model: ModelName | str = "sage"
     hidden_channels: int = 256
     num_layers: int = 2
     lr: float = 0.01
@@ -76,6 +77,8 @@ class TrialConfig:
         _positive_int("hidden_channels", self.hidden_channels)
         _positive_int("num_layers", self.num_layers)
         _positive_int("prefetch_factor", self.prefetch_factor)
+        if self.recompile_limit is not None:
+            _positive_int("recompile_limit", self.recompile_limit)
         if not isinstance(self.num_workers, int) or isinstance(self.num_workers, bool) \
                 or self.num_workers < 0:
             raise ConfigError(f"num_workers must be an int >= 0 (got {self.num_workers!r})")
@@ -89,9 +92,11 @@ class TrialConfig:
                               f"layers (got {len(fanout)} entries {list(fanout)})")
         for name, allowed in (("compile_mode", COMPILE_MODES), ("shapes", SHAPES),
                               ("amp_dtype", AMP_DTYPES), ("sampler", SAMPLERS),
-                              ("pad_ladder", PAD_LADDERS), ("device", DEVICES),
-                              ("model", MODELS)):
+                              ("pad_ladder", PAD_LADDERS), ("device", DEVICES)):
             _choice(name, getattr(self, name), allowed)
+        if self.model not in MODELS and not is_import_path(self.model):
+            raise ConfigError(f"model must be one of {', '.join(MODELS)} or an import path "
+                              f"'package.module:factory' (got {self.model!r})")
         for name in ("checkpointing", "gpu_sampling"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false (got {getattr(self, name)!r})")
@@ -144,6 +149,15 @@ class TrialConfig:
     def key(self) -> str:
         """A stable identity of the measured configuration, for de-duplication."""
         return repr(sorted(self.to_dict().items()))
+
+
+_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+
+
+def is_import_path(text: object) -> bool:
+    """``package.module:name``, the way a user names their own model factory or
+    dataset function (as entry points do)."""
+    return isinstance(text, str) and _IMPORT_PATH.match(text) is not None
 
 
 def _coerce(config: TrialConfig, name: str, value: Any) -> None:

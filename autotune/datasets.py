@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from autotune.config import is_import_path
 from autotune.env import writable_dir
 from autotune.errors import DatasetError
 
@@ -160,13 +161,41 @@ def _cache_key(name: str, scale: float, seed: int) -> str:
         return f"synthetic-scale{scale:g}-seed{seed}"
     if name in NAMED:
         return name
+    if is_import_path(name):
+        return f"func-{name.replace(':', '-')}-{_source_tag(name)}"
     path = Path(name)
     if path.suffix == ".pt":
         stat = path.stat() if path.exists() else None
         tag = f"{stat.st_size}-{int(stat.st_mtime)}" if stat else "missing"
         return f"file-{path.stem}-{tag}"
-    raise DatasetError(f"unknown dataset {name!r}; use one of {', '.join(DATASET_NAMES)} "
-                       "or a path to a .pt file holding a torch_geometric Data object")
+    raise DatasetError(_unknown_dataset(name))
+
+
+def _unknown_dataset(name: str) -> str:
+    import difflib
+
+    near = difflib.get_close_matches(name, DATASET_NAMES, n=1, cutoff=0.6) or \
+        [n for n in DATASET_NAMES if n.lower() == name.lower()]
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    return (f"unknown dataset {name!r}; use one of {', '.join(DATASET_NAMES)}, a path "
+            "to a .pt file holding a torch_geometric Data object, or a function "
+            f"'package.module:function' returning one (--dataset, dataset=){hint}")
+
+
+def _source_tag(path: str) -> str:
+    """Size and mtime of the file that defines an import path's module, so that an
+    edited dataset function is materialised again rather than read from a stale cache."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(path.partition(":")[0])
+    except (ImportError, ValueError):
+        spec = None
+    origin = Path(spec.origin) if spec is not None and spec.origin else None
+    if origin is None or not origin.exists():
+        return "missing"
+    stat = origin.stat()
+    return f"{stat.st_size}-{int(stat.st_mtime)}"
 
 
 def _materialise(name: str, root: Path, scale: float, seed: int):
@@ -174,7 +203,21 @@ def _materialise(name: str, root: Path, scale: float, seed: int):
         return synthetic_reddit(scale=scale, seed=seed)
     if name in NAMED:
         return _from_pyg(NAMED[name], root)
+    if is_import_path(name):
+        return _from_function(name)
     return _from_file(Path(name))
+
+
+def _from_function(path: str):
+    """A user's dataset function, ``package.module:function`` returning a ``Data``."""
+    from autotune.errors import ConfigError
+    from autotune.imports import import_object
+
+    try:
+        function = import_object(path, what="dataset function", option="--dataset (dataset=)")
+    except ConfigError as exc:
+        raise DatasetError(str(exc)) from None
+    return _checked(function(), f"dataset function '{path}' returned a")
 
 
 def _from_pyg(spec: DatasetSpec, root: Path):
@@ -214,17 +257,21 @@ def _masks_from_split(data, split: dict) -> None:
 
 
 def _from_file(path: Path):
-    from torch_geometric.data import Data
-
     if not path.exists():
         raise DatasetError(f"dataset file '{path}' does not exist")
-    obj = torch.load(path, weights_only=False)
+    return _checked(torch.load(path, weights_only=False), f"dataset file '{path}' holds a")
+
+
+def _checked(obj, what: str):
+    """``obj`` if it is a Data with what a trial needs; ``num_classes`` set."""
+    from torch_geometric.data import Data
+
     if not isinstance(obj, Data):
-        raise DatasetError(f"dataset file '{path}' holds a {type(obj).__name__} "
-                           "(expected a torch_geometric.data.Data)")
+        raise DatasetError(f"{what} {type(obj).__name__} (expected a "
+                           "torch_geometric.data.Data)")
     missing = [k for k in ("x", "y", "edge_index", "train_mask") if k not in obj]
     if missing:
-        raise DatasetError(f"dataset file '{path}' lacks {', '.join(missing)} "
+        raise DatasetError(f"{what} Data that lacks {', '.join(missing)} "
                            "(a Data object needs x, y, edge_index and train_mask)")
     if "num_classes" not in obj:
         obj.num_classes = int(obj.y.max()) + 1
@@ -325,6 +372,11 @@ class DatasetRef:
     root: str = DEFAULT_ROOT
     scale: float = 1.0
     seed: int = 0
+
+    def identity(self) -> dict:
+        """What makes two refs the same dataset: the root compared as a resolved path
+        (``--root data`` and ``--root /abs/data`` are one folder)."""
+        return {**vars(self), "root": str(Path(self.root).resolve())}
 
     def load(self) -> Dataset:
         return load_dataset(self.name, root=self.root, scale=self.scale, seed=self.seed)

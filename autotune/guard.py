@@ -18,7 +18,7 @@ from pathlib import Path
 import optuna
 
 from autotune.config import TrialConfig
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, GuardError
 from autotune.result import TrialResult
 from autotune.runner import inductor_cache_dir, run_trial
 from autotune.storage import file_lock, measurement_lock_path
@@ -85,10 +85,6 @@ class Verdict:
                 "guard_train_s": self.train_s, "guard_steps": self.steps}
 
 
-class GuardFailed(Exception):
-    """The guard's training of a trial failed (error, crash, timeout, OOM)."""
-
-
 def _train(opts, study: optuna.Study, number: int, config: TrialConfig,
            spec: TrainSpec) -> tuple[TrialResult, float]:
     """Trains in a child process under the host's measurement lock (it would steal
@@ -100,7 +96,7 @@ def _train(opts, study: optuna.Study, number: int, config: TrialConfig,
                            limits=opts.limits, train=spec,
                            inductor_cache=inductor_cache_dir(opts.studies_dir))
     if not result.ok:
-        raise GuardFailed(f"{result.status}: {result.reason}")
+        raise GuardError(f"{result.status}: {result.reason}")
     return result, time.monotonic() - start
 
 
@@ -126,7 +122,7 @@ def budget(study: optuna.Study, alive) -> dict:
         if found:
             return found
         if not alive():
-            raise GuardFailed("no baseline has set the guard's budget (its guard training "
+            raise GuardError("no baseline has set the guard's budget (its guard training "
                               "failed, or it is not running)")
         time.sleep(WAIT_S)
 

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from autotune.pipeline import Pipeline
+from autotune.result import CompileStats, MemoryStats, Observed
 
 CHILD_REFRESH_S = 0.1  # how often the memory sampler looks for new loader workers
 # A first timed step this much slower than the median means the warm-up was too short.
@@ -34,15 +35,10 @@ class MeasureSpec:
     settle_steps: int = 3
     max_warmup_steps: int = 60
     memory_interval_s: float = 0.005
-    recompile_limit: int | None = None  # torch._dynamo's, None: torch's default (8)
 
     def __post_init__(self) -> None:
         from autotune.errors import ConfigError
 
-        if self.recompile_limit is not None and not (
-                isinstance(self.recompile_limit, int) and self.recompile_limit >= 1):
-            raise ConfigError(f"recompile-limit must be a positive int "
-                              f"(got {self.recompile_limit!r})")
         for name in ("warmup_steps", "window_steps", "settle_steps", "max_warmup_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < (0 if name == "warmup_steps" else 1):
@@ -164,9 +160,9 @@ class Measurement:
     edges: list[int]
     warmup_step_times_s: list[float]
     losses: list[float]
-    memory: dict
-    compile: dict
-    observed: dict
+    memory: MemoryStats
+    compile: CompileStats
+    observed: Observed
     warnings: list[str]
 
 
@@ -203,7 +199,7 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
     stepper = _Stepper(pipe, on_step)
     frames0, breaks0, compile0 = _dynamo_state()
     hits0 = _limit_hits()
-    limit = spec.recompile_limit or torch._dynamo.config.recompile_limit
+    limit = pipe.config.recompile_limit or torch._dynamo.config.recompile_limit
     tracker = MemoryTracker(lambda: loader_worker_pids(pipe.loader), spec.memory_interval_s)
     with torch._dynamo.config.patch(recompile_limit=limit), pipe.activate(), tracker as memory:
         if pipe.device.type == "cuda":
@@ -222,9 +218,10 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
             nodes.append(int(getattr(batch, "num_real_nodes", batch.num_nodes)))
             edges.append(int(getattr(batch, "num_real_edges", batch.edge_index.size(1))))
             losses.append(loss)
+        cuda_memory = _cuda_memory(pipe.device)
+        memory.phase("probe")  # the probe's eager step is charged to no objective
         observed = _observe(pipe, stepper)
         memory.phase("done")
-        cuda_memory = _cuda_memory(pipe.device)
     frames1, breaks1, compile1 = _dynamo_state()
     hits = _limit_hits() - hits0
     compile_info = {
@@ -240,6 +237,7 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
     }
     mem = {"peak_rss_warmup_bytes": memory.peaks.get("warmup", 0),
            "peak_rss_window_bytes": memory.peaks.get("window", 0),
+           "peak_rss_probe_bytes": memory.peaks.get("probe", 0),
            "rss_covers": "trial process + loader workers",
            "samples": memory.samples, "interval_s": spec.memory_interval_s, **cuda_memory}
     warnings = []
@@ -253,8 +251,8 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
         warnings.append(f"{compile_info['recompiles_in_window']} recompiles happened inside "
                         "the timed window")
     loss_values = torch.stack(losses).float().tolist() if losses else []
-    return Measurement(times, seeds, nodes, edges, warmup, loss_values, mem, compile_info,
-                       observed, warnings)
+    return Measurement(times, seeds, nodes, edges, warmup, loss_values, MemoryStats(**mem),
+                       CompileStats(**compile_info), Observed(**observed), warnings)
 
 
 def _warm_up(stepper: _Stepper, spec: MeasureSpec, compiled: bool) -> tuple[list[float], int]:
@@ -352,4 +350,5 @@ def probe_model(pipe: Pipeline, batch) -> dict:
             handle.remove()
     return {"conv_output_dtypes": sorted(dtypes), "conv_linear_dtypes": sorted(linear_dtypes),
             "checkpointed_layers": calls[0] - len(convs),
-            "conv_layers": len(convs), "saved_tensor_bytes": saved[0]}
+            "conv_layers": len(convs), "conv_types": sorted({type(c).__name__ for c in convs}),
+            "model": pipe.config.model, "saved_tensor_bytes": saved[0]}

@@ -8,7 +8,8 @@ num_neighbors      the sampler's fanout
 sampler            :func:`autotune.sampler.make_sampler` (builtin, pyg, auto)
 gpu_sampling       CSR, features and sampling on the GPU, no workers (CUDA only);
                    otherwise CPU sampling with pinned, non-blocking copies on CUDA
-model              :data:`MODELS`: sage (default), gcn or gat
+model              :func:`make_model`: sage (default), gcn, gat, or a user's
+                   factory by import path
 num_workers        ``NodeLoader(num_workers=..., persistent_workers=True)``
 prefetch_factor    ``NodeLoader(prefetch_factor=...)`` when workers are used
 loader_cores       ``NodeLoader.enable_cpu_affinity(loader_cores=...)``
@@ -16,7 +17,7 @@ compute_cores      ``os.sched_setaffinity`` + ``torch.set_num_threads``
 compile_mode       ``torch.compile(model, mode=..., dynamic=shapes == "dynamic")``
 shapes/pad_ladder  :class:`PadToBucket`, a loader transform
 amp_dtype          ``torch.autocast`` (+ ``GradScaler`` for float16)
-checkpointing      :class:`CheckpointedConv` around every conv layer
+checkpointing      :class:`CheckpointedConv` around every MessagePassing layer
 =================  ===============================================================
 
 The trial worker and a user's own training loop (``autotune.build``) use this
@@ -123,28 +124,58 @@ MODELS = {"sage": SAGE, "gcn": GCN, "gat": GAT}
 
 
 class CheckpointedConv(nn.Module):
-    """Recomputes a conv layer's activations in the backward pass instead of storing them."""
+    """Recomputes a message-passing layer's activations in the backward pass instead
+    of storing them. Any call signature passes through (``x, edge_index``, edge
+    attributes, ...)."""
 
     def __init__(self, conv: nn.Module) -> None:
         super().__init__()
         self.conv = conv
 
-    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+    def forward(self, *args, **kwargs):
         if not torch.is_grad_enabled():
-            return self.conv(x, edge_index)
-        return torch.utils.checkpoint.checkpoint(self.conv, x, edge_index, use_reentrant=False)
+            return self.conv(*args, **kwargs)
+        return torch.utils.checkpoint.checkpoint(self.conv, *args, use_reentrant=False,
+                                                 **kwargs)
 
 
 def apply_checkpointing(model: nn.Module) -> int:
-    """Wraps every conv in ``model.convs``; returns how many were wrapped."""
-    convs = getattr(model, "convs", None)
-    if not isinstance(convs, nn.ModuleList):
-        raise ConfigError("checkpointing needs a model with a 'convs' ModuleList "
-                          f"(got {type(model).__name__})")
-    for i, conv in enumerate(convs):
-        if not isinstance(conv, CheckpointedConv):
-            convs[i] = CheckpointedConv(conv)
-    return len(convs)
+    """Wraps every outermost ``MessagePassing`` submodule of ``model``, wherever it
+    sits (a ModuleList, an attribute, a nested block); returns how many."""
+    from torch_geometric.nn import MessagePassing
+
+    wrapped = 0
+    for parent in list(model.modules()):
+        if isinstance(parent, (MessagePassing, CheckpointedConv)):
+            continue  # a layer's own message-passing parts recompute with it
+        for name, child in list(parent.named_children()):
+            if isinstance(child, MessagePassing):
+                setattr(parent, name, CheckpointedConv(child))
+                wrapped += 1
+    if isinstance(model, MessagePassing):
+        raise ConfigError("checkpointing wraps the message-passing layers inside a model; "
+                          f"the model is itself one ({type(model).__name__}): wrap it in an "
+                          "nn.Module")
+    if wrapped == 0 and not any(isinstance(m, CheckpointedConv) for m in model.modules()):
+        raise ConfigError("checkpointing needs a model with MessagePassing layers "
+                          f"(got {type(model).__name__} with none)")
+    return sum(isinstance(m, CheckpointedConv) for m in model.modules())
+
+
+def make_model(config: TrialConfig, in_channels: int, out_channels: int) -> nn.Module:
+    """The model ``config.model`` names: a built-in (sage, gcn, gat) or a user's
+    factory ``(in_channels, out_channels, config) -> nn.Module`` by import path."""
+    if config.model in MODELS:
+        return MODELS[config.model](in_channels, config.hidden_channels, out_channels,
+                                    config.num_layers, config.dropout)
+    from autotune.imports import import_object
+
+    factory = import_object(config.model, what="model factory", option="--model (model=)")
+    model = factory(in_channels, out_channels, config)
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model factory {config.model!r} returned a "
+                          f"{type(model).__name__}; it must return a torch.nn.Module")
+    return model
 
 
 def bucket(n: int, ladder: str) -> int:
@@ -316,8 +347,7 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
         transform=PadToBucket(config.pad_ladder) if config.shapes == "padded" else None)
     if model is None:
         classes = num_classes if num_classes is not None else int(data.y.max()) + 1
-        model = MODELS[config.model](data.num_features, config.hidden_channels, classes,
-                                     config.num_layers, config.dropout)
+        model = make_model(config, data.num_features, classes)
     model = model.to(device)
     checkpointed = apply_checkpointing(model) if config.checkpointing else 0
     lr = torch.tensor(config.lr)

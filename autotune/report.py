@@ -13,40 +13,28 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.pareto import Point, knee
-from autotune.study import METRIC_NAMES, MIB, points, summary_rows
+from autotune.render import short
 from autotune.storage import masked
+from autotune.study import records as rec
+from autotune.study.front import budget_mib, study_front
+from autotune.study.records import METRIC_NAMES, points
 
 FIGSIZE = (7.0, 4.5)
 DPI = 110
 MAX_BOXES = 12  # step-time boxes drawn, fastest Pareto trials first
 
 
-def budget_mib(study: optuna.Study) -> float | None:
-    budget = study.user_attrs.get("max_memory_bytes")
-    return budget / MIB if budget else None
-
-
-def short(config: dict) -> str:
-    """A config in one short line: batch, fanout, workers/affinity, compile, shapes,
-    dtype, checkpointing, sampler."""
-    affinity = "pin" if config.get("loader_cores") else "-"
-    shapes = "pad" if config.get("shapes") == "padded" else "dyn"
-    return (f"b{config['batch_size']} f{list(config['num_neighbors'])} "
-            f"w{config['num_workers']}/{affinity} {config['compile_mode']}/{shapes} "
-            f"{config['amp_dtype'].replace('float', 'f')} "
-            f"ck{'+' if config['checkpointing'] else '-'} {config['sampler']}")
-
-
 def study_note(study: optuna.Study) -> str:
     """Markdown for the dashboard: the baseline and the Pareto front."""
     budget = budget_mib(study)
-    rows = summary_rows(study, budget)
-    base_no = study.user_attrs.get("baseline_trial")
+    rows = study_front(study)
+    base_no = study.user_attrs.get(rec.STUDY_BASELINE)
     base = next((p for p in points(study) if p.number == base_no), None)
-    ref, stats = study.user_attrs.get("dataset_ref", {}), study.user_attrs.get("dataset", {})
+    ref = study.user_attrs.get(rec.STUDY_DATASET_REF, {})
+    stats = study.user_attrs.get(rec.STUDY_DATASET, {})
     lines = [f"## autotune: {study.study_name}", "",
              f"Dataset **{ref.get('name')}** ({stats.get('num_nodes', 0):,} nodes, "
-             f"{stats.get('num_edges', 0):,} edges), device {study.user_attrs.get('device')}"
+             f"{stats.get('num_edges', 0):,} edges), device {study.user_attrs.get(rec.STUDY_DEVICE)}"
              + (f", memory budget {budget:,.0f} MiB" if budget else "") + ".", ""]
     if base is not None:
         lines += [f"Baseline: trial {base.number}, {base.throughput:,.0f} seed nodes/s, "
@@ -55,10 +43,9 @@ def study_note(study: optuna.Study) -> str:
               "| trial | seed nodes/s | peak MiB | speed-up | memory | config | |",
               "|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
-        speed = f"{r['speedup']:.2f}x" if r["speedup"] is not None else "-"
-        mem = f"{r['memory_ratio']:.2f}x" if r["memory_ratio"] is not None else "-"
-        lines.append(f"| {r['trial']} | {r['throughput']:,.0f} | {r['memory_mib']:,.0f} | "
-                     f"{speed} | {mem} | `{short(r['config'])}` | {', '.join(r['marks'])} |")
+        lines.append(f"| {r.trial} | {r.throughput:,.0f} | {r.memory_mib:,.0f} | "
+                     f"{_ratio(r.speedup)} | {_ratio(r.memory_ratio)} | `{short(r.config)}` | "
+                     f"{', '.join(r.marks)} |")
     n_done = sum(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
     lines += ["", f"Updated {time.strftime('%Y-%m-%d %H:%M:%S')} after {n_done} completed "
               "trials. autotune rewrites this note after every trial."]
@@ -103,8 +90,7 @@ def _pareto_png(study: optuna.Study, pts: list[Point], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     budget = budget_mib(study)
-    rows = summary_rows(study, budget)
-    front_no = {r["trial"] for r in rows}
+    front_no = {r.trial for r in study_front(study)}
     fig, ax = plt.subplots(figsize=FIGSIZE)
     others = [p for p in pts if p.number not in front_no]
     ax.scatter([p.memory_mib for p in others], [p.throughput for p in others], c="0.7",
@@ -112,7 +98,7 @@ def _pareto_png(study: optuna.Study, pts: list[Point], path: Path) -> Path:
     line = sorted((p for p in pts if p.number in front_no), key=lambda p: p.memory_mib)
     ax.plot([p.memory_mib for p in line], [p.throughput for p in line], "o-", c="tab:blue",
             ms=5, label="Pareto front")
-    base = next((p for p in pts if p.number == study.user_attrs.get("baseline_trial")), None)
+    base = next((p for p in pts if p.number == study.user_attrs.get(rec.STUDY_BASELINE)), None)
     if base is not None:
         ax.scatter([base.memory_mib], [base.throughput], marker="*", s=220, c="tab:red",
                    zorder=3, label=f"baseline (trial {base.number})")
@@ -164,14 +150,14 @@ def _importance_png(study: optuna.Study, path: Path) -> Path:
 def _step_times_png(study: optuna.Study, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    rows = summary_rows(study, budget_mib(study))[:MAX_BOXES]
-    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+    rows = study_front(study)[:MAX_BOXES]
+    by_number = {t.number: t for t in rec.records(study)}
     data, labels = [], []
     for r in rows:
-        steps = by_number[r["trial"]].user_attrs.get("step_times_s") or []
+        steps = by_number[r.trial].step_times_s
         if steps:
             data.append([1000 * s for s in steps])
-            labels.append(f"#{r['trial']}")
+            labels.append(f"#{r.trial}")
     fig, ax = plt.subplots(figsize=FIGSIZE)
     if data:
         ax.boxplot(data, showfliers=True)
@@ -194,12 +180,11 @@ def _save(fig: Any, path: Path) -> Path:
 
 def _html(study: optuna.Study, report: Report, url: str) -> str:
     e = html.escape
-    rows = summary_rows(study, budget_mib(study))
     table = "".join(
-        f"<tr><td>{r['trial']}</td><td>{r['throughput']:,.0f}</td><td>{r['memory_mib']:,.0f}</td>"
-        f"<td>{_ratio(r['speedup'])}</td><td>{_ratio(r['memory_ratio'])}</td>"
-        f"<td><code>{e(short(r['config']))}</code></td><td>{e(', '.join(r['marks']))}</td></tr>"
-        for r in rows)
+        f"<tr><td>{r.trial}</td><td>{r.throughput:,.0f}</td><td>{r.memory_mib:,.0f}</td>"
+        f"<td>{_ratio(r.speedup)}</td><td>{_ratio(r.memory_ratio)}</td>"
+        f"<td><code>{e(short(r.config))}</code></td><td>{e(', '.join(r.marks))}</td></tr>"
+        for r in study_front(study))
     captions = {"pareto": "Pareto front: throughput against peak memory",
                 "importance": "Effect of each knob", "step_times": "Step-time distributions"}
     figures = "".join(f'<figure><a href="{p.name}"><img src="{p.name}" alt="{captions[k]}"></a>'
@@ -207,7 +192,7 @@ def _html(study: optuna.Study, report: Report, url: str) -> str:
                       for k, p in report.images.items())
     missing = "".join(f"<p class=warn>{e(k)} not drawn: {e(why)}</p>"
                       for k, why in report.not_drawn.items())
-    env = study.user_attrs.get("env", {})
+    env = study.user_attrs.get(rec.STUDY_ENV, {})
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>autotune report: {e(study.study_name)}</title>
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}

@@ -1,14 +1,100 @@
 """``TrialResult``: what a trial's worker hands back. It keeps the raw per-step
-samples; every summary figure is computed from them."""
+samples; every summary figure is computed from them. Its parts are small frozen
+records (memory, compile, observed knob effects) that cross the process boundary
+and the study's storage as plain dicts (``to_dict``/``from_dict``)."""
 from __future__ import annotations
 
 import dataclasses
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+
+from autotune.config import TrialConfig
 
 Status = Literal["ok", "oom", "timeout", "crash", "error"]
 STATUSES: tuple[str, ...] = ("ok", "oom", "timeout", "crash", "error")
+MIB = 1 << 20
+
+_R = TypeVar("_R", bound="_Part")
+
+
+class _Part:
+    """A frozen record that reads back what it wrote; keys it does not know (from a
+    newer writer) are dropped, missing ones take their defaults."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[_R], values: dict[str, Any] | None) -> _R:
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in (values or {}).items() if k in names})
+
+
+@dataclass(frozen=True)
+class MemoryStats(_Part):
+    """Peak RSS per phase (the trial process and its loader workers) and, on CUDA,
+    torch's peak allocation over warm-up and window. The probe step after the
+    window is tracked apart and charged to no objective."""
+
+    peak_rss_warmup_bytes: int = 0
+    peak_rss_window_bytes: int = 0
+    peak_rss_probe_bytes: int = 0
+    rss_covers: str = ""
+    samples: int = 0
+    interval_s: float = 0.0
+    cuda_max_allocated_bytes: int | None = None
+    cuda_max_reserved_bytes: int | None = None
+    cuda_covers: str | None = None
+
+    def peak_mib(self, device: str) -> float:
+        """The memory objective: ``max_memory_reserved`` on CUDA, else the peak RSS
+        over warm-up and window."""
+        if device == "cuda":
+            return (self.cuda_max_reserved_bytes or 0) / MIB
+        return max(self.peak_rss_warmup_bytes, self.peak_rss_window_bytes) / MIB
+
+
+@dataclass(frozen=True)
+class CompileStats(_Part):
+    """What ``torch.compile`` did during the trial."""
+
+    compiled: bool = False
+    backend: str | None = None
+    compile_time_s: float = 0.0
+    frames_compiled: int = 0
+    recompiles: int = 0
+    recompiles_in_window: int = 0
+    graph_breaks: int = 0
+    recompile_limit: int | None = None
+    recompile_limit_hits: int = 0
+    fell_back_to_eager: bool = False
+    inductor_cache_hits: int = 0
+    inductor_cache_misses: int = 0
+
+
+@dataclass(frozen=True)
+class Observed(_Part):
+    """Each knob's effect read back from the running trial."""
+
+    main_affinity: list[int] = field(default_factory=list)
+    worker_affinity: dict[str, list[int] | None] = field(default_factory=dict)
+    expected_worker_affinity: list[list[int]] | None = None
+    num_workers_alive: int = 0
+    torch_threads: int = 0
+    sampler_backend: str = ""
+    batch_shapes: int = 0
+    pad_buckets: list | None = None
+    conv_output_dtypes: list[str] = field(default_factory=list)
+    conv_linear_dtypes: list[str] = field(default_factory=list)
+    checkpointed_layers: int = 0
+    conv_layers: int = 0
+    conv_types: list[str] = field(default_factory=list)
+    model: str = ""
+    saved_tensor_bytes: int = 0
+
+
+_PARTS = {"memory": MemoryStats, "compile": CompileStats, "observed": Observed}
 
 
 @dataclass(frozen=True)
@@ -17,11 +103,11 @@ class TrialResult:
 
     ``step_times_s`` covers the timed window only: each step from the loader's
     ``next()`` to ``optimizer.step()``, the device synchronised before each clock
-    read. ``memory`` says, per figure, which window it covers. ``observed`` holds
+    read. ``memory`` says which window each figure covers. ``observed`` holds
     knob effects read back while the trial ran."""
 
     status: Status
-    config: dict[str, Any]
+    config: TrialConfig
     reason: str | None = None
     stderr_tail: str | None = None
     step_times_s: tuple[float, ...] = ()
@@ -30,10 +116,10 @@ class TrialResult:
     edges_per_step: tuple[int, ...] = ()
     warmup_step_times_s: tuple[float, ...] = ()
     losses: tuple[float, ...] = ()
-    memory: dict[str, Any] = field(default_factory=dict)
-    compile: dict[str, Any] = field(default_factory=dict)
+    memory: MemoryStats = field(default_factory=MemoryStats)
+    compile: CompileStats = field(default_factory=CompileStats)
     phases_s: dict[str, float] = field(default_factory=dict)
-    observed: dict[str, Any] = field(default_factory=dict)
+    observed: Observed = field(default_factory=Observed)
     dataset: dict[str, Any] = field(default_factory=dict)
     env: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
@@ -51,6 +137,10 @@ class TrialResult:
     def throughput(self) -> float:
         """Seed nodes per second over the timed window."""
         return sum(self.seeds_per_step) / self.window_s if self.step_times_s else 0.0
+
+    def objectives(self) -> tuple[float, float]:
+        """(seed nodes/s, peak MiB), the two objectives of a search."""
+        return self.throughput, self.memory.peak_mib(self.config.device)
 
     def summary(self) -> dict[str, float]:
         """Throughput, step-time percentiles and spread, from the raw samples."""
@@ -71,10 +161,12 @@ class TrialResult:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        for key, value in out.items():
-            if isinstance(value, tuple):
-                out[key] = list(value)
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, (_Part, TrialConfig)):
+                value = value.to_dict()
+            out[f.name] = list(value) if isinstance(value, tuple) else value
         out["summary"] = self.summary()
         return out
 
@@ -83,10 +175,14 @@ class TrialResult:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: tuple(v) if isinstance(v, list) else v
                   for k, v in values.items() if k in names}
+        kwargs["config"] = TrialConfig.from_dict(values["config"])
+        for name, part in _PARTS.items():
+            kwargs[name] = part.from_dict(values.get(name))
         return cls(**kwargs)
 
     @classmethod
-    def failed(cls, status: Status, config: dict, reason: str, **extra: Any) -> TrialResult:
+    def failed(cls, status: Status, config: TrialConfig, reason: str,
+               **extra: Any) -> TrialResult:
         return cls(status=status, config=config, reason=reason, **extra)
 
 

@@ -65,6 +65,7 @@ def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.P
             "train": vars(train).copy() if train is not None else None}
     spec_path.write_text(json.dumps(spec, indent=2))
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    child_env["PYTHONPATH"] = _child_path(child_env.get("PYTHONPATH"))
     if inductor_cache is not None:  # read by torch at import, so set before the start
         child_env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(inductor_cache).resolve())
     with open(trial_dir / "stdout.log", "wb") as out, open(trial_dir / "stderr.log", "wb") as err:
@@ -73,6 +74,15 @@ def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.P
                                 start_new_session=True)
         verdict = _watch(proc, limits)
     return _read_back(config, proc.returncode, verdict, result_path, trial_dir / "stderr.log")
+
+
+def _child_path(pythonpath: str | None) -> str:
+    """This process's import path for the child, so that a user's model factory or
+    dataset function imports there as it did here (a test module's folder, say)."""
+    parts = [p for p in sys.path if p and os.path.isdir(p)]
+    if pythonpath:
+        parts.append(pythonpath)
+    return os.pathsep.join(dict.fromkeys(parts))
 
 
 def _watch(proc: subprocess.Popen, limits: TrialLimits) -> tuple[str, str] | None:
@@ -185,7 +195,7 @@ def _read_back(config: TrialConfig, returncode: int, verdict: tuple[str, str] | 
                result_path: Path, stderr_path: Path) -> TrialResult:
     tail = _tail(stderr_path)
     if verdict is not None:
-        return TrialResult.failed(verdict[0], config.to_dict(), verdict[1], stderr_tail=tail)
+        return TrialResult.failed(verdict[0], config, verdict[1], stderr_tail=tail)
     if result_path.exists():
         result = TrialResult.from_dict(json.loads(result_path.read_text()))
         if result.ok or result.stderr_tail:
@@ -196,7 +206,7 @@ def _read_back(config: TrialConfig, returncode: int, verdict: tuple[str, str] | 
         status = "oom" if name == "SIGKILL" else "crash"
         reason = f"trial process was killed by {name}" + \
             (" (the kernel's OOM killer?)" if status == "oom" else "")
-        return TrialResult.failed(status, config.to_dict(), reason, stderr_tail=tail)
-    return TrialResult.failed("crash", config.to_dict(),
+        return TrialResult.failed(status, config, reason, stderr_tail=tail)
+    return TrialResult.failed("crash", config,
                               f"trial process exited with code {returncode} and no result",
                               stderr_tail=tail)

@@ -8,19 +8,32 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from autotune.config import (AMP_DTYPES, COMPILE_MODES, PAD_LADDERS, SAMPLERS, SHAPES,
                              TrialConfig, fit_fanout)
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, SearchSpaceError
 from autotune.topology import STRATEGIES, Topology, affinity_sets, this_machine
 
-SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+
+
+def _spaces_dir() -> Path:
+    """The shipped spaces: the package ``autotune.search_spaces`` (the repository's
+    ``search_spaces/`` folder, installed as package data by a wheel too)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("autotune.search_spaces")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0])
+    return Path(__file__).resolve().parent.parent / "search_spaces"  # a bare checkout
+
+
+SPACES_DIR = _spaces_dir()
 AFFINITY_STRATEGIES = STRATEGIES
 KNOBS = ("batch_size", "num_neighbors", "num_workers", "prefetch_factor", "affinity",
          "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing", "sampler",
          "gpu_sampling")
-FIXED = ("model", "hidden_channels", "num_layers", "lr", "dropout", "seed")
+FIXED = ("model", "hidden_channels", "num_layers", "lr", "dropout", "seed", "recompile_limit")
 TOP_LEVEL = ("description", "knobs", "fixed")
 # What each categorical knob may take (None: any value TrialConfig accepts).
 ALLOWED: dict[str, tuple | None] = {
@@ -95,8 +108,8 @@ class SearchSpace:
     def baseline(self, base: TrialConfig) -> TrialConfig:
         """``base`` (the reddit example) with this space's fixed facts, and the first
         value of the knobs the example does not define (sampler, prefetch_factor)."""
-        values = {**base.to_dict(), **self.fixed}
-        values["num_neighbors"] = fit_fanout(values["num_neighbors"], values["num_layers"])
+        layers = self.fixed.get("num_layers", base.num_layers)
+        values = {**fitted(base, layers).to_dict(), **self.fixed}
         for name in ("sampler", "prefetch_factor"):
             knob = self.knobs.get(name)
             if knob is not None:
@@ -113,7 +126,7 @@ def resolve_space_path(name_or_path: str) -> Path:
     if candidate.exists():
         return candidate
     shipped = sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
-    raise ConfigError(f"search space {name_or_path!r} not found; use a file path or one of "
+    raise SearchSpaceError(f"search space {name_or_path!r} not found; use a file path or one of "
                       f"{', '.join(shipped)}")
 
 
@@ -131,15 +144,15 @@ def load_space(name_or_path: str, *, device: str = "cpu", cores: int | None = No
     try:
         blob = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        raise ConfigError(f"search space '{path}' is not valid YAML: "
+        raise SearchSpaceError(f"search space '{path}' is not valid YAML: "
                           f"{' '.join(str(exc).split())}") from exc
     if not isinstance(blob, dict):
-        raise ConfigError(f"search space '{path}' must be a mapping with 'knobs' "
+        raise SearchSpaceError(f"search space '{path}' must be a mapping with 'knobs' "
                           f"(got {type(blob).__name__})")
     _unknown(path, "top-level", blob, TOP_LEVEL)
     raw_knobs = blob.get("knobs") or {}
     if not isinstance(raw_knobs, dict) or not raw_knobs:
-        raise ConfigError(f"search space '{path}': 'knobs' must be a non-empty mapping")
+        raise SearchSpaceError(f"search space '{path}': 'knobs' must be a non-empty mapping")
     _unknown(path, "knob", raw_knobs, KNOBS)
     cores = cores if cores is not None else len(os.sched_getaffinity(0))
     knobs = {name: _parse_knob(path, name, spec, cores) for name, spec in raw_knobs.items()}
@@ -148,11 +161,11 @@ def load_space(name_or_path: str, *, device: str = "cpu", cores: int | None = No
     if workers is not None:
         most = max(workers.choices) if workers.choices is not None else workers.high
     if most is not None and most > cores:
-        raise ConfigError(f"search space '{path}', knob 'num_workers': {most} workers but this "
+        raise SearchSpaceError(f"search space '{path}', knob 'num_workers': {most} workers but this "
                           f"machine offers {cores} cores; use at most {cores} (or high: cores)")
     fixed = blob.get("fixed") or {}
     if not isinstance(fixed, dict):
-        raise ConfigError(f"search space '{path}': 'fixed' must be a mapping")
+        raise SearchSpaceError(f"search space '{path}': 'fixed' must be a mapping")
     _unknown(path, "fixed", fixed, FIXED)
     notes: list[str] = []
     if facts:
@@ -160,10 +173,8 @@ def load_space(name_or_path: str, *, device: str = "cpu", cores: int | None = No
         if "num_layers" in facts:
             knobs["num_neighbors"] = _fit_fanouts(path, knobs.get("num_neighbors"),
                                                   facts["num_layers"], notes)
-            if baseline is not None:
-                baseline = baseline.replace(
-                    num_layers=facts["num_layers"],
-                    num_neighbors=fit_fanout(baseline.num_neighbors, facts["num_layers"]))
+    if baseline is not None and "num_layers" in fixed:
+        baseline = fitted(baseline, fixed["num_layers"])
     if device == "cpu":
         knobs = _cpu_only(path, knobs, notes)
     if "affinity" in knobs:
@@ -180,7 +191,7 @@ def load_space(name_or_path: str, *, device: str = "cpu", cores: int | None = No
 def _unknown(path: Path, where: str, blob: dict, allowed: tuple[str, ...]) -> None:
     unknown = sorted(set(blob) - set(allowed))
     if unknown:
-        raise ConfigError(f"search space '{path}': unknown {where} key {unknown[0]!r}; "
+        raise SearchSpaceError(f"search space '{path}': unknown {where} key {unknown[0]!r}; "
                           f"allowed: {', '.join(allowed)}")
 
 
@@ -194,26 +205,26 @@ def _parse_knob(path: Path, name: str, spec: Any, cores: int) -> Knob:
     elif "choices" in spec:
         choices = spec["choices"]
         if not isinstance(choices, list) or not choices:
-            raise ConfigError(f"{where}: 'choices' must be a non-empty list (got {choices!r})")
+            raise SearchSpaceError(f"{where}: 'choices' must be a non-empty list (got {choices!r})")
     elif "low" in spec or "high" in spec:
         return _parse_range(where, name, spec, cores)
     else:
-        raise ConfigError(f"{where}: give 'value', 'choices' or 'low'/'high'")
+        raise SearchSpaceError(f"{where}: give 'value', 'choices' or 'low'/'high'")
     choices = [_freeze(c) for c in choices]
     if name == "num_neighbors":
         bad = [c for c in choices if not (isinstance(c, tuple) and c and all(
             isinstance(k, int) and not isinstance(k, bool) and (k > 0 or k == -1) for k in c))]
         if bad:
-            raise ConfigError(f"{where}: {_thaw(bad[0])!r} is not a fanout; use a list of "
+            raise SearchSpaceError(f"{where}: {_thaw(bad[0])!r} is not a fanout; use a list of "
                               "positive ints or -1, one per layer, e.g. [25, 10]")
     elif any(isinstance(c, tuple) for c in choices):
-        raise ConfigError(f"{where}: choices must be single values (got {_thaw(choices)!r})")
+        raise SearchSpaceError(f"{where}: choices must be single values (got {_thaw(choices)!r})")
     allowed = ALLOWED[name]
     bad = [c for c in choices if allowed is not None and c not in allowed]
     if bad:
-        raise ConfigError(f"{where}: {bad[0]!r} is not allowed; use {', '.join(map(str, allowed))}")
+        raise SearchSpaceError(f"{where}: {bad[0]!r} is not allowed; use {', '.join(map(str, allowed))}")
     if len(set(choices)) != len(choices):
-        raise ConfigError(f"{where}: a choice is listed twice (got {choices})")
+        raise SearchSpaceError(f"{where}: a choice is listed twice (got {choices})")
     return Knob(name, tuple(choices))
 
 
@@ -227,7 +238,7 @@ def _thaw(value: Any) -> Any:
 
 def _parse_range(where: str, name: str, spec: dict, cores: int) -> Knob:
     if name not in INT_RANGE_KNOBS:
-        raise ConfigError(f"{where}: a low/high range works only for "
+        raise SearchSpaceError(f"{where}: a low/high range works only for "
                           f"{', '.join(INT_RANGE_KNOBS)}; use 'choices'")
     low, high = spec.get("low"), spec.get("high")
     if high == "cores":
@@ -235,12 +246,12 @@ def _parse_range(where: str, name: str, spec: dict, cores: int) -> Knob:
     step, log = spec.get("step", 1), bool(spec.get("log", False))
     ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high, step))
     if not ints:
-        raise ConfigError(f"{where}: low, high and step must be ints "
+        raise SearchSpaceError(f"{where}: low, high and step must be ints "
                           f"(got low={low!r}, high={high!r}, step={step!r})")
     if low > high:
-        raise ConfigError(f"{where}: low {low} > high {high}; low must not exceed high")
+        raise SearchSpaceError(f"{where}: low {low} > high {high}; low must not exceed high")
     if step < 1 or (log and low < 1):
-        raise ConfigError(f"{where}: step must be >= 1 and a log range needs low >= 1")
+        raise SearchSpaceError(f"{where}: step must be >= 1 and a log range needs low >= 1")
     return Knob(name, None, low, high, step, log)
 
 
@@ -280,7 +291,7 @@ def _buildable(path: Path, knob: Knob, topology: Topology, notes: list[str]) -> 
         else:
             kept.append(strategy)
     if not kept:
-        raise ConfigError(f"search space '{path}', knob 'affinity': "
+        raise SearchSpaceError(f"search space '{path}', knob 'affinity': "
                           f"{topology.why_not(knob.choices[0])}; use none")
     return Knob("affinity", tuple(kept))
 
@@ -291,80 +302,82 @@ def _baseline_value(baseline: TrialConfig, name: str) -> Any:
     return getattr(baseline, name)
 
 
+def fitted(config: TrialConfig, layers: int) -> TrialConfig:
+    """``config`` with ``layers`` layers and its fanout fitted to them: the one rule
+    that turns the 2-layer baseline into a baseline of a space's layer count."""
+    return config.replace(num_layers=layers, num_neighbors=fit_fanout(config.num_neighbors,
+                                                                        layers))
+
+
 def _check_fixed(path: Path, space: SearchSpace) -> None:
     try:
         layers = space.fixed.get("num_layers", TrialConfig.num_layers)
         TrialConfig(**space.fixed, num_neighbors=fit_fanout(TrialConfig.num_neighbors, layers))
     except (ConfigError, TypeError) as exc:
-        raise ConfigError(f"search space '{path}', fixed: {exc}") from exc
+        raise SearchSpaceError(f"search space '{path}', fixed: {exc}") from exc
     for fanout in (space.knobs.get("num_neighbors") or Knob("num_neighbors", ((25, 10),))).choices:
         layers = space.fixed.get("num_layers", 2)
         if not isinstance(fanout, tuple) or len(fanout) != layers:
-            raise ConfigError(f"search space '{path}', knob 'num_neighbors': {fanout!r} needs "
+            raise SearchSpaceError(f"search space '{path}', knob 'num_neighbors': {fanout!r} needs "
                               f"one entry per layer ({layers})")
+
+
+# When a knob is suggested at all, given the values picked before it (in KNOB_ORDER)
+# and the device: the one statement of the rules between knobs. A knob that is not
+# active takes its default and is neither suggested nor enqueued.
+ACTIVE_WHEN: dict[str, Callable[[dict[str, Any], str], bool]] = {
+    "prefetch_factor": lambda v, device: v["num_workers"] > 0,
+    "affinity": lambda v, device: v["num_workers"] > 0,
+    "shapes": lambda v, device: v["compile_mode"] != "none",
+    "pad_ladder": lambda v, device: v["shapes"] == "padded",
+    "gpu_sampling": lambda v, device: device == "cuda" and v["num_workers"] == 0,
+    "sampler": lambda v, device: not v["gpu_sampling"],
+}
+KNOB_ORDER = ("batch_size", "num_neighbors", "num_workers", "prefetch_factor", "affinity",
+              "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing",
+              "gpu_sampling", "sampler")
+_BASE = TrialConfig()
+DEFAULTS: dict[str, Any] = {**{k: getattr(_BASE, k) for k in KNOB_ORDER if k != "affinity"},
+                            "affinity": "none", "shapes": "dynamic", "gpu_sampling": False}
+
+
+def _active(name: str, values: dict[str, Any], device: str) -> bool:
+    rule = ACTIVE_WHEN.get(name)
+    return rule is None or rule(values, device)
 
 
 def suggest_config(trial, space: SearchSpace, *, device: str, seed: int = 0,
                    topology: Topology | None = None) -> TrialConfig:
     """Turns an Optuna trial into a ``TrialConfig``: the one place that suggests.
-    Affinity is suggested only with workers, padded shapes only with a compile mode,
-    GPU sampling only on CUDA without workers (and then with the builtin sampler)."""
+    Which knobs are suggested follows :data:`ACTIVE_WHEN`; GPU sampling runs on the
+    builtin sampler, the only one that samples on the GPU."""
     topology = topology or this_machine()
     values: dict[str, Any] = {}
-
-    def pick(name: str, default: Any, when: bool = True) -> Any:
+    for name in KNOB_ORDER:
         knob = space.knobs.get(name)
-        if knob is None or not when:
-            return default
-        if knob.choices is not None:
-            value = trial.suggest_categorical(name, [_encode(c) for c in knob.choices])
-            return _decode(value)
-        return trial.suggest_int(name, knob.low, knob.high, step=knob.step, log=knob.log)
-
-    base = TrialConfig()
-    values["batch_size"] = pick("batch_size", base.batch_size)
-    values["num_neighbors"] = pick("num_neighbors", base.num_neighbors)
-    values["num_workers"] = pick("num_workers", base.num_workers)
-    workers = values["num_workers"]
-    values["prefetch_factor"] = pick("prefetch_factor", base.prefetch_factor, workers > 0)
-    strategy = pick("affinity", "none", workers > 0)
-    values["loader_cores"], values["compute_cores"] = affinity_sets(strategy, workers, topology)
-    values["compile_mode"] = pick("compile_mode", base.compile_mode)
-    compiled = values["compile_mode"] != "none"
-    values["shapes"] = pick("shapes", "dynamic", compiled)
-    values["pad_ladder"] = pick("pad_ladder", base.pad_ladder, values["shapes"] == "padded")
-    values["amp_dtype"] = pick("amp_dtype", base.amp_dtype)
-    values["checkpointing"] = pick("checkpointing", base.checkpointing)
-    values["gpu_sampling"] = pick("gpu_sampling", False, device == "cuda" and workers == 0)
-    values["sampler"] = pick("sampler", base.sampler, not values["gpu_sampling"])
+        if knob is None or not _active(name, values, device):
+            values[name] = DEFAULTS[name]
+        elif knob.choices is not None:
+            values[name] = _decode(trial.suggest_categorical(
+                name, [_encode(c) for c in knob.choices]))
+        else:
+            values[name] = trial.suggest_int(name, knob.low, knob.high, step=knob.step,
+                                             log=knob.log)
     if values["gpu_sampling"]:
-        values["sampler"] = "builtin"  # the only sampler that runs on the GPU
+        values["sampler"] = "builtin"
+    strategy = values.pop("affinity")
+    values["loader_cores"], values["compute_cores"] = affinity_sets(
+        strategy, values["num_workers"], topology)
     return TrialConfig(**values, **{"seed": seed, **space.fixed}, device=device)
 
 
 def params_for(config: TrialConfig, space: SearchSpace) -> dict[str, Any]:
     """The Optuna params that make :func:`suggest_config` return ``config`` (to enqueue
-    the baseline); knobs that would not be suggested are left out."""
-    params: dict[str, Any] = {}
-    for name in space.knobs:
-        if name == "affinity":
-            value = "none"
-            if config.num_workers == 0:
-                continue
-        elif name == "prefetch_factor" and config.num_workers == 0:
-            continue
-        elif name == "shapes" and config.compile_mode == "none":
-            continue
-        elif name == "pad_ladder" and config.shapes != "padded":
-            continue
-        elif name == "gpu_sampling" and (config.device != "cuda" or config.num_workers):
-            continue
-        elif name == "sampler" and config.gpu_sampling:
-            continue
-        else:
-            value = getattr(config, name)
-        params[name] = _encode(value)
-    return params
+    the baseline or a prior); knobs that would not be suggested are left out."""
+    values = {name: getattr(config, name) for name in KNOB_ORDER if name != "affinity"}
+    values["affinity"] = "none"
+    return {name: _encode(values[name]) for name in KNOB_ORDER
+            if name in space.knobs and _active(name, values, config.device)}
 
 
 def _encode(value: Any) -> Any:

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator
 
 import optuna
 
-from autotune.errors import ConfigError
+from autotune.errors import StorageError
 
 HEARTBEAT_S = 10  # Optuna's heartbeat interval for a running trial
 GRACE_S = 60  # a trial whose heartbeat is older than this is failed as stale
@@ -59,10 +59,10 @@ def normalise_url(url: str) -> str:
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
-        raise ConfigError(f"--storage {url!r} is not a database URL; use e.g. "
+        raise StorageError(f"--storage (storage=) {url!r} is not a database URL; use e.g. "
                           "sqlite:///studies/x.db or postgresql://user@host/db") from exc
     if parsed.get_backend_name() not in _DIALECTS:
-        raise ConfigError(f"--storage {masked(url)}: autotune supports sqlite and postgresql "
+        raise StorageError(f"--storage {masked(url)}: autotune supports sqlite and postgresql "
                           f"(got {parsed.get_backend_name()!r})")
     if parsed.get_backend_name() == "postgresql":
         driver = parsed.get_driver_name() if "+" in parsed.drivername else None
@@ -70,7 +70,7 @@ def normalise_url(url: str) -> str:
             driver = "psycopg2" if _importable("psycopg2") else "psycopg"
             parsed = parsed.set(drivername=f"postgresql+{driver}")
         if not _importable(driver):
-            raise ConfigError(f"--storage {masked(url)} needs the {driver} driver: "
+            raise StorageError(f"--storage {masked(url)} needs the {driver} driver: "
                               "pip install 'autotune[postgres]'")
     return parsed.render_as_string(hide_password=False)
 
@@ -135,7 +135,7 @@ for _name in ("create_new_study", "delete_study", "set_study_user_attr",
 def open_storage(url: str, *, heartbeat_s: int | None = None,
                  grace_s: int | None = None) -> RetryingRDBStorage:
     """Opens (and, for SQLite, creates) a storage; a bad URL, a missing driver or an
-    unreachable server is a one-line ConfigError."""
+    unreachable server is a one-line StorageError."""
     from sqlalchemy.engine import make_url
 
     url = normalise_url(url)
@@ -156,7 +156,7 @@ def open_storage(url: str, *, heartbeat_s: int | None = None,
                                       heartbeat_interval=heartbeat_s, grace_period=grace_s)
     except Exception as exc:  # the driver's own error: unreachable host, bad database
         cause = exc.__cause__ or exc
-        raise ConfigError(f"cannot open storage {masked(url)}: {type(cause).__name__}: "
+        raise StorageError(f"cannot open storage {masked(url)}: {type(cause).__name__}: "
                           f"{' '.join(str(cause).split())[:200]}") from exc
 
 
@@ -166,7 +166,7 @@ def _prepare_sqlite(path: Path) -> None:
     from autotune.env import writable_dir
 
     if not writable_dir(path.parent):
-        raise ConfigError(f"cannot write the study database in '{path.parent}'; pass a "
+        raise StorageError(f"cannot write the study database in '{path.parent}'; pass a "
                           "writable --studies-dir or another --storage")
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -174,7 +174,7 @@ def _prepare_sqlite(path: Path) -> None:
             conn.execute("PRAGMA journal_mode=WAL")
         conn.close()
     except sqlite3.DatabaseError as exc:
-        raise ConfigError(f"cannot open storage sqlite:///{path}: {exc}") from exc
+        raise StorageError(f"cannot open storage sqlite:///{path}: {exc}") from exc
 
 
 class Heartbeat:

@@ -97,7 +97,7 @@ def run(spec: dict, trial_dir: Path) -> dict:
     t_done = time.time()
     warmup_s = sum(m.warmup_step_times_s)
     result = TrialResult(
-        status="ok", config=config.to_dict(), step_times_s=tuple(m.step_times_s),
+        status="ok", config=config, step_times_s=tuple(m.step_times_s),
         seeds_per_step=tuple(m.seeds), nodes_per_step=tuple(m.nodes),
         edges_per_step=tuple(m.edges), warmup_step_times_s=tuple(m.warmup_step_times_s),
         losses=tuple(m.losses), memory=m.memory, compile=m.compile, observed=m.observed,
@@ -122,7 +122,7 @@ def _train(spec: dict, config, dataset, pipe, t_start: float, t_loaded: float,
 
     training = train(pipe, dataset.data, TrainSpec(**spec["train"]))
     return _unless_diverged(TrialResult(
-        status="ok", config=config.to_dict(), losses=tuple(e.loss for e in training.epochs),
+        status="ok", config=config, losses=tuple(e.loss for e in training.epochs),
         dataset=dataset.stats(), env=fingerprint(config.device), training=training.to_dict(),
         phases_s={"spawn_and_load": t_loaded - spec["spawned_at"], "build": t_built - t_loaded,
                   "train": training.train_s, "total": time.time() - t_start}))
@@ -141,10 +141,11 @@ def _finite(x: float) -> bool:
 
 
 def _failure(spec: dict, exc: BaseException) -> dict:
+    from autotune.config import TrialConfig
     from autotune.result import TrialResult
 
     oom = isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
-    return TrialResult.failed("oom" if oom else "error", spec.get("config", {}),
+    return TrialResult.failed("oom" if oom else "error", TrialConfig.from_dict(spec["config"]),
                               f"{type(exc).__name__}: {exc}",
                               stderr_tail=traceback.format_exc()[-4000:]).to_dict()
 

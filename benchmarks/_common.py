@@ -6,9 +6,9 @@ import json
 import time
 from pathlib import Path
 
-from autotune.cli import default_config
 from autotune.datasets import DatasetRef
 from autotune.env import fingerprint
+from autotune.study.api import default_config
 
 
 def parser(doc: str, out: str) -> argparse.ArgumentParser:
@@ -41,23 +41,22 @@ def write(path: str, report: dict) -> None:
     print(json.dumps(report, indent=2))
 
 
-def timed_search(flags: list[str], workdir, study_name: str):
-    """Runs ``autotune search FLAGS --studies-dir WORKDIR --study-name NAME`` as a user
-    would; returns the study, the wall time in seconds and the search's stdout."""
-    import subprocess
-    import sys
+def timed_search(workdir, study_name: str, **options):
+    """Runs :func:`autotune.search` in this process as a user's script would; returns
+    the study, the ``SearchResult``, the wall time in seconds and the progress lines."""
+    import autotune
+    from autotune.render import progress_line
+    from autotune.study.studies import load_study
 
-    import optuna
+    lines: list[str] = []
 
-    from autotune.study import default_storage
+    def progress(*event) -> None:
+        lines.append(progress_line(*event))
+        print(lines[-1], flush=True)
 
-    command = [sys.executable, "-m", "autotune", "search", *flags, "--studies-dir",
-               str(workdir), "--study-name", study_name]
     start = time.perf_counter()
-    run = subprocess.run(command, capture_output=True, text=True)
+    result = autotune.search(studies_dir=workdir, study_name=study_name, progress=progress,
+                             **options)
     wall = time.perf_counter() - start
-    if run.returncode != 0:
-        raise SystemExit(f"{study_name}: search failed ({run.returncode}): "
-                         f"{run.stderr[-2000:]}")
-    return optuna.load_study(study_name=study_name,
-                             storage=default_storage(Path(workdir), study_name)), wall, run.stdout
+    study, _ = load_study(study_name, studies_dir=workdir)
+    return study, result, wall, "\n".join(lines)

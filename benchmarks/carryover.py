@@ -13,7 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _common import parser, write
+from _common import parser, timed_search, write
+
+from autotune.measure import MeasureSpec
 
 LOW, HIGH = 0.85, 1.15
 
@@ -34,14 +36,13 @@ def main() -> None:
     args = p.parse_args()
     workdir = Path(args.workdir) / "carryover"
     data = ["--dataset", "synthetic", "--scale", str(args.scale), "--root", args.root]
-    autotune("search", *data, "--space", args.space, "--n-trials", str(args.n_trials),
-             "--steps", str(args.steps), "--warmup", str(args.warmup),
-             "--studies-dir", str(workdir), "--study-name", "carryover")
+    _, result, _, _ = timed_search(
+        workdir, "carryover", dataset="synthetic", scale=args.scale, root=args.root,
+        space=args.space, n_trials=args.n_trials,
+        measure=MeasureSpec(warmup_steps=args.warmup, window_steps=args.steps))
     runs = []
     for pick in ("knee", "max-throughput", "min-memory"):
-        out = workdir / f"{pick}.yaml"
-        autotune("export", "--study-name", "carryover", "--studies-dir", str(workdir),
-                 "--pick", pick, "--out", str(out))
+        out = result.export(workdir / f"{pick}.yaml", pick=pick)
         blob = json.loads(autotune("train", "--config", str(out), *data, "--epochs",
                                    str(args.epochs), "--studies-dir", str(workdir),
                                    "--format", "json"))

@@ -16,8 +16,7 @@ import yaml
 
 from _common import parser, timed_search, write
 
-from autotune.pareto import knee
-from autotune.study import points
+from autotune.measure import MeasureSpec
 
 PLANETOID = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "planetoid"
 RATIO, SHARE = 0.99, 0.25
@@ -31,32 +30,26 @@ SPACE = {
 }
 
 
-def one(name: str, data: list[str], epochs: int, args, workdir: Path) -> dict:
+def one(name: str, data: dict, epochs: int, args, workdir: Path) -> dict:
     study_name = f"guard-{name}-{time.strftime('%H%M%S')}"
-    study, wall, stdout = timed_search(
-        [*data, "--space", str(workdir / "space.yaml"), "--n-trials", str(args.n_trials),
-         "--accuracy-guard", str(RATIO), "--guard-epochs", str(epochs), "--steps",
-         str(args.steps), "--warmup", str(args.warmup), "--sampler", "random"],
-        workdir, study_name)
-    guard = study.user_attrs["guard"]
-    trials = study.trials
-    k = knee(points(study))
-    guarded = [t for t in trials if "val_acc" in t.user_attrs and "reused_from" not in t.user_attrs]
-    guard_s = sum(t.user_attrs["guard_s"] for t in guarded)
-    knee_acc = next(t.user_attrs.get("val_acc") for t in trials if t.number == k.number)
+    _, result, wall, stdout = timed_search(
+        workdir, study_name, **data, space=workdir / "space.yaml", n_trials=args.n_trials,
+        accuracy_guard=RATIO, guard_epochs=epochs, sampler="random",
+        measure=MeasureSpec(warmup_steps=args.warmup, window_steps=args.steps))
+    guard, k = result.guard, result.knee
+    guarded = [t for t in result.trials if t.val_acc is not None and t.reused_from is None]
+    guard_s = sum(t.guard_s for t in guarded)
     return {
-        "dataset": name, "guard_epochs": epochs, "trials": len(trials),
+        "dataset": name, "guard_epochs": epochs, "trials": len(result.trials),
         "baseline_val_acc": guard["baseline_val_acc"], "budget_s": guard["budget_s"],
-        "knee": {"trial": k.number, "val_acc": knee_acc, "config": k.config,
+        "knee": {"trial": k.number, "val_acc": k.val_acc, "config": k.config,
                  "seed_nodes_per_s": k.throughput, "peak_mib": k.memory_mib},
-        "knee_accuracy_ratio": knee_acc / guard["baseline_val_acc"],
-        "guarded": [{"trial": t.number, "val_acc": t.user_attrs["val_acc"],
-                     "ratio": t.user_attrs["accuracy_ratio"],
-                     "violated": t.user_attrs.get("accuracy_shortfall", 0) > 0,
-                     "fanout": t.user_attrs["config"]["num_neighbors"],
-                     "batch": t.user_attrs["config"]["batch_size"]} for t in guarded],
+        "knee_accuracy_ratio": k.val_acc / guard["baseline_val_acc"],
+        "guarded": [{"trial": t.number, "val_acc": t.val_acc, "ratio": t.accuracy_ratio,
+                     "violated": t.below_guard, "fanout": t.config["num_neighbors"],
+                     "batch": t.config["batch_size"]} for t in guarded],
         "search_wall_s": wall, "guard_s": guard_s, "guard_share": guard_s / wall,
-        "meets": {"knee_ratio": knee_acc / guard["baseline_val_acc"] >= RATIO,
+        "meets": {"knee_ratio": k.val_acc / guard["baseline_val_acc"] >= RATIO,
                   "guard_share": guard_s / wall <= SHARE},
         "stdout_tail": stdout[-1500:],
     }
@@ -79,11 +72,11 @@ def main() -> None:
             print(message, flush=True)
             skipped.append(message)
             continue
-        results.append(one(name, ["--dataset", name, "--root", args.planetoid],
+        results.append(one(name, {"dataset": name, "root": args.planetoid},
                            args.planetoid_epochs, args, workdir))
         print(name, results[-1]["knee_accuracy_ratio"], results[-1]["guard_share"], flush=True)
-    results.append(one("synthetic", ["--dataset", "synthetic", "--scale", str(args.scale),
-                                     "--root", args.root], args.synthetic_epochs, args, workdir))
+    results.append(one("synthetic", {"dataset": "synthetic", "scale": args.scale,
+                                     "root": args.root}, args.synthetic_epochs, args, workdir))
     print("synthetic", results[-1]["knee_accuracy_ratio"], results[-1]["guard_share"])
     write(args.out, {"benchmark": "guard", "ratio": RATIO, "target_share": SHARE,
                      "n_trials": args.n_trials, "results": results, "skipped": skipped,

@@ -15,7 +15,6 @@ from autotune.measure import MeasureSpec
 from autotune.runner import TrialLimits, run_trial
 from autotune.sampler import resolve_backend
 from autotune.errors import AutotuneError, ConfigError
-from autotune.study import objectives
 from autotune.topology import STRATEGIES, affinity_sets, this_machine
 
 
@@ -57,12 +56,12 @@ def main() -> None:
                            measure=spec, limits=limits, inductor_cache=cache)
         row = {"status": result.status, "reason": result.reason}
         if result.ok:
-            throughput, memory = objectives(result, config.device)
+            throughput, memory = result.objectives()
             row.update(seed_nodes_per_s=throughput, peak_mib=memory,
-                       compile_time_s=result.compile["compile_time_s"],
-                       recompiles=result.compile["recompiles"],
-                       fell_back_to_eager=result.compile["fell_back_to_eager"],
-                       observed={k: result.observed[k] for k in (
+                       compile_time_s=result.compile.compile_time_s,
+                       recompiles=result.compile.recompiles,
+                       fell_back_to_eager=result.compile.fell_back_to_eager,
+                       observed={k: getattr(result.observed, k) for k in (
                            "main_affinity", "worker_affinity", "torch_threads",
                            "conv_output_dtypes", "checkpointed_layers",
                            "saved_tensor_bytes", "batch_shapes")})

@@ -29,7 +29,8 @@ from autotune.measure import MeasureSpec
 from autotune.pareto import Point, hypervolume
 from autotune.runner import run_trial
 from autotune.space import Knob, SearchSpace, suggest_config
-from autotune.study import DEFAULT_SAMPLER, DIRECTIONS, MIB, make_sampler, objectives
+from autotune.study.records import DIRECTIONS
+from autotune.study.samplers import DEFAULT_SAMPLER, make_sampler
 
 GRID = {"batch_size": (256, 512, 1024), "num_neighbors": ((10, 5), (25, 10)),
         "num_workers": (0, 1), "amp_dtype": ("float32", "bfloat16"),
@@ -62,7 +63,7 @@ def measure_grid(ref: DatasetRef, spec: MeasureSpec, workdir: Path, cache: Path)
         result = run_trial(config, dataset=ref, trial_dir=workdir / f"grid-{i}", measure=spec)
         table[key] = {"config": config.to_dict(), "status": result.status,
                       "reason": result.reason,
-                      "values": list(objectives(result, "cpu")) if result.ok else None}
+                      "values": list(result.objectives()) if result.ok else None}
         cache.write_text(json.dumps(table, indent=1))
         print(f"grid {i + 1}/{len(grid_configs())}: {result.status} "
               f"{table[key]['values']}", flush=True)
@@ -70,7 +71,7 @@ def measure_grid(ref: DatasetRef, spec: MeasureSpec, workdir: Path, cache: Path)
 
 
 def run_sampler(name: str, seed: int, table: dict, n_trials: int) -> list[Point]:
-    study = optuna.create_study(directions=DIRECTIONS, sampler=make_sampler(name, seed, False))
+    study = optuna.create_study(directions=DIRECTIONS, sampler=make_sampler(name, seed))
     sp, found = space(), []
     for _ in range(n_trials):
         trial = study.ask()

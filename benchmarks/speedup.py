@@ -17,6 +17,9 @@ import yaml
 
 from _common import baseline, parser, prepare, timed_search, write
 
+from autotune.measure import MeasureSpec
+from autotune.runner import TrialLimits
+
 REDDIT_TRAIN_NODES = 153_431
 TARGET_CPU, TARGET_GPU, TARGET_EPOCHS = 1.8, 2.5, 10
 
@@ -54,11 +57,11 @@ def main() -> None:
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     name = f"speedup-{time.strftime('%Y%m%d-%H%M%S')}"
-    study, wall, stdout = timed_search(
-        ["--dataset", "synthetic", "--scale", str(args.scale), "--root", args.root,
-         "--space", str(space_file(base, workdir)), "--n-trials", str(args.n_trials),
-         "--sampler", args.sampler, "--steps", str(args.steps), "--warmup", str(args.warmup),
-         "--trial-timeout", str(args.trial_timeout)], workdir, name)
+    study, _, wall, stdout = timed_search(
+        workdir, name, dataset="synthetic", scale=args.scale, root=args.root,
+        space=space_file(base, workdir), n_trials=args.n_trials, sampler=args.sampler,
+        measure=MeasureSpec(warmup_steps=args.warmup, window_steps=args.steps),
+        limits=TrialLimits(timeout_s=args.trial_timeout))
     done = [t for t in study.trials if t.state.name == "COMPLETE"
             and "reused_from" not in t.user_attrs]
     base_trial = next(t for t in done if t.user_attrs.get("baseline"))

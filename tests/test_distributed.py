@@ -115,7 +115,8 @@ def test_sigkilled_worker_trial_fails_and_the_other_completes(tmp_path, pg_url, 
 def test_stale_heartbeat_from_another_host_fails_and_requeues_once(pg_url, pg_study):
     """A worker on another host (so no pid to check) that stopped beating."""
     from autotune.storage import Heartbeat, open_storage
-    from autotune.study import DIRECTIONS, fail_stale
+    from autotune.study.records import DIRECTIONS
+    from autotune.study.recovery import fail_stale
 
     storage = open_storage(pg_url, heartbeat_s=1, grace_s=2)
     study = optuna.create_study(study_name=pg_study, storage=storage, directions=DIRECTIONS)

@@ -34,9 +34,9 @@ def test_a_trial_measures_exactly_the_window(prepared, quick_measure, tmp_path):
     assert len(result.warmup_step_times_s) >= quick_measure.warmup_steps
     assert result.throughput > 0
     assert all(s == 64 for s in result.seeds_per_step)
-    assert result.memory["peak_rss_window_bytes"] > result.dataset["bytes"]
-    assert result.observed["num_workers_alive"] == 1
-    assert result.observed["sampler_backend"] == "autotune.NeighborSampler"
+    assert result.memory.peak_rss_window_bytes > result.dataset["bytes"]
+    assert result.observed.num_workers_alive == 1
+    assert result.observed.sampler_backend == "autotune.NeighborSampler"
     assert (tmp_path / "t" / "stderr.log").exists()
     assert _leftovers(tmp_path / "t") == []
 
@@ -59,12 +59,12 @@ def test_observed_affinity_equals_requested(prepared, quick_measure, tmp_path, s
                        measure=quick_measure)
     assert result.status == "ok", result.stderr_tail
     observed = result.observed
-    assert observed["main_affinity"] == list(compute)
-    assert observed["torch_threads"] == len(compute)
+    assert observed.main_affinity == list(compute)
+    assert observed.torch_threads == len(compute)
     expected = worker_core_sets(loader, workers)
-    assert observed["expected_worker_affinity"] == expected
-    assert sorted(observed["worker_affinity"].values()) == sorted(expected)
-    assert observed["num_workers_alive"] == workers
+    assert observed.expected_worker_affinity == expected
+    assert sorted(observed.worker_affinity.values()) == sorted(expected)
+    assert observed.num_workers_alive == workers
 
 
 @pytest.mark.parametrize("fault, status, reason", [
@@ -115,13 +115,13 @@ def test_compiled_padded_trial_reports_compile_and_buckets(prepared, tmp_path):
                        measure=MeasureSpec(warmup_steps=2, window_steps=4),
                        inductor_cache=tmp_path / "inductor")
     assert result.status == "ok", result.stderr_tail
-    assert result.compile["compiled"] and result.compile["compile_time_s"] > 0
-    assert result.compile["backend"] == "inductor"
-    assert result.compile["frames_compiled"] >= 1
-    assert not result.compile["fell_back_to_eager"]
-    buckets = result.observed["pad_buckets"]
+    assert result.compile.compiled and result.compile.compile_time_s > 0
+    assert result.compile.backend == "inductor"
+    assert result.compile.frames_compiled >= 1
+    assert not result.compile.fell_back_to_eager
+    buckets = result.observed.pad_buckets
     assert buckets and all(n & (n - 1) == 0 for n, _ in buckets), "node counts must be 2^k"
-    assert result.compile["recompiles"] <= len(buckets)
+    assert result.compile.recompiles <= len(buckets)
     assert any((tmp_path / "inductor").iterdir()), "the inductor cache was not used"
 
 
@@ -132,12 +132,12 @@ def test_a_trial_past_the_recompile_limit_is_flagged_eager(prepared, tmp_path):
     from autotune.measure import MeasureSpec
 
     config = TrialConfig(**{**SMALL, "batch_size": 16}, compile_mode="default",
-                         shapes="padded", pad_ladder="geometric")
+                         shapes="padded", pad_ladder="geometric", recompile_limit=1)
     result = run_trial(config, dataset=prepared, trial_dir=tmp_path / "t",
-                       measure=MeasureSpec(warmup_steps=2, window_steps=6, recompile_limit=1))
+                       measure=MeasureSpec(warmup_steps=2, window_steps=6))
     assert result.status == "ok", result.stderr_tail
-    assert len(result.observed["pad_buckets"]) > 1, "needs two buckets to recompile"
-    assert result.compile["recompile_limit"] == 1
-    assert result.compile["recompile_limit_hits"] >= 1
-    assert result.compile["fell_back_to_eager"]
+    assert len(result.observed.pad_buckets) > 1, "needs two buckets to recompile"
+    assert result.compile.recompile_limit == 1
+    assert result.compile.recompile_limit_hits >= 1
+    assert result.compile.fell_back_to_eager
     assert any("this throughput is eager" in w for w in result.warnings)

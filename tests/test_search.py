@@ -137,7 +137,7 @@ def test_memory_budget_is_an_optuna_constraint(tmp_path):
     assert proc.returncode == 0, proc.stderr
     tight = optuna.load_study(study_name="tight",
                               storage=f"sqlite:///{tmp_path / 'studies' / 'tight.db'}")
-    assert all(t.system_attrs["constraints"][0] > 0 for t in tight.trials)
+    assert all(t.constraints["memory"] > 0 for t in tight.trials)
     assert tight.best_trials == [], "no trial fits 1 MiB, so none may be best"
     assert "no completed trial yet" in proc.stdout or "Pareto front" in proc.stdout
     loose = autotune(*args, "--study-name", "loose", "--max-memory", "1TiB")
@@ -150,7 +150,7 @@ def test_memory_budget_is_an_optuna_constraint(tmp_path):
 
 
 def test_storage_password_is_masked(tmp_path):
-    from autotune.study import masked
+    from autotune.storage import masked
 
     assert masked("postgresql://tuner:s3cret@db/autotune") == \
         "postgresql://tuner:***@db/autotune"

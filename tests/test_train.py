@@ -84,7 +84,7 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
     much less in the baseline's time than fanout [25, 10]; bfloat16 learns as well."""
     from autotune.datasets import DatasetRef
     from autotune.space import load_space, params_for
-    from autotune import study as st
+    from autotune.study import loop, records, studies
 
     (tmp_path / "space.yaml").write_text(
         "knobs:\n  batch_size: {choices: [16]}\n  num_neighbors: {choices: [[1, 1]]}\n"
@@ -95,18 +95,17 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
     baseline = space.baseline(base)
     ref = DatasetRef("synthetic", root=str(tmp_path / "data"), scale=0.05)
     dataset = ref.prepare()
-    opts = st.SearchOptions(dataset=ref, space=space, n_trials=1, sampler="random",
-                            storage=f"sqlite:///{tmp_path / 'g.db'}", study_name="g",
-                            studies_dir=tmp_path, measure=MeasureSpec(warmup_steps=1,
-                                                                      window_steps=3),
-                            guard=GuardOptions(ratio=0.99, epochs=2))
-    study = st.open_study(opts, dataset_stats=dataset.stats(), env={})
+    opts = loop.SearchOptions(dataset=ref, space=space, n_trials=1, sampler="random",
+                              storage=f"sqlite:///{tmp_path / 'g.db'}", study_name="g",
+                              studies_dir=tmp_path, measure=MeasureSpec(warmup_steps=1,
+                                                                        window_steps=3),
+                              guard=GuardOptions(ratio=0.99, epochs=2))
+    study = studies.open_study(opts, dataset_stats=dataset.stats(), env={})
 
     def run(n: int, config: TrialConfig | None = None):
         if config is not None:
             study.enqueue_trial(params_for(config, space))
-        return st.run_search(dataclasses.replace(opts, n_trials=n), study, opts.storage,
-                             baseline, progress=lambda *a: None, on_trial_done=lambda s: None)
+        return loop.run_search(dataclasses.replace(opts, n_trials=n), study, baseline)
 
     run(1)
     damaging = baseline.replace(batch_size=16, num_neighbors=(1, 1))
@@ -121,15 +120,16 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
     assert bad.user_attrs["config"]["num_neighbors"] == [1, 1]
     assert "val_acc" in bad.user_attrs, "the low-memory [1, 1] trial joins the front"
     assert bad.user_attrs["accuracy_shortfall"] > 0, bad.user_attrs["accuracy_ratio"]
-    assert bad.system_attrs["constraints"][-1] > 0
+    assert bad.constraints["accuracy"] > 0
     best = {t.number for t in study.best_trials}
     assert best and 1 not in best, best  # the baseline may be dominated by bfloat16
-    assert base_t.system_attrs["constraints"][-1] <= 0, "the baseline is feasible"
-    assert bf16.system_attrs["constraints"][-1] <= 0, "the bfloat16 config stays feasible"
+    assert base_t.constraints["accuracy"] <= 0, "the baseline is feasible"
+    assert bf16.constraints["accuracy"] <= 0, "the bfloat16 config stays feasible"
     if "val_acc" in bf16.user_attrs:  # trained: it joined the front
         assert bf16.user_attrs["accuracy_shortfall"] <= 0, bf16.user_attrs["accuracy_ratio"]
     else:  # dominated by a feasible trial, so it can never be on the front
-        assert any(p.feasible and p.dominates(st._point(bf16)) for p in st.points(study))
+        assert any(p.feasible and p.dominates(records.TrialRecord.from_frozen(bf16).point())
+                   for p in records.points(study))
     for t in trials:
         if "val_acc" in t.user_attrs:
             assert t.user_attrs["guard_s"] > 0 and t.user_attrs["guard_train_s"] > 0

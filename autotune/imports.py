@@ -1,0 +1,60 @@
+"""A user's own code by import path: ``package.module:name``.
+
+A trial runs in a fresh process, so a model factory or a dataset function crosses
+the process boundary as the path that imports it there, the way entry points and
+``multiprocessing``'s spawn name a callable. A lambda, a local function or a name in
+``__main__`` has no such path, and is refused here with the reason.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from autotune.config import is_import_path
+from autotune.errors import ConfigError
+
+
+def import_path_of(obj: Any, *, what: str, option: str) -> str:
+    """The import path of ``obj``, checked to import back to the same object."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
+    if module is None or not callable(obj):
+        raise ConfigError(f"{option} must be a function or an import path "
+                          f"'package.module:name' (got {obj!r})")
+    why = None
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        why = "a lambda or a local function cannot be imported by name in a trial process"
+    elif module == "__main__":
+        why = "a name in __main__ cannot be imported in a trial process"
+    if why is None:
+        path = f"{module}:{qualname}"
+        try:
+            if import_object(path, what=what, option=option) is obj:
+                return path
+        except ConfigError:
+            pass
+        why = f"'{path}' does not import back to it"
+    raise ConfigError(f"{option}: {why}; define the {what} at module level in an importable "
+                      f"module and pass it (or 'package.module:name', --model/--dataset on "
+                      f"the command line)")
+
+
+def import_object(path: str, *, what: str, option: str) -> Any:
+    """Imports ``package.module:name`` (``name`` may be dotted: ``Class.method``)."""
+    if not is_import_path(path):
+        raise ConfigError(f"{option} must be an import path 'package.module:name' "
+                          f"(got {path!r})")
+    module_name, _, attr = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{option} {path!r}: cannot import module {module_name!r} ({exc}); "
+                          "is it on PYTHONPATH?") from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"{option} {path!r}: module {module_name!r} has no {what} "
+                              f"{attr!r}") from None
+    if not callable(obj):
+        raise ConfigError(f"{option} {path!r} is not callable (got {type(obj).__name__})")
+    return obj

@@ -1,0 +1,157 @@
+"""The one renderer: every command that prints results prints them through here, as
+a table for people or as JSON/YAML (``-f/--format``) for programs. Reads typed
+records only (``TrialRecord``, ``FrontRow``, ``TrialResult``); imports neither torch
+nor PyG."""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+FORMATS = ("table", "json", "yaml")
+
+
+def emit(blob: Any, fmt: str, table: Callable[[], str]) -> str:
+    """``blob`` as JSON or YAML, or ``table()`` for ``fmt == 'table'``."""
+    if fmt == "json":
+        return json.dumps(blob, indent=2, default=str)
+    if fmt == "yaml":
+        import yaml
+
+        return yaml.safe_dump(json.loads(json.dumps(blob, default=str)), sort_keys=False).rstrip()
+    return table()
+
+
+def short(config: dict) -> str:
+    """A config in one short line: batch, fanout, workers/affinity, compile/shapes,
+    dtype, checkpointing, sampler (see the README's "Reading a config code")."""
+    affinity = "pin" if config.get("loader_cores") else "-"
+    shapes = "pad" if config.get("shapes") == "padded" else "dyn"
+    return (f"b{config['batch_size']} f{list(config['num_neighbors'])} "
+            f"w{config['num_workers']}/{affinity} {config['compile_mode']}/{shapes} "
+            f"{config['amp_dtype'].replace('float', 'f')} "
+            f"ck{'+' if config['checkpointing'] else '-'} {config['sampler']}")
+
+
+def clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}:{secs:02d}"
+
+
+def ratio(value: float | None) -> str:
+    return "-" if value is None or value != value else f"{value:.2f}x"
+
+
+def progress_line(n: int, total: int, record, elapsed: float, eta: float) -> str:
+    """One line per finished trial: n/N, the config, its figures, status, time and ETA."""
+    if record.values:
+        figures = f"{record.values[0]:>9,.0f} seeds/s {record.values[1]:>8,.0f} MiB"
+    else:
+        figures = f"{'-':>17} {'-':>12}"
+    return (f"[{n:>3}/{total}] #{record.number:<3} {short(record.config or {}):<52} "
+            f"{figures} | {_status(record)} | {clock(elapsed)} ETA {clock(eta)}")
+
+
+def _status(record) -> str:
+    status = record.status or "?"
+    if record.reused_from is not None:
+        status = f"repeat of #{record.reused_from}"
+    elif record.fail_reason:
+        status += f": {record.fail_reason[:60]}"
+    elif record.eager:
+        status += ", eager: recompile limit hit"
+    if record.val_acc is not None:
+        status += f", val acc {record.val_acc:.3f} ({record.accuracy_ratio:.3f}x)"
+        if record.below_guard:
+            status += " BELOW GUARD"
+    return status
+
+
+def front_table(rows) -> str:
+    if not rows:
+        return "Pareto front: no completed trial yet"
+    acc = any(r.val_acc is not None for r in rows)
+    lines = ["Pareto front (fastest first):",
+             f"{'trial':>5} {'seed nodes/s':>13} {'peak MiB':>9} {'speed-up':>8} "
+             f"{'memory':>7}" + (f" {'val acc':>7}" if acc else "") + "  config"]
+    for r in rows:
+        marks = f"  <- {', '.join(r.marks)}" if r.marks else ""
+        val = "" if not acc else (f" {r.val_acc:>7.4f}" if r.val_acc is not None
+                                  else f" {'-':>7}")
+        lines.append(f"{r.trial:>5} {r.throughput:>13,.0f} {r.memory_mib:>9,.0f} "
+                     f"{ratio(r.speedup):>8} {ratio(r.memory_ratio):>7}{val}  "
+                     f"{short(r.config)}{marks}")
+    return "\n".join(lines)
+
+
+def trials_table(trials) -> str:
+    lines = [f"All trials ({len(trials)}):",
+             f"{'trial':>5} {'state':<8} {'seed nodes/s':>13} {'peak MiB':>9}  config / reason"]
+    for r in trials:
+        tp = f"{r.throughput:,.0f}" if r.throughput is not None else "-"
+        mem = f"{r.memory_mib:,.0f}" if r.memory_mib is not None else "-"
+        what = short(r.config) if r.config else ""
+        extra = " (baseline)" if r.baseline else ""
+        extra += f" (repeat of #{r.reused_from})" if r.reused_from is not None else ""
+        extra += f" [{r.fail_reason[:70]}]" if r.fail_reason else ""
+        if r.val_acc is not None:
+            extra += f" (val acc {r.val_acc:.4f}" + \
+                (", below the accuracy guard)" if r.below_guard else ")")
+        lines.append(f"{r.number:>5} {r.state:<8} {tp:>13} {mem:>9}  {what}{extra}")
+    return "\n".join(lines)
+
+
+def trial_row(r) -> dict[str, Any]:
+    """A trial for JSON/YAML output."""
+    return {"trial": r.number, "state": r.state, "throughput": r.throughput,
+            "memory_mib": r.memory_mib, "baseline": r.baseline, "reused_from": r.reused_from,
+            "reason": r.fail_reason, "val_acc": r.val_acc, "below_guard": r.below_guard,
+            "config": r.config}
+
+
+def result_text(result, trial_dir) -> str:
+    """``autotune trial``'s table."""
+    from autotune.env import format_bytes
+
+    cfg = result.config
+    lines = [f"trial  {result.status}" + (f": {result.reason}" if result.reason else ""),
+             f"config batch {cfg.batch_size}, fanout {list(cfg.num_neighbors)}, "
+             f"workers {cfg.num_workers}, compile {cfg.compile_mode}, shapes {cfg.shapes}, "
+             f"amp {cfg.amp_dtype}, checkpointing {cfg.checkpointing}, sampler {cfg.sampler}, "
+             f"device {cfg.device}; model {cfg.model} {cfg.num_layers}x{cfg.hidden_channels}"]
+    if result.ok:
+        lines += _measured_lines(result, format_bytes)
+    elif result.stderr_tail:
+        lines.append("stderr tail:\n" + result.stderr_tail.rstrip()[-1500:])
+    lines.append(f"logs            {trial_dir}")
+    return "\n".join(lines)
+
+
+def _measured_lines(result, format_bytes) -> list[str]:
+    s, m, c, p, o = result.summary(), result.memory, result.compile, result.phases_s, \
+        result.observed
+    lines = [
+        f"throughput      {s['seed_nodes_per_s']:,.0f} seed nodes/s  "
+        f"({s['sampled_nodes_per_s']:,.0f} sampled nodes/s, "
+        f"{s['sampled_edges_per_s']:,.0f} edges/s)",
+        f"step time       p50 {s['step_p50_ms']:.1f} ms   p90 {s['step_p90_ms']:.1f} ms   "
+        f"CV {100 * s['step_cv']:.1f}%   over {s['steps']} steps ({s['window_s']:.2f} s window)",
+        f"peak RSS        window {format_bytes(m.peak_rss_window_bytes)}   warm-up "
+        f"{format_bytes(m.peak_rss_warmup_bytes)}   probe step "
+        f"{format_bytes(m.peak_rss_probe_bytes)} (no objective)   ({m.rss_covers})",
+    ]
+    if m.cuda_max_allocated_bytes is not None:
+        lines.append(f"peak CUDA       allocated {format_bytes(m.cuda_max_allocated_bytes)}"
+                     f"   reserved {format_bytes(m.cuda_max_reserved_bytes or 0)}")
+    lines += [
+        f"warm-up         {len(result.warmup_step_times_s)} steps, {p['warmup']:.2f} s; "
+        f"compile {c.compile_time_s:.1f} s ({c.backend or 'not compiled'}), "
+        f"{c.recompiles} recompiles, {c.graph_breaks} graph breaks"
+        + ("; EAGER: recompile limit hit" if c.fell_back_to_eager else ""),
+        f"start-up        spawn and load {p['spawn_and_load']:.2f} s (imports "
+        f"{p['imports']:.2f} s, dataset {p['dataset_load']:.2f} s), build {p['build']:.2f} s",
+        f"observed        model {o.model} ({o.conv_layers} {'/'.join(o.conv_types)} layers), "
+        f"sampler {o.sampler_backend}, threads {o.torch_threads}, conv dtype "
+        f"{','.join(o.conv_output_dtypes)}, checkpointed layers {o.checkpointed_layers}, "
+        f"saved for backward {format_bytes(o.saved_tensor_bytes)}",
+    ]
+    return lines + [f"warning         {w}" for w in result.warnings]

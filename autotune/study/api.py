@@ -1,0 +1,271 @@
+"""``autotune.search``: the one entry point the CLI, the benchmarks and users call.
+
+:func:`prepare_search` checks everything before the first trial (space, knobs on
+this machine, dataset, model factory, storage, study identity) and returns a
+:class:`SearchPlan`; :meth:`SearchPlan.run` runs the loop and returns a
+:class:`SearchResult`. :func:`search` does both.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import optuna
+
+from autotune.config import TrialConfig
+from autotune.errors import ConfigError
+from autotune.study import records as rec
+from autotune.study.front import FrontRow, study_front, write_export, write_pareto
+from autotune.study.loop import Progress, SearchOptions, SearchOutcome, run_search
+from autotune.study.records import TrialRecord
+from autotune.study.studies import default_storage, default_study_name, open_study, \
+    quiet_optuna
+from autotune.storage import masked, open_storage, study_lock
+
+DatasetArg = Any  # a name, a .pt path, 'package.module:function', a Data or a function
+ModelArg = Any  # None, sage/gcn/gat, 'package.module:factory' or a factory
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """A study's state after a search: every trial typed, the front fastest first,
+    the baseline and the knee, and what this run did."""
+
+    study_name: str
+    storage: str  # the URL with its password masked
+    trials: tuple[TrialRecord, ...]
+    front: tuple[FrontRow, ...]
+    baseline: TrialRecord | None
+    knee: TrialRecord | None
+    outcome: SearchOutcome
+    pareto_path: Path
+    guard: dict[str, Any] | None = None
+    _url: str = field(default="", repr=False)
+
+    def export(self, path: str | os.PathLike, *, pick: str = "knee") -> Path:
+        """Writes the picked trial (knee, max-throughput, min-memory or trial:N) as an
+        export file that ``autotune train``, ``autotune trial`` and
+        :func:`autotune.load_config` read."""
+        from autotune.study.studies import load_study
+
+        out = Path(path)
+        if out.suffix not in (".yaml", ".yml", ".json"):
+            raise ConfigError(f"--out (path=) must end in .yaml, .yml or .json (got '{out}')")
+        study, url = load_study(self.study_name, storage=self._url)
+        write_export(study, pick, url, out)
+        return out
+
+
+def result_of(study: optuna.Study, url: str, outcome: SearchOutcome,
+              pareto_path: Path) -> SearchResult:
+    trials = tuple(rec.records(study))
+    by_number = {t.number: t for t in trials}
+    front = tuple(study_front(study))
+    knee = next((r for r in front if "knee" in r.marks), None)
+    return SearchResult(study.study_name, masked(url), trials, front,
+                        by_number.get(study.user_attrs.get(rec.STUDY_BASELINE)),
+                        by_number.get(knee.trial) if knee else None, outcome, pareto_path,
+                        study.user_attrs.get(rec.STUDY_GUARD), url)
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """A checked search, its study opened: what :meth:`run` will do."""
+
+    options: SearchOptions
+    baseline: TrialConfig
+    study: optuna.Study
+    dataset_stats: dict[str, Any]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def pareto_path(self) -> Path:
+        return self.options.study_dir / "pareto.yaml"
+
+    def run(self, *, progress: Progress | None = None) -> SearchResult:
+        """Runs the search loop; ``pareto.yaml`` and the dashboard's study note are
+        rewritten after every trial."""
+        outcome = run_search(self.options, self.study, self.baseline, progress=progress,
+                             on_trial_done=self._publish)
+        return result_of(self.study, self.options.storage, outcome, self.pareto_path)
+
+    def _publish(self, study: optuna.Study) -> None:
+        from autotune.report import save_study_note
+
+        write_pareto(study, self.pareto_path, self.options.storage)
+        with study_lock(self.options.storage, study.study_name):  # workers take turns
+            save_study_note(study)
+
+
+def search(*, progress: Progress | None = None, **options: Any) -> SearchResult:
+    """Searches the Pareto front of throughput and peak memory; see
+    :func:`prepare_search` for the options. Example::
+
+        result = autotune.study(dataset="synthetic", scale=0.02, space="quick",
+                                 n_trials=8, model="mypkg.models:factory")
+        print(result.knee.config, result.knee.throughput)
+        result.export("best.yaml")
+    """
+    return prepare_search(**options).run(progress=progress)
+
+
+def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None,
+                   scale: float = 1.0, data_seed: int = 0, model: ModelArg = None,
+                   hidden: int | None = None, layers: int | None = None,
+                   recompile_limit: int | None = None, space: str | Path | dict = "default",
+                   n_trials: int = 20, timeout_s: float | None = None, sampler: str = "gp",
+                   seed: int = 0, max_memory: int | str | None = None,
+                   device: str | None = None, accuracy_guard: float | None = None,
+                   guard_epochs: int = 3, objectives: str | Sequence[str] = "throughput,memory",
+                   study_name: str | None = None, storage: str | None = None,
+                   studies_dir: str | os.PathLike = "studies", heartbeat_s: int = 10,
+                   grace_s: int = 60, measure=None, limits=None) -> SearchPlan:
+    """Checks everything a search needs before its first trial and opens its study.
+
+    ``dataset``: a name (Reddit, Cora, synthetic, ...), a ``.pt`` path, an import path
+    ``'package.module:function'``, a ``torch_geometric.data.Data`` or a module-level
+    function returning one. ``model``: sage (default), gcn, gat, an import path or a
+    module-level factory ``(in_channels, out_channels, config) -> nn.Module`` whose
+    forward takes ``(x, edge_index)``. ``space``: a shipped space's name, a YAML path
+    or a dict of the same schema. ``max_memory``: bytes or a size such as ``'8GiB'``.
+    ``measure``/``limits``: an :class:`autotune.MeasureSpec` and
+    :class:`autotune.TrialLimits`."""
+    import torch
+
+    from autotune.env import fingerprint, parse_bytes, writable_dir
+    from autotune.guard import GuardOptions, parse_objectives
+    from autotune.measure import MeasureSpec
+    from autotune.runner import TrialLimits
+
+    quiet_optuna()
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if grace_s <= heartbeat_s:
+        raise ConfigError(f"--grace-period must be longer than --heartbeat (got {grace_s} <= "
+                          f"{heartbeat_s}): a live worker's trial would be failed between two "
+                          "beats")
+    budget = parse_bytes(max_memory, option="--max-memory (max_memory=)") \
+        if max_memory is not None else None
+    guard = GuardOptions(ratio=accuracy_guard, epochs=guard_epochs,
+                         objective=parse_objectives(objectives if isinstance(objectives, str)
+                                                    else ",".join(objectives)))
+    studies = Path(studies_dir)
+    if not writable_dir(studies):
+        raise ConfigError(f"--studies-dir (studies_dir=) '{studies}' is not writable; pass "
+                          "another folder")
+    studies.mkdir(parents=True, exist_ok=True)
+    facts = _facts(model, hidden, layers, recompile_limit)
+    space_, baseline = _space_and_baseline(space, device, facts, seed)
+    ref = _dataset_ref(dataset, root, scale, data_seed, studies)
+    name = study_name or default_study_name(ref.name.rpartition(":")[2] or ref.name, device)
+    url = storage or default_storage(studies, name)
+    open_storage(url)  # fails fast on a bad URL or an unreachable server
+    prepared = ref.prepare()
+    _check_pipeline(baseline, prepared, guard)
+    opts = SearchOptions(dataset=ref, space=space_, storage=url, study_name=name, device=device,
+                         n_trials=_positive("n_trials", n_trials), timeout_s=timeout_s,
+                         sampler=sampler, seed=seed, max_memory_bytes=budget,
+                         studies_dir=studies, measure=measure or MeasureSpec(),
+                         limits=limits or TrialLimits(), heartbeat_s=heartbeat_s,
+                         grace_s=grace_s, guard=guard)
+    _check_sampler(sampler)
+    study = open_study(opts, dataset_stats=prepared.stats(), env=fingerprint(device))
+    return SearchPlan(opts, baseline, study, prepared.stats(), space_.notes)
+
+
+def _positive(name: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"--{name.replace('_', '-')} ({name}=) must be a positive int "
+                          f"(got {value!r})")
+    return value
+
+
+def _check_sampler(name: str) -> None:
+    from autotune.study.samplers import make_sampler
+
+    make_sampler(name, 0)
+
+
+def _facts(model: ModelArg, hidden: int | None, layers: int | None,
+           recompile_limit: int | None) -> dict[str, Any]:
+    """The pipeline facts given for this search: fixed for its study."""
+    from autotune.imports import import_path_of
+
+    if model is not None and not isinstance(model, str):
+        model = import_path_of(model, what="model factory", option="model=")
+    named = {"model": model, "hidden_channels": hidden, "num_layers": layers,
+             "recompile_limit": recompile_limit}
+    return {k: v for k, v in named.items() if v is not None}
+
+
+def default_config(device: str | None = None) -> TrialConfig:
+    """PyG's examples/reddit.py setup, its 6 loader workers capped to this machine."""
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return TrialConfig(num_workers=min(6, len(os.sched_getaffinity(0))), device=device)
+
+
+def _space_and_baseline(space: str | Path | dict, device: str, facts: dict[str, Any],
+                        seed: int):
+    """The loaded space (widened to hold the baseline) and the baseline trial's config."""
+    from autotune.space import load_space
+
+    base = default_config(device)
+    loaded = load_space(space if isinstance(space, dict) else str(space), device=device,
+                        baseline=base, facts=facts)
+    return loaded, loaded.baseline(base.replace(seed=seed))
+
+
+def _check_pipeline(baseline: TrialConfig, prepared, guard) -> None:
+    """What only this machine and this dataset can tell: cores, device, dtype, the
+    sampler backend, and that the model factory builds a model for the data."""
+    from autotune.pipeline import check_config, make_model
+
+    check_config(baseline)
+    if baseline.model not in ("sage", "gcn", "gat"):
+        make_model(baseline, prepared.data.num_features, prepared.num_classes)
+    if guard.active and "val_mask" not in prepared.data:
+        raise ConfigError(f"--accuracy-guard and --objectives ...,accuracy need a validation "
+                          f"split, and dataset {prepared.name} has no val_mask")
+
+
+def _dataset_ref(dataset: DatasetArg, root: str | None, scale: float, seed: int,
+                 studies: Path):
+    """A ``DatasetRef`` for any form of ``dataset``: a Data object is saved once under
+    ``STUDIES_DIR/.data/`` (named by its content) for the trial processes to load."""
+    from autotune.datasets import DatasetRef, root_default
+    from autotune.imports import import_path_of
+
+    if callable(dataset) and not isinstance(dataset, str):
+        dataset = import_path_of(dataset, what="dataset function", option="dataset=")
+    elif not isinstance(dataset, str):
+        dataset = str(_saved(dataset, studies / ".data"))
+    if not isinstance(scale, (int, float)) or not scale > 0:
+        raise ConfigError(f"--scale (scale=) must be a positive number (got {scale!r})")
+    return DatasetRef(dataset, root=root or root_default(), scale=scale, seed=seed)
+
+
+def _saved(data, folder: Path) -> Path:
+    from torch import Tensor
+    from torch_geometric.data import Data
+
+    if not isinstance(data, Data):
+        raise ConfigError("dataset= must be a name, a path, an import path, a "
+                          f"torch_geometric.data.Data or a function (got {type(data).__name__})")
+    digest = hashlib.sha1()
+    for key, value in sorted(data.items(), key=lambda kv: kv[0]):
+        if isinstance(value, Tensor):
+            digest.update(f"{key}{tuple(value.shape)}{value.double().sum().item()}".encode())
+    path = folder / f"data-{digest.hexdigest()[:12]}.pt"
+    if not path.exists():
+        import torch
+
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        torch.save(data, tmp)
+        os.replace(tmp, path)
+    return path

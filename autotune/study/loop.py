@@ -1,0 +1,304 @@
+"""The search loop: reserve a trial of the study's shared budget, measure its config
+in its own process (or reuse an earlier measurement of the same config), tell Optuna.
+
+Any number of workers may run it on one study. Two objectives (throughput up, peak
+memory down), an optional memory budget and accuracy guard as Optuna constraints,
+the baseline as the first trial, repeats reused rather than measured, and
+resumption: running the same search again continues the same study.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune import guard as guards
+from autotune.config import TrialConfig
+from autotune.datasets import DatasetRef
+from autotune.errors import GuardError
+from autotune.guard import GuardOptions, Verdict
+from autotune.measure import MeasureSpec
+from autotune.pareto import Point
+from autotune.result import MIB
+from autotune.runner import TrialLimits, inductor_cache_dir, run_trial
+from autotune.study import _optuna, recovery
+from autotune.study import records as rec
+from autotune.study.constraints import set_constraints
+from autotune.study.records import ACCURACY_METRIC, DIRECTIONS, METRIC_NAMES, TrialRecord
+from autotune.study.samplers import DEFAULT_SAMPLER, make_sampler
+from autotune.space import SearchSpace, params_for, suggest_config
+from autotune.storage import GRACE_S, HEARTBEAT_S, Heartbeat, file_lock, measurement_lock_path, \
+    study_lock
+
+POLL_S = 2.0  # how often a worker whose budget is taken by running trials looks again
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Everything a search needs, checked before the first trial."""
+
+    dataset: DatasetRef
+    space: SearchSpace
+    storage: str
+    study_name: str
+    device: str = "cpu"
+    n_trials: int = 20
+    timeout_s: float | None = None
+    sampler: str = DEFAULT_SAMPLER
+    seed: int = 0
+    max_memory_bytes: int | None = None
+    studies_dir: Path = Path("studies")
+    measure: MeasureSpec = field(default_factory=MeasureSpec)
+    limits: TrialLimits = field(default_factory=TrialLimits)
+    heartbeat_s: int = HEARTBEAT_S
+    grace_s: int = GRACE_S
+    guard: GuardOptions = field(default_factory=GuardOptions)
+
+    @property
+    def directions(self) -> list[str]:
+        return DIRECTIONS + (["maximize"] if self.guard.objective else [])
+
+    @property
+    def metric_names(self) -> list[str]:
+        return METRIC_NAMES + ([ACCURACY_METRIC] if self.guard.objective else [])
+
+    @property
+    def budget_mib(self) -> float | None:
+        return self.max_memory_bytes / MIB if self.max_memory_bytes else None
+
+    @property
+    def study_dir(self) -> Path:
+        """This study's folder: trial logs, guard runs and ``pareto.yaml``."""
+        return self.studies_dir / self.study_name
+
+
+@dataclass
+class SearchOutcome:
+    """What one worker's run of the loop did."""
+
+    measured: int = 0
+    reused: int = 0
+    failed: int = 0
+    interrupted: list[int] = field(default_factory=list)
+    stale: list[int] = field(default_factory=list)
+    orphans: list[int] = field(default_factory=list)
+    guarded: int = 0
+    guard_violations: int = 0
+    guard_s: float = 0.0
+    elapsed_s: float = 0.0
+
+
+# n done, n budget, the finished trial, seconds so far, ETA seconds
+Progress = Callable[[int, int, TrialRecord, float, float], None]
+
+
+def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, *,
+               progress: Progress | None = None,
+               on_trial_done: Callable[[optuna.Study], None] | None = None) -> SearchOutcome:
+    """Reserves, measures and tells until the study holds ``n_trials`` counted trials
+    or ``timeout_s`` has passed."""
+    outcome, start = SearchOutcome(), time.monotonic()
+    done_at_start = _counted(study)
+    worker = _this_worker()
+    while opts.timeout_s is None or time.monotonic() - start <= opts.timeout_s:
+        asked_at = time.monotonic()
+        trial = _reserve(opts, study, baseline, worker, outcome)
+        if trial is None:
+            break
+        if trial is _WAIT:
+            time.sleep(POLL_S)
+            continue
+        trial.set_user_attr(rec.RESERVE_S, time.monotonic() - asked_at)  # lock + ask
+        config = suggest_config(trial, opts.space, device=opts.device, seed=opts.seed)
+        if trial.user_attrs.get(rec.BASELINE):
+            config = baseline
+            study.set_user_attr(rec.STUDY_BASELINE, trial.number)
+        trial.set_user_attr(rec.CONFIG_KEY, config.key())
+        try:
+            frozen = _measure_and_tell(opts, study, trial, config, outcome)
+        except KeyboardInterrupt:
+            trial.set_user_attr(rec.FAIL_REASON, "interrupted")
+            study.tell(trial, state=TrialState.FAIL)
+            raise
+        if frozen is None:
+            continue
+        if on_trial_done is not None:
+            on_trial_done(study)
+        if progress is not None:
+            elapsed, n_total = time.monotonic() - start, _counted(study)
+            n_done = n_total - done_at_start
+            eta = elapsed / n_done * max(opts.n_trials - n_total, 0) if n_done > 0 else 0.0
+            progress(n_total, opts.n_trials, TrialRecord.from_frozen(frozen), elapsed, eta)
+    outcome.elapsed_s = time.monotonic() - start
+    return outcome
+
+
+def _counted(study: optuna.Study) -> int:
+    return sum(r.counts for r in rec.records(study))
+
+
+_WAIT = object()  # the budget is taken, but by running trials that may yet fail
+
+
+def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
+             worker: dict[str, Any], outcome: SearchOutcome) -> optuna.Trial | object | None:
+    """Under the study lock: fails dead workers' trials, queues the baseline, and asks
+    a trial if the budget has room. Returns the trial, ``_WAIT`` or None (done)."""
+    with study_lock(opts.storage, study.study_name):
+        outcome.interrupted += recovery.fail_interrupted(study)
+        outcome.stale += recovery.fail_stale(study)
+        outcome.orphans += recovery.fail_orphans(study, opts.grace_s)
+        trials = rec.records(study)
+        if not any(t.baseline and not t.not_measured for t in trials):
+            study.enqueue_trial(params_for(baseline, opts.space), user_attrs={rec.BASELINE: True})
+        done = sum(t.counts for t in trials)
+        running = sum(t.state == "running" for t in trials)
+        if done >= opts.n_trials:
+            return None
+        if done + running >= opts.n_trials:
+            return _WAIT
+        # Seeded by the study's size, so one worker replays exactly and two workers
+        # never draw the same start-up configs.
+        study.sampler = make_sampler(opts.sampler, opts.seed + len(study.get_trials(
+            deepcopy=False)))
+        with warnings.catch_warnings():  # we beat ourselves, see Heartbeat
+            warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
+            trial = study.ask()
+        trial.set_user_attr(rec.WORKER, worker)
+        _optuna.beat(study, trial)  # a first beat at once: a trial with none is never stale
+        return trial
+
+
+def _this_worker() -> dict[str, Any]:
+    """Who runs the trials: host, pid and the pid's start time (pids are reused),
+    which :func:`recovery.fail_interrupted` checks to tell a dead search from a live one."""
+    import psutil
+
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "started": psutil.Process(pid).create_time()}
+
+
+def _previous(study: optuna.Study, key: str) -> optuna.trial.FrozenTrial | None:
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+        r = TrialRecord.from_frozen(t)
+        if t.user_attrs.get(rec.CONFIG_KEY) == key and not r.not_measured and \
+                r.reused_from is None:
+            return t
+    return None
+
+
+def _reuse(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
+           previous: optuna.trial.FrozenTrial, outcome: SearchOutcome):
+    """Tells ``trial`` what ``previous`` measured for the same config."""
+    keep = {k: v for k, v in previous.user_attrs.items() if k not in rec.NOT_REUSED}
+    for key, value in {**keep, rec.REUSED_FROM: previous.number}.items():
+        trial.set_user_attr(key, value)
+    outcome.reused += 1
+    if previous.state != TrialState.COMPLETE:
+        outcome.failed += 1
+        return study.tell(trial, state=TrialState.FAIL)
+    set_constraints(trial, memory_mib=previous.values[1], budget_mib=opts.budget_mib,
+                    guarded=opts.guard.ratio is not None,
+                    shortfall=previous.user_attrs.get(rec.ACC_SHORTFALL))
+    return study.tell(trial, previous.values)
+
+
+def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
+                      config: TrialConfig, outcome: SearchOutcome):
+    """Reuses an earlier measurement of the same config, or measures it under the
+    host's measurement lock with a heartbeat; None when another worker failed the
+    trial as stale meanwhile."""
+    previous = _previous(study, config.key())
+    if previous is not None:
+        return _reuse(opts, study, trial, previous, outcome)
+    trial_dir = opts.study_dir / "trials" / str(trial.number)
+    with Heartbeat(_optuna.storage(study), trial._trial_id), \
+            file_lock(measurement_lock_path(opts.device)) as waited:
+        measured_from = time.time()
+        result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir,
+                           measure=opts.measure, limits=opts.limits,
+                           inductor_cache=inductor_cache_dir(opts.studies_dir))
+        measured_to = time.time()
+    outcome.measured += 1
+    record = TrialRecord.from_result(trial.number, result, trial_dir=str(trial_dir),
+                                     measured_at=(measured_from, measured_to),
+                                     lock_wait_s=waited)
+    try:
+        written_at = time.monotonic()
+        for key, value in record.to_attrs().items():
+            trial.set_user_attr(key, value)
+        trial.set_user_attr(rec.WRITE_S, time.monotonic() - written_at)
+        if not result.ok:
+            outcome.failed += 1
+            return study.tell(trial, state=TrialState.FAIL)
+        return _guard_and_tell(opts, study, trial, config, list(result.objectives()), outcome)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        print(f"autotune: trial {trial.number} was failed as stale by another worker while "
+              "it was measured here (heartbeats lost?); its result is dropped and its config "
+              "was re-queued", file=sys.stderr, flush=True)
+        return None
+
+
+def _guard_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
+                    config: TrialConfig, values: list[float], outcome: SearchOutcome):
+    """Trains the trial for the accuracy guard where it must, sets the constraints and
+    tells the objectives."""
+    try:
+        with Heartbeat(_optuna.storage(study), trial._trial_id):  # guard training is long
+            verdict = _guard(opts, study, trial, config, values, outcome)
+    except GuardError as exc:
+        outcome.failed += 1
+        trial.set_user_attr(rec.FAIL_REASON, f"accuracy guard training failed: {exc}")
+        frozen = study.tell(trial, state=TrialState.FAIL)
+        if trial.user_attrs.get(rec.BASELINE):  # no budget, no reference: cannot go on
+            raise GuardError(f"the baseline (trial {trial.number}) could not be trained for "
+                             f"the accuracy guard: {exc}; see {opts.study_dir / 'guard'}") \
+                from exc
+        return frozen
+    if verdict is not None and opts.guard.objective:
+        values.append(verdict.val_acc)
+    set_constraints(trial, memory_mib=values[1], budget_mib=opts.budget_mib,
+                    guarded=opts.guard.ratio is not None,
+                    shortfall=verdict.shortfall if verdict else None)
+    return study.tell(trial, values)
+
+
+def _guard(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
+           config: TrialConfig, values: list[float], outcome: SearchOutcome) -> Verdict | None:
+    """Trains the trial for the guard's budget when it must: the baseline (for E
+    epochs: it sets the budget), every trial with accuracy as an objective, and
+    otherwise a trial that would join the feasible front. None: not trained."""
+    guard = opts.guard
+    if not guard.active:
+        return None
+    if trial.user_attrs.get(rec.BASELINE):
+        verdict = guards.reference(opts, study, trial.number, config, guard)
+    else:
+        feasible = opts.budget_mib is None or values[1] <= opts.budget_mib
+        candidate = Point(trial.number, values[0], values[1])
+        if not guard.objective and (not feasible or any(
+                p.feasible and p.dominates(candidate) for p in rec.points(study))):
+            return None
+        ref = guards.budget(study, lambda: _baseline_pending(study))
+        verdict = guards.check(opts, study, trial.number, config, guard, ref)
+    for key, value in verdict.attrs().items():
+        trial.set_user_attr(key, value)
+    outcome.guarded += 1
+    outcome.guard_violations += verdict.shortfall > 0
+    outcome.guard_s += verdict.guard_s
+    return verdict
+
+
+def _baseline_pending(study: optuna.Study) -> bool:
+    """Whether a baseline trial is running (in another worker) and may yet set the
+    budget. A merely queued one is not waited for: this worker might be the one to
+    run it."""
+    return any(r.baseline and r.state == "running" for r in rec.records(study))

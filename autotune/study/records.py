@@ -1,0 +1,179 @@
+"""``TrialRecord``: a trial as the study stores it, read back typed.
+
+Every attribute key a trial carries is a constant here, written by
+:meth:`TrialRecord.to_attrs` and read by :meth:`TrialRecord.from_frozen`; the
+readers (``show``, export, progress lines, the report, the dashboard note) see only
+``TrialRecord``. Imports neither torch nor PyG.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from autotune.pareto import Point
+from autotune.result import CompileStats, MemoryStats, Observed, TrialResult
+
+DIRECTIONS = ["maximize", "minimize"]
+METRIC_NAMES = ["throughput (seed nodes/s)", "peak memory (MiB)"]
+ACCURACY_METRIC = "validation accuracy"
+
+# Trial attribute keys (Optuna user attrs).
+STATUS, CONFIG, CONFIG_KEY = "status", "config", "config_key"
+SUMMARY, MEMORY, COMPILE, OBSERVED = "summary", "memory", "compile", "observed"
+PHASES, WARNINGS, STEP_TIMES = "phases_s", "warnings", "step_times_s"
+FAIL_REASON, STDERR_TAIL, TRIAL_DIR = "fail_reason", "stderr_tail", "trial_dir"
+MEASURED_AT, LOCK_WAIT, WRITE_S, RESERVE_S = "measured_at", "lock_wait_s", "attrs_write_s", \
+    "reserve_s"
+WORKER, BASELINE, REUSED_FROM, RETRY_OF = "worker", "baseline", "reused_from", "retry_of"
+VAL_ACC, ACC_RATIO, ACC_SHORTFALL = "val_acc", "accuracy_ratio", "accuracy_shortfall"
+GUARD_S, GUARD_TRAIN_S, GUARD_STEPS = "guard_s", "guard_train_s", "guard_steps"
+MEMORY_EXCESS = "memory_excess_mib"
+# Study attribute keys.
+STUDY_BASELINE, STUDY_DATASET, STUDY_DATASET_REF = "baseline_trial", "dataset", "dataset_ref"
+STUDY_ENV, STUDY_SPACE, STUDY_DEVICE = "env", "space", "device"
+STUDY_MAX_MEMORY, STUDY_GUARD_OPTS, STUDY_GUARD = "max_memory_bytes", "accuracy_guard", "guard"
+STUDY_FOLDER = "studies_folder"
+
+# Fail reasons of trials that never finished: they count against no budget.
+NOT_MEASURED = ("interrupted", "stale", "orphan")
+# What a reused trial does not copy from the trial it repeats.
+NOT_REUSED = (WORKER, BASELINE, CONFIG_KEY)
+
+_PARTS = {MEMORY: MemoryStats, COMPILE: CompileStats, OBSERVED: Observed}
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial of a study: its state, objectives, config and measured figures."""
+
+    number: int
+    state: str = "running"  # complete, fail, running, waiting, pruned
+    values: tuple[float, ...] | None = None
+    config: dict[str, Any] | None = None
+    status: str | None = None
+    baseline: bool = False
+    reused_from: int | None = None
+    retry_of: int | None = None
+    fail_reason: str | None = None
+    stderr_tail: str | None = None
+    summary: dict[str, float] = field(default_factory=dict)
+    memory: MemoryStats = field(default_factory=MemoryStats)
+    compile: CompileStats = field(default_factory=CompileStats)
+    observed: Observed = field(default_factory=Observed)
+    phases_s: dict[str, float] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    step_times_s: tuple[float, ...] = ()
+    trial_dir: str | None = None
+    measured_at: tuple[float, float] | None = None
+    lock_wait_s: float | None = None
+    worker: dict[str, Any] = field(default_factory=dict)
+    val_acc: float | None = None
+    accuracy_ratio: float | None = None
+    accuracy_shortfall: float | None = None
+    guard_s: float | None = None
+    guard_train_s: float | None = None
+    guard_steps: int | None = None
+    memory_excess_mib: float | None = None
+
+    @classmethod
+    def from_frozen(cls, trial) -> TrialRecord:
+        """From an ``optuna.trial.FrozenTrial``."""
+        attrs = trial.user_attrs
+        kwargs: dict[str, Any] = {f.name: attrs[f.name] for f in fields(cls)
+                                  if f.name in attrs and f.name not in _PARTS}
+        for key, part in _PARTS.items():
+            kwargs[key] = part.from_dict(attrs.get(key))
+        for key in (WARNINGS, STEP_TIMES, MEASURED_AT):
+            if kwargs.get(key) is not None:
+                kwargs[key] = tuple(kwargs[key])
+        return cls(number=trial.number, state=trial.state.name.lower(),
+                   values=tuple(trial.values) if trial.values else None, **kwargs)
+
+    @classmethod
+    def from_result(cls, number: int, result: TrialResult, **where: Any) -> TrialRecord:
+        """What a measurement adds to a trial; ``where``: trial_dir, measured_at,
+        lock_wait_s."""
+        measured: dict[str, Any] = {}
+        if result.ok:
+            measured = dict(summary=result.summary(), memory=result.memory,
+                            compile=result.compile, observed=result.observed,
+                            phases_s=result.phases_s, warnings=result.warnings,
+                            step_times_s=result.step_times_s)
+        else:
+            measured = dict(fail_reason=result.reason, stderr_tail=result.stderr_tail or "")
+        return cls(number=number, status=result.status, config=result.config.to_dict(),
+                   **measured, **where)
+
+    def to_attrs(self) -> dict[str, Any]:
+        """The attributes to store: every field that differs from an empty record's
+        (number, state and values live in Optuna's own columns)."""
+        empty = TrialRecord(self.number)
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("number", "state", "values") or value == getattr(empty, f.name):
+                continue
+            if f.name in _PARTS:
+                value = value.to_dict()
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @property
+    def complete(self) -> bool:
+        return self.state == "complete"
+
+    @property
+    def throughput(self) -> float | None:
+        return self.values[0] if self.values else None
+
+    @property
+    def memory_mib(self) -> float | None:
+        return self.values[1] if self.values else None
+
+    @property
+    def accuracy(self) -> float | None:
+        """Validation accuracy: the third objective, else what the guard measured."""
+        return self.values[2] if self.values and len(self.values) > 2 else self.val_acc
+
+    @property
+    def eager(self) -> bool:
+        """Compiled, but torch._dynamo hit its recompile limit and ran eagerly."""
+        return self.compile.fell_back_to_eager
+
+    @property
+    def below_guard(self) -> bool:
+        return (self.accuracy_shortfall or 0.0) > 0
+
+    @property
+    def feasible(self) -> bool:
+        return (self.memory_excess_mib or 0.0) <= 0 and not self.below_guard
+
+    @property
+    def not_measured(self) -> bool:
+        """Failed because its worker died or was interrupted, not by its config."""
+        return self.state == "fail" and (self.fail_reason or "").split(":")[0] in NOT_MEASURED
+
+    @property
+    def counts(self) -> bool:
+        """Counts against ``n_trials``: finished, bar the never-measured failures."""
+        return self.complete or (self.state == "fail" and not self.not_measured)
+
+    def point(self) -> Point:
+        assert self.values, f"trial {self.number} has no objectives"
+        return Point(number=self.number, throughput=self.values[0],
+                     memory_mib=self.values[1], config=self.config or {},
+                     feasible=self.feasible, accuracy=self.accuracy,
+                     accuracy_objective=len(self.values) > 2, baseline=self.baseline,
+                     eager=self.eager)
+
+
+def records(study, states: tuple | None = None) -> list[TrialRecord]:
+    """Every trial of ``study`` (or those in ``states``), typed."""
+    return [TrialRecord.from_frozen(t) for t in study.get_trials(deepcopy=False, states=states)]
+
+
+def points(study) -> list[Point]:
+    """The completed trials as the front sees them."""
+    from optuna.trial import TrialState
+
+    return [r.point() for r in records(study, (TrialState.COMPLETE,))]

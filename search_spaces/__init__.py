@@ -1,0 +1,1 @@
+"""The search spaces shipped with autotune (YAML files; schema in README.md)."""
