@@ -34,7 +34,8 @@ def study_note(study: optuna.Study) -> str:
     stats = study.user_attrs.get(rec.STUDY_DATASET, {})
     lines = [f"## autotune: {study.study_name}", "",
              f"Dataset **{ref.get('name')}** ({stats.get('num_nodes', 0):,} nodes, "
-             f"{stats.get('num_edges', 0):,} edges), device {study.user_attrs.get(rec.STUDY_DEVICE)}"
+             f"{stats.get('num_edges', 0):,} edges), device "
+             f"{study.user_attrs.get(rec.STUDY_DEVICE)}"
              + (f", memory budget {budget:,.0f} MiB" if budget else "") + ".", ""]
     if base is not None:
         lines += [f"Baseline: trial {base.number}, {base.throughput:,.0f} seed nodes/s, "

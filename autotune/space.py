@@ -125,44 +125,35 @@ def resolve_space_path(name_or_path: str) -> Path:
     candidate = SPACES_DIR / (name_or_path if path.suffix else f"{name_or_path}.yaml")
     if candidate.exists():
         return candidate
+    import difflib
+
     shipped = sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
-    raise SearchSpaceError(f"search space {name_or_path!r} not found; use a file path or one of "
-                      f"{', '.join(shipped)}")
+    near = difflib.get_close_matches(name_or_path, shipped, n=1)
+    raise SearchSpaceError(f"search space {name_or_path!r} not found; use a file path or one "
+                           f"of {', '.join(shipped)}"
+                           + (f" (did you mean {near[0]!r}?)" if near else ""))
 
 
-def load_space(name_or_path: str, *, device: str = "cpu", cores: int | None = None,
+def load_space(space: str | dict, *, device: str = "cpu", cores: int | None = None,
                baseline: TrialConfig | None = None, topology: Topology | None = None,
                facts: dict[str, Any] | None = None) -> SearchSpace:
-    """Reads and checks a space file. On CPU, choices that need a GPU are left out (or
+    """Reads and checks a space: a shipped space's name, a YAML path, or a dict of the
+    same schema (named ``custom``). On CPU, choices that need a GPU are left out (or
     downgraded) with a note, as are affinity strategies this machine's topology cannot
     build; with ``baseline``, every knob is widened to hold it. ``facts`` (model,
     hidden_channels, num_layers from the command line) override the file's ``fixed``;
     a new layer count fits every fanout choice to it, with a note."""
-    import yaml
-
-    path = resolve_space_path(name_or_path)
-    try:
-        blob = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise SearchSpaceError(f"search space '{path}' is not valid YAML: "
-                          f"{' '.join(str(exc).split())}") from exc
+    if isinstance(space, dict):
+        path, blob = Path("custom"), space
+    else:
+        path = resolve_space_path(space)
+        blob = _read_yaml(path)
     if not isinstance(blob, dict):
         raise SearchSpaceError(f"search space '{path}' must be a mapping with 'knobs' "
-                          f"(got {type(blob).__name__})")
+                               f"(got {type(blob).__name__})")
     _unknown(path, "top-level", blob, TOP_LEVEL)
-    raw_knobs = blob.get("knobs") or {}
-    if not isinstance(raw_knobs, dict) or not raw_knobs:
-        raise SearchSpaceError(f"search space '{path}': 'knobs' must be a non-empty mapping")
-    _unknown(path, "knob", raw_knobs, KNOBS)
     cores = cores if cores is not None else len(os.sched_getaffinity(0))
-    knobs = {name: _parse_knob(path, name, spec, cores) for name, spec in raw_knobs.items()}
-    workers = knobs.get("num_workers")
-    most = None
-    if workers is not None:
-        most = max(workers.choices) if workers.choices is not None else workers.high
-    if most is not None and most > cores:
-        raise SearchSpaceError(f"search space '{path}', knob 'num_workers': {most} workers but this "
-                          f"machine offers {cores} cores; use at most {cores} (or high: cores)")
+    knobs = _parse_knobs(path, blob.get("knobs"), cores)
     fixed = blob.get("fixed") or {}
     if not isinstance(fixed, dict):
         raise SearchSpaceError(f"search space '{path}': 'fixed' must be a mapping")
@@ -188,11 +179,37 @@ def load_space(name_or_path: str, *, device: str = "cpu", cores: int | None = No
     return space
 
 
+def _read_yaml(path: Path) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SearchSpaceError(f"search space '{path}' is not valid YAML: "
+                               f"{' '.join(str(exc).split())}") from exc
+
+
+def _parse_knobs(path: Path, raw: Any, cores: int) -> dict[str, Knob]:
+    if not isinstance(raw, dict) or not raw:
+        raise SearchSpaceError(f"search space '{path}': 'knobs' must be a non-empty mapping")
+    _unknown(path, "knob", raw, KNOBS)
+    knobs = {name: _parse_knob(path, name, spec, cores) for name, spec in raw.items()}
+    workers = knobs.get("num_workers")
+    most = None
+    if workers is not None:
+        most = max(workers.choices) if workers.choices is not None else workers.high
+    if most is not None and most > cores:
+        raise SearchSpaceError(f"search space '{path}', knob 'num_workers': {most} workers but "
+                               f"this machine offers {cores} cores; use at most {cores} (or "
+                               "high: cores)")
+    return knobs
+
+
 def _unknown(path: Path, where: str, blob: dict, allowed: tuple[str, ...]) -> None:
     unknown = sorted(set(blob) - set(allowed))
     if unknown:
         raise SearchSpaceError(f"search space '{path}': unknown {where} key {unknown[0]!r}; "
-                          f"allowed: {', '.join(allowed)}")
+                               f"allowed: {', '.join(allowed)}")
 
 
 def _parse_knob(path: Path, name: str, spec: Any, cores: int) -> Knob:
@@ -216,13 +233,14 @@ def _parse_knob(path: Path, name: str, spec: Any, cores: int) -> Knob:
             isinstance(k, int) and not isinstance(k, bool) and (k > 0 or k == -1) for k in c))]
         if bad:
             raise SearchSpaceError(f"{where}: {_thaw(bad[0])!r} is not a fanout; use a list of "
-                              "positive ints or -1, one per layer, e.g. [25, 10]")
+                                   "positive ints or -1, one per layer, e.g. [25, 10]")
     elif any(isinstance(c, tuple) for c in choices):
         raise SearchSpaceError(f"{where}: choices must be single values (got {_thaw(choices)!r})")
     allowed = ALLOWED[name]
     bad = [c for c in choices if allowed is not None and c not in allowed]
     if bad:
-        raise SearchSpaceError(f"{where}: {bad[0]!r} is not allowed; use {', '.join(map(str, allowed))}")
+        raise SearchSpaceError(f"{where}: {bad[0]!r} is not allowed; use "
+                               f"{', '.join(map(str, allowed))}")
     if len(set(choices)) != len(choices):
         raise SearchSpaceError(f"{where}: a choice is listed twice (got {choices})")
     return Knob(name, tuple(choices))
@@ -239,7 +257,7 @@ def _thaw(value: Any) -> Any:
 def _parse_range(where: str, name: str, spec: dict, cores: int) -> Knob:
     if name not in INT_RANGE_KNOBS:
         raise SearchSpaceError(f"{where}: a low/high range works only for "
-                          f"{', '.join(INT_RANGE_KNOBS)}; use 'choices'")
+                               f"{', '.join(INT_RANGE_KNOBS)}; use 'choices'")
     low, high = spec.get("low"), spec.get("high")
     if high == "cores":
         high = cores
@@ -247,7 +265,7 @@ def _parse_range(where: str, name: str, spec: dict, cores: int) -> Knob:
     ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high, step))
     if not ints:
         raise SearchSpaceError(f"{where}: low, high and step must be ints "
-                          f"(got low={low!r}, high={high!r}, step={step!r})")
+                               f"(got low={low!r}, high={high!r}, step={step!r})")
     if low > high:
         raise SearchSpaceError(f"{where}: low {low} > high {high}; low must not exceed high")
     if step < 1 or (log and low < 1):
@@ -292,7 +310,7 @@ def _buildable(path: Path, knob: Knob, topology: Topology, notes: list[str]) -> 
             kept.append(strategy)
     if not kept:
         raise SearchSpaceError(f"search space '{path}', knob 'affinity': "
-                          f"{topology.why_not(knob.choices[0])}; use none")
+                               f"{topology.why_not(knob.choices[0])}; use none")
     return Knob("affinity", tuple(kept))
 
 
@@ -319,7 +337,7 @@ def _check_fixed(path: Path, space: SearchSpace) -> None:
         layers = space.fixed.get("num_layers", 2)
         if not isinstance(fanout, tuple) or len(fanout) != layers:
             raise SearchSpaceError(f"search space '{path}', knob 'num_neighbors': {fanout!r} needs "
-                              f"one entry per layer ({layers})")
+                                   f"one entry per layer ({layers})")
 
 
 # When a knob is suggested at all, given the values picked before it (in KNOB_ORDER)

@@ -60,10 +60,10 @@ def normalise_url(url: str) -> str:
         parsed = make_url(url)
     except ArgumentError as exc:
         raise StorageError(f"--storage (storage=) {url!r} is not a database URL; use e.g. "
-                          "sqlite:///studies/x.db or postgresql://user@host/db") from exc
+                           "sqlite:///studies/x.db or postgresql://user@host/db") from exc
     if parsed.get_backend_name() not in _DIALECTS:
         raise StorageError(f"--storage {masked(url)}: autotune supports sqlite and postgresql "
-                          f"(got {parsed.get_backend_name()!r})")
+                           f"(got {parsed.get_backend_name()!r})")
     if parsed.get_backend_name() == "postgresql":
         driver = parsed.get_driver_name() if "+" in parsed.drivername else None
         if driver is None:
@@ -71,7 +71,7 @@ def normalise_url(url: str) -> str:
             parsed = parsed.set(drivername=f"postgresql+{driver}")
         if not _importable(driver):
             raise StorageError(f"--storage {masked(url)} needs the {driver} driver: "
-                              "pip install 'autotune[postgres]'")
+                               "pip install 'autotune[postgres]'")
     return parsed.render_as_string(hide_password=False)
 
 
@@ -115,8 +115,10 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
     """Optuna's RDBStorage whose calls survive a dropped connection or a busy file.
 
     A retried write whose first attempt did commit before the connection dropped is
-    applied twice; for ``create_new_trial`` that leaves one extra RUNNING trial with
-    no heartbeat, which ``autotune show`` lists and which counts against no budget.
+    applied twice; for ``create_new_trial`` that leaves one extra RUNNING trial that
+    no worker claims. Until the grace period passes it holds a budget slot (a worker
+    waits rather than overrun the budget); then any worker fails it as an orphan
+    (:func:`autotune.study.recovery.fail_orphans`) and the slot is free again.
     """
 
 
@@ -157,7 +159,7 @@ def open_storage(url: str, *, heartbeat_s: int | None = None,
     except Exception as exc:  # the driver's own error: unreachable host, bad database
         cause = exc.__cause__ or exc
         raise StorageError(f"cannot open storage {masked(url)}: {type(cause).__name__}: "
-                          f"{' '.join(str(cause).split())[:200]}") from exc
+                           f"{' '.join(str(cause).split())[:200]}") from exc
 
 
 def _prepare_sqlite(path: Path) -> None:
@@ -167,7 +169,7 @@ def _prepare_sqlite(path: Path) -> None:
 
     if not writable_dir(path.parent):
         raise StorageError(f"cannot write the study database in '{path.parent}'; pass a "
-                          "writable --studies-dir or another --storage")
+                           "writable --studies-dir or another --storage")
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S) as conn:

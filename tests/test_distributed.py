@@ -190,3 +190,27 @@ def test_password_appears_in_no_output_log_or_export(tmp_path, pg_url, pg_study)
     stored = json.dumps([study.user_attrs, study._storage.get_study_system_attrs(study._study_id)] +
                         [[t.user_attrs, t.system_attrs] for t in study.trials], default=str)
     assert secret not in stored
+
+
+def test_an_orphan_trial_is_failed_and_requeued_and_frees_its_slot(tmp_path):
+    """A RUNNING trial that no worker claimed (a create_new_trial applied twice by a
+    retried storage call) holds a budget slot only until the grace period passes."""
+    from autotune.storage import open_storage
+    from autotune.study.records import DIRECTIONS, TrialRecord
+    from autotune.study.recovery import fail_orphans
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'o.db'}", heartbeat_s=1, grace_s=2)
+    study = optuna.create_study(study_name="o", storage=storage, directions=DIRECTIONS)
+    orphan, claimed = study.ask(), study.ask()
+    orphan.suggest_int("batch_size", 256, 1024)
+    claimed.set_user_attr("worker", {"host": "elsewhere", "pid": 1, "started": 0.0})
+    assert fail_orphans(study, grace_s=2) == [], "too young to be an orphan"
+    time.sleep(2.5)
+    assert fail_orphans(study, grace_s=2) == [orphan.number]
+    record = TrialRecord.from_frozen(study.trials[orphan.number])
+    assert record.state == "fail" and record.fail_reason.startswith("orphan")
+    assert record.not_measured and not record.counts, "an orphan counts against no budget"
+    assert study.trials[claimed.number].state.name == "RUNNING"
+    queued = [t for t in study.trials if t.state.name == "WAITING"]
+    assert [t.user_attrs["retry_of"] for t in queued] == [orphan.number]
+    assert fail_orphans(study, grace_s=2) == []

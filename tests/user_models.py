@@ -1,0 +1,43 @@
+"""A user's own model and data, as a test defines them: two GraphConv layers plus a
+linear head, kept in attributes (not a ``convs`` list), and a dataset function."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class GraphConvNet(nn.Module):
+    def __init__(self, in_channels: int, hidden: int, out_channels: int) -> None:
+        super().__init__()
+        from torch_geometric.nn import GraphConv
+
+        self.first = GraphConv(in_channels, hidden)
+        self.block = nn.ModuleDict({"second": GraphConv(hidden, hidden)})
+        self.head = nn.Linear(hidden, out_channels)
+
+    def forward(self, x, edge_index):
+        x = F.relu(self.first(x, edge_index))
+        x = F.relu(self.block["second"](x, edge_index))
+        return self.head(x)
+
+
+def graphconv(in_channels: int, out_channels: int, config) -> nn.Module:
+    """The factory autotune calls: (in_channels, out_channels, config) -> nn.Module."""
+    return GraphConvNet(in_channels, config.hidden_channels, out_channels)
+
+
+def not_a_module(in_channels: int, out_channels: int, config):
+    return "a string"
+
+
+def tiny_graph():
+    """A dataset function: returns a Data with x, y, edge_index and the masks."""
+    from autotune.datasets import synthetic_reddit
+
+    return synthetic_reddit(scale=0.003, seed=3, mean_degree=10, num_features=24,
+                            num_classes=3)
+
+
+def not_data():
+    return torch.zeros(3)
