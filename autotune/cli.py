@@ -342,15 +342,9 @@ def _one_line(text: str) -> str:
 
 
 def _writable_dir(path: Path, option: str) -> Path:
-    from autotune.env import writable_dir
+    from autotune.env import make_writable_dir
 
-    if not writable_dir(path):
-        raise ConfigError(f"{option} '{path}' is not writable; pass another folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"{option} '{path}' cannot be created: {exc.strerror}") from exc
-    return path
+    return make_writable_dir(path, option)
 
 
 def _dataset_ref(args: argparse.Namespace):

@@ -6,6 +6,7 @@ import platform
 import re
 import socket
 from functools import lru_cache
+from pathlib import Path
 
 from autotune.errors import ConfigError
 
@@ -42,13 +43,24 @@ def writable_dir(path: str | os.PathLike) -> bool:
     """Whether ``path`` is, or could be created as, a folder we may write in. A
     folder whose mode grants no write bit counts as read-only even for root, who
     could write there anyway (shared data folders are marked that way)."""
-    from pathlib import Path
-
     for folder in (Path(path), *Path(path).parents):
         if folder.exists():
             return (folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
                     and bool(folder.stat().st_mode & 0o222))
     return False
+
+
+def make_writable_dir(path: str | os.PathLike, option: str) -> Path:
+    """``path`` created if need be; a folder autotune may not write in is a one-line
+    error naming ``option`` (say ``--studies-dir (studies_dir=)``)."""
+    path = Path(path)
+    if not writable_dir(path):
+        raise ConfigError(f"{option} '{path}' is not writable; pass another folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{option} '{path}' cannot be created: {exc.strerror}") from exc
+    return path
 
 
 def available_cores() -> list[int]:

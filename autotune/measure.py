@@ -240,7 +240,17 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
            "peak_rss_probe_bytes": memory.peaks.get("probe", 0),
            "rss_covers": "trial process + loader workers",
            "samples": memory.samples, "interval_s": spec.memory_interval_s, **cuda_memory}
+    warnings = _warnings(times, compile_info)
+    loss_values = torch.stack(losses).float().tolist() if losses else []
+    return Measurement(times, seeds, nodes, edges, warmup, loss_values, MemoryStats(**mem),
+                       CompileStats(**compile_info), Observed(**observed), warnings)
+
+
+def _warnings(times: list[float], compile_info: dict) -> list[str]:
+    """What a reader of the figure must know: a slow first step (too short a warm-up),
+    an eager fallback, recompiles inside the window."""
     warnings = []
+    hits, limit = compile_info["recompile_limit_hits"], compile_info["recompile_limit"]
     if len(times) >= 3 and times[0] > SLOW_FIRST_STEP_RATIO * sorted(times)[len(times) // 2]:
         warnings.append(f"first timed step took {times[0] * 1e3:.0f} ms, over "
                         f"{SLOW_FIRST_STEP_RATIO:g}x the median: the warm-up may be too short")
@@ -250,9 +260,7 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
     if compile_info["recompiles_in_window"]:
         warnings.append(f"{compile_info['recompiles_in_window']} recompiles happened inside "
                         "the timed window")
-    loss_values = torch.stack(losses).float().tolist() if losses else []
-    return Measurement(times, seeds, nodes, edges, warmup, loss_values, MemoryStats(**mem),
-                       CompileStats(**compile_info), Observed(**observed), warnings)
+    return warnings
 
 
 def _warm_up(stepper: _Stepper, spec: MeasureSpec, compiled: bool) -> tuple[list[float], int]:

@@ -15,6 +15,7 @@ import yaml
 
 import autotune
 import user_models
+from _helpers import loss_and_grads
 from autotune.config import TrialConfig, load_config
 from autotune.errors import ConfigError, DatasetError, StudyNotFoundError
 from autotune.measure import MeasureSpec
@@ -64,7 +65,7 @@ def test_every_knob_reaches_a_user_model(tiny_synthetic):
     assert apply_checkpointing(twin) == 2
     batch = next(iter(build(config, tiny_synthetic, num_classes=4).loader))
     padded = PadToBucket("pow2")(copy.copy(batch))
-    losses = [_loss_and_grads(m, b) for m, b in ((model, batch), (twin, batch), (model, padded))]
+    losses = [loss_and_grads(m, b) for m, b in ((model, batch), (twin, batch), (model, padded))]
     for loss, grads in losses[1:]:
         torch.testing.assert_close(loss, losses[0][0])
         for g, g0 in zip(grads, losses[0][1]):
@@ -76,16 +77,6 @@ def test_every_knob_reaches_a_user_model(tiny_synthetic):
     assert probe["conv_types"] == ["GraphConv"] and probe["conv_layers"] == 2
     assert probe["checkpointed_layers"] == 2 and probe["model"] == MODEL
     assert "bfloat16" in probe["conv_linear_dtypes"]
-
-
-def _loss_and_grads(model, batch):
-    import torch.nn.functional as F
-
-    model.zero_grad()
-    out = model(batch.x, batch.edge_index)[:batch.batch_size]
-    loss = F.cross_entropy(out, batch.y[:batch.batch_size])
-    loss.backward()
-    return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
 
 def test_a_factory_that_returns_no_module_is_refused(tiny_synthetic):

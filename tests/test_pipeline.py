@@ -4,7 +4,7 @@ import copy
 
 import pytest
 import torch
-import torch.nn.functional as F
+from _helpers import loss_and_grads as _loss_and_grads
 
 from autotune.config import TrialConfig
 from autotune.errors import ConfigError
@@ -18,14 +18,6 @@ from autotune.pipeline import (MODELS, SAGE, PadToBucket, apply_checkpointing, b
 ])
 def test_bucket_ladders(n, ladder, expected):
     assert bucket(n, ladder) == expected
-
-
-def _loss_and_grads(model, batch):
-    model.zero_grad()
-    out = model(batch.x, batch.edge_index)[:batch.batch_size]
-    loss = F.cross_entropy(out, batch.y[:batch.batch_size])
-    loss.backward()
-    return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
 
 def _a_batch(data, fanout=(5, 5), batch_size=32):

@@ -135,7 +135,7 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     :class:`autotune.TrialLimits`."""
     import torch
 
-    from autotune.env import fingerprint, parse_bytes, writable_dir
+    from autotune.env import fingerprint, make_writable_dir, parse_bytes
     from autotune.guard import GuardOptions, parse_objectives
     from autotune.measure import MeasureSpec
     from autotune.runner import TrialLimits
@@ -151,11 +151,7 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     guard = GuardOptions(ratio=accuracy_guard, epochs=guard_epochs,
                          objective=parse_objectives(objectives if isinstance(objectives, str)
                                                     else ",".join(objectives)))
-    studies = Path(studies_dir)
-    if not writable_dir(studies):
-        raise ConfigError(f"--studies-dir (studies_dir=) '{studies}' is not writable; pass "
-                          "another folder")
-    studies.mkdir(parents=True, exist_ok=True)
+    studies = make_writable_dir(studies_dir, "--studies-dir (studies_dir=)")
     facts = _facts(model, hidden, layers, recompile_limit)
     space_, baseline = _space_and_baseline(space, device, facts, seed)
     ref = _dataset_ref(dataset, root, scale, data_seed, studies)
