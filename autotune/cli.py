@@ -462,6 +462,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def _search_header(plan) -> str:
+    from autotune.env import format_bytes
+    from autotune.storage import masked
+
     opts, stats = plan.options, plan.dataset_stats
     guard = opts.guard
     line = (f"dataset {opts.dataset.name}: {stats['num_nodes']:,} nodes, "
@@ -505,6 +508,8 @@ def _search_summary(plan, result, args: argparse.Namespace) -> str:
 
 def _study_flags(args: argparse.Namespace) -> str:
     """The flags that find this study again, for a printed command."""
+    from autotune.storage import masked
+
     flags = ""
     if args.storage:
         flags += f" --storage '{masked(args.storage)}'"
@@ -524,6 +529,7 @@ def _search_blob(result) -> dict[str, Any]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from autotune.storage import masked
     from autotune.study import records as rec
     from autotune.study.front import study_front
     from autotune.study.studies import load_study
@@ -575,7 +581,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
     import optuna_dashboard
 
-    from autotune.storage import open_storage
+    from autotune.storage import masked, open_storage
     from autotune.study._optuna import study_id
     from autotune.study.studies import load_study
 
@@ -622,18 +628,6 @@ def _dashboard_storage(args: argparse.Namespace) -> str:
                           f"({', '.join(f.name for f in files) or 'none'}); pass --study-name "
                           "or --storage")
     return f"sqlite:///{files[0].resolve()}"
-
-
-def format_bytes(n: float) -> str:
-    from autotune.env import format_bytes as fmt
-
-    return fmt(n)
-
-
-def masked(url: str) -> str:
-    from autotune.storage import masked as mask
-
-    return mask(url)
 
 
 if __name__ == "__main__":

@@ -94,7 +94,8 @@ class Observed(_Part):
     saved_tensor_bytes: int = 0
 
 
-_PARTS = {"memory": MemoryStats, "compile": CompileStats, "observed": Observed}
+# The parts of a result (and of a stored trial) that are records of their own.
+PARTS = {"memory": MemoryStats, "compile": CompileStats, "observed": Observed}
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ class TrialResult:
         kwargs = {k: tuple(v) if isinstance(v, list) else v
                   for k, v in values.items() if k in names}
         kwargs["config"] = TrialConfig.from_dict(values["config"])
-        for name, part in _PARTS.items():
+        for name, part in PARTS.items():
             kwargs[name] = part.from_dict(values.get(name))
         return cls(**kwargs)
 

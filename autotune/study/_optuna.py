@@ -29,10 +29,6 @@ def beat(study: optuna.Study, trial: optuna.Trial | FrozenTrial) -> None:
         store.record_heartbeat(trial._trial_id)
 
 
-def heartbeat_enabled(study: optuna.Study) -> bool:
-    return storage(study).get_heartbeat_interval() is not None
-
-
 def stale_trials(study: optuna.Study) -> list[FrozenTrial]:
     """RUNNING trials whose heartbeat is older than the storage's grace period."""
     store = storage(study)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from autotune.pareto import Point
-from autotune.result import CompileStats, MemoryStats, Observed, TrialResult
+from autotune.result import PARTS, CompileStats, MemoryStats, Observed, TrialResult
 
 DIRECTIONS = ["maximize", "minimize"]
 METRIC_NAMES = ["throughput (seed nodes/s)", "peak memory (MiB)"]
@@ -39,7 +39,7 @@ NOT_MEASURED = ("interrupted", "stale", "orphan")
 # What a reused trial does not copy from the trial it repeats.
 NOT_REUSED = (WORKER, BASELINE, CONFIG_KEY)
 
-_PARTS = {MEMORY: MemoryStats, COMPILE: CompileStats, OBSERVED: Observed}
+_PARTS = PARTS  # memory, compile, observed: stored as dicts, read back as records
 
 
 @dataclass(frozen=True)
