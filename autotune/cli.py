@@ -122,8 +122,8 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
-def _add_format(p: argparse.ArgumentParser, *, yaml: bool = True) -> None:
-    p.add_argument("-f", "--format", choices=FORMATS if yaml else FORMATS[:2], default="table",
+def _add_format(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-f", "--format", choices=FORMATS, default="table",
                    help="table for people, json or yaml for programs (default: table)")
 
 
@@ -268,7 +268,7 @@ def _add_train_parser(sub) -> None:
     train.add_argument("--studies-dir", default=DEFAULT_STUDIES,
                        help="inductor's kernel cache lives in STUDIES_DIR/.cache (default: "
                             "studies)")
-    _add_format(train, yaml=False)
+    _add_format(train)
 
 
 def _add_search_parser(sub) -> None:
