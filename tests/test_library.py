@@ -188,3 +188,20 @@ def test_an_unknown_study_is_a_study_not_found_error(tmp_path):
     with pytest.raises(StudyNotFoundError, match=r"studies there: there\); pass --study-name "
                                                  r"\(study_name=\)"):
         load_study("nosuch", storage=storage)
+
+
+@pytest.mark.parametrize("options, needle", [
+    ({"sampler": "nope"}, "--sampler (sampler=) must be one of"),
+    ({"n_trials": 0}, "--n-trials (n_trials=) must be a positive int"),
+    ({"timeout_s": -1}, "--timeout (timeout_s=)"),
+    ({"grace_s": 5}, "--grace-period must be longer than --heartbeat"),
+    ({"max_memory": "lots"}, "--max-memory (max_memory=)"),
+    ({"space": "quik"}, "did you mean 'quick'"),
+    ({"space": {"knobs": {"turbo": 1}}}, "unknown knob key 'turbo'"),
+])
+def test_bad_api_options_are_refused_before_the_dataset_is_prepared(tmp_path, options, needle):
+    with pytest.raises(ConfigError) as err:
+        autotune.prepare_search(**{"root": str(tmp_path / "data"), "scale": 0.004,
+                                   "studies_dir": tmp_path / "s", **options})
+    assert needle in str(err.value)
+    assert not (tmp_path / "data").exists(), "nothing may be prepared for refused options"

@@ -142,10 +142,7 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
 
     quiet_optuna()
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if grace_s <= heartbeat_s:
-        raise ConfigError(f"--grace-period must be longer than --heartbeat (got {grace_s} <= "
-                          f"{heartbeat_s}): a live worker's trial would be failed between two "
-                          "beats")
+    _check_budgets(sampler, n_trials, timeout_s, heartbeat_s, grace_s)
     budget = parse_bytes(max_memory, option="--max-memory (max_memory=)") \
         if max_memory is not None else None
     guard = GuardOptions(ratio=accuracy_guard, epochs=guard_epochs,
@@ -161,12 +158,11 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     prepared = ref.prepare()
     _check_pipeline(baseline, prepared, guard)
     opts = SearchOptions(dataset=ref, space=space_, storage=url, study_name=name, device=device,
-                         n_trials=_positive("n_trials", n_trials), timeout_s=timeout_s,
+                         n_trials=n_trials, timeout_s=timeout_s,
                          sampler=sampler, seed=seed, max_memory_bytes=budget,
                          studies_dir=studies, measure=measure or MeasureSpec(),
                          limits=limits or TrialLimits(), heartbeat_s=heartbeat_s,
                          grace_s=grace_s, guard=guard)
-    _check_sampler(sampler)
     study = open_study(opts, dataset_stats=prepared.stats(), env=fingerprint(device))
     return SearchPlan(opts, baseline, study, prepared.stats(), space_.notes)
 
@@ -178,10 +174,20 @@ def _positive(name: str, value: Any) -> int:
     return value
 
 
-def _check_sampler(name: str) -> None:
+def _check_budgets(sampler: str, n_trials: int, timeout_s: float | None, heartbeat_s: int,
+                   grace_s: int) -> None:
+    """The cheap checks, before the dataset is prepared."""
     from autotune.study.samplers import make_sampler
 
-    make_sampler(name, 0)
+    make_sampler(sampler, 0)
+    _positive("n_trials", n_trials)
+    if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
+        raise ConfigError(f"--timeout (timeout_s=) must be a positive number of seconds "
+                          f"(got {timeout_s!r})")
+    if grace_s <= heartbeat_s:
+        raise ConfigError(f"--grace-period must be longer than --heartbeat (got {grace_s} <= "
+                          f"{heartbeat_s}): a live worker's trial would be failed between two "
+                          "beats")
 
 
 def _facts(model: ModelArg, hidden: int | None, layers: int | None,
