@@ -123,7 +123,7 @@ def budget(study: optuna.Study, alive) -> dict:
             return found
         if not alive():
             raise GuardError("no baseline has set the guard's budget (its guard training "
-                              "failed, or it is not running)")
+                             "failed, or it is not running)")
         time.sleep(WAIT_S)
 
 
