@@ -458,7 +458,20 @@ def cmd_search(args: argparse.Namespace) -> int:
               f"{plan.options.study_name}", file=sys.stderr)
         return 130
     print(emit(_search_blob(result), args.format, lambda: _search_summary(plan, result, args)))
-    return 0
+    return _over_budget(plan, result)
+
+
+def _over_budget(plan, result) -> int:
+    """Exit 1, with one line, when a budget left no completed trial feasible."""
+    budget = plan.options.budget_mib
+    done = [t for t in result.trials if t.complete]
+    if budget is None or not done or result.front:
+        return 0
+    leanest = min(t.memory_mib for t in done)
+    print(f"autotune: every completed trial is over --max-memory {budget:,.0f} MiB (the "
+          f"leanest took {leanest:,.0f} MiB); raise the budget or search leaner configs",
+          file=sys.stderr)
+    return EXIT_TRIAL_FAILED
 
 
 def _search_header(plan) -> str:

@@ -10,18 +10,24 @@ from pathlib import Path
 
 from autotune.errors import ConfigError
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3,
+_UNITS = {"b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3,
           "gb": 1000**3, "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2,
           "gib": 1024**3, "tib": 1024**4}
 
 
 def parse_bytes(text: str | int, *, option: str = "size") -> int:
-    """'8GiB', '512MiB', '2GB' or a plain byte count -> bytes."""
+    """'8GiB', '512MiB', '2GB' (or an int, in Python) -> bytes. A string needs its
+    unit: a bare '8' read as 8 bytes made every trial infeasible without a word."""
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
     else:
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
         unit = match.group(2).lower() if match else None
+        if match is not None and unit == "":
+            number = match.group(1)
+            raise ConfigError(f"{option} {text}: give a unit, e.g. {number}GiB or "
+                              f"{float(number) * 1000:.0f}MB (KiB/MiB/GiB are powers of 1024, "
+                              "KB/MB/GB of 1000; a bare number would be bytes)")
         if match is None or unit not in _UNITS:
             raise ConfigError(f"{option} must be a size such as 8GiB, 512MiB or 2GB "
                               f"(got {text!r})")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import optuna
 
@@ -89,7 +88,7 @@ def _train(opts, study: optuna.Study, number: int, config: TrialConfig,
            spec: TrainSpec) -> tuple[TrialResult, float]:
     """Trains in a child process under the host's measurement lock (it would steal
     cores from a trial measured beside it)."""
-    trial_dir = Path(opts.studies_dir) / study.study_name / "guard" / str(number)
+    trial_dir = opts.study_dir / "guard" / str(number)
     start = time.monotonic()
     with file_lock(measurement_lock_path(opts.device)):
         result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir,

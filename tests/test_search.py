@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -134,7 +135,9 @@ def test_memory_budget_is_an_optuna_constraint(tmp_path):
     args = ["search", *FAST, "--root", str(tmp_path / "data"), "--studies-dir",
             str(tmp_path / "studies"), "--space", "quick", "--n-trials", "2"]
     proc = autotune(*args, "--study-name", "tight", "--max-memory", "1MiB")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # every trial over the budget: said, not hidden
+    said = [ln for ln in proc.stderr.splitlines() if ln.startswith("autotune:")]
+    assert len(said) == 1 and "every completed trial is over --max-memory" in said[0], said
     tight = optuna.load_study(study_name="tight",
                               storage=f"sqlite:///{tmp_path / 'studies' / 'tight.db'}")
     assert all(t.constraints["memory"] > 0 for t in tight.trials)
@@ -186,3 +189,34 @@ def test_model_flags_are_study_facts(tmp_path):
     assert again.returncode == 2 and again.stderr.count("\n") == 1, again.stderr
     assert "pipeline facts" in again.stderr and "--model" in again.stderr
     assert len(optuna.load_study(study_name="gcn3", storage=study._storage).trials) == 2
+
+
+@pytest.mark.slow
+def test_the_printed_export_hint_works_when_pasted(searched, tmp_path):
+    tmp, first, *_ = searched
+    hint = next(ln for ln in first.stdout.splitlines() if ln.startswith("export: "))
+    args = shlex.split(hint[len("export: "):])
+    assert args[0] == "autotune" and "--studies-dir" in args, hint
+    args = [str(tmp_path / "best.yaml") if a == "best.yaml" else a for a in args[1:]]
+    proc = autotune(*args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert load_config(tmp_path / "best.yaml")
+
+
+@pytest.mark.slow
+def test_same_named_studies_in_two_storages_keep_their_files(tmp_path):
+    """The second study, same name, other storage, same --studies-dir: the first's
+    pareto.yaml and trial logs stay byte for byte."""
+    common = [*FAST, "--root", str(tmp_path / "data"), "--studies-dir", str(tmp_path / "studies"),
+              "--space", "quick", "--n-trials", "1", "--study-name", "twin"]
+    first = autotune("search", *common)
+    assert first.returncode == 0, first.stderr
+    folder = tmp_path / "studies" / "twin"
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert folder / "pareto.yaml" in before and folder / "trials" / "0" / "result.json" in before
+    second = autotune("search", *common, "--storage", f"sqlite:///{tmp_path / 'other' / 'x.db'}")
+    assert second.returncode == 0, second.stderr
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+    others = [p for p in (tmp_path / "studies").iterdir() if p.name.startswith("twin@")]
+    assert len(others) == 1 and (others[0] / "pareto.yaml").exists()
+    assert (others[0] / "trials" / "0" / "result.json").exists()

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import optuna
 
-from autotune.config import TrialConfig
+from autotune.config import MODELS, TrialConfig
 from autotune.errors import ConfigError
 from autotune.study import records as rec
 from autotune.study.front import FrontRow, study_front, write_export, write_pareto
@@ -154,9 +154,10 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     ref = _dataset_ref(dataset, root, scale, data_seed, studies)
     name = study_name or default_study_name(ref.name.rpartition(":")[2] or ref.name, device)
     url = storage or default_storage(studies, name)
+    _check_machine(baseline)
     open_storage(url)  # fails fast on a bad URL or an unreachable server
     prepared = ref.prepare()
-    _check_pipeline(baseline, prepared, guard)
+    _check_data(baseline, prepared, guard)
     opts = SearchOptions(dataset=ref, space=space_, storage=url, study_name=name, device=device,
                          n_trials=n_trials, timeout_s=timeout_s,
                          sampler=sampler, seed=seed, max_memory_bytes=budget,
@@ -222,13 +223,23 @@ def _space_and_baseline(space: str | Path | dict, device: str, facts: dict[str, 
     return loaded, loaded.baseline(base.replace(seed=seed))
 
 
-def _check_pipeline(baseline: TrialConfig, prepared, guard) -> None:
-    """What only this machine and this dataset can tell: cores, device, dtype, the
-    sampler backend, and that the model factory builds a model for the data."""
-    from autotune.pipeline import check_config, make_model
+def _check_machine(baseline: TrialConfig) -> None:
+    """What only this machine can tell (cores, device, dtype, the sampler backend),
+    and that the model factory imports: before anything is created or prepared."""
+    from autotune.imports import import_object
+    from autotune.pipeline import check_config
 
     check_config(baseline)
-    if baseline.model not in ("sage", "gcn", "gat"):
+    if baseline.model not in MODELS:
+        import_object(baseline.model, what="model factory", option="--model (model=)")
+
+
+def _check_data(baseline: TrialConfig, prepared, guard) -> None:
+    """That the model factory builds a model for this dataset, and that the dataset
+    has what the accuracy guard needs."""
+    from autotune.pipeline import make_model
+
+    if baseline.model not in MODELS:
         make_model(baseline, prepared.data.num_features, prepared.num_classes)
     if guard.active and "val_mask" not in prepared.data:
         raise ConfigError(f"--accuracy-guard and --objectives ...,accuracy need a validation "

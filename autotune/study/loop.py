@@ -77,7 +77,9 @@ class SearchOptions:
     @property
     def study_dir(self) -> Path:
         """This study's folder: trial logs, guard runs and ``pareto.yaml``."""
-        return self.studies_dir / self.study_name
+        from autotune.study.studies import study_folder
+
+        return study_folder(self.studies_dir, self.study_name, self.storage)
 
 
 @dataclass

@@ -27,6 +27,19 @@ def default_storage(studies_dir: str | Path, study_name: str) -> str:
     return f"sqlite:///{(Path(studies_dir) / f'{study_name}.db').resolve()}"
 
 
+def study_folder(studies_dir: str | Path, study_name: str, storage: str) -> Path:
+    """A study's folder under ``studies_dir`` (trial logs, guard runs, pareto.yaml):
+    ``NAME`` for the default SQLite file ``NAME.db`` beside it, ``NAME@HASH`` for any
+    other storage (a hash of its URL without the password), so two studies of one
+    name in two storages never write into each other's folder."""
+    import hashlib
+
+    if storage == default_storage(studies_dir, study_name):
+        return Path(studies_dir) / study_name
+    digest = hashlib.sha1(masked(storage).encode()).hexdigest()[:8]
+    return Path(studies_dir) / f"{study_name}@{digest}"
+
+
 def quiet_optuna() -> None:
     """autotune prints its own progress; Optuna's INFO lines would repeat it."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -41,17 +54,28 @@ def load_study(study_name: str, *, storage: str | None = None,
     if url.startswith("sqlite:///") and not storage:
         path = Path(url[len("sqlite:///"):])
         if not path.exists():
+            names = sorted(p.stem for p in Path(studies_dir).glob("*.db"))
             raise StudyNotFoundError(
-                f"no study {study_name!r}: '{path}' does not exist; pass --storage or "
-                "--studies-dir (storage=, studies_dir=) where the search ran")
+                f"no study {study_name!r} in '{studies_dir}' ({_there(study_name, names)}); "
+                "pass --study-name (study_name=) with one of them, or --storage/--studies-dir "
+                "(storage=, studies_dir=) where the search ran")
     store = open_storage(url)
     try:
         return optuna.load_study(study_name=study_name, storage=store), url
     except KeyError:
         names = [s.study_name for s in optuna.get_all_study_summaries(store)]
-        raise StudyNotFoundError(f"no study {study_name!r} in {masked(url)} (studies there: "
-                                 f"{', '.join(names) or 'none'}); pass --study-name "
+        raise StudyNotFoundError(f"no study {study_name!r} in {masked(url)} "
+                                 f"({_there(study_name, names)}); pass --study-name "
                                  "(study_name=) with one of them") from None
+
+
+def _there(name: str, names: list[str]) -> str:
+    """'studies there: a, b', with a "did you mean" for a near miss."""
+    import difflib
+
+    near = difflib.get_close_matches(name, names, n=1)
+    return f"studies there: {', '.join(names) or 'none'}" + \
+        (f"; did you mean {near[0]!r}?" if near else "")
 
 
 def open_study(opts: SearchOptions, *, dataset_stats: dict, env: dict) -> optuna.Study:
