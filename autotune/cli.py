@@ -18,6 +18,7 @@ from autotune.render import FORMATS, emit, front_table, progress_line, result_te
 EXIT_BAD_INPUT = 2
 EXIT_TRIAL_FAILED = 1
 DEFAULT_STUDIES = "studies"
+STORAGE_ENV, STUDIES_ENV = "AUTOTUNE_STORAGE", "AUTOTUNE_STUDIES_DIR"
 
 SEARCH_EXAMPLE = """examples:
   autotune search --dataset synthetic --scale 0.02 --space quick --n-trials 8
@@ -81,6 +82,16 @@ DATASET_HELP = ("Reddit, Reddit2, Flickr, Yelp, Cora, CiteSeer, PubMed, ogbn-pro
                 "'package.module:function' returning a Data (default: synthetic)")
 
 
+STUDIES_EXAMPLE = """examples:
+  autotune studies
+  autotune studies --storage postgresql://tuner@db-host/autotune -f json"""
+
+DELETE_EXAMPLE = """example:
+  autotune delete --study-name synthetic-cpu-myhost --yes
+
+Without --yes nothing is deleted: the command says what it would delete and exits 2."""
+
+
 class _Parser(argparse.ArgumentParser):
     """Reports a bad flag as one line and exit code 2."""
 
@@ -101,6 +112,18 @@ def _number(kind: type, what: str) -> Callable[[str], Any]:
 
 
 _positive_float = _number(float, "positive number")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
+
+
+def _duration(text: str) -> float:
+    """Seconds from '90', '90s', '15m', '2h' or '1.5h'."""
+    import re
+
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", text)
+    if match is None or not float(match.group(1)) > 0:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 15m or 2h "
+                                         f"(got {text!r})")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
 _positive_int = _number(int, "positive integer")
 
 
@@ -127,14 +150,17 @@ def _add_format(p: argparse.ArgumentParser) -> None:
                    help="table for people, json or yaml for programs (default: table)")
 
 
-def _add_dataset_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dataset", default="synthetic", help=DATASET_HELP)
-    p.add_argument("--root", default=None,
-                   help="folder datasets live in (default: $AUTOTUNE_DATA_ROOT or ./data)")
-    p.add_argument("--scale", type=_positive_float, default=1.0,
-                   help="size of the synthetic graph relative to Reddit (default: 1.0)")
-    p.add_argument("--data-seed", type=int, default=0,
-                   help="seed of the synthetic graph (default: 0)")
+def _add_dataset_flags(p: argparse.ArgumentParser, *, from_export: bool = False) -> None:
+    """The dataset flags; ``from_export``: unset ones take the export's dataset."""
+    where = "the export's, else " if from_export else ""
+    p.add_argument("--dataset", default=None, help=DATASET_HELP.replace(
+        "(default: synthetic)", f"(default: {where}synthetic)"))
+    p.add_argument("--root", default=None, help=f"folder datasets live in (default: {where}"
+                   "$AUTOTUNE_DATA_ROOT or ./data)")
+    p.add_argument("--scale", type=_positive_float, default=None,
+                   help=f"size of the synthetic graph relative to Reddit (default: {where}1.0)")
+    p.add_argument("--data-seed", type=int, default=None,
+                   help=f"seed of the synthetic graph (default: {where}0)")
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -158,23 +184,25 @@ def _add_measure_flags(p: argparse.ArgumentParser, timeout_flag: str = "--timeou
     p.add_argument("--warmup", type=_positive_int, default=5,
                    help="warm-up steps at least (compiled modes go on until no recompile "
                         "for 3 steps; default: 5)")
-    p.add_argument("--max-seconds", type=_positive_float, default=120.0,
-                   help="end the timed window after this many seconds (default: 120)")
-    p.add_argument(timeout_flag, dest="trial_timeout", type=_positive_float, default=900.0,
-                   help="kill a trial after this many seconds (default: 900)")
+    p.add_argument("--max-seconds", type=_duration, default=120.0,
+                   help="end the timed window after this long, e.g. 90s or 2m (default: 120s)")
+    p.add_argument(timeout_flag, dest="trial_timeout", type=_duration, default=900.0,
+                   help="kill a trial after this long, e.g. 600, 10m (default: 15m)")
     p.add_argument("--memory-limit", default=None,
                    help="kill a trial whose process tree's RSS passes this, e.g. 8GiB "
                         "(KiB/MiB/GiB are powers of 1024, KB/MB/GB of 1000)")
 
 
-def _add_study_flags(p: argparse.ArgumentParser, required: bool = False) -> None:
-    p.add_argument("--study-name", required=required, default=None,
-                   help="the study (default: DATASET-DEVICE-HOST)" if not required
-                   else "the study to read")
-    p.add_argument("--storage", default=None,
-                   help="an Optuna RDB URL (default: sqlite:///STUDIES_DIR/STUDY.db)")
-    p.add_argument("--studies-dir", default=DEFAULT_STUDIES,
-                   help="where SQLite studies, trial logs and pareto.yaml go (default: studies)")
+def _add_study_flags(p: argparse.ArgumentParser, reading: bool = False) -> None:
+    p.add_argument("--study-name", default=None,
+                   help="the study to read (default: the only study there is)" if reading
+                   else "the study (default: DATASET-DEVICE-HOST)")
+    p.add_argument("--storage", default=os.environ.get(STORAGE_ENV),
+                   help=f"an Optuna RDB URL (default: ${STORAGE_ENV}, else "
+                        "sqlite:///STUDIES_DIR/STUDY.db)")
+    p.add_argument("--studies-dir", default=os.environ.get(STUDIES_ENV, DEFAULT_STUDIES),
+                   help="where SQLite studies, trial logs and pareto.yaml go (default: "
+                        f"${STUDIES_ENV}, else studies)")
 
 
 def _measure_and_limits(args: argparse.Namespace):
@@ -209,32 +237,52 @@ def build_parser() -> argparse.ArgumentParser:
     show = _sub(sub, "show", "print a study's Pareto front and trials",
                 "Print a study's Pareto front (with speed-ups against the baseline) and "
                 "every trial.", SHOW_EXAMPLE, cmd_show)
-    _add_study_flags(show, required=True)
+    _add_study_flags(show, reading=True)
     _add_format(show)
     export = _sub(sub, "export", "write one trial's config for training",
                   "Write one trial's full config, measured figures and environment.",
                   EXPORT_EXAMPLE, cmd_export)
-    _add_study_flags(export, required=True)
+    _add_study_flags(export, reading=True)
     export.add_argument("--pick", default="knee",
                         help="knee, max-throughput, min-memory or trial:N (default: knee)")
-    export.add_argument("--out", required=True, help="a .yaml, .yml or .json file")
+    export.add_argument("--out", required=True,
+                        help="a .yaml, .yml or .json file, or - for stdout")
     _add_format(export)
     _add_dashboard_parser(sub)
     _add_train_parser(sub)
+    _add_manage_parsers(sub)
     report = _sub(sub, "report", "write report.html and PNG plots of a study",
                   "Draw a study: Pareto front, knob importance, step times.", REPORT_EXAMPLE,
                   cmd_report)
-    _add_study_flags(report, required=True)
+    _add_study_flags(report, reading=True)
     report.add_argument("--out", required=True, help="folder for report.html and the PNGs")
     _add_format(report)
     return parser
+
+
+def _add_manage_parsers(sub) -> None:
+    studies = _sub(sub, "studies", "list the studies in a storage or studies folder",
+                   "List every study: name, storage, trials, best throughput, last change.",
+                   STUDIES_EXAMPLE, cmd_studies)
+    studies.add_argument("--storage", default=os.environ.get(STORAGE_ENV),
+                         help=f"an Optuna RDB URL (default: ${STORAGE_ENV}, else every "
+                              "SQLite file in --studies-dir)")
+    studies.add_argument("--studies-dir", default=os.environ.get(STUDIES_ENV, DEFAULT_STUDIES),
+                         help=f"default: ${STUDIES_ENV}, else studies")
+    _add_format(studies)
+    delete = _sub(sub, "delete", "delete a study (asks for --yes)",
+                  "Delete a study's trials from its storage and its folder of logs.",
+                  DELETE_EXAMPLE, cmd_delete)
+    _add_study_flags(delete, reading=True)
+    delete.add_argument("--yes", action="store_true",
+                        help="really delete (without it, say what would be deleted)")
 
 
 def _add_trial_parser(sub) -> None:
     trial = _sub(sub, "trial", "measure one configuration in its own process",
                  "Measure one pipeline configuration: throughput, peak memory, compile time "
                  "and recompiles.", TRIAL_EXAMPLE, cmd_trial)
-    _add_dataset_flags(trial)
+    _add_dataset_flags(trial, from_export=True)
     trial.add_argument("--config", default=None,
                        help="a YAML/JSON TrialConfig, or a file written by 'autotune export'")
     trial.add_argument("--device", choices=["cpu", "cuda"], default=None,
@@ -250,7 +298,7 @@ def _add_dashboard_parser(sub) -> None:
     dash = _sub(sub, "dashboard", "serve optuna-dashboard for a study",
                 "Serve optuna-dashboard for a study's storage.", DASHBOARD_EXAMPLE,
                 cmd_dashboard)
-    _add_study_flags(dash)
+    _add_study_flags(dash, reading=True)
     dash.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     dash.add_argument("--port", type=_port, default=8080, help="port to bind (default: 8080)")
 
@@ -259,10 +307,13 @@ def _add_train_parser(sub) -> None:
     train = _sub(sub, "train", "train with a config; accuracy every epoch",
                  "Train with an exported config for whole epochs, evaluating validation and "
                  "test accuracy after each.", TRAIN_EXAMPLE, cmd_train)
-    _add_dataset_flags(train)
+    _add_dataset_flags(train, from_export=True)
     train.add_argument("--config", required=True,
                        help="a file written by 'autotune export' (or a YAML/JSON TrialConfig)")
     train.add_argument("--epochs", type=_positive_int, required=True, help="whole epochs")
+    train.add_argument("--save", default=None, metavar="PATH",
+                       help="save the state dict of the epoch with the best validation "
+                            "accuracy to PATH (torch.save)")
     train.add_argument("--device", choices=["cpu", "cuda"], default=None,
                        help="overrides the config's device")
     train.add_argument("--studies-dir", default=DEFAULT_STUDIES,
@@ -280,8 +331,8 @@ def _add_search_parser(sub) -> None:
                         help="a file in search_spaces/ (default, reddit, quick) or a path")
     search.add_argument("--n-trials", type=_positive_int, default=20,
                         help="the study's total trial budget (default: 20)")
-    search.add_argument("--timeout", type=_positive_float, default=None,
-                        help="stop starting trials after this many seconds")
+    search.add_argument("--timeout", type=_duration, default=None,
+                        help="stop starting trials after this long: seconds, or 90s, 15m, 2h")
     search.add_argument("--sampler", default="gp", choices=["gp", "tpe", "nsga2", "random"],
                         help="Optuna sampler (default: gp, the best in "
                              "benchmarks/search_efficiency.py)")
@@ -347,12 +398,42 @@ def _writable_dir(path: Path, option: str) -> Path:
     return make_writable_dir(path, option)
 
 
-def _dataset_ref(args: argparse.Namespace):
-    """The dataset the --dataset/--root/--scale/--data-seed flags name."""
+def _dataset_ref(args: argparse.Namespace, recorded: dict | None = None):
+    """The dataset the --dataset/--root/--scale/--data-seed flags name; a flag not
+    given takes the ``recorded`` dataset's value (an export's), else its default."""
     from autotune.datasets import DatasetRef, root_default
 
-    return DatasetRef(args.dataset, root=args.root or root_default(), scale=args.scale,
-                      seed=args.data_seed)
+    rec = recorded or {}
+    pick = (lambda flag, key, default: flag if flag is not None else rec.get(key, default))
+    return DatasetRef(pick(args.dataset, "name", "synthetic"),
+                      root=pick(args.root, "root", None) or root_default(),
+                      scale=pick(args.scale, "scale", 1.0), seed=pick(args.data_seed, "seed", 0))
+
+
+def _exported(path: str | None) -> tuple[dict | None, dict | None]:
+    """The dataset an export was measured on and its measured figures (None, None for
+    a hand-written config)."""
+    from autotune.config import measured_figures, recorded_dataset
+
+    if path is None:
+        return None, None
+    return recorded_dataset(path), measured_figures(path)
+
+
+def _same_dataset(ref, recorded: dict | None, config_path: str | None) -> bool:
+    """Whether ``ref`` is the dataset the export was measured on; warns in one line
+    when it is not (throughputs of two datasets do not compare)."""
+    from autotune.datasets import DatasetRef
+
+    if recorded is None:
+        return False
+    if ref.identity() == DatasetRef(**recorded).identity():
+        return True
+    print(f"autotune: warning: {config_path} was measured on {recorded.get('name')} (scale "
+          f"{recorded.get('scale')}, root {recorded.get('root')}); this run uses {ref.name} "
+          f"(scale {ref.scale}, root {ref.root}): throughputs are not compared",
+          file=sys.stderr)
+    return False
 
 
 def cmd_trial(args: argparse.Namespace) -> int:
@@ -371,7 +452,10 @@ def cmd_trial(args: argparse.Namespace) -> int:
     measure, limits = _measure_and_limits(args)
     trial_dir = _writable_dir(Path(args.studies_dir) / "trials", "--studies-dir") / \
         time.strftime(f"%Y%m%d-%H%M%S-{os.getpid()}")
-    ref = _dataset_ref(args)
+    recorded, _ = _exported(args.config)
+    ref = _dataset_ref(args, recorded)
+    if recorded is not None:
+        _same_dataset(ref, recorded, args.config)
     ref.prepare()
     result = run_trial(config, dataset=ref, trial_dir=trial_dir, measure=measure,
                        limits=limits, inductor_cache=inductor_cache_dir(args.studies_dir))
@@ -379,20 +463,29 @@ def cmd_trial(args: argparse.Namespace) -> int:
     return 0 if result.ok else EXIT_TRIAL_FAILED
 
 
+CARRY_LOW, CARRY_HIGH = 0.85, 1.15  # a training/trial throughput ratio outside needs a word
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from autotune.runner import inductor_cache_dir
 
     cache = inductor_cache_dir(args.studies_dir)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache.resolve()))  # before torch
-    from autotune.config import load_config, measured_figures
+    from autotune.config import load_config
     from autotune.pipeline import build, check_config
     from autotune.train import TrainSpec, train
 
     config = load_config(args.config)
+    measured_on = config.device
     if args.device:
         config = config.replace(device=args.device)
     check_config(config)
-    ref = _dataset_ref(args)
+    if args.save:
+        _writable_dir(Path(args.save).parent, "--save")
+    recorded, measured = _exported(args.config)
+    ref = _dataset_ref(args, recorded)
+    if not (_same_dataset(ref, recorded, args.config) and config.device == measured_on):
+        measured = None
     dataset = ref.prepare()
     pipe = build(config, dataset.data, num_classes=dataset.num_classes,
                  cache_file=ref.csc_path())
@@ -401,27 +494,58 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"training {short_config(config)} on {ref.name} for {args.epochs} epochs")
         print(f"{'epoch':>5} {'loss':>7} {'train s':>8} {'seed nodes/s':>13} {'val acc':>8} "
               f"{'test acc':>8}")
+    keeper = _BestEpoch(pipe, table)
+    training = train(pipe, dataset.data, TrainSpec(epochs=args.epochs), on_epoch=keeper)
+    if args.save:
+        import torch
 
-    def show(e) -> None:
-        if table:
+        torch.save(keeper.state, args.save)
+    blob, lines = _train_summary(args, training, measured, keeper)
+    print(emit({"config": config.to_dict(), **blob}, args.format, lambda: "\n".join(lines)))
+    return 0
+
+
+class _BestEpoch:
+    """After each epoch: prints its row, and keeps the best validation epoch's weights."""
+
+    def __init__(self, pipe, table: bool) -> None:
+        self.pipe, self.table = pipe, table
+        self.best, self.state = None, None
+
+    def __call__(self, e) -> None:
+        if self.table:
             print(f"{e.epoch:>5} {e.loss:>7.4f} {e.train_s:>8.2f} {e.seed_nodes_per_s:>13,.0f} "
                   f"{e.val_acc:>8.4f} {e.test_acc:>8.4f}", flush=True)
+        if self.best is None or e.val_acc > self.best.val_acc:
+            self.best = e
+            self.state = {k: v.detach().clone()
+                          for k, v in self.pipe.eager_model.state_dict().items()}
 
-    training = train(pipe, dataset.data, TrainSpec(epochs=args.epochs), on_epoch=show)
+
+def _train_summary(args, training, measured: dict | None, keeper: _BestEpoch):
+    """The JSON blob and the closing lines of ``autotune train``."""
+    best = keeper.best
     achieved = training.steady_seed_nodes_per_s()
-    measured = measured_figures(args.config)
     ratio = achieved / measured["seed_nodes_per_s"] if measured else None
-    blob = {"config": config.to_dict(), **training.to_dict(), "measured": measured,
-            "achieved_over_measured": ratio}
     which = "median of epochs 2-" + str(args.epochs) if args.epochs > 1 else "epoch 1"
+    lines = [f"best validation accuracy {best.val_acc:.4f} at epoch {best.epoch} (test "
+             f"accuracy {best.test_acc:.4f})" + (f"; its weights saved to {args.save}"
+                                                 if args.save else "")]
     line = f"throughput: achieved {achieved:,.0f} seed nodes/s ({which})"
     if measured:
         line += (f"; trial #{measured['trial']} measured {measured['seed_nodes_per_s']:,.0f}"
                  f" = {ratio:.2f}x")
     else:
-        line += f"; {args.config} holds no measurement to compare with"
-    print(emit(blob, args.format, lambda: line))
-    return 0
+        line += f"; no measurement of {args.config} on this dataset and device to compare with"
+    if ratio is not None and not CARRY_LOW <= ratio <= CARRY_HIGH:
+        lines.append(f"why {ratio:.2f}x: a trial times training steps only, after a warm-up; "
+                     f"an epoch here ({best.steps} steps) also holds loader start-up, the last "
+                     "partial batch and the epoch's end, and short epochs are noisy")
+    lines.append(line)
+    blob = {**training.to_dict(), "best_epoch": best.epoch, "best_val_acc": best.val_acc,
+            "best_test_acc": best.test_acc, "saved": args.save, "measured": measured,
+            "achieved_over_measured": ratio}
+    return blob, lines
 
 
 def short_config(config) -> str:
@@ -432,8 +556,9 @@ def short_config(config) -> str:
 def _search_options(args: argparse.Namespace) -> dict[str, Any]:
     """The flags of ``autotune search`` as :func:`autotune.search`'s options."""
     measure, limits = _measure_and_limits(args)
-    return dict(dataset=args.dataset, root=args.root, scale=args.scale,
-                data_seed=args.data_seed, model=args.model, hidden=args.hidden,
+    return dict(dataset=args.dataset or "synthetic", root=args.root,
+                scale=1.0 if args.scale is None else args.scale,
+                data_seed=args.data_seed or 0, model=args.model, hidden=args.hidden,
                 layers=args.layers, recompile_limit=args.recompile_limit, space=args.space,
                 n_trials=args.n_trials, timeout_s=args.timeout, sampler=args.sampler,
                 seed=args.seed, max_memory=args.max_memory, device=args.device,
@@ -541,13 +666,20 @@ def _search_blob(result) -> dict[str, Any]:
             "trials": [trial_row(t) for t in result.trials]}
 
 
+def _load(args: argparse.Namespace):
+    """The study the flags name, or the only one in the storage or studies folder."""
+    from autotune.study.studies import load_study, only_study
+
+    name = args.study_name or only_study(storage=args.storage, studies_dir=args.studies_dir)
+    return load_study(name, storage=args.storage, studies_dir=args.studies_dir)
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from autotune.storage import masked
     from autotune.study import records as rec
     from autotune.study.front import study_front
-    from autotune.study.studies import load_study
 
-    study, url = load_study(args.study_name, storage=args.storage, studies_dir=args.studies_dir)
+    study, url = _load(args)
     front, trials = study_front(study), rec.records(study)
     blob = {"study": study.study_name, "storage": masked(url),
             "baseline_trial": study.user_attrs.get(rec.STUDY_BASELINE),
@@ -559,12 +691,18 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from autotune.study.front import write_export
-    from autotune.study.studies import load_study
 
     out = Path(args.out)
-    if out.suffix not in (".yaml", ".yml", ".json"):
-        raise ConfigError(f"--out must end in .yaml, .yml or .json (got '{out}')")
-    study, url = load_study(args.study_name, storage=args.storage, studies_dir=args.studies_dir)
+    if args.out != "-" and out.suffix not in (".yaml", ".yml", ".json"):
+        raise ConfigError(f"--out must end in .yaml, .yml or .json, or be - for stdout "
+                          f"(got '{out}')")
+    study, url = _load(args)
+    if args.out == "-":  # the export itself on stdout, YAML unless -f json asks otherwise
+        from autotune.study.front import dump, export_blob
+
+        blob, t = export_blob(study, args.pick, url, "-")
+        print(dump(blob, "json" if args.format == "json" else "yaml"), end="")
+        return 0
     blob, t = write_export(study, args.pick, url, out)
     print(emit({"trial": t.number, "pick": args.pick, "out": str(out), **blob}, args.format,
                lambda: f"exported trial {t.number} ({args.pick}): {t.throughput:,.0f} seed "
@@ -575,16 +713,66 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from autotune.report import write_report
-    from autotune.study.studies import load_study
 
     out = _writable_dir(Path(args.out), "--out")
-    study, url = load_study(args.study_name, storage=args.storage, studies_dir=args.studies_dir)
+    study, url = _load(args)
     report = write_report(study, out, url=url)
     blob = {"html": str(report.html), "images": {k: str(v) for k, v in report.images.items()},
             "not_drawn": report.not_drawn}
     lines = [f"{name:<11} {path}" for name, path in report.images.items()]
     lines += [f"{name:<11} not drawn: {why}" for name, why in report.not_drawn.items()]
     print(emit(blob, args.format, lambda: "\n".join(lines + [f"report      {report.html}"])))
+    return 0
+
+
+def cmd_studies(args: argparse.Namespace) -> int:
+    from autotune.storage import masked
+    from autotune.study import records as rec
+    from autotune.study.studies import load_study, quiet_optuna, study_names
+
+    quiet_optuna()
+    rows = []
+    for name, url in study_names(storage=args.storage, studies_dir=args.studies_dir):
+        study, _ = load_study(name, storage=url)
+        trials = rec.records(study)
+        done = [t.throughput for t in trials if t.complete]
+        starts = [t.datetime_start for t in study.get_trials(deepcopy=False)
+                  if t.datetime_start is not None]
+        rows.append({"study": name, "storage": masked(url), "trials": len(trials),
+                     "best_seed_nodes_per_s": max(done) if done else None,
+                     "last_trial": max(starts).strftime("%Y-%m-%d %H:%M") if starts else None})
+    print(emit(rows, args.format, lambda: _studies_table(rows)))
+    return 0
+
+
+def _studies_table(rows: list[dict]) -> str:
+    lines = [f"{'study':<28} {'trials':>6} {'best seed nodes/s':>17} {'last trial':<16}  storage"]
+    for r in rows:
+        best = f"{r['best_seed_nodes_per_s']:,.0f}" if r["best_seed_nodes_per_s"] else "-"
+        lines.append(f"{r['study']:<28} {r['trials']:>6} {best:>17} "
+                     f"{r['last_trial'] or '-':<16}  {r['storage']}")
+    return "\n".join(lines) if rows else "no studies"
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    import shutil
+
+    import optuna
+
+    from autotune.storage import masked
+    from autotune.study._optuna import storage as storage_of
+    from autotune.study.studies import study_folder
+
+    study, url = _load(args)
+    folder = study_folder(args.studies_dir, study.study_name, url)
+    what = f"study {study.study_name!r} ({len(study.trials)} trials) from {masked(url)}" + \
+        (f" and its folder '{folder}'" if folder.exists() else "")
+    if not args.yes:
+        raise ConfigError(f"this would delete {what}; pass --yes to delete it")
+    optuna.delete_study(study_name=study.study_name, storage=storage_of(study))
+    if folder.exists():
+        shutil.rmtree(folder)
+    print(f"deleted {what}")
     return 0
 
 

@@ -230,6 +230,16 @@ def load_config(path: str | Path) -> TrialConfig:
     return TrialConfig.from_dict(blob if blob is not None else {}, source=f"config '{path}'")
 
 
+def recorded_dataset(path: str | Path) -> dict[str, Any] | None:
+    """The dataset (name, root, scale, seed) an export was measured on, or None for
+    a hand-written config."""
+    import yaml
+
+    blob = yaml.safe_load(Path(path).read_text())
+    ref = blob.get("dataset_ref") if isinstance(blob, dict) else None
+    return ref if isinstance(ref, dict) and "name" in ref else None
+
+
 def measured_figures(path: str | Path) -> dict[str, Any] | None:
     """The ``measured`` block of a file written by ``autotune export`` (trial number,
     seed nodes/s, peak memory), or None for a hand-written config."""

@@ -44,9 +44,9 @@ def ratio(value: float | None) -> str:
 def progress_line(n: int, total: int, record, elapsed: float, eta: float) -> str:
     """One line per finished trial: n/N, the config, its figures, status, time and ETA."""
     if record.values:
-        figures = f"{record.values[0]:>9,.0f} seeds/s {record.values[1]:>8,.0f} MiB"
+        figures = f"{record.values[0]:>9,.0f} seed nodes/s {record.values[1]:>8,.0f} MiB"
     else:
-        figures = f"{'-':>17} {'-':>12}"
+        figures = f"{'-':>22} {'-':>12}"
     return (f"[{n:>3}/{total}] #{record.number:<3} {short(record.config or {}):<52} "
             f"{figures} | {_status(record)} | {clock(elapsed)} ETA {clock(eta)}")
 

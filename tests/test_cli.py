@@ -85,3 +85,39 @@ def test_public_names_resolve():
 
     for name in autotune.__all__:
         assert getattr(autotune, name) is not None
+
+
+def test_durations_take_units():
+    from autotune.cli import _duration
+
+    assert [_duration(t) for t in ("90", "90s", "15m", "2h", "1.5h")] == \
+        [90, 90, 900, 7200, 5400]
+    proc = autotune("search", "--timeout", "15x")
+    assert proc.returncode == 2 and "expected a duration such as 90s, 15m or 2h" in proc.stderr
+
+
+def test_study_management_lists_picks_the_only_one_and_deletes_on_yes(tmp_path):
+    import optuna
+
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    optuna.create_study(study_name="solo", storage=f"sqlite:///{studies / 'solo.db'}",
+                        directions=["maximize", "minimize"])
+    env = {**__import__("os").environ, "AUTOTUNE_STUDIES_DIR": str(studies)}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "autotune", *a],  # noqa: E731
+                                    capture_output=True, text=True, env=env, timeout=120)
+    listed = run("studies", "-f", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert [r["study"] for r in json.loads(listed.stdout)] == ["solo"]
+    shown = run("show")  # the only study, found through $AUTOTUNE_STUDIES_DIR
+    assert shown.returncode == 0 and "study solo in" in shown.stdout, shown.stderr
+    refused = run("delete", "--study-name", "solo")
+    assert refused.returncode == 2 and "pass --yes" in refused.stderr
+    assert optuna.load_study(study_name="solo", storage=f"sqlite:///{studies / 'solo.db'}")
+    deleted = run("delete", "--study-name", "solo", "--yes")
+    assert deleted.returncode == 0, deleted.stderr
+    assert json.loads(run("studies", "-f", "json").stdout) == []
+    optuna.create_study(study_name="a", storage=f"sqlite:///{studies / 'a.db'}")
+    optuna.create_study(study_name="b", storage=f"sqlite:///{studies / 'b.db'}")
+    two = run("show")
+    assert two.returncode == 2 and "2 studies in" in two.stderr and "--study-name" in two.stderr

@@ -220,3 +220,14 @@ def test_same_named_studies_in_two_storages_keep_their_files(tmp_path):
     others = [p for p in (tmp_path / "studies").iterdir() if p.name.startswith("twin@")]
     assert len(others) == 1 and (others[0] / "pareto.yaml").exists()
     assert (others[0] / "trials" / "0" / "result.json").exists()
+
+
+@pytest.mark.slow
+def test_export_to_stdout_picks_the_only_study(searched, tmp_path):
+    tmp, *_ = searched
+    proc = autotune("export", "--studies-dir", str(tmp / "studies"), "--out", "-")
+    assert proc.returncode == 0, proc.stderr
+    blob = yaml.safe_load(proc.stdout)
+    study = optuna.load_study(study_name="e2e", storage=f"sqlite:///{tmp / 'studies' / 'e2e.db'}")
+    assert blob["study"] == "e2e"
+    assert blob["config"] == study.trials[blob["measured"]["trial"]].user_attrs["config"]

@@ -153,3 +153,27 @@ def test_accuracy_as_a_third_objective_trains_every_trial(tmp_path):
                 str(studies), "--space", "quick", "--study-name", "acc", "--n-trials", "4",
                 timeout=120)
     assert again.returncode == 2 and "--objectives" in again.stderr, again.stderr
+
+
+@pytest.mark.slow
+def test_train_takes_the_dataset_from_the_export_and_saves_the_best_epoch(exported, tmp_path):
+    """No dataset flags: the export's dataset (scale 0.004 here), not the full-size
+    default; the best validation epoch is named and its weights saved."""
+    import torch
+
+    _, _, out = exported
+    saved = tmp_path / "model.pt"
+    run = cli("train", "--config", str(out), "--epochs", "2", "--save", str(saved),
+              "--studies-dir", str(tmp_path / "s"))
+    assert run.returncode == 0, run.stderr
+    assert "warning" not in run.stderr, run.stderr
+    best = next(ln for ln in run.stdout.splitlines() if ln.startswith("best validation"))
+    assert "at epoch" in best and str(saved) in best
+    assert "measured" in run.stdout.splitlines()[-1], "same dataset: throughput compared"
+    state = torch.load(saved)
+    assert any(k.endswith("weight") for k in state)
+    other = cli("train", "--config", str(out), "--epochs", "1", "--scale", "0.003",
+                "--root", str(tmp_path / "d"), "--studies-dir", str(tmp_path / "s"))
+    assert other.returncode == 0, other.stderr
+    assert "throughputs are not compared" in other.stderr
+    assert "no measurement of" in other.stdout.splitlines()[-1]

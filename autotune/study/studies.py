@@ -69,6 +69,29 @@ def load_study(study_name: str, *, storage: str | None = None,
                                  "(study_name=) with one of them") from None
 
 
+def study_names(*, storage: str | None = None,
+                studies_dir: str | Path = "studies") -> list[tuple[str, str]]:
+    """(study name, storage URL) of every study in ``storage``, or in every SQLite
+    file of ``studies_dir``."""
+    urls = [storage] if storage else [f"sqlite:///{p.resolve()}"
+                                      for p in sorted(Path(studies_dir).glob("*.db"))]
+    return [(s.study_name, url) for url in urls
+            for s in optuna.get_all_study_summaries(open_storage(url))]
+
+
+def only_study(*, storage: str | None = None, studies_dir: str | Path = "studies") -> str:
+    """The name of the one study there is; an error listing them when there are more
+    or none."""
+    quiet_optuna()
+    names = study_names(storage=storage, studies_dir=studies_dir)
+    if len(names) == 1:
+        return names[0][0]
+    where = masked(storage) if storage else f"'{studies_dir}'"
+    raise StudyNotFoundError(f"{len(names)} studies in {where} "
+                             f"({', '.join(n for n, _ in names) or 'none'}); pass "
+                             "--study-name (study_name=)")
+
+
 def _there(name: str, names: list[str]) -> str:
     """'studies there: a, b', with a "did you mean" for a near miss."""
     import difflib
