@@ -218,10 +218,15 @@ def _measure_and_limits(args: argparse.Namespace):
     return measure, limits
 
 
-def _sub(sub, name: str, help_: str, description: str, example: str, func) -> _Parser:
+def _sub(sub, name: str, help_: str, description: str, example: str, func, *,
+         reads_a_study: bool = False) -> _Parser:
+    """A subcommand; ``reads_a_study``: it takes the study flags and ``-f``."""
     p = sub.add_parser(name, help=help_, description=description, epilog=example,
                        parents=[_common()], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(func=func)
+    if reads_a_study:
+        _add_study_flags(p, reading=True)
+        _add_format(p)
     return p
 
 
@@ -236,27 +241,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_search_parser(sub)
     show = _sub(sub, "show", "print a study's Pareto front and trials",
                 "Print a study's Pareto front (with speed-ups against the baseline) and "
-                "every trial.", SHOW_EXAMPLE, cmd_show)
-    _add_study_flags(show, reading=True)
-    _add_format(show)
+                "every trial.", SHOW_EXAMPLE, cmd_show, reads_a_study=True)
     export = _sub(sub, "export", "write one trial's config for training",
                   "Write one trial's full config, measured figures and environment.",
-                  EXPORT_EXAMPLE, cmd_export)
-    _add_study_flags(export, reading=True)
+                  EXPORT_EXAMPLE, cmd_export, reads_a_study=True)
     export.add_argument("--pick", default="knee",
                         help="knee, max-throughput, min-memory or trial:N (default: knee)")
     export.add_argument("--out", required=True,
                         help="a .yaml, .yml or .json file, or - for stdout")
-    _add_format(export)
     _add_dashboard_parser(sub)
     _add_train_parser(sub)
     _add_manage_parsers(sub)
     report = _sub(sub, "report", "write report.html and PNG plots of a study",
                   "Draw a study: Pareto front, knob importance, step times.", REPORT_EXAMPLE,
-                  cmd_report)
-    _add_study_flags(report, reading=True)
+                  cmd_report, reads_a_study=True)
     report.add_argument("--out", required=True, help="folder for report.html and the PNGs")
-    _add_format(report)
     return parser
 
 
@@ -272,8 +271,7 @@ def _add_manage_parsers(sub) -> None:
     _add_format(studies)
     delete = _sub(sub, "delete", "delete a study (asks for --yes)",
                   "Delete a study's trials from its storage and its folder of logs.",
-                  DELETE_EXAMPLE, cmd_delete)
-    _add_study_flags(delete, reading=True)
+                  DELETE_EXAMPLE, cmd_delete, reads_a_study=True)
     delete.add_argument("--yes", action="store_true",
                         help="really delete (without it, say what would be deleted)")
 
@@ -772,7 +770,9 @@ def cmd_delete(args: argparse.Namespace) -> int:
     optuna.delete_study(study_name=study.study_name, storage=storage_of(study))
     if folder.exists():
         shutil.rmtree(folder)
-    print(f"deleted {what}")
+    blob = {"deleted": study.study_name, "storage": masked(url), "trials": len(study.trials),
+            "folder": str(folder)}
+    print(emit(blob, args.format, lambda: f"deleted {what}"))
     return 0
 
 
