@@ -763,14 +763,15 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
     study, url = _load(args)
     folder = study_folder(args.studies_dir, study.study_name, url)
-    what = f"study {study.study_name!r} ({len(study.trials)} trials) from {masked(url)}" + \
+    n_trials = len(study.trials)
+    what = f"study {study.study_name!r} ({n_trials} trials) from {masked(url)}" + \
         (f" and its folder '{folder}'" if folder.exists() else "")
     if not args.yes:
         raise ConfigError(f"this would delete {what}; pass --yes to delete it")
     optuna.delete_study(study_name=study.study_name, storage=storage_of(study))
     if folder.exists():
         shutil.rmtree(folder)
-    blob = {"deleted": study.study_name, "storage": masked(url), "trials": len(study.trials),
+    blob = {"deleted": study.study_name, "storage": masked(url), "trials": n_trials,
             "folder": str(folder)}
     print(emit(blob, args.format, lambda: f"deleted {what}"))
     return 0
