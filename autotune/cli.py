@@ -96,7 +96,22 @@ class _Parser(argparse.ArgumentParser):
     """Reports a bad flag as one line and exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_BAD_INPUT, f"autotune: error: {message} (see '{self.prog} --help')\n")
+        self.exit(EXIT_BAD_INPUT, f"autotune: error: {message}{_did_you_mean(message)} "
+                  f"(see '{self.prog} --help')\n")
+
+
+def _did_you_mean(message: str) -> str:
+    """A suggestion for argparse's "invalid choice: 'X' (choose from ...)"."""
+    import difflib
+    import re
+
+    match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if match is None:
+        return ""
+    choices = re.findall(r"'([^']*)'", match.group(2)) or \
+        [c.strip() for c in match.group(2).split(",")]
+    near = difflib.get_close_matches(match.group(1), choices, n=1)
+    return f"; did you mean {near[0]!r}?" if near else ""
 
 
 def _number(kind: type, what: str) -> Callable[[str], Any]:
@@ -239,9 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     _add_trial_parser(sub)
     _add_search_parser(sub)
-    show = _sub(sub, "show", "print a study's Pareto front and trials",
-                "Print a study's Pareto front (with speed-ups against the baseline) and "
-                "every trial.", SHOW_EXAMPLE, cmd_show, reads_a_study=True)
+    _sub(sub, "show", "print a study's Pareto front and trials",
+         "Print a study's Pareto front (with speed-ups against the baseline) and every "
+         "trial.", SHOW_EXAMPLE, cmd_show, reads_a_study=True)
     export = _sub(sub, "export", "write one trial's config for training",
                   "Write one trial's full config, measured figures and environment.",
                   EXPORT_EXAMPLE, cmd_export, reads_a_study=True)
@@ -492,8 +507,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"training {short_config(config)} on {ref.name} for {args.epochs} epochs")
         print(f"{'epoch':>5} {'loss':>7} {'train s':>8} {'seed nodes/s':>13} {'val acc':>8} "
               f"{'test acc':>8}")
-    keeper = _BestEpoch(pipe, table)
-    training = train(pipe, dataset.data, TrainSpec(epochs=args.epochs), on_epoch=keeper)
+    from tqdm import tqdm
+
+    with tqdm(total=args.epochs, desc="training", unit="epoch", leave=False,
+              disable=not sys.stderr.isatty()) as bar:  # a bar on a terminal only
+        keeper = _BestEpoch(pipe, table, bar)
+        training = train(pipe, dataset.data, TrainSpec(epochs=args.epochs), on_epoch=keeper)
     if args.save:
         import torch
 
@@ -506,14 +525,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 class _BestEpoch:
     """After each epoch: prints its row, and keeps the best validation epoch's weights."""
 
-    def __init__(self, pipe, table: bool) -> None:
-        self.pipe, self.table = pipe, table
+    def __init__(self, pipe, table: bool, bar) -> None:
+        self.pipe, self.table, self.bar = pipe, table, bar
         self.best, self.state = None, None
 
     def __call__(self, e) -> None:
+        self.bar.update()
         if self.table:
-            print(f"{e.epoch:>5} {e.loss:>7.4f} {e.train_s:>8.2f} {e.seed_nodes_per_s:>13,.0f} "
-                  f"{e.val_acc:>8.4f} {e.test_acc:>8.4f}", flush=True)
+            self.bar.write(f"{e.epoch:>5} {e.loss:>7.4f} {e.train_s:>8.2f} "
+                           f"{e.seed_nodes_per_s:>13,.0f} {e.val_acc:>8.4f} {e.test_acc:>8.4f}",
+                           file=sys.stdout)
         if self.best is None or e.val_acc > self.best.val_acc:
             self.best = e
             self.state = {k: v.detach().clone()
@@ -573,9 +594,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     table = args.format == "table"
     if table:
         print(_search_header(plan))
-    progress = (lambda *a: print(progress_line(*a), flush=True)) if table else None
+    ticker = _Ticker(sys.stdout.isatty()) if table else None
     try:
-        result = plan.run(progress=progress)
+        result = plan.run(progress=ticker.done if ticker else None,
+                          on_trial_start=ticker.start if ticker else None)
     except KeyboardInterrupt:
         print(f"autotune: interrupted; run the same command again to resume study "
               f"{plan.options.study_name}", file=sys.stderr)
@@ -597,6 +619,23 @@ def _over_budget(plan, result) -> int:
     return EXIT_TRIAL_FAILED
 
 
+class _Ticker:
+    """Progress of a search: a line when a trial starts, rewritten in place by its
+    result on a terminal; both as plain lines when the output is not a terminal."""
+
+    CLEAR = "\r\x1b[2K"
+
+    def __init__(self, terminal: bool) -> None:
+        self.terminal = terminal
+
+    def start(self, number: int, config) -> None:
+        line = f"  -> #{number:<3} measuring {short(config.to_dict())} ..."
+        print(line, end="" if self.terminal else "\n", flush=True)
+
+    def done(self, *event) -> None:
+        print((self.CLEAR if self.terminal else "") + progress_line(*event), flush=True)
+
+
 def _search_header(plan) -> str:
     from autotune.env import format_bytes
     from autotune.storage import masked
@@ -613,7 +652,8 @@ def _search_header(plan) -> str:
     if guard.objective:
         line += "; objectives throughput, memory, accuracy"
     lines = [f"study {opts.study_name} in {masked(opts.storage)}", line]
-    return "\n".join(lines + [f"note: {note}" for note in plan.notes])
+    return "\n".join(lines + [note if note.startswith("warning: ") else f"note: {note}"
+                              for note in plan.notes])
 
 
 def _search_summary(plan, result, args: argparse.Namespace) -> str:

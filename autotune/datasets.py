@@ -389,8 +389,16 @@ class DatasetRef:
     def prepare(self) -> Dataset:
         """Processes the dataset and builds the sampler's CSC once, in this process,
         so that every trial only memory-maps them."""
+        from tqdm import tqdm
+
         from autotune.sampler import load_or_build_csc
 
-        dataset = self.load()
-        load_or_build_csc(dataset.data, cache_file=self.csc_path())
+        with tqdm(total=2, desc=f"preparing {self.name}", unit="step", leave=False,
+                  disable=not sys.stderr.isatty()) as bar:  # a bar on a terminal only
+            bar.set_postfix_str("graph and features")
+            dataset = self.load()
+            bar.update()
+            bar.set_postfix_str("the sampler's CSC")
+            load_or_build_csc(dataset.data, cache_file=self.csc_path())
+            bar.update()
         return dataset

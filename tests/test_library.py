@@ -205,3 +205,17 @@ def test_bad_api_options_are_refused_before_the_dataset_is_prepared(tmp_path, op
                                    "studies_dir": tmp_path / "s", **options})
     assert needle in str(err.value)
     assert not (tmp_path / "data").exists(), "nothing may be prepared for refused options"
+
+
+def test_knobs_that_mean_nothing_on_the_dataset_are_warned_about(tmp_path):
+    space = {"knobs": {"batch_size": {"choices": [4096, 8192]},
+                       "num_neighbors": {"choices": [[5000, 5000]]}, "num_workers": 0,
+                       "sampler": "builtin"}}
+    plan = autotune.prepare_search(dataset=user_models.ring_graph, space=space,
+                                   root=str(tmp_path / "d"), studies_dir=tmp_path / "s")
+    warnings = [n for n in plan.notes if n.startswith("warning: ")]
+    assert any("holds all" in w and "batch_size changes nothing" in w for w in warnings)
+    assert any("largest in-degree (3)" in w for w in warnings), plan.notes
+    quiet = autotune.prepare_search(dataset=user_models.tiny_graph, space="quick",
+                                    root=str(tmp_path / "d"), studies_dir=tmp_path / "s2")
+    assert not [n for n in quiet.notes if n.startswith("warning: ")], quiet.notes

@@ -231,3 +231,13 @@ def test_export_to_stdout_picks_the_only_study(searched, tmp_path):
     study = optuna.load_study(study_name="e2e", storage=f"sqlite:///{tmp / 'studies' / 'e2e.db'}")
     assert blob["study"] == "e2e"
     assert blob["config"] == study.trials[blob["measured"]["trial"]].user_attrs["config"]
+
+
+@pytest.mark.slow
+def test_each_trial_announces_itself_as_it_starts(searched):
+    _, first, *_ = searched
+    lines = first.stdout.splitlines()
+    started = [i for i, ln in enumerate(lines) if "measuring b" in ln]
+    finished = [i for i, ln in enumerate(lines) if "] #" in ln]
+    assert len(started) == len(finished) == 5
+    assert all(s < f for s, f in zip(started, finished)), "announced before its result"

@@ -41,3 +41,16 @@ def tiny_graph():
 
 def not_data():
     return torch.zeros(3)
+
+
+def ring_graph():
+    """Every node has in-degree 3 (from its 3 predecessors on a ring): any fanout of
+    3 or more samples every neighbour."""
+    from torch_geometric.data import Data
+
+    n = 600
+    gen = torch.Generator().manual_seed(0)
+    dst = torch.arange(n).repeat(3)
+    src = (dst - torch.arange(1, 4).repeat_interleave(n)) % n
+    return Data(x=torch.randn(n, 8, generator=gen), y=torch.randint(0, 2, (n,), generator=gen),
+                edge_index=torch.stack([src, dst]), train_mask=torch.rand(n, generator=gen) < 0.5)

@@ -11,7 +11,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import optuna
 
@@ -85,11 +85,13 @@ class SearchPlan:
     def pareto_path(self) -> Path:
         return self.options.study_dir / "pareto.yaml"
 
-    def run(self, *, progress: Progress | None = None) -> SearchResult:
+    def run(self, *, progress: Progress | None = None,
+            on_trial_start: Callable[[int, TrialConfig], None] | None = None) -> SearchResult:
         """Runs the search loop; ``pareto.yaml`` and the dashboard's study note are
-        rewritten after every trial."""
+        rewritten after every trial. ``on_trial_start(number, config)`` is called as
+        each trial starts, ``progress(n, total, record, elapsed_s, eta_s)`` as it ends."""
         outcome = run_search(self.options, self.study, self.baseline, progress=progress,
-                             on_trial_done=self._publish)
+                             on_trial_done=self._publish, on_trial_start=on_trial_start)
         return result_of(self.study, self.options.storage, outcome, self.pareto_path)
 
     def _publish(self, study: optuna.Study) -> None:
@@ -165,7 +167,32 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
                          limits=limits or TrialLimits(), heartbeat_s=heartbeat_s,
                          grace_s=grace_s, guard=guard)
     study = open_study(opts, dataset_stats=prepared.stats(), env=fingerprint(device))
-    return SearchPlan(opts, baseline, study, prepared.stats(), space_.notes)
+    notes = space_.notes + _meaningless_knobs(space_, baseline, prepared)
+    return SearchPlan(opts, baseline, study, prepared.stats(), notes)
+
+
+def _meaningless_knobs(space, baseline: TrialConfig, prepared) -> tuple[str, ...]:
+    """Warnings for knobs that cannot change anything on this dataset: every batch
+    size holds the whole training set, or every fanout exceeds the largest in-degree
+    (so each samples all neighbours, like -1)."""
+    import torch
+
+    stats, notes = prepared.stats(), []
+    knob = space.knobs.get("batch_size")
+    sizes = (knob.choices if knob.choices is not None else (knob.low,)) if knob \
+        else (baseline.batch_size,)
+    if min(sizes) >= stats["num_train"]:
+        notes.append(f"warning: every batch size searched (>= {min(sizes)}) holds all "
+                     f"{stats['num_train']:,} training nodes: batch_size changes nothing here")
+    edges = prepared.data.edge_index
+    most = int(torch.bincount(edges[1]).max()) if edges.numel() else 0
+    knob = space.knobs.get("num_neighbors")
+    fanouts = knob.choices if knob else (baseline.num_neighbors,)
+    if all(k == -1 or k >= most for f in fanouts for k in f):
+        notes.append(f"warning: every fanout searched is at least the largest in-degree "
+                     f"({most}): each samples all neighbours, so num_neighbors changes "
+                     "nothing here")
+    return tuple(notes)
 
 
 def _positive(name: str, value: Any) -> int:

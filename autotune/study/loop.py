@@ -104,7 +104,9 @@ Progress = Callable[[int, int, TrialRecord, float, float], None]
 
 def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, *,
                progress: Progress | None = None,
-               on_trial_done: Callable[[optuna.Study], None] | None = None) -> SearchOutcome:
+               on_trial_done: Callable[[optuna.Study], None] | None = None,
+               on_trial_start: Callable[[int, TrialConfig], None] | None = None
+               ) -> SearchOutcome:
     """Reserves, measures and tells until the study holds ``n_trials`` counted trials
     or ``timeout_s`` has passed."""
     outcome, start = SearchOutcome(), time.monotonic()
@@ -124,6 +126,8 @@ def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, 
             config = baseline
             study.set_user_attr(rec.STUDY_BASELINE, trial.number)
         trial.set_user_attr(rec.CONFIG_KEY, config.key())
+        if on_trial_start is not None:
+            on_trial_start(trial.number, config)
         try:
             frozen = _measure_and_tell(opts, study, trial, config, outcome)
         except KeyboardInterrupt:
