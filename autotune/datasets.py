@@ -378,6 +378,13 @@ class DatasetRef:
         (``--root data`` and ``--root /abs/data`` are one folder)."""
         return {**vars(self), "root": str(Path(self.root).resolve())}
 
+    def check(self) -> None:
+        """Refuses an unknown name or a missing file at once, before anything is
+        created (the full check, a download included, is :meth:`prepare`)."""
+        _cache_key(self.name, self.scale, self.seed)
+        if self.name.endswith(".pt") and not Path(self.name).exists():
+            raise DatasetError(f"dataset file '{self.name}' does not exist")
+
     def load(self) -> Dataset:
         return load_dataset(self.name, root=self.root, scale=self.scale, seed=self.seed)
 

@@ -137,7 +137,7 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     :class:`autotune.TrialLimits`."""
     import torch
 
-    from autotune.env import fingerprint, make_writable_dir, parse_bytes
+    from autotune.env import fingerprint, make_writable_dir, parse_bytes, writable_dir
     from autotune.guard import GuardOptions, parse_objectives
     from autotune.measure import MeasureSpec
     from autotune.runner import TrialLimits
@@ -150,13 +150,17 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     guard = GuardOptions(ratio=accuracy_guard, epochs=guard_epochs,
                          objective=parse_objectives(objectives if isinstance(objectives, str)
                                                     else ",".join(objectives)))
-    studies = make_writable_dir(studies_dir, "--studies-dir (studies_dir=)")
+    studies = Path(studies_dir)
+    if not writable_dir(studies):
+        raise ConfigError(f"--studies-dir (studies_dir=) '{studies}' is not writable; pass "
+                          "another folder")
     facts = _facts(model, hidden, layers, recompile_limit)
     space_, baseline = _space_and_baseline(space, device, facts, seed)
     ref = _dataset_ref(dataset, root, scale, data_seed, studies)
     name = study_name or default_study_name(ref.name.rpartition(":")[2] or ref.name, device)
     url = storage or default_storage(studies, name)
     _check_machine(baseline)
+    make_writable_dir(studies, "--studies-dir (studies_dir=)")  # checked: now created
     open_storage(url)  # fails fast on a bad URL or an unreachable server
     prepared = ref.prepare()
     _check_data(baseline, prepared, guard)
@@ -286,7 +290,9 @@ def _dataset_ref(dataset: DatasetArg, root: str | None, scale: float, seed: int,
         dataset = str(_saved(dataset, studies / ".data"))
     if not isinstance(scale, (int, float)) or not scale > 0:
         raise ConfigError(f"--scale (scale=) must be a positive number (got {scale!r})")
-    return DatasetRef(dataset, root=root or root_default(), scale=scale, seed=seed)
+    ref = DatasetRef(dataset, root=root or root_default(), scale=scale, seed=seed)
+    ref.check()
+    return ref
 
 
 def _saved(data, folder: Path) -> Path:
