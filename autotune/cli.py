@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune.errors import AutotuneError, ConfigError, GuardError
-from autotune.render import FORMATS, emit, front_table, progress_line, result_text, short, \
-    trial_row, trials_table
+from autotune.render import FORMATS, clock, emit, front_table, progress_line, result_text, \
+    short, trial_row, trials_table
 
 EXIT_BAD_INPUT = 2
 EXIT_TRIAL_FAILED = 1
@@ -626,14 +626,20 @@ class _Ticker:
     CLEAR = "\r\x1b[2K"
 
     def __init__(self, terminal: bool) -> None:
-        self.terminal = terminal
+        self.terminal, self.estimated = terminal, False
 
     def start(self, number: int, config) -> None:
         line = f"  -> #{number:<3} measuring {short(config.to_dict())} ..."
         print(line, end="" if self.terminal else "\n", flush=True)
 
-    def done(self, *event) -> None:
-        print((self.CLEAR if self.terminal else "") + progress_line(*event), flush=True)
+    def done(self, n: int, total: int, record, elapsed: float, eta: float) -> None:
+        print((self.CLEAR if self.terminal else "") +
+              progress_line(n, total, record, elapsed, eta), flush=True)
+        if record.baseline and not self.estimated and n < total:  # before the first search
+            print(f"estimate: the baseline took {clock(elapsed)}; {total - n} more trials like "
+                  f"it take about {clock(eta)} (compiling and guard training take longer)",
+                  flush=True)
+        self.estimated = True
 
 
 def _search_header(plan) -> str:

@@ -241,3 +241,5 @@ def test_each_trial_announces_itself_as_it_starts(searched):
     finished = [i for i, ln in enumerate(lines) if "] #" in ln]
     assert len(started) == len(finished) == 5
     assert all(s < f for s, f in zip(started, finished)), "announced before its result"
+    estimates = [i for i, ln in enumerate(lines) if ln.startswith("estimate: the baseline took")]
+    assert len(estimates) == 1 and finished[0] < estimates[0] < started[1], first.stdout
