@@ -121,3 +121,35 @@ def test_study_management_lists_picks_the_only_one_and_deletes_on_yes(tmp_path):
     optuna.create_study(study_name="b", storage=f"sqlite:///{studies / 'b.db'}")
     two = run("show")
     assert two.returncode == 2 and "2 studies in" in two.stderr and "--study-name" in two.stderr
+
+
+def test_a_root_given_relative_or_absolute_is_one_dataset(tmp_path, monkeypatch):
+    from autotune.datasets import DatasetRef
+
+    monkeypatch.chdir(tmp_path)
+    relative = DatasetRef("synthetic", root="data", scale=0.5)
+    absolute = DatasetRef("synthetic", root=str(tmp_path / "data"), scale=0.5)
+    assert relative.identity() == absolute.identity()
+    assert relative.identity() != DatasetRef("synthetic", root="other", scale=0.5).identity()
+
+
+def test_debug_after_the_command_shows_the_traceback():
+    proc = autotune("show", "--study-name", "x", "--storage", "not a url", "--debug")
+    assert proc.returncode != 0 and "Traceback" in proc.stderr and "StorageError" in proc.stderr
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'many.db'}"
+    study = optuna.create_study(study_name="many", storage=storage,
+                                directions=["maximize", "minimize"])
+    for i in range(1000):  # far more than a pipe buffer holds
+        study.add_trial(optuna.trial.create_trial(values=[float(i), float(i)],
+                                                  user_attrs={"config": None}))
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "show", "--storage", storage,
+                             "-f", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()  # as `| head -1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
