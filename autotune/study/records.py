@@ -39,7 +39,6 @@ NOT_MEASURED = ("interrupted", "stale", "orphan")
 # What a reused trial does not copy from the trial it repeats.
 NOT_REUSED = (WORKER, BASELINE, CONFIG_KEY)
 
-_PARTS = PARTS  # memory, compile, observed: stored as dicts, read back as records
 
 
 @dataclass(frozen=True)
@@ -80,8 +79,8 @@ class TrialRecord:
         """From an ``optuna.trial.FrozenTrial``."""
         attrs = trial.user_attrs
         kwargs: dict[str, Any] = {f.name: attrs[f.name] for f in fields(cls)
-                                  if f.name in attrs and f.name not in _PARTS}
-        for key, part in _PARTS.items():
+                                  if f.name in attrs and f.name not in PARTS}
+        for key, part in PARTS.items():
             kwargs[key] = part.from_dict(attrs.get(key))
         for key in (WARNINGS, STEP_TIMES, MEASURED_AT):
             if kwargs.get(key) is not None:
@@ -113,7 +112,7 @@ class TrialRecord:
             value = getattr(self, f.name)
             if f.name in ("number", "state", "values") or value == getattr(empty, f.name):
                 continue
-            if f.name in _PARTS:
+            if f.name in PARTS:
                 value = value.to_dict()
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
