@@ -3,7 +3,6 @@ and the study note optuna-dashboard shows (``optuna_dashboard.save_note``)."""
 from __future__ import annotations
 
 import html
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +12,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.pareto import Point, knee
+from autotune.render import ratio as _ratio
 from autotune.render import short
 from autotune.storage import masked
 from autotune.study import records as rec
@@ -209,7 +209,3 @@ torch {e(str(env.get('torch', '')))}.</p>
 {missing}{figures}
 </body></html>
 """
-
-
-def _ratio(value: float | None) -> str:
-    return "-" if value is None or math.isnan(value) else f"{value:.2f}x"

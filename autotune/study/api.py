@@ -170,18 +170,20 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
                          studies_dir=studies, measure=measure or MeasureSpec(),
                          limits=limits or TrialLimits(), heartbeat_s=heartbeat_s,
                          grace_s=grace_s, guard=guard)
-    study = open_study(opts, dataset_stats=prepared.stats(), env=fingerprint(device))
-    notes = space_.notes + _meaningless_knobs(space_, baseline, prepared)
-    return SearchPlan(opts, baseline, study, prepared.stats(), notes)
+    stats = prepared.stats()
+    study = open_study(opts, dataset_stats=stats, env=fingerprint(device))
+    notes = space_.notes + _meaningless_knobs(space_, baseline, prepared, stats)
+    return SearchPlan(opts, baseline, study, stats, notes)
 
 
-def _meaningless_knobs(space, baseline: TrialConfig, prepared) -> tuple[str, ...]:
+def _meaningless_knobs(space, baseline: TrialConfig, prepared,
+                       stats: dict[str, Any]) -> tuple[str, ...]:
     """Warnings for knobs that cannot change anything on this dataset: every batch
     size holds the whole training set, or every fanout exceeds the largest in-degree
     (so each samples all neighbours, like -1)."""
     import torch
 
-    stats, notes = prepared.stats(), []
+    notes = []
     knob = space.knobs.get("batch_size")
     sizes = (knob.choices if knob.choices is not None else (knob.low,)) if knob \
         else (baseline.batch_size,)
