@@ -127,18 +127,28 @@ def _number(kind: type, what: str) -> Callable[[str], Any]:
 
 
 _positive_float = _number(float, "positive number")
-_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
-
-
 def _duration(text: str) -> float:
     """Seconds from '90', '90s', '15m', '2h' or '1.5h'."""
-    import re
+    from autotune.env import parse_duration
 
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", text)
-    if match is None or not float(match.group(1)) > 0:
+    try:
+        return parse_duration(text)
+    except ValueError:
         raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 15m or 2h "
-                                         f"(got {text!r})")
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+                                         f"(got {text!r})") from None
+
+
+def _fraction(text: str) -> float:
+    """A precision: '3%' or 0.03."""
+    from autotune.env import parse_fraction
+
+    try:
+        return parse_fraction(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1) such as 3% or 0.03 "
+                                         f"(got {text!r})") from None
+
+
 _positive_int = _number(int, "positive integer")
 
 
@@ -194,13 +204,19 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
 def _add_measure_flags(p: argparse.ArgumentParser, timeout_flag: str = "--timeout") -> None:
     """How each trial is measured and bounded; ``search`` names the trial timeout
     ``--trial-timeout``, since its ``--timeout`` bounds the whole study."""
-    p.add_argument("--steps", type=_positive_int, default=20,
-                   help="timed steps per trial (default: 20)")
+    p.add_argument("--steps", type=_positive_int, default=10,
+                   help="timed steps per trial at least (default: 10)")
+    p.add_argument("--precision", type=_fraction, default=0.03,
+                   help="time blocks of steps until the throughput's 95%% confidence "
+                        "half-width is within this, e.g. 3%% or 0.05 (default: 3%%; at "
+                        "least 1 s and 4 blocks)")
     p.add_argument("--warmup", type=_positive_int, default=5,
                    help="warm-up steps at least (compiled modes go on until no recompile "
                         "for 3 steps; default: 5)")
-    p.add_argument("--max-seconds", type=_duration, default=120.0,
-                   help="end the timed window after this long, e.g. 90s or 2m (default: 120s)")
+    p.add_argument("--max-seconds", type=_duration, default=60.0,
+                   help="end the timed window after this long even if --precision is not "
+                        "reached (the trial is flagged imprecise), e.g. 90s or 2m "
+                        "(default: 60s)")
     p.add_argument(timeout_flag, dest="trial_timeout", type=_duration, default=900.0,
                    help="kill a trial after this long, e.g. 600, 10m (default: 15m)")
     p.add_argument("--memory-limit", default=None,
@@ -228,8 +244,8 @@ def _measure_and_limits(args: argparse.Namespace):
     limit = args.memory_limit
     limits = TrialLimits(timeout_s=args.trial_timeout, memory_limit_bytes=None if limit is None
                          else parse_bytes(limit, option="--memory-limit"))
-    measure = MeasureSpec(warmup_steps=args.warmup, window_steps=args.steps,
-                          max_window_s=args.max_seconds)
+    measure = MeasureSpec(warmup_steps=args.warmup, min_steps=args.steps,
+                          max_window_s=args.max_seconds, precision=args.precision)
     return measure, limits
 
 
@@ -344,8 +360,20 @@ def _add_search_parser(sub) -> None:
                         help="a file in search_spaces/ (default, reddit, quick) or a path")
     search.add_argument("--n-trials", type=_positive_int, default=20,
                         help="the study's total trial budget (default: 20)")
+    search.add_argument("--budget", type=_duration, default=None,
+                        help="wall-clock limit of this run, e.g. 20m, 1h or 90s: the running "
+                             "trial is finished or, past it, failed (and queued again)")
     search.add_argument("--timeout", type=_duration, default=None,
                         help="stop starting trials after this long: seconds, or 90s, 15m, 2h")
+    search.add_argument("--screen-precision", type=_fraction, default=0.10,
+                        help="racing: a new config is measured to this precision first, "
+                             "and to --precision only if its best case could join the front "
+                             "(default: 10%%)")
+    search.add_argument("--no-racing", dest="racing", action="store_false",
+                        help="measure every config to --precision")
+    search.add_argument("--no-priors", dest="priors", action="store_false",
+                        help="do not queue the prior table (device-aware first configs) "
+                             "after the baseline")
     search.add_argument("--sampler", default="gp", choices=["gp", "tpe", "nsga2", "random"],
                         help="Optuna sampler (default: gp, the best in "
                              "benchmarks/search_efficiency.py)")
@@ -579,7 +607,9 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
                 scale=1.0 if args.scale is None else args.scale,
                 data_seed=args.data_seed or 0, model=args.model, hidden=args.hidden,
                 layers=args.layers, recompile_limit=args.recompile_limit, space=args.space,
-                n_trials=args.n_trials, timeout_s=args.timeout, sampler=args.sampler,
+                n_trials=args.n_trials, timeout_s=args.timeout, budget=args.budget,
+                racing=args.racing, screen_precision=args.screen_precision,
+                priors=args.priors, sampler=args.sampler,
                 seed=args.seed, max_memory=args.max_memory, device=args.device,
                 accuracy_guard=args.accuracy_guard, guard_epochs=args.guard_epochs,
                 objectives=args.objectives, study_name=args.study_name, storage=args.storage,
@@ -594,7 +624,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     table = args.format == "table"
     if table:
         print(_search_header(plan))
-    ticker = _Ticker(sys.stdout.isatty()) if table else None
+    ticker = _Ticker(sys.stdout.isatty(), _baseline_record(plan.study)) if table else None
     try:
         result = plan.run(progress=ticker.done if ticker else None,
                           on_trial_start=ticker.start if ticker else None)
@@ -604,6 +634,14 @@ def cmd_search(args: argparse.Namespace) -> int:
         return 130
     print(emit(_search_blob(result), args.format, lambda: _search_summary(plan, result, args)))
     return _over_budget(plan, result)
+
+
+def _baseline_record(study):
+    """The study's measured baseline (resuming a search), else None."""
+    from autotune.study import records as rec
+
+    number = study.user_attrs.get(rec.STUDY_BASELINE)
+    return next((r for r in rec.records(study) if r.number == number and r.complete), None)
 
 
 def _over_budget(plan, result) -> int:
@@ -625,16 +663,18 @@ class _Ticker:
 
     CLEAR = "\r\x1b[2K"
 
-    def __init__(self, terminal: bool) -> None:
-        self.terminal, self.estimated = terminal, False
+    def __init__(self, terminal: bool, base=None) -> None:
+        self.terminal, self.estimated, self.base = terminal, False, base
 
     def start(self, number: int, config) -> None:
         line = f"  -> #{number:<3} measuring {short(config.to_dict())} ..."
         print(line, end="" if self.terminal else "\n", flush=True)
 
     def done(self, n: int, total: int, record, elapsed: float, eta: float) -> None:
+        if record.baseline and record.complete:
+            self.base = record
         print((self.CLEAR if self.terminal else "") +
-              progress_line(n, total, record, elapsed, eta), flush=True)
+              progress_line(n, total, record, elapsed, eta, self.base), flush=True)
         if record.baseline and not self.estimated and n < total:  # before the first search
             print(f"estimate: the baseline took {clock(elapsed)}; {total - n} more trials like "
                   f"it take about {clock(eta)} (compiling and guard training take longer)",

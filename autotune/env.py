@@ -37,6 +37,35 @@ def parse_bytes(text: str | int, *, option: str = "size") -> int:
     return value
 
 
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
+
+
+def parse_duration(text: str | float | int) -> float:
+    """Seconds from a number or '90', '90s', '15m', '2h', '1.5h'; ValueError if not
+    a positive duration."""
+    import re
+
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if text > 0:
+            return float(text)
+        raise ValueError(text)
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", str(text))
+    if match is None or not float(match.group(1)) > 0:
+        raise ValueError(text)
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def parse_fraction(text: str | float) -> float:
+    """A fraction in (0, 1) from 0.03, '0.03' or '3%'; ValueError if not."""
+    if isinstance(text, str) and text.strip().endswith("%"):
+        value = float(text.strip()[:-1]) / 100
+    else:
+        value = float(text)
+    if not 0 < value < 1:
+        raise ValueError(text)
+    return value
+
+
 def format_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024:
@@ -86,6 +115,19 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+@lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as /proc/cpuinfo lists them (empty where unreadable)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
 def check_cores(name: str, cores: tuple[int, ...] | None) -> None:
     """Rejects a core set that names a core this machine (or this process) lacks."""
     if cores is None:
@@ -116,7 +158,8 @@ def fingerprint(device: str = "cpu") -> dict:
         "available_cores": len(available_cores()),
         "memory_bytes": psutil.virtual_memory().total,
         "gpu": gpu, "cuda": torch.version.cuda,
-        "trial_start_method": "spawn (fresh interpreter per trial)",
+        "trial_start_method": "forked from autotune.forkserver in a search, else a fresh "
+                              "interpreter (observed.trial_start says which)",
         "loader_start_method": torch.multiprocessing.get_start_method(allow_none=True) or "fork",
         "host": socket.gethostname(),
     }

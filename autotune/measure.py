@@ -7,6 +7,8 @@ which window each peak-memory figure covers.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import threading
 import time
@@ -18,7 +20,8 @@ import torch
 from torch import nn
 
 from autotune.pipeline import Pipeline
-from autotune.result import CompileStats, MemoryStats, Observed
+from autotune.result import MIB, CompileStats, MemoryStats, Observed, WindowStats, \
+    rate_half_width
 
 CHILD_REFRESH_S = 0.1  # how often the memory sampler looks for new loader workers
 # A first timed step this much slower than the median means the warm-up was too short.
@@ -26,29 +29,68 @@ SLOW_FIRST_STEP_RATIO = 2.0
 
 
 @dataclass(frozen=True)
+class Screen:
+    """Racing: measure to ``precision`` first, and go on to the full precision only
+    if the optimistic bound (throughput times one plus the half-width, memory as
+    measured so far) could join ``front``, the (seed nodes/s, MiB) points of the
+    study's current feasible front, within ``budget_mib``."""
+
+    precision: float = 0.10
+    front: tuple[tuple[float, float], ...] = ()
+    budget_mib: float | None = None
+
+    def rules_out(self, rate: float, half_width: float, memory_mib: float) -> bool:
+        if self.budget_mib is not None and memory_mib > self.budget_mib:
+            return True
+        best_case = rate * (1 + half_width)
+        return any(t >= best_case and m <= memory_mib for t, m in self.front)
+
+
+@dataclass(frozen=True)
 class MeasureSpec:
-    """How long to warm up and measure."""
+    """How long to warm up and measure. The timed window runs in blocks of steps
+    until the throughput's relative 95% confidence half-width is at most
+    ``precision`` (and at least ``min_steps`` steps, ``min_window_s`` seconds and
+    4 blocks have run), or until ``max_window_s``, which wins over the minimums."""
 
     warmup_steps: int = 5
-    window_steps: int = 20
-    max_window_s: float = 120.0
+    min_steps: int = 10
+    min_window_s: float = 1.0
+    max_window_s: float = 60.0
+    precision: float = 0.03
     settle_steps: int = 3
     max_warmup_steps: int = 60
     memory_interval_s: float = 0.005
+    screen: Screen | None = None
 
     def __post_init__(self) -> None:
         from autotune.errors import ConfigError
 
-        for name in ("warmup_steps", "window_steps", "settle_steps", "max_warmup_steps"):
+        for name in ("warmup_steps", "min_steps", "settle_steps", "max_warmup_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < (0 if name == "warmup_steps" else 1):
                 raise ConfigError(f"{name.replace('_', '-')} must be a positive int "
                                   f"(got {value!r})")
-        if not self.max_window_s > 0:
+        if not self.max_window_s > 0 or not self.min_window_s >= 0:
             raise ConfigError(f"max-seconds must be positive (got {self.max_window_s!r})")
+        for value in (self.precision, self.screen.precision if self.screen else 0.5):
+            if not 0 < value < 1:
+                raise ConfigError("--precision (precision=) must be a fraction in (0, 1), "
+                                  f"such as 3% or 0.03 (got {value!r})")
         if not 0 < self.memory_interval_s <= 0.01:
             raise ConfigError("the memory sampling interval must be in (0, 10 ms] "
                               f"(got {self.memory_interval_s!r})")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> MeasureSpec:
+        screen = values.get("screen")
+        if screen is not None:
+            screen = Screen(precision=screen["precision"], budget_mib=screen["budget_mib"],
+                            front=tuple(map(tuple, screen["front"])))
+        return cls(**{**values, "screen": screen})
 
 
 class MemoryTracker:
@@ -111,11 +153,6 @@ def device_sync(device: torch.device) -> Callable[[], None]:
     return lambda: None
 
 
-def _batches(loader) -> Iterator:
-    while True:  # start a new epoch when one runs out
-        yield from loader
-
-
 def loader_worker_pids(loader) -> list[int]:
     iterator = getattr(loader, "_iterator", None)
     workers = getattr(iterator, "_workers", None) or []
@@ -164,6 +201,8 @@ class Measurement:
     compile: CompileStats
     observed: Observed
     warnings: list[str]
+    window: WindowStats
+    loader_start_s: float  # the first iter(loader): loader workers forked and started
 
 
 class _Stepper:
@@ -172,10 +211,18 @@ class _Stepper:
     def __init__(self, pipe: Pipeline, on_step: Callable[[int], None] | None) -> None:
         self.pipe = pipe
         self.sync = device_sync(pipe.device)
-        self.batches = _batches(pipe.loader)
+        self.loader_starts: list[float] = []  # seconds per iter(loader): workers start
+        self.batches = self._batches()
         self.on_step = on_step or (lambda step: None)
         self.count = 0
         self.shapes: set[tuple[int, int]] = set()
+
+    def _batches(self) -> Iterator:
+        while True:  # start a new epoch when one runs out
+            started = time.perf_counter()
+            batches = iter(self.pipe.loader)
+            self.loader_starts.append(time.perf_counter() - started)
+            yield from batches
 
     def step(self) -> tuple[float, object, torch.Tensor]:
         self.on_step(self.count)
@@ -192,7 +239,8 @@ class _Stepper:
 
 def measure(pipe: Pipeline, spec: MeasureSpec,
             on_step: Callable[[int], None] | None = None) -> Measurement:
-    """Warm up, then time ``spec.window_steps`` steps (or ``spec.max_window_s``)."""
+    """Warm up, then time blocks of steps to ``spec.precision`` (see
+    :class:`MeasureSpec`)."""
     import torch._dynamo
 
     compiled = pipe.config.compile_mode != "none"
@@ -208,16 +256,7 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
         warmup, frames_after_first = _warm_up(stepper, spec, compiled)
         frames_warm, _, _ = _dynamo_state()
         memory.phase("window")
-        times, seeds, nodes, edges, losses = [], [], [], [], []
-        window_start = time.perf_counter()
-        while len(times) < spec.window_steps and \
-                time.perf_counter() - window_start < spec.max_window_s:
-            elapsed, batch, loss = stepper.step()
-            times.append(elapsed)
-            seeds.append(int(batch.batch_size))
-            nodes.append(int(getattr(batch, "num_real_nodes", batch.num_nodes)))
-            edges.append(int(getattr(batch, "num_real_edges", batch.edge_index.size(1))))
-            losses.append(loss)
+        window = _window(stepper, spec, warmup, lambda: _peak_mib(pipe.device, memory))
         cuda_memory = _cuda_memory(pipe.device)
         memory.phase("probe")  # the probe's eager step is charged to no objective
         observed = _observe(pipe, stepper)
@@ -240,10 +279,86 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
            "peak_rss_probe_bytes": memory.peaks.get("probe", 0),
            "rss_covers": "trial process + loader workers",
            "samples": memory.samples, "interval_s": spec.memory_interval_s, **cuda_memory}
-    warnings = _warnings(times, compile_info)
+    warnings = _warnings(window.times, compile_info)
+    losses = window.losses
     loss_values = torch.stack(losses).float().tolist() if losses else []
-    return Measurement(times, seeds, nodes, edges, warmup, loss_values, MemoryStats(**mem),
-                       CompileStats(**compile_info), Observed(**observed), warnings)
+    return Measurement(window.times, window.seeds, window.nodes, window.edges, warmup,
+                       loss_values, MemoryStats(**mem), CompileStats(**compile_info),
+                       Observed(**observed), warnings, window.stats, stepper.loader_starts[0])
+
+
+MIN_BLOCKS = 4  # as torch.utils.benchmark's adaptive_autorange
+BLOCK_S = 0.05  # a block is at least this long, so that one clock read is noise-free
+
+
+@dataclass
+class _Window:
+    times: list[float] = dataclasses.field(default_factory=list)
+    seeds: list[int] = dataclasses.field(default_factory=list)
+    nodes: list[int] = dataclasses.field(default_factory=list)
+    edges: list[int] = dataclasses.field(default_factory=list)
+    losses: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    stats: WindowStats = dataclasses.field(default_factory=WindowStats)
+
+
+def block_steps(warmup_times: list[float], workers: int) -> int:
+    """Steps per block: at least 2, at least one per loader worker (a prefetching
+    loader delivers in bursts of about that many), and at least :data:`BLOCK_S`
+    long at the warm-up's last step time."""
+    tail = sorted(warmup_times[-3:])
+    step = tail[len(tail) // 2] if tail else BLOCK_S
+    return max(2, workers, math.ceil(BLOCK_S / max(step, 1e-6)))
+
+
+def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
+            memory_mib: Callable[[], float]) -> _Window:
+    """Times blocks of steps until the throughput is known to the target precision
+    (first the screening one, when racing), or until ``spec.max_window_s``."""
+    out, per_block = _Window(), block_steps(warmup, stepper.pipe.config.num_workers)
+    screen = spec.screen
+    target = screen.precision if screen is not None else spec.precision
+    blocks: list[list[float]] = []
+    start = block_start = time.perf_counter()
+    block_seeds, stopped, precision = 0, "", None
+    while not stopped:
+        elapsed, batch, loss = stepper.step()
+        out.times.append(elapsed)
+        out.seeds.append(int(batch.batch_size))
+        out.nodes.append(int(getattr(batch, "num_real_nodes", batch.num_nodes)))
+        out.edges.append(int(getattr(batch, "num_real_edges", batch.edge_index.size(1))))
+        out.losses.append(loss)
+        block_seeds += out.seeds[-1]
+        now = time.perf_counter()
+        if len(out.times) % per_block == 0:
+            blocks.append([block_seeds, now - block_start])
+            block_seeds, block_start = 0, now
+            precision = rate_half_width(blocks)
+        if now - start >= spec.max_window_s:
+            stopped = "max-seconds"
+        elif len(out.times) % per_block or len(out.times) < spec.min_steps or \
+                now - start < spec.min_window_s or len(blocks) < MIN_BLOCKS or \
+                precision is None or precision > target:
+            continue
+        elif screen is not None and target > spec.precision:
+            rate = sum(b[0] for b in blocks) / sum(b[1] for b in blocks)
+            if screen.rules_out(rate, precision, memory_mib()):
+                stopped = "screened"
+            target = spec.precision
+            stopped = stopped or ("precise" if precision <= target else "")
+        else:
+            stopped = "precise"
+    out.stats = WindowStats(
+        wall_s=time.perf_counter() - start, block_steps=per_block, blocks=blocks,
+        precision=precision, target=target,
+        screen_precision=screen.precision if screen is not None else None, stopped=stopped)
+    return out
+
+
+def _peak_mib(device: torch.device, memory: MemoryTracker) -> float:
+    """The memory objective so far (see ``MemoryStats.peak_mib``)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_reserved(device) / MIB
+    return max(memory.peaks.get("warmup", 0), memory.peaks.get("window", 0)) / MIB
 
 
 def _warnings(times: list[float], compile_info: dict) -> list[str]:

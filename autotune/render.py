@@ -37,18 +37,42 @@ def clock(seconds: float) -> str:
     return f"{minutes}:{secs:02d}"
 
 
-def ratio(value: float | None) -> str:
-    return "-" if value is None or value != value else f"{value:.2f}x"
+def ratio(value: float | None, precision: float | None = None) -> str:
+    """'1.53x', or with the ratio's relative 95% half-width '1.53x ±0.06'."""
+    if value is None or value != value:
+        return "-"
+    if precision is None:
+        return f"{value:.2f}x"
+    return f"{value:.2f}x ±{value * precision:.2f}"
 
 
-def progress_line(n: int, total: int, record, elapsed: float, eta: float) -> str:
-    """One line per finished trial: n/N, the config, its figures, status, time and ETA."""
+def pm(precision: float | None) -> str:
+    return "±?" if precision is None else f"±{100 * precision:.1f}%"
+
+
+def progress_line(n: int, total: int, record, elapsed: float, eta: float,
+                  base=None) -> str:
+    """One line per finished trial: n/N, the config, its figures with their precision
+    and speed-up over ``base`` (the baseline's record), status, the trial's time split
+    (start-up, build, warm-up and compile, window), time and ETA."""
     if record.values:
-        figures = f"{record.values[0]:>9,.0f} seed nodes/s {record.values[1]:>8,.0f} MiB"
+        figures = (f"{record.values[0]:>9,.0f} seed nodes/s {pm(record.precision):>6} "
+                   f"{record.values[1]:>7,.0f} MiB")
+        if base is not None and not record.baseline:
+            figures += f" {ratio(*record.speedup(base)):>12}"
     else:
-        figures = f"{'-':>22} {'-':>12}"
+        figures = f"{'-':>29} {'-':>11}"
     return (f"[{n:>3}/{total}] #{record.number:<3} {short(record.config or {}):<52} "
-            f"{figures} | {_status(record)} | {clock(elapsed)} ETA {clock(eta)}")
+            f"{figures} | {_status(record)}{_split(record)} | {clock(elapsed)} "
+            f"ETA {clock(eta)}")
+
+
+def _split(record) -> str:
+    p = record.phases_s
+    if "startup" not in p or record.reused_from is not None:
+        return ""
+    return (f" | start {p['startup']:.2f}s, build {p['dataset_load'] + p['build']:.2f}s, "
+            f"warm-up {p['warmup']:.1f}s, window {p['window']:.1f}s")
 
 
 def _status(record) -> str:
@@ -59,6 +83,12 @@ def _status(record) -> str:
         status += f": {record.fail_reason[:60]}"
     elif record.eager:
         status += ", eager: recompile limit hit"
+    if record.screened:
+        status += ", screened out"
+    elif record.imprecise:
+        status += ", IMPRECISE"
+    if record.prior:
+        status += f", prior {record.prior}"
     if record.val_acc is not None:
         status += f", val acc {record.val_acc:.3f} ({record.accuracy_ratio:.3f}x)"
         if record.below_guard:
@@ -71,15 +101,16 @@ def front_table(rows) -> str:
         return "Pareto front: no completed trial yet"
     acc = any(r.val_acc is not None for r in rows)
     lines = ["Pareto front (fastest first):",
-             f"{'trial':>5} {'seed nodes/s':>13} {'peak MiB':>9} {'speed-up':>8} "
-             f"{'memory':>7}" + (f" {'val acc':>7}" if acc else "") + "  config"]
+             f"{'trial':>5} {'seed nodes/s':>13} {'±95%':>6} {'peak MiB':>9} "
+             f"{'speed-up':>13} {'memory':>7}" + (f" {'val acc':>7}" if acc else "") +
+             "  config"]
     for r in rows:
         marks = f"  <- {', '.join(r.marks)}" if r.marks else ""
         val = "" if not acc else (f" {r.val_acc:>7.4f}" if r.val_acc is not None
                                   else f" {'-':>7}")
-        lines.append(f"{r.trial:>5} {r.throughput:>13,.0f} {r.memory_mib:>9,.0f} "
-                     f"{ratio(r.speedup):>8} {ratio(r.memory_ratio):>7}{val}  "
-                     f"{short(r.config)}{marks}")
+        lines.append(f"{r.trial:>5} {r.throughput:>13,.0f} {pm(r.precision):>6} "
+                     f"{r.memory_mib:>9,.0f} {ratio(r.speedup, r.speedup_precision):>13} "
+                     f"{ratio(r.memory_ratio):>7}{val}  {short(r.config)}{marks}")
     return "\n".join(lines)
 
 
@@ -93,6 +124,10 @@ def trials_table(trials) -> str:
         extra = " (baseline)" if r.baseline else ""
         extra += f" (repeat of #{r.reused_from})" if r.reused_from is not None else ""
         extra += f" [{r.fail_reason[:70]}]" if r.fail_reason else ""
+        extra += f" ({pm(r.precision)})" if r.complete and r.reused_from is None else ""
+        extra += " (screened out)" if r.screened else " (IMPRECISE)" if r.imprecise else ""
+        extra += f" (prior {r.prior})" if r.prior else ""
+        extra += f" [deferred: {r.deferred}]" if r.deferred else ""
         if r.val_acc is not None:
             extra += f" (val acc {r.val_acc:.4f}" + \
                 (", below the accuracy guard)" if r.below_guard else ")")
@@ -105,6 +140,8 @@ def trial_row(r) -> dict[str, Any]:
     return {"trial": r.number, "state": r.state, "throughput": r.throughput,
             "memory_mib": r.memory_mib, "baseline": r.baseline, "reused_from": r.reused_from,
             "reason": r.fail_reason, "val_acc": r.val_acc, "below_guard": r.below_guard,
+            "precision": r.precision, "screened": r.screened, "imprecise": r.imprecise,
+            "prior": r.prior, "deferred": r.deferred,
             "config": r.config}
 
 
@@ -126,6 +163,21 @@ def result_text(result, trial_dir) -> str:
     return "\n".join(lines)
 
 
+def precision(window) -> str:
+    """'±1.8% (95%), reached 3% target in 12 blocks of 4 steps', or why not."""
+    if window.precision is None:
+        return "unknown (fewer than two blocks)"
+    reached = f"±{100 * window.precision:.1f}% (95% CI of the throughput)"
+    blocks = f"{len(window.blocks)} blocks of {window.block_steps} steps"
+    if window.screened:
+        return f"{reached}: SCREENED at {100 * window.screen_precision:.0f}%, its best case " \
+               f"cannot join the front ({blocks})"
+    if window.imprecise:
+        return f"{reached}: IMPRECISE, --max-seconds ran out before the " \
+               f"{100 * window.target:g}% target ({blocks})"
+    return f"{reached}, target {100 * window.target:g}% ({blocks})"
+
+
 def _measured_lines(result, format_bytes) -> list[str]:
     s, m, c, p, o = result.summary(), result.memory, result.compile, result.phases_s, \
         result.observed
@@ -133,6 +185,7 @@ def _measured_lines(result, format_bytes) -> list[str]:
         f"throughput      {s['seed_nodes_per_s']:,.0f} seed nodes/s  "
         f"({s['sampled_nodes_per_s']:,.0f} sampled nodes/s, "
         f"{s['sampled_edges_per_s']:,.0f} edges/s)",
+        f"precision       {precision(result.window)}",
         f"step time       p50 {s['step_p50_ms']:.1f} ms   p90 {s['step_p90_ms']:.1f} ms   "
         f"CV {100 * s['step_cv']:.1f}%   over {s['steps']} steps ({s['window_s']:.2f} s window)",
         f"peak RSS        window {format_bytes(m.peak_rss_window_bytes)}   warm-up "
@@ -147,8 +200,9 @@ def _measured_lines(result, format_bytes) -> list[str]:
         f"compile {c.compile_time_s:.1f} s ({c.backend or 'not compiled'}), "
         f"{c.recompiles} recompiles, {c.graph_breaks} graph breaks"
         + ("; EAGER: recompile limit hit" if c.fell_back_to_eager else ""),
-        f"start-up        spawn and load {p['spawn_and_load']:.2f} s (imports "
-        f"{p['imports']:.2f} s, dataset {p['dataset_load']:.2f} s), build {p['build']:.2f} s",
+        f"start-up        {p['startup']:.2f} s ({o.trial_start}; imports {p['imports']:.2f} s), "
+        f"dataset {p['dataset_load']:.2f} s, build {p['build']:.2f} s, loader workers "
+        f"{p['loader_start']:.3f} s",
         f"observed        model {o.model} ({o.conv_layers} {'/'.join(o.conv_types)} layers), "
         f"sampler {o.sampler_backend}, threads {o.torch_threads}, conv dtype "
         f"{','.join(o.conv_output_dtypes)}, checkpointed layers {o.checkpointed_layers}, "

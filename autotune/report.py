@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 
 from autotune.pareto import Point, knee
 from autotune.render import ratio as _ratio
-from autotune.render import short
+from autotune.render import pm, short
 from autotune.storage import masked
 from autotune.study import records as rec
 from autotune.study.front import budget_mib, study_front
@@ -41,11 +41,11 @@ def study_note(study: optuna.Study) -> str:
         lines += [f"Baseline: trial {base.number}, {base.throughput:,.0f} seed nodes/s, "
                   f"{base.memory_mib:,.0f} MiB peak ({short(base.config)}).", ""]
     lines += ["### Pareto front (fastest first)", "",
-              "| trial | seed nodes/s | peak MiB | speed-up | memory | config | |",
-              "|---:|---:|---:|---:|---:|---|---|"]
+              "| trial | seed nodes/s | ±95% | peak MiB | speed-up | memory | config | |",
+              "|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
-        lines.append(f"| {r.trial} | {r.throughput:,.0f} | {r.memory_mib:,.0f} | "
-                     f"{_ratio(r.speedup)} | {_ratio(r.memory_ratio)} | `{short(r.config)}` | "
+        lines.append(f"| {r.trial} | {r.throughput:,.0f} | {pm(r.precision)} | "
+                     f"{r.memory_mib:,.0f} | {_ratio(r.speedup, r.speedup_precision)} | {_ratio(r.memory_ratio)} | `{short(r.config)}` | "
                      f"{', '.join(r.marks)} |")
     n_done = sum(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
     lines += ["", f"Updated {time.strftime('%Y-%m-%d %H:%M:%S')} after {n_done} completed "
@@ -182,8 +182,8 @@ def _save(fig: Any, path: Path) -> Path:
 def _html(study: optuna.Study, report: Report, url: str) -> str:
     e = html.escape
     table = "".join(
-        f"<tr><td>{r.trial}</td><td>{r.throughput:,.0f}</td><td>{r.memory_mib:,.0f}</td>"
-        f"<td>{_ratio(r.speedup)}</td><td>{_ratio(r.memory_ratio)}</td>"
+        f"<tr><td>{r.trial}</td><td>{r.throughput:,.0f}</td><td>{pm(r.precision)}</td>"
+        f"<td>{r.memory_mib:,.0f}</td><td>{_ratio(r.speedup, r.speedup_precision)}</td><td>{_ratio(r.memory_ratio)}</td>"
         f"<td><code>{e(short(r.config))}</code></td><td>{e(', '.join(r.marks))}</td></tr>"
         for r in study_front(study))
     captions = {"pareto": "Pareto front: throughput against peak memory",
@@ -204,7 +204,7 @@ img{{max-width:100%}}.warn{{color:#a40}}</style></head><body>
 {e(time.strftime('%Y-%m-%d %H:%M:%S'))}. Environment: {e(str(env.get('cpu', '')))},
 torch {e(str(env.get('torch', '')))}.</p>
 <h2>Pareto front (fastest first)</h2>
-<table><tr><th>trial</th><th>{e(METRIC_NAMES[0])}</th><th>{e(METRIC_NAMES[1])}</th>
+<table><tr><th>trial</th><th>{e(METRIC_NAMES[0])}</th><th>±95%</th><th>{e(METRIC_NAMES[1])}</th>
 <th>speed-up</th><th>memory</th><th>config</th><th>marks</th></tr>{table}</table>
 {missing}{figures}
 </body></html>

@@ -92,10 +92,76 @@ class Observed(_Part):
     conv_types: list[str] = field(default_factory=list)
     model: str = ""
     saved_tensor_bytes: int = 0
+    trial_start: str = ""  # "fork server", or "fresh interpreter" and why
+
+
+# Student's t, 97.5% quantile, by degrees of freedom 1..30 (beyond: Cornish-Fisher).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    """The two-sided 95% quantile of Student's t with ``df`` degrees of freedom."""
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+
+
+def rate_half_width(blocks) -> float | None:
+    """The relative 95% confidence half-width of a rate measured in blocks of
+    (count, seconds): the ratio estimator total count / total seconds, with its
+    standard error from the blocks' residuals (batch means, so steps that come in
+    bursts, as from prefetching loader workers, are averaged within a block). None
+    with fewer than two blocks."""
+    n = len(blocks)
+    if n < 2:
+        return None
+    total_count, total_s = sum(c for c, _ in blocks), sum(s for _, s in blocks)
+    if total_count <= 0 or total_s <= 0:
+        return None
+    rate = total_count / total_s
+    variance = sum((c - rate * s) ** 2 for c, s in blocks) / (n - 1)
+    return t975(n - 1) * (variance / n) ** 0.5 / (total_s / n) / rate
+
+
+def ratio_half_width(a: float | None, b: float | None) -> float | None:
+    """The relative half-width of a ratio of two independent measurements."""
+    if a is None or b is None:
+        return None
+    return (a * a + b * b) ** 0.5
+
+
+@dataclass(frozen=True)
+class WindowStats(_Part):
+    """The timed window: its wall time (the throughput's denominator), its blocks of
+    ``block_steps`` steps as [seeds, seconds], the precision it reached (relative 95%
+    half-width of the throughput) against its ``target``, and why it stopped:
+    ``precise`` (target reached), ``max-seconds`` (time ran out first: imprecise) or
+    ``screened`` (racing: measured to ``screen_precision`` only, since even its
+    optimistic bound could not join the front)."""
+
+    wall_s: float = 0.0
+    block_steps: int = 0
+    blocks: list[list[float]] = field(default_factory=list)
+    precision: float | None = None
+    target: float | None = None
+    screen_precision: float | None = None
+    stopped: str = ""
+
+    @property
+    def imprecise(self) -> bool:
+        return self.stopped == "max-seconds"
+
+    @property
+    def screened(self) -> bool:
+        return self.stopped == "screened"
 
 
 # The parts of a result (and of a stored trial) that are records of their own.
-PARTS = {"memory": MemoryStats, "compile": CompileStats, "observed": Observed}
+PARTS = {"memory": MemoryStats, "compile": CompileStats, "observed": Observed,
+         "window": WindowStats}
 
 
 @dataclass(frozen=True)
@@ -121,6 +187,7 @@ class TrialResult:
     compile: CompileStats = field(default_factory=CompileStats)
     phases_s: dict[str, float] = field(default_factory=dict)
     observed: Observed = field(default_factory=Observed)
+    window: WindowStats = field(default_factory=WindowStats)
     dataset: dict[str, Any] = field(default_factory=dict)
     env: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
@@ -132,11 +199,13 @@ class TrialResult:
 
     @property
     def window_s(self) -> float:
-        return sum(self.step_times_s)
+        """The window's wall time (the sum of its steps for results that predate it)."""
+        return self.window.wall_s or sum(self.step_times_s)
 
     @property
     def throughput(self) -> float:
-        """Seed nodes per second over the timed window."""
+        """Seed nodes per second: the window's seeds over its wall time, so that a
+        loader that delivers in bursts is averaged honestly."""
         return sum(self.seeds_per_step) / self.window_s if self.step_times_s else 0.0
 
     def objectives(self) -> tuple[float, float]:
@@ -159,6 +228,7 @@ class TrialResult:
             "step_cv": statistics.pstdev(times) / mean if mean > 0 else 0.0,
             "steps": len(times),
             "window_s": window,
+            "precision": self.window.precision,
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -49,31 +49,174 @@ class TrialLimits:
 def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.PathLike,
               measure: MeasureSpec = MeasureSpec(), limits: TrialLimits = TrialLimits(),
               inductor_cache: str | os.PathLike | None = None,
-              env: dict[str, str] | None = None, train=None) -> TrialResult:
+              env: dict[str, str] | None = None, train=None,
+              server: ForkServer | None = None) -> TrialResult:
     """Measures ``config`` in a child process. ``dataset`` must be prepared
     (:meth:`DatasetRef.prepare`). The child's stdout and stderr go to
     ``trial_dir/stdout.log`` and ``trial_dir/stderr.log``. ``inductor_cache`` is a
     folder that compiled kernels persist in, so later trials reuse them. With
     ``train`` (an :class:`autotune.train.TrainSpec`), the child trains instead of
-    measuring and the result's ``training`` holds the epochs and accuracies."""
+    measuring and the result's ``training`` holds the epochs and accuracies. With
+    ``server`` (a :class:`ForkServer`), the child is forked from it instead of being
+    a fresh interpreter; the result's ``observed.trial_start`` says which it was."""
+    asked_at = time.time()
     trial_dir = Path(trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
     result_path.unlink(missing_ok=True)
-    spec = {"config": config.to_dict(), "dataset": vars(dataset).copy(),
-            "measure": vars(measure).copy(), "spawned_at": time.time(),
-            "train": vars(train).copy() if train is not None else None}
-    spec_path.write_text(json.dumps(spec, indent=2))
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     child_env["PYTHONPATH"] = _child_path(child_env.get("PYTHONPATH"))
     if inductor_cache is not None:  # read by torch at import, so set before the start
         child_env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(inductor_cache).resolve())
-    with open(trial_dir / "stdout.log", "wb") as out, open(trial_dir / "stderr.log", "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "autotune.worker", str(spec_path),
-                                 str(result_path)], stdout=out, stderr=err, env=child_env,
-                                start_new_session=True)
+    start = server.start(child_env, config.device) if server is not None else \
+        "fresh interpreter"
+    spec = {"config": config.to_dict(), "dataset": vars(dataset).copy(),
+            "measure": measure.to_dict(), "spawned_at": asked_at, "trial_start": start,
+            "train": vars(train).copy() if train is not None else None}
+    spec_path.write_text(json.dumps(spec, indent=2))
+    argv = [str(spec_path), str(result_path)]
+    out_path, err_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
+    if start == FORKED:
+        proc = server.fork(argv, out_path, err_path, child_env)
         verdict = _watch(proc, limits)
-    return _read_back(config, proc.returncode, verdict, result_path, trial_dir / "stderr.log")
+    else:
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen([sys.executable, "-m", "autotune.worker", *argv],
+                                    stdout=out, stderr=err, env=child_env,
+                                    start_new_session=True)
+            verdict = _watch(proc, limits)
+    return _read_back(config, proc.returncode, verdict, result_path, err_path)
+
+
+FORKED = "fork server"
+SERVER_READY_TIMEOUT_S = 300.0
+
+
+class ForkServer:
+    """The :mod:`autotune.forkserver` of one search: started on the first trial
+    (inside the measurement lock, so its imports overlap no other search's window),
+    then idle while each trial runs, and closed with the search. Use as a context
+    manager. A server that cannot be used (its imports initialised CUDA, its canary
+    failed, it died) is not used again: trials then start fresh interpreters and
+    their ``observed.trial_start`` says why."""
+
+    def __init__(self, log: Path | None = None) -> None:
+        self.log = log  # the server's stderr (None: this process's)
+        self.proc: subprocess.Popen | None = None
+        self.ready: dict | None = None
+        self.unusable: str | None = None
+        self._buffer = b""
+
+    def __enter__(self) -> ForkServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self, env: dict[str, str], device: str) -> str:
+        """Starts the server if need be; how the next trial starts: :data:`FORKED`,
+        or a fresh interpreter and why not forked."""
+        if self.unusable is None and self.proc is None:
+            self._launch(env, device)
+        if self.unusable is not None:
+            return f"fresh interpreter (fork server unusable: {self.unusable})"
+        return FORKED
+
+    def _launch(self, env: dict[str, str], device: str) -> None:
+        argv = [sys.executable, "-m", "autotune.forkserver"]
+        if device == "cuda":
+            argv.append("--cuda-canary")
+        err = None
+        if self.log is not None:
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+            err = open(self.log, "ab")
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=err, env=env)
+        finally:
+            if err is not None:
+                err.close()
+        reply = self._read(SERVER_READY_TIMEOUT_S)
+        if reply is None or "ready" not in reply:
+            self._fail("it exited or timed out before it was ready")
+        elif reply.get("unusable"):
+            self._fail(reply["unusable"])
+        else:
+            self.ready = reply["ready"]
+
+    def _fail(self, why: str) -> None:
+        self.unusable = why
+        self.close()
+
+    def fork(self, argv: list[str], stdout: Path, stderr: Path,
+             env: dict[str, str]) -> _Forked:
+        assert self.proc is not None and self.proc.stdin is not None
+        request = {"argv": argv, "stdout": str(stdout), "stderr": str(stderr), "env": env}
+        self.proc.stdin.write((json.dumps(request) + "\n").encode())
+        self.proc.stdin.flush()
+        reply = self._read(SERVER_READY_TIMEOUT_S)
+        if reply is None or "pid" not in reply:
+            self._fail("it died while forking a trial")
+            raise RuntimeError(f"the fork server failed to fork a trial: {self.unusable}")
+        return _Forked(self, reply["pid"])
+
+    def _read(self, timeout_s: float | None) -> dict | None:
+        """The server's next line, or None on end of file or after ``timeout_s``
+        (0: only what is there already)."""
+        import select
+
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while b"\n" not in self._buffer:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([fd], [], [], wait)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        try:
+            proc.stdin.close()  # the server's loop ends at the end of its stdin
+            proc.wait(timeout=KILL_WAIT_S)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+
+class _Forked:
+    """A trial forked by the server, with the part of ``Popen`` that ``_watch`` uses."""
+
+    def __init__(self, server: ForkServer, pid: int) -> None:
+        self.server, self.pid = server, pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._collect(0.0)
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.returncode is None:
+            self._collect(None)
+        return self.returncode
+
+    def _collect(self, timeout_s: float | None) -> None:
+        reply = self.server._read(timeout_s)
+        if reply is not None and reply.get("pid") == self.pid and "exit" in reply:
+            self.returncode = reply["exit"]
+        elif reply is None and (timeout_s is None or self.server.proc is None
+                                or self.server.proc.poll() is not None):
+            self.server._fail("it died while a trial ran")
+            self.returncode = -signal.SIGKILL  # the trial died with it (PDEATHSIG)
 
 
 def _child_path(pythonpath: str | None) -> str:
@@ -85,7 +228,7 @@ def _child_path(pythonpath: str | None) -> str:
     return os.pathsep.join(dict.fromkeys(parts))
 
 
-def _watch(proc: subprocess.Popen, limits: TrialLimits) -> tuple[str, str] | None:
+def _watch(proc: subprocess.Popen | _Forked, limits: TrialLimits) -> tuple[str, str] | None:
     """Waits for the child; kills the whole tree on timeout or memory excess and
     returns (status, reason) then. Always leaves no process of the tree alive."""
     start, tree = time.monotonic(), _Tree(proc.pid)
@@ -110,7 +253,7 @@ def _watch(proc: subprocess.Popen, limits: TrialLimits) -> tuple[str, str] | Non
     return verdict
 
 
-def _dump_stacks(proc: subprocess.Popen) -> None:
+def _dump_stacks(proc: subprocess.Popen | _Forked) -> None:
     """Asks a hung worker to print every thread's stack to its stderr (faulthandler),
     so the trial's stderr tail shows where it hung."""
     try:

@@ -359,6 +359,37 @@ DEFAULTS: dict[str, Any] = {**{k: getattr(_BASE, k) for k in KNOB_ORDER if k != 
                             "affinity": "none", "shapes": "dynamic", "gpu_sampling": False}
 
 
+def eager_twin(config: TrialConfig) -> TrialConfig:
+    """``config`` without compile, as :func:`suggest_config` would give it (the
+    shape knobs only apply to compiled configs)."""
+    return config.replace(compile_mode="none", shapes=DEFAULTS["shapes"],
+                          pad_ladder=DEFAULTS["pad_ladder"])
+
+
+def eager_params(params: dict[str, Any], device: str) -> dict[str, Any]:
+    """A compiled trial's Optuna params turned into its eager twin's."""
+    values = {**DEFAULTS, **{k: _decode(v) for k, v in params.items()}, "compile_mode": "none"}
+    return {k: v for k, v in {**params, "compile_mode": "none"}.items()
+            if _active(k, values, device)}
+
+
+def in_space(config: TrialConfig, space: SearchSpace) -> bool:
+    """Whether :func:`suggest_config` can return ``config``'s knob values (affinity
+    aside): every active knob's value is one the space offers, and every knob the
+    space leaves out keeps its default."""
+    values = {name: getattr(config, name) for name in KNOB_ORDER if name != "affinity"}
+    values["affinity"] = "none"
+    for name in KNOB_ORDER:
+        knob = space.knobs.get(name)
+        if name == "affinity" or not _active(name, values, config.device):
+            continue
+        if knob is None and values[name] != DEFAULTS[name]:
+            return False
+        if knob is not None and not knob.contains(values[name]):
+            return False
+    return True
+
+
 def _active(name: str, values: dict[str, Any], device: str) -> bool:
     rule = ACTIVE_WHEN.get(name)
     return rule is None or rule(values, device)

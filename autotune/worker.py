@@ -11,6 +11,7 @@ trial number) is hit.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -93,21 +94,22 @@ def run(spec: dict, trial_dir: Path) -> dict:
         return _train(spec, config, dataset, pipe, t_start, t_loaded, t_built)
     fault = _fault_hook(os.environ.get(FAULT_ENV), trial_dir)
     hook = (lambda step: fault(step, pipe)) if fault else None
-    m = measure(pipe, MeasureSpec(**spec.get("measure", {})), on_step=hook)
+    m = measure(pipe, MeasureSpec.from_dict(spec.get("measure", {})), on_step=hook)
     t_done = time.time()
-    warmup_s = sum(m.warmup_step_times_s)
+    observed = dataclasses.replace(m.observed, trial_start=spec.get("trial_start", ""))
     result = TrialResult(
         status="ok", config=config, step_times_s=tuple(m.step_times_s),
         seeds_per_step=tuple(m.seeds), nodes_per_step=tuple(m.nodes),
         edges_per_step=tuple(m.edges), warmup_step_times_s=tuple(m.warmup_step_times_s),
-        losses=tuple(m.losses), memory=m.memory, compile=m.compile, observed=m.observed,
-        dataset=dataset.stats(), env=fingerprint(config.device), warnings=tuple(m.warnings),
-        phases_s={"spawn_and_load": t_loaded - spec["spawned_at"],
-                  "interpreter_start": t_start - spec["spawned_at"],
-                  "imports": t_imported - t_start, "dataset_load": t_loaded - t_imported,
-                  "build": t_built - t_loaded, "warmup": warmup_s,
-                  "window": sum(m.step_times_s),
-                  "measure_total": t_done - t_built},
+        losses=tuple(m.losses), memory=m.memory, compile=m.compile, observed=observed,
+        window=m.window, dataset=dataset.stats(), env=fingerprint(config.device),
+        warnings=tuple(m.warnings), phases_s={
+            "startup": t_imported - spec["spawned_at"],
+            "interpreter_start": t_start - spec["spawned_at"],
+            "imports": t_imported - t_start, "dataset_load": t_loaded - t_imported,
+            "build": t_built - t_loaded, "loader_start": m.loader_start_s,
+            "warmup": sum(m.warmup_step_times_s), "window": m.window.wall_s,
+            "measure_total": t_done - t_built},
     )
     return _unless_diverged(result)
 
@@ -156,7 +158,7 @@ def _write(path: Path, blob: dict) -> None:
     os.replace(tmp, path)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Asks Linux to SIGKILL this process when the runner dies (say, kill -9 of the
     search), so no orphaned trial keeps measuring. Loader workers notice their
     parent's death themselves (torch's worker watchdog)."""
@@ -177,11 +179,14 @@ def main(argv: list[str] | None = None) -> int:
 
     faulthandler.enable()  # a segfault leaves its Python stack in stderr.log
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the runner's "where are you?"
-    _die_with_parent()
+    die_with_parent()
     spec_path, result_path = map(Path, (argv or sys.argv[1:])[:2])
     if os.getppid() == 1:  # the runner died before the request above took effect
         return 1
     spec = json.loads(spec_path.read_text())
+    # The trial's session is this pid: a forked trial's command line is the fork
+    # server's, so this file is how a reader finds the trial's processes.
+    (spec_path.parent / "worker.pid").write_text(f"{os.getpid()}\n")
     try:
         blob = run(spec, spec_path.parent)
     except BaseException as exc:  # recorded, never swallowed: it goes into the result

@@ -20,3 +20,32 @@ def loss_and_grads(model, batch):
     loss = F.cross_entropy(out, batch.y[:batch.batch_size])
     loss.backward()
     return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def trial_processes(path) -> list:
+    """Every live process of the trials under ``path``: those whose command line
+    names it (a fresh-interpreter trial), and every member of the session of each
+    trial pid recorded in a ``worker.pid`` under it (a forked trial, whose command
+    line is the fork server's, and its loader workers, even once orphaned)."""
+    import os
+    from pathlib import Path
+
+    import psutil
+
+    sessions = set()
+    for pid_file in Path(path).rglob("worker.pid"):
+        try:
+            sessions.add(int(pid_file.read_text().split()[0]))
+        except (OSError, ValueError, IndexError):
+            pass
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if any(str(path) in part for part in proc.info["cmdline"] or []) or \
+                    os.getsid(proc.pid) in sessions:
+                found.append(proc)
+        except (psutil.NoSuchProcess, ProcessLookupError, PermissionError):
+            pass
+    return found

@@ -9,7 +9,8 @@ import sys
 import optuna
 import pytest
 
-TINY = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "2", "--warmup", "1"]
+TINY = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "2", "--warmup", "1",
+        "--max-seconds", "0.5"]
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 
 from _helpers import cli
 
-FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
+FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1", "--max-seconds", "0.5",
         "--space", "quick"]
 
 

@@ -14,6 +14,7 @@ import optuna
 import psutil
 import pytest
 import yaml
+from _helpers import trial_processes
 
 FAULT_SPACE = """knobs:
   batch_size: {choices: [64, 128]}
@@ -36,14 +37,7 @@ def _cli(*args, env=None, **kwargs):
 
 
 def _survivors(path) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if any(str(path) in part for part in proc.info["cmdline"] or []):
-                found.append(proc)
-        except psutil.NoSuchProcess:
-            pass
-    return found
+    return trial_processes(path)
 
 
 def _study(tmp_path, name):
@@ -70,7 +64,7 @@ def test_fault_in_a_study_becomes_a_failed_trial(tmp_path, fault, status, reason
     device = ["--device", "cuda"] if fault == "cuda-oom" else []
     args = ["search", *FAST, *device, "--root", str(tmp_path / "data"), "--studies-dir",
             str(tmp_path / "studies"), "--space", str(space), "--study-name", "f",
-            "--steps", "3", "--trial-timeout", "20", "--memory-limit", "2GiB"]
+            "--steps", "3", "--max-seconds", "0.5", "--trial-timeout", "20", "--memory-limit", "2GiB"]
     first = _cli(*args, "--n-trials", "1")  # trial 0, stored before the fault
     assert first.returncode == 0, first.stderr
     before = _snapshot(_study(tmp_path, "f"))
@@ -105,7 +99,8 @@ def _search_args(tmp_path, n_trials):
 
 def _start_long_search(args):
     """A search whose trials run long enough to be interrupted mid-trial."""
-    return subprocess.Popen([sys.executable, "-m", "autotune", *args, "--steps", "400"],
+    return subprocess.Popen([sys.executable, "-m", "autotune", *args, "--steps", "400",
+                             "--max-seconds", "120"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import re
 
-import psutil
 import pytest
+
+from _helpers import trial_processes
 
 from autotune.config import TrialConfig
 from autotune.pipeline import worker_core_sets
@@ -14,23 +15,23 @@ SMALL = dict(batch_size=64, num_neighbors=(5, 5), hidden_channels=32, sampler="b
 
 
 def _leftovers(trial_dir):
-    """Processes whose command line names this trial (the worker and its forks)."""
-    spec = str(trial_dir / "spec.json")
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if spec in (proc.info["cmdline"] or []):
-                found.append(proc.pid)
-        except psutil.NoSuchProcess:
-            pass
-    return found
+    """The trial's processes still alive (the worker and its forks)."""
+    return [p.pid for p in trial_processes(trial_dir)]
 
 
-def test_a_trial_measures_exactly_the_window(prepared, quick_measure, tmp_path):
+def test_a_trial_measures_its_window_in_blocks(prepared, quick_measure, tmp_path):
     result = run_trial(TrialConfig(**SMALL, num_workers=1), dataset=prepared,
                        trial_dir=tmp_path / "t", measure=quick_measure)
     assert result.status == "ok", result.stderr_tail
-    assert len(result.step_times_s) == quick_measure.window_steps
+    window = result.window
+    assert len(result.step_times_s) >= quick_measure.min_steps
+    assert window.stopped in ("precise", "max-seconds")
+    assert len(window.blocks) == len(result.step_times_s) // window.block_steps
+    assert sum(b[0] for b in window.blocks) <= sum(result.seeds_per_step)
+    # throughput is the window's seeds over its wall time, which covers every step
+    assert window.wall_s >= sum(result.step_times_s)
+    assert result.throughput == pytest.approx(sum(result.seeds_per_step) / window.wall_s)
+    assert result.observed.trial_start == "fresh interpreter"
     assert len(result.warmup_step_times_s) >= quick_measure.warmup_steps
     assert result.throughput > 0
     assert all(s == 64 for s in result.seeds_per_step)
@@ -112,7 +113,7 @@ def test_compiled_padded_trial_reports_compile_and_buckets(prepared, tmp_path):
 
     config = TrialConfig(**SMALL, compile_mode="default", shapes="padded", pad_ladder="pow2")
     result = run_trial(config, dataset=prepared, trial_dir=tmp_path / "t",
-                       measure=MeasureSpec(warmup_steps=2, window_steps=4),
+                       measure=MeasureSpec(warmup_steps=2, min_steps=4, max_window_s=1.0),
                        inductor_cache=tmp_path / "inductor")
     assert result.status == "ok", result.stderr_tail
     assert result.compile.compiled and result.compile.compile_time_s > 0
@@ -134,7 +135,7 @@ def test_a_trial_past_the_recompile_limit_is_flagged_eager(prepared, tmp_path):
     config = TrialConfig(**{**SMALL, "batch_size": 16}, compile_mode="default",
                          shapes="padded", pad_ladder="geometric", recompile_limit=1)
     result = run_trial(config, dataset=prepared, trial_dir=tmp_path / "t",
-                       measure=MeasureSpec(warmup_steps=2, window_steps=6))
+                       measure=MeasureSpec(warmup_steps=2, min_steps=6, max_window_s=1.0))
     assert result.status == "ok", result.stderr_tail
     assert len(result.observed.pad_buckets) > 1, "needs two buckets to recompile"
     assert result.compile.recompile_limit == 1

@@ -13,7 +13,8 @@ from autotune.config import TrialConfig
 from autotune.guard import GuardOptions
 from autotune.measure import MeasureSpec
 
-FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1"]
+FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
+        "--max-seconds", "0.5"]
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +98,8 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
     dataset = ref.prepare()
     opts = loop.SearchOptions(dataset=ref, space=space, n_trials=1, sampler="random",
                               storage=f"sqlite:///{tmp_path / 'g.db'}", study_name="g",
-                              studies_dir=tmp_path, measure=MeasureSpec(warmup_steps=1,
-                                                                        window_steps=3),
+                              studies_dir=tmp_path, measure=MeasureSpec(warmup_steps=1, min_steps=3,
+                                                                        max_window_s=0.5),
                               guard=GuardOptions(ratio=0.99, epochs=2))
     study = studies.open_study(opts, dataset_stats=dataset.stats(), env={})
 

@@ -118,7 +118,10 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
                    scale: float = 1.0, data_seed: int = 0, model: ModelArg = None,
                    hidden: int | None = None, layers: int | None = None,
                    recompile_limit: int | None = None, space: str | Path | dict = "default",
-                   n_trials: int = 20, timeout_s: float | None = None, sampler: str = "gp",
+                   n_trials: int = 20, timeout_s: float | None = None,
+                   budget: float | str | None = None, racing: bool = True,
+                   screen_precision: float | str = 0.10, priors: bool = True,
+                   sampler: str = "gp",
                    seed: int = 0, max_memory: int | str | None = None,
                    device: str | None = None, accuracy_guard: float | None = None,
                    guard_epochs: int = 3, objectives: str | Sequence[str] = "throughput,memory",
@@ -134,7 +137,9 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     forward takes ``(x, edge_index)``. ``space``: a shipped space's name, a YAML path
     or a dict of the same schema. ``max_memory``: bytes or a size such as ``'8GiB'``.
     ``measure``/``limits``: an :class:`autotune.MeasureSpec` and
-    :class:`autotune.TrialLimits`."""
+    :class:`autotune.TrialLimits`. ``budget``: seconds or '20m', '1h', '90s' of wall
+    clock for this run. ``racing``: measure a new config to ``screen_precision``
+    first. ``priors``: queue the prior table after the baseline."""
     import torch
 
     from autotune.env import fingerprint, make_writable_dir, parse_bytes, writable_dir
@@ -145,6 +150,7 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     quiet_optuna()
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     _check_budgets(sampler, n_trials, timeout_s, heartbeat_s, grace_s)
+    budget_s, screen = _budget_and_screen(budget, screen_precision)
     budget = parse_bytes(max_memory, option="--max-memory (max_memory=)") \
         if max_memory is not None else None
     guard = GuardOptions(ratio=accuracy_guard, epochs=guard_epochs,
@@ -165,7 +171,8 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     prepared = ref.prepare()
     _check_data(baseline, prepared, guard)
     opts = SearchOptions(dataset=ref, space=space_, storage=url, study_name=name, device=device,
-                         n_trials=n_trials, timeout_s=timeout_s,
+                         n_trials=n_trials, timeout_s=timeout_s, budget_s=budget_s,
+                         racing=bool(racing), screen_precision=screen, priors=bool(priors),
                          sampler=sampler, seed=seed, max_memory_bytes=budget,
                          studies_dir=studies, measure=measure or MeasureSpec(),
                          limits=limits or TrialLimits(), heartbeat_s=heartbeat_s,
@@ -222,6 +229,22 @@ def _check_budgets(sampler: str, n_trials: int, timeout_s: float | None, heartbe
         raise ConfigError(f"--grace-period must be longer than --heartbeat (got {grace_s} <= "
                           f"{heartbeat_s}): a live worker's trial would be failed between two "
                           "beats")
+
+
+def _budget_and_screen(budget: float | str | None,
+                       screen_precision: float | str) -> tuple[float | None, float]:
+    from autotune.env import parse_duration, parse_fraction
+
+    try:
+        budget_s = None if budget is None else parse_duration(budget)
+    except ValueError:
+        raise ConfigError(f"--budget (budget=) must be a duration such as 20m, 1h or 90s "
+                          f"(got {budget!r})") from None
+    try:
+        return budget_s, parse_fraction(screen_precision)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--screen-precision (screen_precision=) must be a fraction in "
+                          f"(0, 1) such as 10% or 0.1 (got {screen_precision!r})") from None
 
 
 def _facts(model: ModelArg, hidden: int | None, layers: int | None,

@@ -29,6 +29,9 @@ class FrontRow:
     val_acc: float | None
     marks: list[str] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
+    precision: float | None = None  # relative 95% half-width of the throughput
+    speedup_precision: float | None = None  # of the speed-up, the baseline's included
+    payback_epochs: float | None = None  # compiled: compile time / time saved per epoch
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -40,10 +43,12 @@ def budget_mib(study) -> float | None:
 
 
 def front_rows(trials: list[TrialRecord], baseline_no: int | None,
-               budget: float | None) -> list[FrontRow]:
+               budget: float | None, train_nodes: int | None = None) -> list[FrontRow]:
     """The Pareto front, fastest first, with ratios against the baseline and marks."""
-    pts = [t.point() for t in trials if t.complete]
-    base = next((p for p in pts if p.number == baseline_no), None)
+    by_number = {t.number: t for t in trials}
+    pts = [t.point() for t in trials if t.complete and not t.screened]
+    base = by_number.get(baseline_no) if baseline_no is not None else None
+    base = base if base is not None and base.complete else None
     k, best = knee(pts), best_under(pts, budget)
     rows = []
     for p in front(pts):
@@ -52,16 +57,49 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
                                    and p.number == best.number),
                                   ("baseline", p.number == baseline_no),
                                   ("eager: recompile limit hit", p.eager)) if hit]
-        rows.append(FrontRow(p.number, p.throughput, p.memory_mib,
-                             p.throughput / base.throughput if base else None,
+        t = by_number[p.number]
+        speedup, speedup_pm = t.speedup(base)
+        payback = payback_epochs(t, trials, train_nodes)
+        if t.imprecise:
+            marks.append(f"IMPRECISE: --max-seconds ran out at ±{100 * t.precision:.1f}%"
+                         if t.precision is not None else "IMPRECISE")
+        if payback is not None:
+            marks.append("compile never pays back" if payback == float("inf") else
+                         f"compile pays back in {payback:.1f} epochs")
+        rows.append(FrontRow(p.number, p.throughput, p.memory_mib, speedup,
                              p.memory_mib / base.memory_mib if base else None,
-                             p.accuracy, marks, p.config))
+                             p.accuracy, marks, p.config, t.precision, speedup_pm, payback))
     return rows
+
+
+def eager_twin(trial: TrialRecord, trials: list[TrialRecord]) -> TrialRecord | None:
+    """The completed trial that measured ``trial``'s config without compile."""
+    from autotune.config import TrialConfig
+    from autotune.space import eager_twin as twin_of
+
+    if not trial.config or trial.config.get("compile_mode", "none") == "none":
+        return None
+    key = twin_of(TrialConfig.from_dict(trial.config)).key()
+    return next((t for t in trials if t.complete and t.config and t.throughput and
+                 TrialConfig.from_dict(t.config).key() == key), None)
+
+
+def payback_epochs(trial: TrialRecord, trials: list[TrialRecord],
+                   train_nodes: int | None) -> float | None:
+    """For a compiled trial: its compile time divided by the time it saves per epoch
+    (``train_nodes`` seeds) against its eager twin; inf when it saves nothing, None
+    when not compiled or no twin was measured."""
+    twin = eager_twin(trial, trials)
+    if twin is None or not train_nodes or not trial.throughput:
+        return None
+    saved = train_nodes / twin.throughput - train_nodes / trial.throughput
+    return trial.compile.compile_time_s / saved if saved > 0 else float("inf")
 
 
 def study_front(study) -> list[FrontRow]:
     return front_rows(rec.records(study), study.user_attrs.get(rec.STUDY_BASELINE),
-                      budget_mib(study))
+                      budget_mib(study), (study.user_attrs.get(rec.STUDY_DATASET) or {}).get(
+                          "num_train"))
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -108,7 +146,10 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
                 "peak_memory_mib": t.memory_mib, "summary": t.summary,
                 "memory": t.memory.to_dict(), "compile": t.compile.to_dict(),
                 "observed": t.observed.to_dict(), "val_acc": t.val_acc,
-                "accuracy_ratio": t.accuracy_ratio}
+                "accuracy_ratio": t.accuracy_ratio, "window": t.window.to_dict(),
+                "precision": t.precision, "screened": t.screened, "imprecise": t.imprecise,
+                "payback_epochs": payback_epochs(t, list(trials.values()), (study.user_attrs.get(
+                    rec.STUDY_DATASET) or {}).get("num_train"))}
     blob = {"format": CONFIG_FORMAT, "config": config.to_dict(), "model": config.model,
             "measured": measured, "env": study.user_attrs.get(rec.STUDY_ENV),
             "dataset": study.user_attrs.get(rec.STUDY_DATASET), "dataset_ref": ref,

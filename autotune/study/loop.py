@@ -8,6 +8,7 @@ resumption: running the same search again continues the same study.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
@@ -25,10 +26,10 @@ from autotune.config import TrialConfig
 from autotune.datasets import DatasetRef
 from autotune.errors import GuardError
 from autotune.guard import GuardOptions, Verdict
-from autotune.measure import MeasureSpec
+from autotune.measure import MeasureSpec, Screen
 from autotune.pareto import Point
 from autotune.result import MIB
-from autotune.runner import TrialLimits, inductor_cache_dir, run_trial
+from autotune.runner import ForkServer, TrialLimits, inductor_cache_dir, run_trial
 from autotune.study import _optuna, recovery
 from autotune.study import records as rec
 from autotune.study.constraints import set_constraints
@@ -61,6 +62,10 @@ class SearchOptions:
     heartbeat_s: int = HEARTBEAT_S
     grace_s: int = GRACE_S
     guard: GuardOptions = field(default_factory=GuardOptions)
+    budget_s: float | None = None  # wall clock: the running trial is finished or failed
+    racing: bool = True  # a new config is screened at screen_precision first
+    screen_precision: float = 0.10
+    priors: bool = True  # enqueue the prior table right after the baseline
 
     @property
     def directions(self) -> list[str]:
@@ -107,44 +112,102 @@ def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, 
                on_trial_done: Callable[[optuna.Study], None] | None = None,
                on_trial_start: Callable[[int, TrialConfig], None] | None = None
                ) -> SearchOutcome:
-    """Reserves, measures and tells until the study holds ``n_trials`` counted trials
-    or ``timeout_s`` has passed."""
-    outcome, start = SearchOutcome(), time.monotonic()
-    done_at_start = _counted(study)
+    """Reserves, measures and tells until the study holds ``n_trials`` counted trials,
+    ``timeout_s`` has passed (no new trial starts) or ``budget_s`` has (the running
+    trial is failed when it would run past it). Trials fork from one
+    :class:`ForkServer` for the whole run."""
+    outcome, clock = SearchOutcome(), _Clock(opts, _counted(study))
     worker = _this_worker()
-    while opts.timeout_s is None or time.monotonic() - start <= opts.timeout_s:
-        asked_at = time.monotonic()
-        trial = _reserve(opts, study, baseline, worker, outcome)
-        if trial is None:
-            break
-        if trial is _WAIT:
-            time.sleep(POLL_S)
-            continue
-        trial.set_user_attr(rec.RESERVE_S, time.monotonic() - asked_at)  # lock + ask
-        config = suggest_config(trial, opts.space, device=opts.device, seed=opts.seed)
-        if trial.user_attrs.get(rec.BASELINE):
-            config = baseline
-            study.set_user_attr(rec.STUDY_BASELINE, trial.number)
-        trial.set_user_attr(rec.CONFIG_KEY, config.key())
-        if on_trial_start is not None:
-            on_trial_start(trial.number, config)
-        try:
-            frozen = _measure_and_tell(opts, study, trial, config, outcome)
-        except KeyboardInterrupt:
-            trial.set_user_attr(rec.FAIL_REASON, "interrupted")
-            study.tell(trial, state=TrialState.FAIL)
-            raise
-        if frozen is None:
-            continue
-        if on_trial_done is not None:
-            on_trial_done(study)
-        if progress is not None:
-            elapsed, n_total = time.monotonic() - start, _counted(study)
-            n_done = n_total - done_at_start
-            eta = elapsed / n_done * max(opts.n_trials - n_total, 0) if n_done > 0 else 0.0
-            progress(n_total, opts.n_trials, TrialRecord.from_frozen(frozen), elapsed, eta)
-    outcome.elapsed_s = time.monotonic() - start
+    with ForkServer(log=opts.study_dir / "forkserver.log") as server:
+        while clock.may_start():
+            asked_at = time.monotonic()
+            trial = _reserve(opts, study, baseline, worker, outcome)
+            if trial is None:
+                break
+            if trial is _WAIT:
+                time.sleep(POLL_S)
+                continue
+            trial.set_user_attr(rec.RESERVE_S, time.monotonic() - asked_at)  # lock + ask
+            config = suggest_config(trial, opts.space, device=opts.device, seed=opts.seed)
+            if trial.user_attrs.get(rec.BASELINE):
+                config = baseline
+                study.set_user_attr(rec.STUDY_BASELINE, trial.number)
+            elif defer_compiled(opts, study, trial, config):
+                continue
+            trial.set_user_attr(rec.CONFIG_KEY, config.key())
+            if on_trial_start is not None:
+                on_trial_start(trial.number, config)
+            frozen = _measure_or_fail(opts, study, trial, config, outcome, server, clock)
+            if frozen is None:
+                continue
+            if on_trial_done is not None:
+                on_trial_done(study)
+            if progress is not None:
+                n_total = _counted(study)
+                progress(n_total, opts.n_trials, TrialRecord.from_frozen(frozen),
+                         clock.elapsed(), clock.eta(n_total))
+    outcome.elapsed_s = clock.elapsed()
     return outcome
+
+
+class _Clock:
+    """The search's time: ``timeout_s`` stops new trials, ``budget_s`` also bounds the
+    running one; the ETA is the smaller of the trials' pace and the budget's rest."""
+
+    def __init__(self, opts: SearchOptions, done_at_start: int) -> None:
+        self.opts, self.done_at_start, self.start = opts, done_at_start, time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def budget_left(self) -> float | None:
+        return None if self.opts.budget_s is None else self.opts.budget_s - self.elapsed()
+
+    def may_start(self) -> bool:
+        left = self.budget_left()
+        return (self.opts.timeout_s is None or self.elapsed() <= self.opts.timeout_s) and \
+            (left is None or left > 0)
+
+    def eta(self, n_total: int) -> float:
+        n_done = n_total - self.done_at_start
+        eta = self.elapsed() / n_done * max(self.opts.n_trials - n_total, 0) if n_done > 0 \
+            else 0.0
+        left = self.budget_left()
+        return eta if left is None else max(0.0, min(eta, left))
+
+
+def _measure_or_fail(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
+                     config: TrialConfig, outcome: SearchOutcome, server: ForkServer,
+                     clock: _Clock):
+    try:
+        return _measure_and_tell(opts, study, trial, config, outcome, server, clock)
+    except KeyboardInterrupt:
+        trial.set_user_attr(rec.FAIL_REASON, "interrupted")
+        study.tell(trial, state=TrialState.FAIL)
+        raise
+
+
+def defer_compiled(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
+                   config: TrialConfig) -> bool:
+    """A compile variant is measured only after its eager twin: if the twin has not
+    been measured, this trial is put back unmeasured (pruned, ``deferred``, counting
+    against no budget) and the twin and then the variant are queued."""
+    from autotune.space import eager_params, eager_twin
+
+    knob = opts.space.knobs.get("compile_mode")
+    if config.compile_mode == "none" or knob is None or not knob.contains("none"):
+        return False
+    twin_key = eager_twin(config).key()
+    with study_lock(opts.storage, study.study_name):
+        if any(t.user_attrs.get(rec.CONFIG_KEY) == twin_key for t in study.get_trials(
+                deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))):
+            return False
+        study.enqueue_trial(eager_params(trial.params, opts.device),
+                            user_attrs={rec.TWIN: trial.number})
+        study.enqueue_trial(trial.params)
+    trial.set_user_attr(rec.DEFERRED, "compile variant: queued again after its eager twin")
+    study.tell(trial, state=TrialState.PRUNED)
+    return True
 
 
 def _counted(study: optuna.Study) -> int:
@@ -165,6 +228,7 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
         trials = rec.records(study)
         if not any(t.baseline and not t.not_measured for t in trials):
             study.enqueue_trial(params_for(baseline, opts.space), user_attrs={rec.BASELINE: True})
+            _enqueue_priors(opts, study, baseline)
         done = sum(t.counts for t in trials)
         running = sum(t.state == "running" for t in trials)
         if done >= opts.n_trials:
@@ -181,6 +245,18 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
         trial.set_user_attr(rec.WORKER, worker)
         _optuna.beat(study, trial)  # a first beat at once: a trial with none is never stale
         return trial
+
+
+def _enqueue_priors(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig) -> None:
+    """Queues the prior table behind the baseline, once per study."""
+    from autotune.study.priors import prior_configs, this_machine
+
+    if not opts.priors or study.user_attrs.get(rec.STUDY_PRIORS) is not None:
+        return
+    rows = prior_configs(baseline, opts.space, this_machine(opts.device))
+    for name, config in rows:
+        study.enqueue_trial(params_for(config, opts.space), user_attrs={rec.PRIOR: name})
+    study.set_user_attr(rec.STUDY_PRIORS, [name for name, _ in rows])
 
 
 def _this_worker() -> dict[str, Any]:
@@ -218,25 +294,31 @@ def _reuse(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
 
 
 def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
-                      config: TrialConfig, outcome: SearchOutcome):
+                      config: TrialConfig, outcome: SearchOutcome, server: ForkServer,
+                      clock: _Clock):
     """Reuses an earlier measurement of the same config, or measures it under the
-    host's measurement lock with a heartbeat; None when another worker failed the
-    trial as stale meanwhile."""
+    host's measurement lock with a heartbeat (screened first when racing); None when
+    another worker failed the trial as stale meanwhile."""
     previous = _previous(study, config.key())
     if previous is not None:
         return _reuse(opts, study, trial, previous, outcome)
     trial_dir = opts.study_dir / "trials" / str(trial.number)
+    measure = _measure_spec(opts, study, trial)
     with Heartbeat(_optuna.storage(study), trial._trial_id), \
             file_lock(measurement_lock_path(opts.device)) as waited:
+        limits, budget_bound = _limits(opts, clock)
         measured_from = time.time()
         result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir,
-                           measure=opts.measure, limits=opts.limits,
+                           measure=measure, limits=limits, server=server,
                            inductor_cache=inductor_cache_dir(opts.studies_dir))
         measured_to = time.time()
     outcome.measured += 1
     record = TrialRecord.from_result(trial.number, result, trial_dir=str(trial_dir),
                                      measured_at=(measured_from, measured_to),
                                      lock_wait_s=waited)
+    if result.status == "timeout" and budget_bound:
+        record = dataclasses.replace(record, fail_reason=f"budget: --budget "
+                                     f"{opts.budget_s:g} s ran out while it was measured")
     try:
         written_at = time.monotonic()
         for key, value in record.to_attrs().items():
@@ -251,6 +333,27 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
               "it was measured here (heartbeats lost?); its result is dropped and its config "
               "was re-queued", file=sys.stderr, flush=True)
         return None
+
+
+def _measure_spec(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial) -> MeasureSpec:
+    """The search's measure spec; racing, a new config's is screened first against
+    the current feasible front. The baseline is never screened: every speed-up is
+    divided by it."""
+    if not opts.racing or trial.user_attrs.get(rec.BASELINE):
+        return opts.measure
+    front = tuple((p.throughput, p.memory_mib) for p in rec.points(study) if p.feasible)
+    return dataclasses.replace(opts.measure, screen=Screen(
+        precision=max(opts.screen_precision, opts.measure.precision), front=front,
+        budget_mib=opts.budget_mib))
+
+
+def _limits(opts: SearchOptions, clock: _Clock) -> tuple[TrialLimits, bool]:
+    """The trial's limits, its timeout cut to what is left of ``budget_s``; and
+    whether the budget is what bounds it."""
+    left = clock.budget_left()
+    if left is None or left >= opts.limits.timeout_s:
+        return opts.limits, False
+    return dataclasses.replace(opts.limits, timeout_s=max(left, 1.0)), True
 
 
 def _guard_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,

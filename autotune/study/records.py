@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from autotune.pareto import Point
-from autotune.result import PARTS, CompileStats, MemoryStats, Observed, TrialResult
+from autotune.result import PARTS, CompileStats, MemoryStats, Observed, TrialResult, \
+    WindowStats, ratio_half_width
 
 DIRECTIONS = ["maximize", "minimize"]
 METRIC_NAMES = ["throughput (seed nodes/s)", "peak memory (MiB)"]
@@ -28,16 +29,17 @@ WORKER, BASELINE, REUSED_FROM, RETRY_OF = "worker", "baseline", "reused_from", "
 VAL_ACC, ACC_RATIO, ACC_SHORTFALL = "val_acc", "accuracy_ratio", "accuracy_shortfall"
 GUARD_S, GUARD_TRAIN_S, GUARD_STEPS = "guard_s", "guard_train_s", "guard_steps"
 MEMORY_EXCESS = "memory_excess_mib"
+WINDOW, PRIOR, DEFERRED, TWIN = "window", "prior", "deferred", "eager_twin"
 # Study attribute keys.
 STUDY_BASELINE, STUDY_DATASET, STUDY_DATASET_REF = "baseline_trial", "dataset", "dataset_ref"
 STUDY_ENV, STUDY_SPACE, STUDY_DEVICE = "env", "space", "device"
 STUDY_MAX_MEMORY, STUDY_GUARD_OPTS, STUDY_GUARD = "max_memory_bytes", "accuracy_guard", "guard"
-STUDY_FOLDER = "studies_folder"
+STUDY_FOLDER, STUDY_PRIORS = "studies_folder", "priors"
 
 # Fail reasons of trials that never finished: they count against no budget.
-NOT_MEASURED = ("interrupted", "stale", "orphan")
+NOT_MEASURED = ("interrupted", "stale", "orphan", "budget")
 # What a reused trial does not copy from the trial it repeats.
-NOT_REUSED = (WORKER, BASELINE, CONFIG_KEY)
+NOT_REUSED = (WORKER, BASELINE, CONFIG_KEY, PRIOR)
 
 
 
@@ -59,6 +61,7 @@ class TrialRecord:
     memory: MemoryStats = field(default_factory=MemoryStats)
     compile: CompileStats = field(default_factory=CompileStats)
     observed: Observed = field(default_factory=Observed)
+    window: WindowStats = field(default_factory=WindowStats)
     phases_s: dict[str, float] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     step_times_s: tuple[float, ...] = ()
@@ -73,6 +76,8 @@ class TrialRecord:
     guard_train_s: float | None = None
     guard_steps: int | None = None
     memory_excess_mib: float | None = None
+    prior: str | None = None  # the prior-table row that enqueued it
+    deferred: str | None = None  # why it was put back in the queue, unmeasured
 
     @classmethod
     def from_frozen(cls, trial) -> TrialRecord:
@@ -96,6 +101,7 @@ class TrialRecord:
         if result.ok:
             measured = dict(summary=result.summary(), memory=result.memory,
                             compile=result.compile, observed=result.observed,
+                            window=result.window,
                             phases_s=result.phases_s, warnings=result.warnings,
                             step_times_s=result.step_times_s)
         else:
@@ -135,6 +141,28 @@ class TrialRecord:
         return self.values[2] if self.values and len(self.values) > 2 else self.val_acc
 
     @property
+    def screened(self) -> bool:
+        """Racing measured it to the screening precision only: never on the front."""
+        return self.window.screened
+
+    @property
+    def imprecise(self) -> bool:
+        """Its window ran out of time before the target precision."""
+        return self.window.imprecise
+
+    @property
+    def precision(self) -> float | None:
+        """The relative 95% half-width of its throughput."""
+        return self.window.precision
+
+    def speedup(self, base: TrialRecord | None) -> tuple[float | None, float | None]:
+        """Its throughput over ``base``'s, and that ratio's relative 95% half-width."""
+        if base is None or not self.throughput or not base.throughput:
+            return None, None
+        return self.throughput / base.throughput, ratio_half_width(self.precision,
+                                                                   base.precision)
+
+    @property
     def eager(self) -> bool:
         """Compiled, but torch._dynamo hit its recompile limit and ran eagerly."""
         return self.compile.fell_back_to_eager
@@ -172,7 +200,7 @@ def records(study, states: tuple | None = None) -> list[TrialRecord]:
 
 
 def points(study) -> list[Point]:
-    """The completed trials as the front sees them."""
+    """The completed trials as the front sees them: screened-out ones left out."""
     from optuna.trial import TrialState
 
-    return [r.point() for r in records(study, (TrialState.COMPLETE,))]
+    return [r.point() for r in records(study, (TrialState.COMPLETE,)) if not r.screened]

@@ -1,0 +1,83 @@
+"""The prior table: device-aware first configs, measured right after the baseline.
+
+Each row is the baseline with a few knobs changed, taken from what usually pays on
+such a machine. A row is enqueued only where the machine has what it needs (CPU
+flags are read from /proc/cpuinfo, never assumed) and the search space holds its
+values; rows that repeat the baseline or an earlier row are dropped. Each is an
+ordinary trial that the sampler learns from, raced like any other.
+
+=====================  ==================================  ===============================
+row                    applies when                        change from the baseline
+=====================  ==================================  ===============================
+gpu-resident-bf16      device cuda                         gpu_sampling on, bfloat16
+                                                           autocast, no loader workers
+gpu-resident           device cuda                         gpu_sampling on, no loader
+                                                           workers
+bf16                   CPU with amx_bf16 or avx512_bf16    bfloat16 autocast
+workers-on-free-cores  at least 2 cores                    one loader worker per core but
+                                                           one (left to the training step)
+in-process-sampling    always                              no loader workers (sampling in
+                                                           the training process)
+=====================  ==================================  ===============================
+
+Compile is off in every row: a compiled variant is tried only after its eager twin
+was measured (see ``loop.defer_compiled``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from autotune.config import TrialConfig
+from autotune.space import SearchSpace, in_space
+
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+@dataclass(frozen=True)
+class Machine:
+    device: str
+    cores: int
+    cpu_flags: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Prior:
+    name: str
+    applies: Callable[[Machine], bool]
+    change: Callable[[Machine], dict]
+
+
+PRIORS = (
+    Prior("gpu-resident-bf16", lambda m: m.device == "cuda",
+          lambda m: {"gpu_sampling": True, "amp_dtype": "bfloat16", "num_workers": 0,
+                     "sampler": "builtin"}),
+    Prior("gpu-resident", lambda m: m.device == "cuda",
+          lambda m: {"gpu_sampling": True, "num_workers": 0, "sampler": "builtin"}),
+    Prior("bf16", lambda m: m.device == "cpu" and any(f in m.cpu_flags for f in BF16_FLAGS),
+          lambda m: {"amp_dtype": "bfloat16"}),
+    Prior("workers-on-free-cores", lambda m: m.cores >= 2,
+          lambda m: {"num_workers": m.cores - 1}),
+    Prior("in-process-sampling", lambda m: True, lambda m: {"num_workers": 0}),
+)
+
+
+def this_machine(device: str) -> Machine:
+    from autotune.env import available_cores, cpu_flags
+
+    return Machine(device, len(available_cores()), cpu_flags())
+
+
+def prior_configs(baseline: TrialConfig, space: SearchSpace,
+                  machine: Machine) -> list[tuple[str, TrialConfig]]:
+    """The rows of :data:`PRIORS` that apply here, as configs the space holds."""
+    out, seen = [], {baseline.replace(loader_cores=None, compute_cores=None).key()}
+    for prior in PRIORS:
+        if not prior.applies(machine):
+            continue
+        config = baseline.replace(compile_mode="none", loader_cores=None, compute_cores=None,
+                                  **prior.change(machine))
+        if in_space(config, space) and config.key() not in seen:
+            seen.add(config.key())
+            out.append((prior.name, config))
+    return out
