@@ -318,6 +318,7 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
     screen = spec.screen
     target = screen.precision if screen is not None else spec.precision
     blocks: list[list[float]] = []
+    started_at = time.time()
     start = block_start = time.perf_counter()
     block_seeds, stopped, precision = 0, "", None
     while not stopped:
@@ -350,7 +351,8 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
     out.stats = WindowStats(
         wall_s=time.perf_counter() - start, block_steps=per_block, blocks=blocks,
         precision=precision, target=target,
-        screen_precision=screen.precision if screen is not None else None, stopped=stopped)
+        screen_precision=screen.precision if screen is not None else None, stopped=stopped,
+        started_at=started_at, ended_at=time.time())
     return out
 
 
@@ -421,7 +423,7 @@ def _observe(pipe: Pipeline, stepper: _Stepper) -> dict:
             workers[str(pid)] = None
     probe = probe_model(pipe, next(stepper.batches))
     return {
-        "main_affinity": sorted(os.sched_getaffinity(0)),
+        "main_affinity": sorted(os.sched_getaffinity(0)), "main_pid": os.getpid(),
         "worker_affinity": workers,
         "expected_worker_affinity": pipe.worker_cores,
         "num_workers_alive": len(workers),

@@ -93,6 +93,7 @@ class Observed(_Part):
     model: str = ""
     saved_tensor_bytes: int = 0
     trial_start: str = ""  # "fork server", or "fresh interpreter" and why
+    main_pid: int = 0
 
 
 # Student's t, 97.5% quantile, by degrees of freedom 1..30 (beyond: Cornish-Fisher).
@@ -149,6 +150,8 @@ class WindowStats(_Part):
     target: float | None = None
     screen_precision: float | None = None
     stopped: str = ""
+    started_at: float = 0.0  # time.time() at the window's first and last clock read
+    ended_at: float = 0.0
 
     @property
     def imprecise(self) -> bool:

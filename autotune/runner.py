@@ -100,8 +100,10 @@ class ForkServer:
     failed, it died) is not used again: trials then start fresh interpreters and
     their ``observed.trial_start`` says why."""
 
-    def __init__(self, log: Path | None = None) -> None:
-        self.log = log  # the server's stderr (None: this process's)
+    def __init__(self, folder: Path | None = None) -> None:
+        # FOLDER/forkserver.log: the server's stderr (None: this process's);
+        # FOLDER/forkserver.json: its pid, import interval and checks, once ready
+        self.folder = Path(folder) if folder is not None else None
         self.proc: subprocess.Popen | None = None
         self.ready: dict | None = None
         self.unusable: str | None = None
@@ -127,9 +129,9 @@ class ForkServer:
         if device == "cuda":
             argv.append("--cuda-canary")
         err = None
-        if self.log is not None:
-            self.log.parent.mkdir(parents=True, exist_ok=True)
-            err = open(self.log, "ab")
+        if self.folder is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            err = open(self.folder / "forkserver.log", "ab")
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=err, env=env)
@@ -143,6 +145,9 @@ class ForkServer:
             self._fail(reply["unusable"])
         else:
             self.ready = reply["ready"]
+        if self.folder is not None and reply is not None:
+            (self.folder / "forkserver.json").write_text(json.dumps(
+                {**(reply.get("ready") or {}), "unusable": self.unusable}, indent=2))
 
     def _fail(self, why: str) -> None:
         self.unusable = why

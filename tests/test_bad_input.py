@@ -55,6 +55,12 @@ def _state(storage):
 
 
 CASES = {
+    "precision zero": (["search", "--precision", "0"], ["--precision", "such as 3% or 0.03"]),
+    "precision over 100%": (["search", "--precision", "150%"], ["--precision", "'150%'"]),
+    "precision not a number": (["trial", "--precision", "tight"], ["--precision", "'tight'"]),
+    "screen precision": (["search", "--screen-precision", "1"], ["--screen-precision"]),
+    "budget zero": (["search", "--budget", "0"], ["--budget", "such as 90s, 15m or 2h"]),
+    "budget unit": (["search", "--budget", "20 minutes"], ["--budget", "'20 minutes'"]),
     "unknown dataset": (["search", "--dataset", "Redit"], ["unknown dataset 'Redit'",
                                                           "use one of"]),
     "dataset missing offline": (["trial", "--dataset", "Cora", "--root", "{tmp}/empty"],

@@ -54,3 +54,15 @@ def ring_graph():
     src = (dst - torch.arange(1, 4).repeat_interleave(n)) % n
     return Data(x=torch.randn(n, 8, generator=gen), y=torch.randint(0, 2, (n,), generator=gen),
                 edge_index=torch.stack([src, dst]), train_mask=torch.rand(n, generator=gen) < 0.5)
+
+
+def leaky(in_channels: int, out_channels: int, config) -> nn.Module:
+    """A factory that leaves a mark on the torch module and refuses to build where it
+    finds one: a trial process that another trial (or the fork server) ran in fails."""
+    import os
+
+    if getattr(torch, "_autotune_test_mark", None) not in (None, os.getpid()):
+        raise RuntimeError(f"state leaked into this trial from process "
+                           f"{torch._autotune_test_mark}")
+    torch._autotune_test_mark = os.getpid()
+    return graphconv(in_channels, out_channels, config)

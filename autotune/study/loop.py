@@ -118,7 +118,7 @@ def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, 
     :class:`ForkServer` for the whole run."""
     outcome, clock = SearchOutcome(), _Clock(opts, _counted(study))
     worker = _this_worker()
-    with ForkServer(log=opts.study_dir / "forkserver.log") as server:
+    with ForkServer(folder=opts.study_dir) as server:
         while clock.may_start():
             asked_at = time.monotonic()
             trial = _reserve(opts, study, baseline, worker, outcome)
@@ -228,13 +228,14 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
         trials = rec.records(study)
         if not any(t.baseline and not t.not_measured for t in trials):
             study.enqueue_trial(params_for(baseline, opts.space), user_attrs={rec.BASELINE: True})
-            _enqueue_priors(opts, study, baseline)
         done = sum(t.counts for t in trials)
         running = sum(t.state == "running" for t in trials)
         if done >= opts.n_trials:
             return None
         if done + running >= opts.n_trials:
             return _WAIT
+        if any(t.baseline and t.counts for t in trials):
+            _enqueue_priors(opts, study, baseline)
         # Seeded by the study's size, so one worker replays exactly and two workers
         # never draw the same start-up configs.
         study.sampler = make_sampler(opts.sampler, opts.seed + len(study.get_trials(
@@ -248,15 +249,19 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
 
 
 def _enqueue_priors(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig) -> None:
-    """Queues the prior table behind the baseline, once per study."""
+    """Once the baseline is measured, queues the prior table's next row whenever the
+    queue is empty, so that the rows run first, in order, and none is left queued
+    when the trial budget ends first."""
     from autotune.study.priors import prior_configs, this_machine
 
-    if not opts.priors or study.user_attrs.get(rec.STUDY_PRIORS) is not None:
+    done = study.user_attrs.get(rec.STUDY_PRIORS, [])
+    if not opts.priors or study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         return
-    rows = prior_configs(baseline, opts.space, this_machine(opts.device))
-    for name, config in rows:
-        study.enqueue_trial(params_for(config, opts.space), user_attrs={rec.PRIOR: name})
-    study.set_user_attr(rec.STUDY_PRIORS, [name for name, _ in rows])
+    for name, config in prior_configs(baseline, opts.space, this_machine(opts.device)):
+        if name not in done:
+            study.enqueue_trial(params_for(config, opts.space), user_attrs={rec.PRIOR: name})
+            study.set_user_attr(rec.STUDY_PRIORS, [*done, name])
+            return
 
 
 def _this_worker() -> dict[str, Any]:

@@ -1,0 +1,237 @@
+"""Fast, trustworthy search: trials forked from a fork server, adaptive windows to a
+stated precision, racing, the prior table, compile after its eager twin, --budget."""
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from types import SimpleNamespace
+
+import optuna
+import pytest
+from _helpers import cli
+
+from autotune.measure import MeasureSpec, Screen, _window
+from autotune.result import WindowStats, rate_half_width
+
+FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
+        "--max-seconds", "0.5", "--space", "quick"]
+
+
+class _FakeStepper:
+    """Steps that sleep: ``delays()`` gives each step's seconds; every batch has 100
+    seeds."""
+
+    def __init__(self, delays, workers: int = 0) -> None:
+        self.delays = delays
+        self.pipe = SimpleNamespace(config=SimpleNamespace(num_workers=workers))
+        self.batch = SimpleNamespace(batch_size=100, num_nodes=1000,
+                                     edge_index=SimpleNamespace(size=lambda dim: 5000))
+
+    def step(self):
+        import torch
+
+        started = time.perf_counter()
+        time.sleep(self.delays())
+        return time.perf_counter() - started, self.batch, torch.tensor(1.0)
+
+
+def test_half_width_of_a_rate():
+    assert rate_half_width([[100, 1.0]]) is None
+    assert rate_half_width([[100, 1.0]] * 5) == 0.0
+    # two blocks at rates 90 and 110: rate 100, residuals +-10, so a sample standard
+    # deviation of 10 * sqrt(2), a standard error of 10, and t(1 df) = 12.706
+    assert rate_half_width([[90, 1.0], [110, 1.0]]) == pytest.approx(12.706 * 10 / 100)
+    # blocks of unequal length: the ratio estimator weighs by time, not by block
+    assert rate_half_width([[100, 1.0], [300, 3.0], [200, 2.0]]) == 0.0
+
+
+def test_a_steady_workload_stops_early_at_its_precision():
+    spec = MeasureSpec(min_steps=10, min_window_s=0.2, max_window_s=10.0, precision=0.05)
+    window = _window(_FakeStepper(lambda: 0.004), spec, [0.004] * 3, lambda: 0.0)
+    stats = window.stats
+    assert stats.stopped == "precise" and not stats.imprecise
+    assert stats.precision <= 0.05 and stats.target == 0.05
+    assert len(stats.blocks) >= 4 and len(window.times) >= 10
+    assert 0.2 <= stats.wall_s < 3.0, "a steady workload must not run to --max-seconds"
+
+
+def test_a_jittery_workload_runs_to_max_seconds_flagged_imprecise():
+    rng = random.Random(0)
+    spec = MeasureSpec(min_steps=10, min_window_s=0.2, max_window_s=1.0, precision=0.01)
+    window = _window(_FakeStepper(lambda: rng.choice([0.001, 0.001, 0.001, 0.04])), spec,
+                     [0.01] * 3, lambda: 0.0)
+    stats = window.stats
+    assert stats.stopped == "max-seconds" and stats.imprecise
+    assert stats.precision > 0.01
+    assert 1.0 <= stats.wall_s < 1.2
+    # the throughput's denominator is the window's wall time, over every step
+    assert stats.wall_s >= sum(window.times)
+
+
+def test_racing_screens_out_a_config_whose_best_case_is_dominated():
+    spec = MeasureSpec(min_steps=10, min_window_s=0.2, max_window_s=10.0, precision=0.01,
+                       screen=Screen(precision=0.2, front=((1e9, 1.0),)))
+    window = _window(_FakeStepper(lambda: 0.004), spec, [0.004] * 3, lambda: 50.0)
+    assert window.stats.stopped == "screened" and window.stats.screened
+    assert window.stats.precision <= 0.2 and window.stats.screen_precision == 0.2
+    # the same config, with a front it could join, is refined to full precision
+    spec = MeasureSpec(min_steps=10, min_window_s=0.2, max_window_s=10.0, precision=0.03,
+                       screen=Screen(precision=0.2, front=((1.0, 1.0),)))
+    window = _window(_FakeStepper(lambda: 0.004), spec, [0.004] * 3, lambda: 50.0)
+    assert window.stats.stopped == "precise" and window.stats.precision <= 0.03
+
+
+def test_screen_bounds():
+    screen = Screen(precision=0.1, front=((1000.0, 100.0),), budget_mib=500.0)
+    assert screen.rules_out(900.0, 0.05, 200.0)  # best case 945 < 1000 at more memory
+    assert not screen.rules_out(900.0, 0.2, 200.0)  # best case 1080 could join
+    assert not screen.rules_out(900.0, 0.05, 50.0)  # leaner than the front
+    assert screen.rules_out(5000.0, 0.05, 600.0)  # over the memory budget
+
+
+def _record(number, throughput, memory, stopped="precise", config=None, **kw):
+    from autotune.study.records import TrialRecord
+
+    return TrialRecord(number, state="complete", values=(throughput, memory),
+                       config=config or {"batch_size": number},
+                       window=WindowStats(stopped=stopped, precision=0.02), **kw)
+
+
+def test_a_screened_trial_never_reaches_the_front():
+    from autotune.study.front import front_rows
+
+    trials = [_record(0, 100.0, 50.0, baseline=True), _record(1, 300.0, 40.0, "screened"),
+              _record(2, 200.0, 60.0)]
+    rows = front_rows(trials, 0, None)
+    assert {r.trial for r in rows} == {0, 2}, "the screened trial dominates but must not show"
+    assert rows[0].speedup == pytest.approx(2.0)
+    assert rows[0].speedup_precision == pytest.approx((2 * 0.02 ** 2) ** 0.5)
+
+
+def test_payback_epochs_of_a_compiled_config():
+    from autotune.config import TrialConfig
+    from autotune.result import CompileStats
+    from autotune.study.front import payback_epochs
+
+    eager = TrialConfig(batch_size=512)
+    compiled = eager.replace(compile_mode="default")
+    trials = [_record(0, 1000.0, 50.0, config=eager.to_dict()),
+              _record(1, 2000.0, 60.0, config=compiled.to_dict(),
+                      compile=CompileStats(compiled=True, compile_time_s=10.0))]
+    # an epoch of 10,000 seeds: 10 s eager, 5 s compiled, so 10 s of compile = 2 epochs
+    assert payback_epochs(trials[1], trials, 10_000) == pytest.approx(2.0)
+    assert payback_epochs(trials[0], trials, 10_000) is None
+    slower = [trials[0], _record(1, 900.0, 60.0, config=compiled.to_dict())]
+    assert payback_epochs(slower[1], slower, 10_000) == float("inf")
+
+
+@pytest.mark.parametrize("machine, expected", [
+    (("cuda", 16, frozenset()), ["gpu-resident-bf16", "gpu-resident", "workers-on-free-cores",
+                                 "in-process-sampling"]),
+    (("cpu", 2, frozenset({"avx512_bf16"})), ["bf16", "workers-on-free-cores",
+                                              "in-process-sampling"]),
+    (("cpu", 2, frozenset({"avx512_vnni"})), ["workers-on-free-cores", "in-process-sampling"]),
+])
+def test_priors_follow_the_device(machine, expected):
+    from autotune.space import load_space
+    from autotune.study.api import default_config
+    from autotune.study.priors import Machine, prior_configs
+
+    device = machine[0]
+    base = default_config(device).replace(num_workers=machine[1])
+    space = load_space("default", device=device, baseline=base)
+    rows = prior_configs(space.baseline(base), space, Machine(*machine))
+    names = [name for name, _ in rows]
+    assert names == [n for n in expected if n != "workers-on-free-cores" or
+                     machine[1] - 1 != base.num_workers]
+    configs = dict(rows)
+    if device == "cuda":
+        assert configs["gpu-resident-bf16"].gpu_sampling
+        assert configs["gpu-resident-bf16"].amp_dtype == "bfloat16"
+        assert configs["gpu-resident-bf16"].num_workers == 0
+    assert all(c.compile_mode == "none" for c in configs.values())
+
+
+def test_a_compile_variant_waits_for_its_eager_twin(tmp_path):
+    from autotune.config import TrialConfig
+    from autotune.space import load_space, suggest_config
+    from autotune.study import records as rec
+    from autotune.study.loop import SearchOptions, defer_compiled
+
+    space = load_space({"knobs": {"batch_size": {"choices": [64, 128]},
+                                  "compile_mode": {"choices": ["none", "default"]},
+                                  "shapes": {"choices": ["dynamic", "padded"]}}},
+                       device="cpu", baseline=TrialConfig())
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(study_name="s", storage=storage, directions=rec.DIRECTIONS)
+    opts = SearchOptions(dataset=None, space=space, storage=storage, study_name="s",
+                         studies_dir=tmp_path)
+    study.enqueue_trial({"batch_size": 128, "compile_mode": "default", "shapes": "padded",
+                         "pad_ladder": "pow2"})
+    trial = study.ask()
+    config = suggest_config(trial, space, device="cpu")
+    assert defer_compiled(opts, study, trial, config)
+    frozen = study.trials[trial.number]
+    assert frozen.state.name == "PRUNED" and frozen.user_attrs[rec.DEFERRED]
+    twin_trial = study.ask()  # the queue gives the eager twin first, then the variant
+    twin = suggest_config(twin_trial, space, device="cpu")
+    assert twin == config.replace(compile_mode="none", shapes="dynamic")
+    assert not defer_compiled(opts, study, twin_trial, twin)
+    twin_trial.set_user_attr(rec.CONFIG_KEY, twin.key())
+    study.tell(twin_trial, [100.0, 10.0])
+    again = study.ask()
+    assert suggest_config(again, space, device="cpu") == config
+    assert not defer_compiled(opts, study, again, config), "its twin is measured now"
+
+
+def test_forked_trials_start_in_a_second_isolated_and_never_overlap(tmp_path):
+    """After the first trial, a trial is ready to build within 1 s (median); each
+    runs in a process no other trial ran in (the factory refuses a process that
+    carries another's mark on torch); no process of the search (the fork server's
+    imports, the previous trial) runs during a window, judged from timestamps."""
+    import json
+
+    import autotune
+
+    result = autotune.search(dataset="synthetic", scale=0.004, space="quick", n_trials=4,
+                             model="user_models:leaky", studies_dir=tmp_path / "studies",
+                             root=str(tmp_path / "data"), priors=False,
+                             measure=MeasureSpec(warmup_steps=1, min_steps=3,
+                                                 min_window_s=0.2, max_window_s=0.5))
+    measured = [t for t in result.trials if t.reused_from is None and t.state != "pruned"]
+    assert all(t.complete for t in measured), [t.fail_reason for t in measured]
+    assert all(t.observed.trial_start == "fork server" for t in measured)
+    pids = [t.observed.main_pid for t in measured]
+    assert len(set(pids)) == len(pids), "a trial process was reused"
+    startups = [t.phases_s["startup"] for t in measured[1:]]
+    assert statistics.median(startups) <= 1.0, startups
+    server = json.loads((tmp_path / "studies" / result.study_name / "forkserver.json")
+                        .read_text())
+    assert server["pid"] not in pids
+    intervals = sorted((t.window.started_at, t.window.ended_at, t) for t in measured)
+    assert server["import_done_at"] <= intervals[0][0], "the server imported during a window"
+    for (_, _, before), (start, _, after) in zip(intervals, intervals[1:]):
+        assert before.measured_at[1] <= start, (before.number, after.number)
+
+
+@pytest.mark.slow
+def test_budget_stops_the_search_within_one_trial(tmp_path):
+    common = [*FAST, "--root", str(tmp_path / "data"), "--studies-dir", str(tmp_path / "s")]
+    started = time.monotonic()
+    proc = cli("search", *common, "--study-name", "b", "--n-trials", "200", "--budget", "12s",
+               "--max-seconds", "1")
+    wall = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr
+    study = optuna.load_study(study_name="b", storage=f"sqlite:///{tmp_path / 's' / 'b.db'}")
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert 2 <= len(done) < 200
+    longest = max(t.user_attrs["measured_at"][1] - t.user_attrs["measured_at"][0] for t in done)
+    assert wall <= 12 + longest + 15, (wall, longest)  # + the CLI's own start and finish
+    # a budget shorter than one trial fails that trial cleanly: counted against nothing
+    proc = cli("search", *common, "--study-name", "c", "--n-trials", "3", "--budget", "3s",
+               "--steps", "100000", "--max-seconds", "60")
+    assert proc.returncode == 0, proc.stderr
+    study = optuna.load_study(study_name="c", storage=f"sqlite:///{tmp_path / 's' / 'c.db'}")
+    assert [t.state.name for t in study.trials if t.state.name != "WAITING"] == ["FAIL"]
+    assert study.trials[0].user_attrs["fail_reason"].startswith("budget:")
