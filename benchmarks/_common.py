@@ -16,8 +16,11 @@ def parser(doc: str, out: str) -> argparse.ArgumentParser:
     p.add_argument("--scale", type=float, default=1.0, help="synthetic graph size (1.0 = Reddit)")
     p.add_argument("--root", default="data", help="dataset folder")
     p.add_argument("--trials", type=int, default=3)
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--steps", type=int, default=10, help="timed steps at least")
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--precision", type=float, default=0.03,
+                   help="the window's target: relative 95%% half-width of the throughput")
+    p.add_argument("--max-seconds", type=float, default=60.0)
     p.add_argument("--workdir", default="studies/benchmarks")
     p.add_argument("--out", default=out)
     return p
@@ -28,6 +31,14 @@ def prepare(args) -> tuple[DatasetRef, dict, float]:
     start = time.perf_counter()
     stats = ref.prepare().stats()
     return ref, stats, time.perf_counter() - start
+
+
+def measure_spec(args):
+    """The trials' MeasureSpec from the common flags."""
+    from autotune.measure import MeasureSpec
+
+    return MeasureSpec(warmup_steps=args.warmup, min_steps=args.steps,
+                       precision=args.precision, max_window_s=args.max_seconds)
 
 
 def baseline():

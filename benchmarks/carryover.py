@@ -13,9 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _common import parser, timed_search, write
+from _common import measure_spec, parser, timed_search, write
 
-from autotune.measure import MeasureSpec
 
 LOW, HIGH = 0.85, 1.15
 
@@ -39,7 +38,7 @@ def main() -> None:
     _, result, _, _ = timed_search(
         workdir, "carryover", dataset="synthetic", scale=args.scale, root=args.root,
         space=args.space, n_trials=args.n_trials,
-        measure=MeasureSpec(warmup_steps=args.warmup, window_steps=args.steps))
+        measure=measure_spec(args))
     runs = []
     for pick in ("knee", "max-throughput", "min-memory"):
         out = result.export(workdir / f"{pick}.yaml", pick=pick)

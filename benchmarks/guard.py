@@ -14,9 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from _common import parser, timed_search, write
+from _common import measure_spec, parser, timed_search, write
 
-from autotune.measure import MeasureSpec
 
 PLANETOID = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "planetoid"
 RATIO, SHARE = 0.99, 0.25
@@ -35,7 +34,7 @@ def one(name: str, data: dict, epochs: int, args, workdir: Path) -> dict:
     _, result, wall, stdout = timed_search(
         workdir, study_name, **data, space=workdir / "space.yaml", n_trials=args.n_trials,
         accuracy_guard=RATIO, guard_epochs=epochs, sampler="random",
-        measure=MeasureSpec(warmup_steps=args.warmup, window_steps=args.steps))
+        measure=measure_spec(args))
     guard, k = result.guard, result.knee
     guarded = [t for t in result.trials if t.val_acc is not None and t.reused_from is None]
     guard_s = sum(t.guard_s for t in guarded)

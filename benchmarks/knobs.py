@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import statistics
 
-from _common import baseline, parser, prepare, write
+from _common import baseline, measure_spec, parser, prepare, write
 
-from autotune.measure import MeasureSpec
 from autotune.runner import TrialLimits, run_trial
 from autotune.sampler import resolve_backend
 from autotune.errors import AutotuneError, ConfigError
@@ -47,7 +46,7 @@ def main() -> None:
     args = p.parse_args()
     ref, stats, _ = prepare(args)
     base = baseline().replace(sampler="builtin")
-    spec = MeasureSpec(warmup_steps=args.warmup, window_steps=args.steps)
+    spec = measure_spec(args)
     limits = TrialLimits(timeout_s=args.trial_timeout)
     cache = f"{args.workdir}/knobs-inductor"
 

@@ -91,6 +91,8 @@ def main() -> None:
     parser.add_argument("--root", default="data")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--precision", type=float, default=0.03)
+    parser.add_argument("--max-seconds", type=float, default=60.0)
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--workdir", default="studies/benchmarks/efficiency")
@@ -101,7 +103,8 @@ def main() -> None:
     stats = ref.prepare().stats()
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    table = measure_grid(ref, MeasureSpec(warmup_steps=args.warmup, window_steps=args.steps),
+    table = measure_grid(ref, MeasureSpec(warmup_steps=args.warmup, min_steps=args.steps,
+                                   precision=args.precision, max_window_s=args.max_seconds),
                          workdir, workdir / f"grid-scale{args.scale:g}.json")
     grid_points = [Point(i, *row["values"]) for i, row in enumerate(table.values())
                    if row["values"] is not None]

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import yaml
 
-from _common import baseline, parser, prepare, timed_search, write
+from _common import baseline, measure_spec, parser, prepare, timed_search, write
 
-from autotune.measure import MeasureSpec
+from autotune.result import ratio_half_width
 from autotune.runner import TrialLimits
 
 REDDIT_TRAIN_NODES = 153_431
@@ -60,14 +60,17 @@ def main() -> None:
     study, _, wall, stdout = timed_search(
         workdir, name, dataset="synthetic", scale=args.scale, root=args.root,
         space=space_file(base, workdir), n_trials=args.n_trials, sampler=args.sampler,
-        measure=MeasureSpec(warmup_steps=args.warmup, window_steps=args.steps),
+        measure=measure_spec(args),
         limits=TrialLimits(timeout_s=args.trial_timeout))
     done = [t for t in study.trials if t.state.name == "COMPLETE"
             and "reused_from" not in t.user_attrs]
     base_trial = next(t for t in done if t.user_attrs.get("baseline"))
-    compiled_ok = [t for t in done if not t.user_attrs["compile"].get("fell_back_to_eager")]
+    compiled_ok = [t for t in done if not t.user_attrs["compile"].get("fell_back_to_eager")
+                   and t.user_attrs.get("window", {}).get("stopped") != "screened"]
     best = max(compiled_ok, key=lambda t: t.values[0])
     ratio = best.values[0] / base_trial.values[0]
+    precision = {t.number: t.user_attrs.get("window", {}).get("precision")
+                 for t in (base_trial, best)}
     epoch_base = REDDIT_TRAIN_NODES / base_trial.values[0]
     epoch_best = REDDIT_TRAIN_NODES / best.values[0]
     saved = epoch_base - epoch_best
@@ -77,12 +80,17 @@ def main() -> None:
         "benchmark": "speedup", "dataset": stats, "scale": args.scale, "device": device,
         "n_trials": len(study.trials), "measured_trials": len(done),
         "failed_trials": sum(t.state.name == "FAIL" for t in study.trials),
-        "sampler": args.sampler, "steps": args.steps, "warmup": args.warmup,
+        "sampler": args.sampler, "measure": measure_spec(args).to_dict(),
+        "screened_trials": sum(t.user_attrs.get("window", {}).get("stopped") == "screened"
+                               for t in done),
         "baseline": {"trial": base_trial.number, "seed_nodes_per_s": base_trial.values[0],
                      "peak_mib": base_trial.values[1]},
         "best": {"trial": best.number, "seed_nodes_per_s": best.values[0],
                  "peak_mib": best.values[1], "config": best.user_attrs["config"]},
         "speedup": ratio, "target_speedup": target, "meets_speedup": ratio >= target,
+        "precision": {"baseline": precision[base_trial.number], "best": precision[best.number],
+                      "speedup": ratio_half_width(precision[base_trial.number],
+                                                  precision[best.number])},
         "search_wall_s": wall,
         "epoch_s_at_reddit_scale": {"baseline": epoch_base, "best": epoch_best},
         "break_even_epochs": wall / saved if saved > 0 else None,

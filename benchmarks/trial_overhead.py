@@ -1,51 +1,61 @@
-"""Where a trial's wall time goes: spawn and load, build, warm-up, timed window.
+"""Where a trial's wall time goes: start-up, build, loader workers, warm-up, window.
 
-On the full-size synthetic graph (Reddit's 232,965 nodes and mean degree), the
-baseline config (PyG's examples/reddit.py, no compile). Targets: spawn and load
-under 2 s; everything outside the window at most 30% of the trial's wall time.
+The baseline config (PyG's examples/reddit.py, no compile) on the synthetic graph,
+run as a search runs its trials: every trial forked from one fork server, which the
+first trial starts (so the first pays the imports). Targets: start-up (asked to
+ready to build) at most 1 s after the first trial, median; everything outside the
+window at most 20% of a trial's wall time, median after the first.
 
-    python benchmarks/trial_overhead.py --out benchmarks/results/trial_overhead.json
+    python benchmarks/trial_overhead.py --scale 0.1 --out benchmarks/results/trial_overhead.json
 """
 from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 
-from _common import baseline, parser, prepare, write
+from _common import baseline, measure_spec, parser, prepare, write
 
-from autotune.measure import MeasureSpec
-from autotune.runner import run_trial
+from autotune.runner import ForkServer, run_trial
 
-SPAWN_LOAD_TARGET_S = 2.0
-OUTSIDE_WINDOW_TARGET = 0.30
+STARTUP_TARGET_S = 1.0
+OUTSIDE_WINDOW_TARGET = 0.20
 
 
 def main() -> None:
-    args = parser(__doc__, "benchmarks/results/trial_overhead.json").parse_args()
+    p = parser(__doc__, "benchmarks/results/trial_overhead.json")
+    p.set_defaults(trials=4)
+    args = p.parse_args()
     ref, stats, prepare_s = prepare(args)
     config = baseline()
     rows = []
-    for i in range(args.trials):
-        start = time.perf_counter()
-        result = run_trial(config, dataset=ref, trial_dir=f"{args.workdir}/overhead-{i}",
-                           measure=MeasureSpec(warmup_steps=args.warmup,
-                                               window_steps=args.steps))
-        wall = time.perf_counter() - start
-        if not result.ok:
-            raise SystemExit(f"trial {i} failed: {result.status}: {result.reason}\n"
-                             f"{result.stderr_tail}")
-        p = result.phases_s
-        rows.append({"wall_s": wall, **p, "outside_window_s": wall - p["window"],
-                     "outside_window_fraction": (wall - p["window"]) / wall,
-                     "seed_nodes_per_s": result.throughput})
-    med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+    with ForkServer(folder=Path(args.workdir) / "overhead") as server:
+        for i in range(args.trials):
+            start = time.perf_counter()
+            result = run_trial(config, dataset=ref, trial_dir=f"{args.workdir}/overhead-{i}",
+                               measure=measure_spec(args), server=server)
+            wall = time.perf_counter() - start
+            if not result.ok:
+                raise SystemExit(f"trial {i} failed: {result.status}: {result.reason}\n"
+                                 f"{result.stderr_tail}")
+            p = result.phases_s
+            rows.append({"wall_s": wall, **p, "outside_window_s": wall - p["window"],
+                         "outside_window_fraction": (wall - p["window"]) / wall,
+                         "trial_start": result.observed.trial_start,
+                         "precision": result.window.precision,
+                         "stopped": result.window.stopped,
+                         "seed_nodes_per_s": result.throughput})
+    later = rows[1:]
+    med = {key: statistics.median(r[key] for r in later) for key in rows[0]
+           if isinstance(rows[0][key], float)}
     write(args.out, {
-        "benchmark": "trial_overhead", "dataset": stats, "prepare_once_s": prepare_s,
-        "config": config.to_dict(), "steps": args.steps, "warmup": args.warmup,
-        "trials": rows, "median": med,
-        "targets": {"spawn_and_load_s": SPAWN_LOAD_TARGET_S,
+        "benchmark": "trial_overhead", "dataset": stats, "scale": args.scale,
+        "prepare_once_s": prepare_s, "config": config.to_dict(),
+        "measure": measure_spec(args).to_dict(), "trials": rows,
+        "first_trial_startup_s": rows[0]["startup"], "median_after_first": med,
+        "targets": {"startup_s": STARTUP_TARGET_S,
                     "outside_window_fraction": OUTSIDE_WINDOW_TARGET},
-        "meets": {"spawn_and_load": med["spawn_and_load"] < SPAWN_LOAD_TARGET_S,
+        "meets": {"startup": med["startup"] <= STARTUP_TARGET_S,
                   "outside_window": med["outside_window_fraction"] <= OUTSIDE_WINDOW_TARGET},
     })
 

@@ -66,11 +66,15 @@ def test_trial_prints_json(tmp_path):
     cfg.write_text("batch_size: 64\nnum_neighbors: [5, 5]\nhidden_channels: 16\n")
     proc = autotune("trial", "--dataset", "synthetic", "--scale", "0.004", "--root",
                     str(tmp_path / "data"), "--config", str(cfg), "--steps", "4", "--warmup",
-                    "1", "--format", "json", "--studies-dir", str(tmp_path / "studies"))
+                    "1", "--max-seconds", "0.5", "--precision", "5%", "--format", "json",
+                    "--studies-dir", str(tmp_path / "studies"))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["status"] == "ok"
-    assert len(result["step_times_s"]) == 4
+    assert len(result["step_times_s"]) >= 4
+    window = result["window"]
+    assert window["target"] == 0.05 and window["stopped"] in ("precise", "max-seconds")
+    assert 0 < window["wall_s"] < 0.5 + 1.0  # --max-seconds, plus at most one step
     assert result["summary"]["seed_nodes_per_s"] > 0
     assert list((tmp_path / "studies" / "trials").iterdir())
 
