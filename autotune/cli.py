@@ -23,6 +23,7 @@ STORAGE_ENV, STUDIES_ENV = "AUTOTUNE_STORAGE", "AUTOTUNE_STUDIES_DIR"
 SEARCH_EXAMPLE = """examples:
   autotune search --dataset synthetic --scale 0.02 --space quick --n-trials 8
   autotune search --dataset Reddit --root data --max-memory 8GiB --n-trials 40
+  autotune search --dataset Reddit --root data --budget 20m --precision 5%
   autotune search --dataset Reddit --space reddit --model gat --layers 3 --n-trials 40
   autotune search --dataset mypkg.data:load --model mypkg.models:factory --n-trials 20
 

@@ -116,22 +116,23 @@ def front_table(rows) -> str:
 
 def trials_table(trials) -> str:
     lines = [f"All trials ({len(trials)}):",
-             f"{'trial':>5} {'state':<8} {'seed nodes/s':>13} {'peak MiB':>9}  config / reason"]
+             f"{'trial':>5} {'state':<8} {'seed nodes/s':>13} {'±95%':>6} {'peak MiB':>9}  "
+             "config / reason"]
     for r in trials:
         tp = f"{r.throughput:,.0f}" if r.throughput is not None else "-"
         mem = f"{r.memory_mib:,.0f}" if r.memory_mib is not None else "-"
+        prec = pm(r.precision) if r.complete and r.precision is not None else "-"
         what = short(r.config) if r.config else ""
         extra = " (baseline)" if r.baseline else ""
-        extra += f" (repeat of #{r.reused_from})" if r.reused_from is not None else ""
-        extra += f" [{r.fail_reason[:70]}]" if r.fail_reason else ""
-        extra += f" ({pm(r.precision)})" if r.complete and r.reused_from is None else ""
-        extra += " (screened out)" if r.screened else " (IMPRECISE)" if r.imprecise else ""
         extra += f" (prior {r.prior})" if r.prior else ""
+        extra += f" (repeat of #{r.reused_from})" if r.reused_from is not None else ""
+        extra += " SCREENED OUT" if r.screened else " IMPRECISE" if r.imprecise else ""
+        extra += f" [{r.fail_reason[:70]}]" if r.fail_reason else ""
         extra += f" [deferred: {r.deferred}]" if r.deferred else ""
         if r.val_acc is not None:
             extra += f" (val acc {r.val_acc:.4f}" + \
                 (", below the accuracy guard)" if r.below_guard else ")")
-        lines.append(f"{r.number:>5} {r.state:<8} {tp:>13} {mem:>9}  {what}{extra}")
+        lines.append(f"{r.number:>5} {r.state:<8} {tp:>13} {prec:>6} {mem:>9}  {what}{extra}")
     return "\n".join(lines)
 
 

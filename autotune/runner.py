@@ -1,10 +1,12 @@
-"""Runs one trial in a fresh process and reads back its ``TrialResult``.
+"""Runs one trial in a process of its own and reads back its ``TrialResult``.
 
-Each trial is a new interpreter (``python -m autotune.worker``, never a fork of
-this process) in its own session, so that the whole process tree, loader workers
-and compile workers included, can be killed as one. A watchdog enforces the
-timeout and, with ``memory_limit``, the RSS of the whole tree. Whatever happens,
-no process of the trial survives ``run_trial``.
+A trial is either a new interpreter (``python -m autotune.worker``, never a fork of
+this process) or, in a search, a child forked from a :class:`ForkServer` that
+imported torch and PyG once (see :mod:`autotune.forkserver`). Either way it runs in
+its own session, so that the whole process tree, loader workers and compile
+workers included, can be killed as one. A watchdog enforces the timeout and, with
+``memory_limit``, the RSS of the whole tree. Whatever happens, no process of the
+trial survives ``run_trial``.
 """
 from __future__ import annotations
 

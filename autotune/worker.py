@@ -1,6 +1,7 @@
 """The trial process: ``python -m autotune.worker SPEC.json RESULT.json``.
 
-Started by ``runner.py`` as a fresh interpreter. It memory-maps the prepared
+Started by ``runner.py`` as a fresh interpreter, or forked by ``forkserver.py``
+(which then calls :func:`main`). It memory-maps the prepared
 dataset, builds the pipeline, measures it and writes a ``TrialResult`` as JSON.
 Any exception becomes an ``error`` (or ``oom``) result with its traceback.
 
@@ -159,8 +160,9 @@ def _write(path: Path, blob: dict) -> None:
 
 
 def die_with_parent() -> None:
-    """Asks Linux to SIGKILL this process when the runner dies (say, kill -9 of the
-    search), so no orphaned trial keeps measuring. Loader workers notice their
+    """Asks Linux to SIGKILL this process when its parent dies (the runner, or the
+    fork server, which dies with the runner), say on kill -9 of the search, so no
+    orphaned trial keeps measuring. Loader workers notice their
     parent's death themselves (torch's worker watchdog)."""
     import ctypes
 

@@ -20,6 +20,12 @@ def _verdict(ok: bool) -> str:
 
 
 def rows() -> list[tuple[str, str, str, str]]:
+    parts = (_sampler, _trial_overhead, _noise, _time_to_best, _search_efficiency,
+             _distributed, _knobs, _speedup, _carryover, _guard)
+    return [row for part in parts for row in part()]
+
+
+def _sampler() -> list[tuple[str, str, str, str]]:
     out = []
     s = _load("sampler")
     if s:
@@ -43,6 +49,11 @@ def rows() -> list[tuple[str, str, str, str]]:
         if "cpu_over_cuda" in sp:
             out.append(("sampler.py", "built-in CUDA vs CPU", f"{sp['cpu_over_cuda']:.1f}x",
                         f">= 10x: {_verdict(sp['cpu_over_cuda'] >= 10)}"))
+    return out
+
+
+def _trial_overhead() -> list[tuple[str, str, str, str]]:
+    out = []
     t = _load("trial_overhead")
     if t:
         m = t["median_after_first"]
@@ -56,6 +67,11 @@ def rows() -> list[tuple[str, str, str, str]]:
                     "(after the first)",
                     f"{100 * m['outside_window_fraction']:.1f}% of {m['wall_s']:.1f} s",
                     f"<= 20%: {_verdict(t['meets']['outside_window'])}"))
+    return out
+
+
+def _noise() -> list[tuple[str, str, str, str]]:
+    out = []
     n = _load("noise")
     if n:
         out.append(("noise.py", f"baseline repeated {len(n['seed_nodes_per_s'])} times at "
@@ -65,6 +81,11 @@ def rows() -> list[tuple[str, str, str, str]]:
                     f"{n['median_seed_nodes_per_s']:,.0f} seed nodes/s; reached "
                     + ", ".join(f"±{100 * p:.1f}%" for p in n["precision_reached"]) + ")",
                     f"<= 5%: {_verdict(n['meets'])}"))
+    return out
+
+
+def _time_to_best() -> list[tuple[str, str, str, str]]:
+    out = []
     b = _load("time_to_best")
     if b:
         at = b["time_to_90pct_s"]
@@ -76,6 +97,11 @@ def rows() -> list[tuple[str, str, str, str]]:
                     f"{b['best_known_seed_nodes_per_s']:,.0f}; {b['speedup']:.2f}x "
                     f"±{b['speedup'] * (b['speedup_precision'] or 0):.2f} the baseline",
                     f"<= 10 min: {_verdict(b['meets'])}"))
+    return out
+
+
+def _search_efficiency() -> list[tuple[str, str, str, str]]:
+    out = []
     e = _load("search_efficiency")
     if e:
         fmt = ", ".join(f"{name} {r['median_best_ratio']:.2f} / {r['median_hypervolume_ratio']:.2f}"
@@ -86,6 +112,11 @@ def rows() -> list[tuple[str, str, str, str]]:
                     f"default ({e['default_sampler']}) >= {e['target_best_ratio']}: "
                     f"{_verdict(e['meets']['default_reaches_target'])}; beats random: "
                     f"{_verdict(e['meets']['default_beats_random'])}"))
+    return out
+
+
+def _distributed() -> list[tuple[str, str, str, str]]:
+    out = []
     d = _load("distributed")
     if d:
         fmt = "; ".join(f"{r['workers']} worker{'s' if r['workers'] > 1 else ''}: "
@@ -94,6 +125,11 @@ def rows() -> list[tuple[str, str, str, str]]:
         out.append(("distributed.py", f"PostgreSQL, {d['budget_trials']} cheap trials, "
                     "measurement lock on: trials per minute, storage overhead per trial", fmt,
                     "reported (no target)"))
+    return out
+
+
+def _knobs() -> list[tuple[str, str, str, str]]:
+    out = []
     k = _load("knobs")
     if k:
         ok = [r for r in k["rows"] if r["status"] == "ok"]
@@ -102,6 +138,11 @@ def rows() -> list[tuple[str, str, str, str]]:
                     f"{len(ok)} changes): the largest throughput gain",
                     f"{top['knob']} {top['value']}: {top['throughput_ratio']:.2f}x",
                     "reported (knob table below)"))
+    return out
+
+
+def _speedup() -> list[tuple[str, str, str, str]]:
+    out = []
     sp = _load("speedup")
     if sp:
         epochs = sp["break_even_epochs"]
@@ -118,6 +159,11 @@ def rows() -> list[tuple[str, str, str, str]]:
                     f"{epochs:.1f} epochs ({sp['search_wall_s'] / 60:.0f} min search)"
                     if epochs is not None else "never (no time saved)",
                     f"<= {sp['target_break_even_epochs']}: {_verdict(sp['meets_break_even'])}"))
+    return out
+
+
+def _carryover() -> list[tuple[str, str, str, str]]:
+    out = []
     c = _load("carryover")
     if c:
         fmt = ", ".join(f"{r['pick']} {r['ratio']:.2f}" for r in c["runs"])
@@ -125,6 +171,11 @@ def rows() -> list[tuple[str, str, str, str]]:
                     f"(scale {c['scale']}, {c['epochs']} epochs)",
                     f"{fmt} (median {c['median_ratio']:.2f})",
                     f"0.85-1.15: {_verdict(c['meets'])}"))
+    return out
+
+
+def _guard() -> list[tuple[str, str, str, str]]:
+    out = []
     g = _load("guard")
     if g:
         for r in g["results"]:

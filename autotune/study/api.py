@@ -118,11 +118,9 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
                    scale: float = 1.0, data_seed: int = 0, model: ModelArg = None,
                    hidden: int | None = None, layers: int | None = None,
                    recompile_limit: int | None = None, space: str | Path | dict = "default",
-                   n_trials: int = 20, timeout_s: float | None = None,
-                   budget: float | str | None = None, racing: bool = True,
-                   screen_precision: float | str = 0.10, priors: bool = True,
-                   sampler: str = "gp",
-                   seed: int = 0, max_memory: int | str | None = None,
+                   n_trials: int = 20, timeout_s: float | None = None, budget=None,
+                   racing: bool = True, screen_precision=0.10, priors: bool = True,
+                   sampler: str = "gp", seed: int = 0, max_memory: int | str | None = None,
                    device: str | None = None, accuracy_guard: float | None = None,
                    guard_epochs: int = 3, objectives: str | Sequence[str] = "throughput,memory",
                    study_name: str | None = None, storage: str | None = None,
@@ -136,13 +134,12 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     module-level factory ``(in_channels, out_channels, config) -> nn.Module`` whose
     forward takes ``(x, edge_index)``. ``space``: a shipped space's name, a YAML path
     or a dict of the same schema. ``max_memory``: bytes or a size such as ``'8GiB'``.
-    ``measure``/``limits``: an :class:`autotune.MeasureSpec` and
-    :class:`autotune.TrialLimits`. ``budget``: seconds or '20m', '1h', '90s' of wall
-    clock for this run. ``racing``: measure a new config to ``screen_precision``
-    first. ``priors``: queue the prior table after the baseline."""
+    ``measure``/``limits``: an :class:`autotune.MeasureSpec` and :class:`TrialLimits`.
+    ``budget``: wall clock of this run, seconds or '20m'. ``racing``: a new config is
+    screened at ``screen_precision`` first; ``priors``: the prior table runs first."""
     import torch
 
-    from autotune.env import fingerprint, make_writable_dir, parse_bytes, writable_dir
+    from autotune.env import fingerprint, make_writable_dir, writable_dir
     from autotune.guard import GuardOptions, parse_objectives
     from autotune.measure import MeasureSpec
     from autotune.runner import TrialLimits
@@ -150,12 +147,10 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     quiet_optuna()
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     _check_budgets(sampler, n_trials, timeout_s, heartbeat_s, grace_s)
-    budget_s, screen = _budget_and_screen(budget, screen_precision)
-    budget = parse_bytes(max_memory, option="--max-memory (max_memory=)") \
-        if max_memory is not None else None
-    guard = GuardOptions(ratio=accuracy_guard, epochs=guard_epochs,
-                         objective=parse_objectives(objectives if isinstance(objectives, str)
-                                                    else ",".join(objectives)))
+    budgets = _time_and_memory(budget, screen_precision, max_memory, racing=bool(racing),
+                               priors=bool(priors))
+    guard = GuardOptions(ratio=accuracy_guard, epochs=guard_epochs, objective=parse_objectives(
+        objectives if isinstance(objectives, str) else ",".join(objectives)))
     studies = Path(studies_dir)
     if not writable_dir(studies):
         raise ConfigError(f"--studies-dir (studies_dir=) '{studies}' is not writable; pass "
@@ -171,12 +166,10 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     prepared = ref.prepare()
     _check_data(baseline, prepared, guard)
     opts = SearchOptions(dataset=ref, space=space_, storage=url, study_name=name, device=device,
-                         n_trials=n_trials, timeout_s=timeout_s, budget_s=budget_s,
-                         racing=bool(racing), screen_precision=screen, priors=bool(priors),
-                         sampler=sampler, seed=seed, max_memory_bytes=budget,
-                         studies_dir=studies, measure=measure or MeasureSpec(),
-                         limits=limits or TrialLimits(), heartbeat_s=heartbeat_s,
-                         grace_s=grace_s, guard=guard)
+                         n_trials=n_trials, timeout_s=timeout_s, **budgets, sampler=sampler,
+                         seed=seed, studies_dir=studies,
+                         measure=measure or MeasureSpec(), limits=limits or TrialLimits(),
+                         heartbeat_s=heartbeat_s, grace_s=grace_s, guard=guard)
     stats = prepared.stats()
     study = open_study(opts, dataset_stats=stats, env=fingerprint(device))
     notes = space_.notes + _meaningless_knobs(space_, baseline, prepared, stats)
@@ -231,9 +224,11 @@ def _check_budgets(sampler: str, n_trials: int, timeout_s: float | None, heartbe
                           "beats")
 
 
-def _budget_and_screen(budget: float | str | None,
-                       screen_precision: float | str) -> tuple[float | None, float]:
-    from autotune.env import parse_duration, parse_fraction
+def _time_and_memory(budget: float | str | None, screen_precision: float | str,
+                     max_memory: int | str | None, **flags: bool) -> dict[str, Any]:
+    """The search's wall-clock budget, screening precision and memory budget, parsed,
+    as ``SearchOptions`` fields (with ``flags``)."""
+    from autotune.env import parse_bytes, parse_duration, parse_fraction
 
     try:
         budget_s = None if budget is None else parse_duration(budget)
@@ -241,10 +236,13 @@ def _budget_and_screen(budget: float | str | None,
         raise ConfigError(f"--budget (budget=) must be a duration such as 20m, 1h or 90s "
                           f"(got {budget!r})") from None
     try:
-        return budget_s, parse_fraction(screen_precision)
+        screen = parse_fraction(screen_precision)
     except (TypeError, ValueError):
         raise ConfigError(f"--screen-precision (screen_precision=) must be a fraction in "
                           f"(0, 1) such as 10% or 0.1 (got {screen_precision!r})") from None
+    memory = parse_bytes(max_memory, option="--max-memory (max_memory=)") \
+        if max_memory is not None else None
+    return dict(budget_s=budget_s, screen_precision=screen, max_memory_bytes=memory, **flags)
 
 
 def _facts(model: ModelArg, hidden: int | None, layers: int | None,

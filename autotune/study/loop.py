@@ -321,7 +321,8 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
     record = TrialRecord.from_result(trial.number, result, trial_dir=str(trial_dir),
                                      measured_at=(measured_from, measured_to),
                                      lock_wait_s=waited)
-    if result.status == "timeout" and budget_bound:
+    cut_by_budget = result.status == "timeout" and budget_bound
+    if cut_by_budget:
         record = dataclasses.replace(record, fail_reason=f"budget: --budget "
                                      f"{opts.budget_s:g} s ran out while it was measured")
     try:
@@ -331,7 +332,10 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
         trial.set_user_attr(rec.WRITE_S, time.monotonic() - written_at)
         if not result.ok:
             outcome.failed += 1
-            return study.tell(trial, state=TrialState.FAIL)
+            frozen = study.tell(trial, state=TrialState.FAIL)
+            if cut_by_budget:  # counted against nothing, and measured on the next run
+                recovery.requeue_once(study, frozen)
+            return frozen
         return _guard_and_tell(opts, study, trial, config, list(result.objectives()), outcome)
     except optuna.exceptions.UpdateFinishedTrialError:
         print(f"autotune: trial {trial.number} was failed as stale by another worker while "

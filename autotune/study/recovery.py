@@ -56,12 +56,12 @@ def _fail_and_requeue(study: optuna.Study, trials: list[FrozenTrial],
     failed = []
     for t in trials:
         if _optuna.fail_with_reason(study, t, reason(t.user_attrs.get(rec.WORKER, {}))):
-            _requeue_once(study, t)
+            requeue_once(study, t)
             failed.append(t.number)
     return failed
 
 
-def _requeue_once(study: optuna.Study, t: FrozenTrial) -> None:
+def requeue_once(study: optuna.Study, t: FrozenTrial) -> None:
     """Queues the config of a trial that never finished, unless it was itself a retry
     (or never had a config)."""
     if rec.RETRY_OF in t.user_attrs or not t.params:
