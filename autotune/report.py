@@ -45,7 +45,8 @@ def study_note(study: optuna.Study) -> str:
               "|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         lines.append(f"| {r.trial} | {r.throughput:,.0f} | {pm(r.precision)} | "
-                     f"{r.memory_mib:,.0f} | {_ratio(r.speedup, r.speedup_precision)} | {_ratio(r.memory_ratio)} | `{short(r.config)}` | "
+                     f"{r.memory_mib:,.0f} | {_ratio(r.speedup, r.speedup_precision)} | "
+                     f"{_ratio(r.memory_ratio)} | `{short(r.config)}` | "
                      f"{', '.join(r.marks)} |")
     n_done = sum(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
     lines += ["", f"Updated {time.strftime('%Y-%m-%d %H:%M:%S')} after {n_done} completed "
@@ -183,7 +184,8 @@ def _html(study: optuna.Study, report: Report, url: str) -> str:
     e = html.escape
     table = "".join(
         f"<tr><td>{r.trial}</td><td>{r.throughput:,.0f}</td><td>{pm(r.precision)}</td>"
-        f"<td>{r.memory_mib:,.0f}</td><td>{_ratio(r.speedup, r.speedup_precision)}</td><td>{_ratio(r.memory_ratio)}</td>"
+        f"<td>{r.memory_mib:,.0f}</td><td>{_ratio(r.speedup, r.speedup_precision)}</td>"
+        f"<td>{_ratio(r.memory_ratio)}</td>"
         f"<td><code>{e(short(r.config))}</code></td><td>{e(', '.join(r.marks))}</td></tr>"
         for r in study_front(study))
     captions = {"pareto": "Pareto front: throughput against peak memory",

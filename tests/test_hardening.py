@@ -64,7 +64,8 @@ def test_fault_in_a_study_becomes_a_failed_trial(tmp_path, fault, status, reason
     device = ["--device", "cuda"] if fault == "cuda-oom" else []
     args = ["search", *FAST, *device, "--root", str(tmp_path / "data"), "--studies-dir",
             str(tmp_path / "studies"), "--space", str(space), "--study-name", "f",
-            "--steps", "3", "--max-seconds", "0.5", "--trial-timeout", "20", "--memory-limit", "2GiB"]
+            "--steps", "3", "--max-seconds", "0.5", "--trial-timeout", "20", "--memory-limit",
+            "2GiB"]
     first = _cli(*args, "--n-trials", "1")  # trial 0, stored before the fault
     assert first.returncode == 0, first.stderr
     before = _snapshot(_study(tmp_path, "f"))

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -12,7 +13,8 @@ import yaml
 
 from autotune.config import TrialConfig, load_config
 
-FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1", "--max-seconds", "0.5",
+FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
+        "--max-seconds", "0.5",
         "--seed", "1"]
 
 
@@ -59,6 +61,31 @@ def test_search_end_to_end(searched):
                          and a != b)
             assert not dominates or (a["throughput"], a["memory_mib"]) == \
                 (b["throughput"], b["memory_mib"])
+
+
+@pytest.mark.slow
+def test_search_reports_precision_priors_and_each_trials_split(searched):
+    """The progress lines carry each trial's precision, speed-up with its uncertainty
+    and time split; the prior table ran right after the baseline; the front shows
+    every figure's precision and leaves screened trials out."""
+    tmp, first, _, storage, _ = searched
+    lines = [ln for ln in first.stdout.splitlines() if "] #" in ln]
+    assert all(re.search(r"±\d+\.\d%", ln) for ln in lines), lines
+    assert all(re.search(r"start \d+\.\d\ds, build [\d.]+s, warm-up [\d.]+s, window "
+                         r"[\d.]+s", ln) for ln in lines), lines
+    assert all(re.search(r"\d\.\d\dx ±\d+\.\d\d", ln) for ln in lines[1:]), lines
+    study = optuna.load_study(study_name="e2e", storage=storage)
+    queued = study.user_attrs["priors"]
+    assert queued and [t.user_attrs.get("prior") for t in study.trials[1:1 + len(queued)]] \
+        == queued
+    assert all(t.user_attrs["window"]["stopped"] in ("precise", "max-seconds", "screened")
+               for t in study.trials if t.state.name == "COMPLETE")
+    pareto = yaml.safe_load((tmp / "studies" / "e2e" / "pareto.yaml").read_text())
+    screened = {t.number for t in study.trials
+                if t.user_attrs.get("window", {}).get("stopped") == "screened"}
+    assert all(row["precision"] is not None for row in pareto["front"])
+    assert not screened & {row["trial"] for row in pareto["front"]}
+    assert "±95%" in first.stdout
 
 
 @pytest.mark.slow
