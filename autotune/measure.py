@@ -71,8 +71,10 @@ class MeasureSpec:
             if not isinstance(value, int) or value < (0 if name == "warmup_steps" else 1):
                 raise ConfigError(f"{name.replace('_', '-')} must be a positive int "
                                   f"(got {value!r})")
-        if not self.max_window_s > 0 or not self.min_window_s >= 0:
+        if not self.max_window_s > 0:
             raise ConfigError(f"max-seconds must be positive (got {self.max_window_s!r})")
+        if not self.min_window_s >= 0:
+            raise ConfigError(f"min_window_s must be >= 0 (got {self.min_window_s!r})")
         for value in (self.precision, self.screen.precision if self.screen else 0.5):
             if not 0 < value < 1:
                 raise ConfigError("--precision (precision=) must be a fraction in (0, 1), "
