@@ -104,7 +104,9 @@ def _child(request: dict) -> None:
         sys.stdin = open(0, closefd=False)
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
-        os.environ.update(request.get("env") or {})
+        if request.get("env") is not None:  # the trial's whole environment, as spawned
+            os.environ.clear()
+            os.environ.update(request["env"])
         import random
 
         random.seed()  # a fresh interpreter's state, not the server's

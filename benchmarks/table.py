@@ -81,6 +81,13 @@ def _noise() -> list[tuple[str, str, str, str]]:
                     f"{n['median_seed_nodes_per_s']:,.0f} seed nodes/s; reached "
                     + ", ".join(f"±{100 * p:.1f}%" for p in n["precision_reached"]) + ")",
                     f"<= 5%: {_verdict(n['meets'])}"))
+        if "forked_over_fresh" in n:
+            out.append(("noise.py", "forked trials over fresh-interpreter trials of the same "
+                        "config (medians, interleaved)",
+                        f"{n['forked_over_fresh']:.3f} ({n['median_seed_nodes_per_s']:,.0f} vs "
+                        f"{n['fresh_median_seed_nodes_per_s']:,.0f} seed nodes/s)",
+                        f"within ±{100 * n['forked_over_fresh_tolerance']:.1f}%: "
+                        f"{_verdict(n['no_fork_bias'])}"))
     return out
 
 

@@ -235,3 +235,26 @@ def test_budget_stops_the_search_within_one_trial(tmp_path):
     study = optuna.load_study(study_name="c", storage=f"sqlite:///{tmp_path / 's' / 'c.db'}")
     assert [t.state.name for t in study.trials if t.state.name != "WAITING"] == ["FAIL"]
     assert study.trials[0].user_attrs["fail_reason"].startswith("budget:")
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_fork_server_whose_children_cannot_use_cuda_is_not_used(prepared, tmp_path):
+    """The CUDA canary: on a machine where a forked child cannot initialise CUDA the
+    server says so and is not used; the trial starts a fresh interpreter and says
+    why."""
+    import os
+
+    from autotune.config import TrialConfig
+    from autotune.runner import ForkServer, run_trial
+
+    with ForkServer(folder=tmp_path) as server:
+        start = server.start(dict(os.environ), "cuda")
+        assert start.startswith("fresh interpreter (fork server unusable: a forked child "
+                                "could not use CUDA"), start
+        assert server.proc is None, "an unusable server must be shut down"
+        result = run_trial(TrialConfig(batch_size=64, num_neighbors=(5, 5), hidden_channels=16),
+                           dataset=prepared, trial_dir=tmp_path / "t", server=server,
+                           measure=MeasureSpec(warmup_steps=1, min_steps=3, max_window_s=0.3))
+    assert result.ok, result.stderr_tail
+    assert result.observed.trial_start == start
+    assert "CUDA canary failed" in (tmp_path / "forkserver.log").read_text()
