@@ -46,7 +46,7 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
                budget: float | None, train_nodes: int | None = None) -> list[FrontRow]:
     """The Pareto front, fastest first, with ratios against the baseline and marks."""
     by_number = {t.number: t for t in trials}
-    pts = [t.point() for t in trials if t.complete and not t.screened]
+    pts = [t.point() for t in trials if t.on_front_candidate]
     base = by_number.get(baseline_no) if baseline_no is not None else None
     base = base if base is not None and base.complete else None
     k, best = knee(pts), best_under(pts, budget)
@@ -135,7 +135,9 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
     from autotune.config import CONFIG_FORMAT, TrialConfig
 
     trials = {t.number: t for t in rec.records(study)}
-    chosen = pick([t.point() for t in trials.values() if t.complete], how, budget_mib(study))
+    explicit = how.startswith("trial:")  # any completed trial, flags and all
+    chosen = pick([t.point() for t in trials.values()
+                   if (t.complete if explicit else t.on_front_candidate)], how, budget_mib(study))
     t = trials[chosen.number]
     config = TrialConfig.from_dict(t.config)
     ref = study.user_attrs.get(rec.STUDY_DATASET_REF, {})

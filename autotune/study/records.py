@@ -146,6 +146,12 @@ class TrialRecord:
         return self.window.screened
 
     @property
+    def on_front_candidate(self) -> bool:
+        """Completed, measured to full precision, and not a repeat of an earlier
+        trial (whose measurement it shares): a point the front may hold."""
+        return self.complete and not self.screened and self.reused_from is None
+
+    @property
     def imprecise(self) -> bool:
         """Its window ran out of time before the target precision."""
         return self.window.imprecise
