@@ -38,9 +38,12 @@ PRELOAD = ("torch", "torch_geometric", "torch_geometric.loader", "torch_geometri
            "autotune.env")
 
 
+_PROTOCOL = None  # the runner's pipe; fd 1 itself points at stderr, for stray prints
+
+
 def _send(blob: dict) -> None:
-    sys.stdout.write(json.dumps(blob) + "\n")
-    sys.stdout.flush()
+    _PROTOCOL.write(json.dumps(blob) + "\n")
+    _PROTOCOL.flush()
 
 
 def _threads() -> int:
@@ -91,6 +94,7 @@ def _child(request: dict) -> None:
     stderr, the trial's environment, then the worker's main. Never returns."""
     code = 1
     try:
+        os.close(_PROTOCOL.fileno())  # the trial must not write into the protocol
         os.setsid()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -129,6 +133,9 @@ def _child(request: dict) -> None:
 
 
 def serve(cuda_canary: bool) -> int:
+    global _PROTOCOL
+    _PROTOCOL = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # an import that prints must not corrupt the protocol
     from autotune.worker import die_with_parent
 
     die_with_parent()
