@@ -120,6 +120,8 @@ class ForkServer:
     def start(self, env: dict[str, str], device: str) -> str:
         """Starts the server if need be; how the next trial starts: :data:`FORKED`,
         or a fresh interpreter and why not forked."""
+        if self.proc is not None and self.proc.poll() is not None:
+            self._fail(f"it exited with code {self.proc.returncode} between trials")
         if self.unusable is None and self.proc is None:
             self._launch(env, device)
         if self.unusable is not None:
@@ -159,8 +161,12 @@ class ForkServer:
              env: dict[str, str]) -> _Forked:
         assert self.proc is not None and self.proc.stdin is not None
         request = {"argv": argv, "stdout": str(stdout), "stderr": str(stderr), "env": env}
-        self.proc.stdin.write((json.dumps(request) + "\n").encode())
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:
+            self._fail("it died between trials")
+            raise RuntimeError(f"the fork server failed to fork a trial: {self.unusable}")
         reply = self._read(SERVER_READY_TIMEOUT_S)
         if reply is None or "pid" not in reply:
             self._fail("it died while forking a trial")

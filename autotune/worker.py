@@ -148,8 +148,11 @@ def _failure(spec: dict, exc: BaseException) -> dict:
     from autotune.result import TrialResult
 
     oom = isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+    reason = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, (EOFError, ConnectionResetError)):
+        reason += " (the connection to a DataLoader worker closed: a loader worker died?)"
     return TrialResult.failed("oom" if oom else "error", TrialConfig.from_dict(spec["config"]),
-                              f"{type(exc).__name__}: {exc}",
+                              reason,
                               stderr_tail=traceback.format_exc()[-4000:]).to_dict()
 
 
@@ -192,8 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         blob = run(spec, spec_path.parent)
     except BaseException as exc:  # recorded, never swallowed: it goes into the result
-        traceback.print_exc()
+        # torch's SIGCHLD handler raises again for each dead loader worker, which would
+        # cut this handler short and lose the result: the failure is known now.
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         _write(result_path, _failure(spec, exc))
+        traceback.print_exc()
         return 1
     _write(result_path, blob)
     return 0 if blob["status"] == "ok" else 1

@@ -69,12 +69,21 @@ def test_missing_dataset_offline_names_root_and_files(tmp_path):
 
 
 @pytest.mark.skipif(not SHARED_PLANETOID.exists(), reason="../shared/data not present")
-def test_real_cora_from_the_read_only_shared_folder(tmp_path, monkeypatch):
+def test_real_cora_from_a_read_only_copy_of_the_shared_folder(tmp_path, monkeypatch):
+    """Real Cora from a read-only root: processed in a shadow copy, the root left as
+    it was. The root is this test's own read-only copy of ../shared/data, whose
+    mode differs between machines (and which no test may write into)."""
+    import shutil
+
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
-    before = sorted(p.name for p in (SHARED_PLANETOID / "Cora").iterdir())
-    ds = DatasetRef("Cora", root=str(SHARED_PLANETOID)).prepare()
+    root = tmp_path / "planetoid"
+    shutil.copytree(SHARED_PLANETOID / "Cora" / "raw", root / "Cora" / "raw")
+    for path in sorted(root.rglob("*"), reverse=True) + [root]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    ds = DatasetRef("Cora", root=str(root)).prepare()
     assert ds.stats()["num_nodes"] == 2708 and ds.num_classes == 7
-    assert sorted(p.name for p in (SHARED_PLANETOID / "Cora").iterdir()) == before
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
     assert str(ds.cache_path).startswith(str(tmp_path / "cache"))
 
 

@@ -28,7 +28,8 @@ fixed:
   hidden_channels: 16
 """
 FAST = ["--dataset", "synthetic", "--scale", "0.004", "--warmup", "1", "--seed", "3"]
-DEAD_WORKER = r"DataLoader worker \(pid(\(s\))? [\d, ]+\) (is killed|exited unexpectedly)|Connection"
+DEAD_WORKER = (r"DataLoader worker \(pid(\(s\))? [\d, ]+\) (is killed|exited unexpectedly)"
+               r"|Connection|a loader worker died")
 
 
 def _cli(*args, env=None, **kwargs):

@@ -101,9 +101,10 @@ def test_killed_loader_worker_is_an_error(prepared, quick_measure, tmp_path):
                        limits=TrialLimits(timeout_s=60),
                        env={"AUTOTUNE_TEST_FAULT": "loader-kill"})
     assert result.status == "error"
-    # torch reports the dead worker in one of three ways, depending on what it sees first
+    # torch reports the dead worker in one of four ways, depending on what it sees first
     assert re.search(r"DataLoader worker \(pid(\(s\))? [\d, ]+\) (is killed|exited unexpectedly)"
-                     r"|ConnectionResetError", result.reason), result.reason
+                     r"|(ConnectionResetError|EOFError).*a loader worker died", result.reason), \
+        result.reason
     assert _leftovers(tmp_path / "t") == []
 
 
