@@ -11,6 +11,7 @@ from pathlib import Path
 
 from typing import Any, Callable
 
+from autotune.env import parse_duration, parse_fraction
 from autotune.errors import AutotuneError, ConfigError, GuardError
 from autotune.render import FORMATS, clock, emit, front_table, progress_line, result_text, \
     short, trial_row, trials_table
@@ -128,28 +129,20 @@ def _number(kind: type, what: str) -> Callable[[str], Any]:
 
 
 _positive_float = _number(float, "positive number")
-def _duration(text: str) -> float:
-    """Seconds from '90', '90s', '15m', '2h' or '1.5h'."""
-    from autotune.env import parse_duration
-
-    try:
-        return parse_duration(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 15m or 2h "
-                                         f"(got {text!r})") from None
 
 
-def _fraction(text: str) -> float:
-    """A precision: '3%' or 0.03."""
-    from autotune.env import parse_fraction
+def _argument(parse: Callable[[str], Any], expected: str) -> Callable[[str], Any]:
+    """An argparse type from a library parser that raises ValueError on bad text."""
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected} (got {text!r})") from None
+    return convert
 
-    try:
-        return parse_fraction(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1) such as 3% or 0.03 "
-                                         f"(got {text!r})") from None
 
-
+_duration = _argument(parse_duration, "a duration such as 90s, 15m or 2h")  # 90, 90s, 1.5h
+_fraction = _argument(parse_fraction, "a fraction in (0, 1) such as 3% or 0.03")
 _positive_int = _number(int, "positive integer")
 
 
