@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 from autotune.env import parse_duration, parse_fraction
 from autotune.errors import AutotuneError, ConfigError, GuardError
-from autotune.render import FORMATS, clock, emit, front_table, progress_line, result_text, \
-    short, trial_row, trials_table
+from autotune.render import FORMATS, clock, emit, front_table, profile_text, progress_line, \
+    result_text, short, trial_row, trials_table
 
 EXIT_BAD_INPUT = 2
 EXIT_TRIAL_FAILED = 1
@@ -71,6 +71,7 @@ TRIAL_EXAMPLE = """example:
   autotune trial --dataset Cora --root ../shared/data/planetoid --steps 30
   autotune trial --config cfg.yaml --model gcn --layers 3 --recompile-limit 4
   autotune trial --model mypkg.models:factory --dataset mypkg.data:load
+  autotune trial --config cfg.yaml --profile prof/   # then open prof/trace.json in Perfetto
 
 Without --config, the trial measures PyG's examples/reddit.py setup: fanout [25, 10],
 batch 1024, 2-layer SAGE with 256 hidden units, no compile, float32."""
@@ -314,6 +315,11 @@ def _add_trial_parser(sub) -> None:
     _add_measure_flags(trial)
     trial.add_argument("--studies-dir", default=DEFAULT_STUDIES,
                        help="the trial's logs go to STUDIES_DIR/trials/ (default: studies)")
+    trial.add_argument("--profile", metavar="DIR", default=None,
+                       help="after the window, profile a few steps with torch.profiler: "
+                            "DIR/trace.json (Chrome/Perfetto) and DIR/top-ops.txt, printed")
+    trial.add_argument("--profile-steps", type=_positive_int, default=5, metavar="N",
+                       help="steps the profile records (default: 5, after 2 unrecorded)")
     _add_format(trial)
 
 
@@ -485,6 +491,7 @@ def cmd_trial(args: argparse.Namespace) -> int:
         config = config.replace(recompile_limit=args.recompile_limit)
     check_config(config)
     measure, limits = _measure_and_limits(args)
+    profile = _profile_spec(args)
     trial_dir = _writable_dir(Path(args.studies_dir) / "trials", "--studies-dir") / \
         time.strftime(f"%Y%m%d-%H%M%S-{os.getpid()}")
     recorded, _ = _exported(args.config)
@@ -493,9 +500,20 @@ def cmd_trial(args: argparse.Namespace) -> int:
         _same_dataset(ref, recorded, args.config)
     ref.prepare()
     result = run_trial(config, dataset=ref, trial_dir=trial_dir, measure=measure,
-                       limits=limits, inductor_cache=inductor_cache_dir(args.studies_dir))
-    print(emit(result.to_dict(), args.format, lambda: result_text(result, trial_dir)))
-    return 0 if result.ok else EXIT_TRIAL_FAILED
+                       limits=limits, inductor_cache=inductor_cache_dir(args.studies_dir),
+                       profile=profile)
+    print(emit(result.to_dict(), args.format, lambda: result_text(result, trial_dir) + (
+        "\n" + profile_text(result.profile) if result.profile else "")))
+    profiled = profile is None or not result.ok or "error" not in result.profile
+    return 0 if result.ok and profiled else EXIT_TRIAL_FAILED
+
+
+def _profile_spec(args: argparse.Namespace):
+    if args.profile is None:
+        return None
+    from autotune.profile import ProfileSpec, check_profile_folder
+
+    return ProfileSpec(str(check_profile_folder(args.profile).resolve()), steps=args.profile_steps)
 
 
 CARRY_LOW, CARRY_HIGH = 0.85, 1.15  # a training/trial throughput ratio outside needs a word

@@ -38,5 +38,10 @@ class GuardError(AutotuneError):
     """The accuracy guard cannot go on: the baseline's guard training failed."""
 
 
+class DeviceMemoryError(AutotuneError, MemoryError):
+    """What a trial would put on the GPU does not fit in its free memory (a trial
+    that raises it fails as ``oom``, before it builds anything)."""
+
+
 class BackendUnavailableError(AutotuneError, ImportError):
     """An optional native library (pyg-lib, torch-sparse, ...) was asked for but is absent."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import os
 import threading
 import time
@@ -227,16 +228,56 @@ class _Stepper:
             yield from batches
 
     def step(self) -> tuple[float, object, torch.Tensor]:
-        self.on_step(self.count)
+        """One step between two device syncs (warm-up, probe)."""
         self.sync()
         start = time.perf_counter()
+        batch, loss = self.run()
+        self.sync()
+        return time.perf_counter() - start, batch, loss
+
+    def run(self) -> tuple[object, torch.Tensor]:
+        """One step with no device sync: on CUDA its work may still be queued."""
+        self.on_step(self.count)
         batch = next(self.batches)
         loss = self.pipe.train_step(batch)
-        self.sync()
-        elapsed = time.perf_counter() - start
         self.count += 1
         self.shapes.add((int(batch.num_nodes), int(batch.edge_index.size(1))))
-        return elapsed, batch, loss
+        return batch, loss
+
+
+class _StepClock:
+    """Per-step times inside the window without a device sync per step. On CUDA each
+    step records an event after its work on the default stream; a step's time is the
+    gap between its event and the one before, read when a block ends (the one sync
+    per block). The sampler's stream and the next step's launches overlap the step
+    before, as they do in training. On CPU a step's time is the wall clock's."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.sync = device_sync(device)
+        self.marks: list = []
+
+    def start(self) -> None:
+        self.sync()
+        self.marks = [self._mark()]
+
+    def _mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def lap(self) -> None:
+        self.marks.append(self._mark())
+
+    def flush(self) -> list[float]:
+        """Waits for the queued steps; returns their times and keeps the last mark."""
+        self.sync()
+        marks, self.marks = self.marks, self.marks[-1:]
+        if not self.cuda:
+            return [b - a for a, b in zip(marks, marks[1:])]
+        return [a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:])]
 
 
 def measure(pipe: Pipeline, spec: MeasureSpec,
@@ -320,25 +361,29 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
     screen = spec.screen
     target = screen.precision if screen is not None else spec.precision
     blocks: list[list[float]] = []
+    clock = _StepClock(stepper.pipe.device)
+    clock.start()
     started_at = time.time()
     start = block_start = time.perf_counter()
     block_seeds, stopped, precision = 0, "", None
     while not stopped:
-        elapsed, batch, loss = stepper.step()
-        out.times.append(elapsed)
+        batch, loss = stepper.run()
+        clock.lap()
         out.seeds.append(int(batch.batch_size))
         out.nodes.append(int(getattr(batch, "num_real_nodes", batch.num_nodes)))
         out.edges.append(int(getattr(batch, "num_real_edges", batch.edge_index.size(1))))
         out.losses.append(loss)
         block_seeds += out.seeds[-1]
+        if len(out.seeds) % per_block == 0:
+            out.times += clock.flush()
         now = time.perf_counter()
-        if len(out.times) % per_block == 0:
+        if len(out.seeds) % per_block == 0:
             blocks.append([block_seeds, now - block_start])
             block_seeds, block_start = 0, now
             precision = rate_half_width(blocks)
         if now - start >= spec.max_window_s:
             stopped = "max-seconds"
-        elif len(out.times) % per_block or len(out.times) < spec.min_steps or \
+        elif len(out.seeds) % per_block or len(out.seeds) < spec.min_steps or \
                 now - start < spec.min_window_s or len(blocks) < MIN_BLOCKS or \
                 precision is None or precision > target:
             continue
@@ -350,6 +395,7 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
             stopped = stopped or ("precise" if precision <= target else "")
         else:
             stopped = "precise"
+    out.times += clock.flush()
     out.stats = WindowStats(
         wall_s=time.perf_counter() - start, block_steps=per_block, blocks=blocks,
         precision=precision, target=target,
@@ -461,7 +507,7 @@ def probe_model(pipe: Pipeline, batch) -> dict:
     saved = [0]
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
-        saved[0] += tensor.numel() * tensor.element_size()
+        saved[0] += _stored_bytes(tensor)
         return tensor
 
     handles = [conv.register_forward_pre_hook(count) for conv in convs]
@@ -469,7 +515,8 @@ def probe_model(pipe: Pipeline, batch) -> dict:
     handles += [lin.register_forward_hook(linear_dtype) for lin in linears]
     try:
         model, pipe.model = pipe.model, pipe.eager_model
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), \
+                torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             pipe.train_step(batch)
     finally:
         pipe.model = model
@@ -478,4 +525,27 @@ def probe_model(pipe: Pipeline, batch) -> dict:
     return {"conv_output_dtypes": sorted(dtypes), "conv_linear_dtypes": sorted(linear_dtypes),
             "checkpointed_layers": calls[0] - len(convs),
             "conv_layers": len(convs), "conv_types": sorted({type(c).__name__ for c in convs}),
-            "model": pipe.config.model, "saved_tensor_bytes": saved[0]}
+            "model": pipe.config.model, "saved_tensor_bytes": saved[0],
+            "aggregation_ops": aggregation_ops(prof)}
+
+
+def _stored_bytes(tensor: torch.Tensor) -> int:
+    """Bytes a tensor holds: a sparse CSR matrix (``aggregation: sparse``) holds its
+    values and indices, not ``numel()`` (rows x columns) entries."""
+    if tensor.layout == torch.sparse_csr:
+        parts = (tensor.values(), tensor.col_indices(), tensor.crow_indices())
+        return sum(p.numel() * p.element_size() for p in parts)
+    if tensor.layout != torch.strided:
+        return 0  # no other sparse layout is built here
+    return tensor.numel() * tensor.element_size()
+
+
+AGGREGATION_OPS = re.compile(r"sparse|scatter|index_add|segment", re.IGNORECASE)
+
+
+def aggregation_ops(prof) -> list[str]:
+    """The aten ops that aggregated messages in a profiled step (scatter_add_,
+    scatter_reduce_, index_add_, or a sparse matrix product), read from the profile:
+    what ran, not what the config asked for."""
+    names = {event.key for event in prof.key_averages()}
+    return sorted(n for n in names if n.startswith("aten::") and AGGREGATION_OPS.search(n))

@@ -6,8 +6,10 @@ knob               where it acts
 batch_size         ``NodeLoader(batch_size=...)``
 num_neighbors      the sampler's fanout
 sampler            :func:`autotune.sampler.make_sampler` (builtin, pyg, auto)
-gpu_sampling       CSR, features and sampling on the GPU, no workers (CUDA only);
-                   otherwise CPU sampling with pinned, non-blocking copies on CUDA
+gpu_sampling       CSR, features and sampling on the GPU (the Triton sampler, one batch
+                   ahead: :class:`autotune.loader.LookaheadNodeLoader`), no workers
+                   (CUDA only); otherwise CPU sampling with pinned, non-blocking
+                   copies on CUDA
 model              :func:`make_model`: sage (default), gcn, gat, or a user's
                    factory by import path
 num_workers        ``NodeLoader(num_workers=..., persistent_workers=True)``
@@ -18,6 +20,8 @@ compile_mode       ``torch.compile(model, mode=..., dynamic=shapes == "dynamic")
 shapes/pad_ladder  :class:`PadToBucket`, a loader transform
 amp_dtype          ``torch.autocast`` (+ ``GradScaler`` for float16)
 checkpointing      :class:`CheckpointedConv` around every MessagePassing layer
+aggregation        :meth:`Pipeline.edges`: ``edge_index`` (scatter) or a CSR ``adj_t``
+                   (a sparse matrix product), built per batch on its device
 =================  ===============================================================
 
 The trial worker and a user's own training loop (``autotune.build``) use this
@@ -37,11 +41,12 @@ from torch import Tensor, nn
 
 from autotune.config import GAT_HEADS, TrialConfig
 from autotune.env import check_cores
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, DeviceMemoryError
 from autotune.sampler import make_sampler, resolve_backend
 
 GEOMETRIC_STEP = 1.25
 MIN_BUCKET = 64
+GPU_HEADROOM = 0.10  # of the GPU's memory, kept for the model, its batches and the allocator
 
 
 class GNN(nn.Module):
@@ -62,10 +67,19 @@ class GNN(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
         for i, conv in enumerate(self.convs):
-            x = conv(x, edge_index)
+            x = conv(x, _in_dtype_of(edge_index, x))
             if i < len(self.convs) - 1:
                 x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
         return x
+
+
+def _in_dtype_of(edges: Tensor, x: Tensor) -> Tensor:
+    """A sparse adjacency (``aggregation: sparse``) with ``x``'s dtype: under autocast
+    the second layer's input is bfloat16 while the adjacency holds float32 ones, which
+    torch.sparse refuses to multiply. ``edge_index`` passes through."""
+    if edges.layout == torch.strided or edges.dtype == x.dtype:
+        return edges
+    return edges.to(x.dtype)
 
 
 class SAGE(GNN):
@@ -75,6 +89,18 @@ class SAGE(GNN):
         from torch_geometric.nn import SAGEConv
 
         return SAGEConv(in_channels, out_channels)
+
+
+def sparse_adjacency(edge_index: Tensor, num_nodes: int) -> Tensor:
+    """The batch's ``adj_t`` as a torch CSR matrix (row ``i`` holds the sources of
+    ``i``'s in-edges, ones as values), which PyG's layers aggregate with a sparse
+    matrix product instead of a scatter. Built on ``edge_index``'s device with no host
+    sync: a stable sort by target and a ``searchsorted`` for the row pointers."""
+    src, dst = edge_index
+    dst_sorted, perm = torch.sort(dst, stable=True)
+    crow = torch.searchsorted(dst_sorted, torch.arange(num_nodes + 1, device=dst.device))
+    values = torch.ones(src.numel(), device=src.device)
+    return torch.sparse_csr_tensor(crow, src[perm], values, size=(num_nodes, num_nodes))
 
 
 class GCN(GNN):
@@ -250,6 +276,33 @@ def check_config(config: TrialConfig) -> None:
     resolve_backend(config.sampler)
 
 
+def gpu_resident_bytes(data) -> dict[str, int]:
+    """What ``gpu_sampling`` puts on the GPU before the first batch, from sizes alone:
+    the CSC (colptr, row, and the edge permutation, counted even when the edges are
+    already in CSC order), features, labels and the sampler's two id maps."""
+    n, e = int(data.num_nodes), int(data.edge_index.size(1))
+    return {"graph (CSC)": (n + 1) * 8 + 2 * e * 8,
+            "features": data.x.numel() * data.x.element_size(),
+            "labels": data.y.numel() * data.y.element_size(),
+            "sampler maps": 2 * (n + 1) * 8}
+
+
+def check_gpu_fit(need: dict[str, int], free: int, total: int) -> None:
+    """Fails fast, before anything is built, when the GPU-resident graph would not
+    leave :data:`GPU_HEADROOM` of the device free."""
+    from autotune.env import format_bytes
+
+    room = free - int(GPU_HEADROOM * total)
+    if sum(need.values()) <= room:
+        return
+    parts = ", ".join(f"{name} {format_bytes(size)}" for name, size in need.items())
+    raise DeviceMemoryError(
+        f"gpu_sampling needs {format_bytes(sum(need.values()))} on the GPU ({parts}) and "
+        f"{format_bytes(max(room, 0))} is free beyond a {100 * GPU_HEADROOM:g}% headroom "
+        f"({format_bytes(free)} of {format_bytes(total)} free); use gpu_sampling false, "
+        "which samples on the CPU and copies each batch")
+
+
 def worker_core_sets(loader_cores: tuple[int, ...], num_workers: int) -> list[list[int]]:
     """Deals a loader core set out to workers: worker i gets cores i, i + w, ...; with
     fewer cores than workers, workers share cores round-robin."""
@@ -287,13 +340,21 @@ class Pipeline:
         return torch.autocast(device_type=self.device.type, dtype=getattr(torch, dtype),
                               enabled=dtype != "float32")
 
+    def edges(self, batch):
+        """What the conv layers aggregate over: ``edge_index`` (``aggregation: scatter``)
+        or a CSR ``adj_t`` built from it (``sparse``)."""
+        if self.config.aggregation == "sparse":
+            return sparse_adjacency(batch.edge_index, int(batch.num_nodes))
+        return batch.edge_index
+
     def train_step(self, batch) -> Tensor:
         """One optimisation step; returns the loss as a tensor (no host sync)."""
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        batch = batch.to(self.device, non_blocking=True)
+        if not self.config.gpu_sampling:  # GPU-resident batches are built on the device
+            batch = batch.to(self.device, non_blocking=True)
         with self.autocast():
-            out = self.model(batch.x, batch.edge_index)[:batch.batch_size]
+            out = self.model(batch.x, self.edges(batch))[:batch.batch_size]
         loss = F.cross_entropy(out.float(), batch.y[:batch.batch_size])
         self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
@@ -328,18 +389,18 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
           num_classes: int | None = None, cache_file: str | os.PathLike | None = None,
           cache_dir: str | os.PathLike | None = None) -> Pipeline:
     """Builds the loader, model and optimizer that ``config`` describes, on ``data``."""
-    from torch_geometric.loader import NodeLoader
-
     check_config(config)
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
+    if config.gpu_sampling:
+        check_gpu_fit(gpu_resident_bytes(data), *torch.cuda.mem_get_info(device))
     backend = resolve_backend(config.sampler)
     sampler = make_sampler(data, config.num_neighbors, backend=backend, seed=config.seed,
                            cache_file=cache_file, cache_dir=cache_dir,
                            device=device if config.gpu_sampling else None)
     loader_data = _gpu_resident(data, device) if config.gpu_sampling else data
     workers = config.num_workers
-    loader = NodeLoader(
+    loader = _loader_class(sampler)(
         loader_data, node_sampler=sampler, input_nodes=data.train_mask,
         batch_size=config.batch_size, shuffle=True, num_workers=workers,
         persistent_workers=workers > 0, prefetch_factor=config.prefetch_factor if workers else None,
@@ -361,8 +422,27 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
     return Pipeline(config=config, loader=loader, model=compiled, eager_model=model,
                     optimizer=optimizer, scaler=scaler, device=device,
                     checkpointed_layers=checkpointed,
-                    sampler_backend=type(sampler).__module__.split(".")[0] + "." +
-                    type(sampler).__name__, worker_cores=worker_cores, _lr=lr)
+                    sampler_backend=_describe(sampler), worker_cores=worker_cores, _lr=lr)
+
+
+def _describe(sampler) -> str:
+    """``autotune.NeighborSampler`` (with its hop kernel where it is not the torch
+    path) or ``torch_geometric.NeighborSampler``."""
+    name = type(sampler).__module__.split(".")[0] + "." + type(sampler).__name__
+    kernel = getattr(sampler, "kernel", "torch")
+    return name if kernel == "torch" else f"{name} ({kernel} kernel)"
+
+
+def _loader_class(sampler) -> type:
+    """``NodeLoader``, or the GPU-resident pipeline's loader, which samples one batch
+    ahead on the GPU (:class:`autotune.loader.LookaheadNodeLoader`)."""
+    if getattr(sampler, "kernel", None) == "triton" and sampler.device.type == "cuda":
+        from autotune.loader import LookaheadNodeLoader
+
+        return LookaheadNodeLoader
+    from torch_geometric.loader import NodeLoader
+
+    return NodeLoader
 
 
 def _gpu_resident(data, device: torch.device):

@@ -5,6 +5,7 @@ nor PyG."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Callable
 
 FORMATS = ("table", "json", "yaml")
@@ -23,13 +24,16 @@ def emit(blob: Any, fmt: str, table: Callable[[], str]) -> str:
 
 def short(config: dict) -> str:
     """A config in one short line: batch, fanout, workers/affinity, compile/shapes,
-    dtype, checkpointing, sampler (see the README's "Reading a config code")."""
+    dtype, checkpointing, sampler (``@gpu`` with GPU sampling) and ``+spmm`` for the
+    sparse aggregation (see the README's "Reading a config code")."""
     affinity = "pin" if config.get("loader_cores") else "-"
     shapes = "pad" if config.get("shapes") == "padded" else "dyn"
+    sampler = config["sampler"] + ("@gpu" if config.get("gpu_sampling") else "") + \
+        ("+spmm" if config.get("aggregation") == "sparse" else "")
     return (f"b{config['batch_size']} f{list(config['num_neighbors'])} "
             f"w{config['num_workers']}/{affinity} {config['compile_mode']}/{shapes} "
             f"{config['amp_dtype'].replace('float', 'f')} "
-            f"ck{'+' if config['checkpointing'] else '-'} {config['sampler']}")
+            f"ck{'+' if config['checkpointing'] else '-'} {sampler}")
 
 
 def clock(seconds: float) -> str:
@@ -57,7 +61,7 @@ def progress_line(n: int, total: int, record, elapsed: float, eta: float,
     (start-up, build, warm-up and compile, window), time and ETA."""
     if record.values:
         figures = (f"{record.values[0]:>9,.0f} seed nodes/s {pm(record.precision):>6} "
-                   f"{record.values[1]:>7,.0f} MiB")
+                   f"{_edges(record.summary)}{record.values[1]:>7,.0f} MiB")
         if base is not None and not record.baseline:
             figures += f" {ratio(*record.speedup(base)):>12}"
     else:
@@ -65,6 +69,12 @@ def progress_line(n: int, total: int, record, elapsed: float, eta: float,
     return (f"[{n:>3}/{total}] #{record.number:<3} {short(record.config or {}):<52} "
             f"{figures} | {_status(record)}{_split(record)} | {clock(elapsed)} "
             f"ETA {clock(eta)}")
+
+
+def _edges(summary: dict) -> str:
+    """Sampled edges/s, the unit published samplers quote (Quiver, cuGraph)."""
+    rate = summary.get("sampled_edges_per_s")
+    return "" if rate is None else f"({rate / 1e6:,.1f}M edges/s) "
 
 
 def _split(record) -> str:
@@ -155,7 +165,8 @@ def result_text(result, trial_dir) -> str:
              f"config batch {cfg.batch_size}, fanout {list(cfg.num_neighbors)}, "
              f"workers {cfg.num_workers}, compile {cfg.compile_mode}, shapes {cfg.shapes}, "
              f"amp {cfg.amp_dtype}, checkpointing {cfg.checkpointing}, sampler {cfg.sampler}, "
-             f"device {cfg.device}; model {cfg.model} {cfg.num_layers}x{cfg.hidden_channels}"]
+             f"device {cfg.device}, gpu_sampling {cfg.gpu_sampling}, aggregation "
+             f"{cfg.aggregation}; model {cfg.model} {cfg.num_layers}x{cfg.hidden_channels}"]
     if result.ok:
         lines += _measured_lines(result, format_bytes)
     elif result.stderr_tail:
@@ -177,6 +188,16 @@ def precision(window) -> str:
         return f"{reached}: IMPRECISE, --max-seconds ran out before the " \
                f"{100 * window.target:g}% target ({blocks})"
     return f"{reached}, target {100 * window.target:g}% ({blocks})"
+
+
+def profile_text(profile: dict) -> str:
+    """``autotune trial --profile``'s part: where the trace is, and the top ops."""
+    if "error" in profile:
+        return f"profile failed: {profile['error']}"
+    table = Path(profile["top_ops"]).read_text().rstrip()
+    return (f"profile: {profile['steps']} steps after the window (not measured), sorted by "
+            f"{profile['sorted_by']}\ntrace   {profile['trace']} (open in ui.perfetto.dev or "
+            f"chrome://tracing)\n{table}")
 
 
 def _measured_lines(result, format_bytes) -> list[str]:
@@ -207,6 +228,7 @@ def _measured_lines(result, format_bytes) -> list[str]:
         f"observed        model {o.model} ({o.conv_layers} {'/'.join(o.conv_types)} layers), "
         f"sampler {o.sampler_backend}, threads {o.torch_threads}, conv dtype "
         f"{','.join(o.conv_output_dtypes)}, checkpointed layers {o.checkpointed_layers}, "
-        f"saved for backward {format_bytes(o.saved_tensor_bytes)}",
+        f"saved for backward {format_bytes(o.saved_tensor_bytes)}, aggregated by "
+        f"{', '.join(o.aggregation_ops) or 'no scatter or sparse op'}",
     ]
     return lines + [f"warning         {w}" for w in result.warnings]

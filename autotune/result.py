@@ -92,6 +92,7 @@ class Observed(_Part):
     conv_types: list[str] = field(default_factory=list)
     model: str = ""
     saved_tensor_bytes: int = 0
+    aggregation_ops: list[str] = field(default_factory=list)  # aten ops the probe step ran
     trial_start: str = ""  # "fork server", or "fresh interpreter" and why
     main_pid: int = 0
 
@@ -172,9 +173,11 @@ class TrialResult:
     """The outcome of one trial.
 
     ``step_times_s`` covers the timed window only: each step from the loader's
-    ``next()`` to ``optimizer.step()``, the device synchronised before each clock
-    read. ``memory`` says which window each figure covers. ``observed`` holds
-    knob effects read back while the trial ran."""
+    ``next()`` to ``optimizer.step()``. On CPU the wall clock times each step; on
+    CUDA, events on the default stream do, and the device is synchronised once per
+    block, not per step, so sampling overlaps the step before as in training.
+    ``memory`` says which window each figure covers. ``observed`` holds knob effects
+    read back while the trial ran."""
 
     status: Status
     config: TrialConfig
@@ -195,6 +198,7 @@ class TrialResult:
     env: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     training: dict[str, Any] = field(default_factory=dict)  # train mode: autotune.train
+    profile: dict[str, Any] = field(default_factory=dict)  # autotune.profile, when asked
 
     @property
     def ok(self) -> bool:

@@ -52,7 +52,7 @@ def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.P
               measure: MeasureSpec = MeasureSpec(), limits: TrialLimits = TrialLimits(),
               inductor_cache: str | os.PathLike | None = None,
               env: dict[str, str] | None = None, train=None,
-              server: ForkServer | None = None) -> TrialResult:
+              server: ForkServer | None = None, profile=None) -> TrialResult:
     """Measures ``config`` in a child process. ``dataset`` must be prepared
     (:meth:`DatasetRef.prepare`). The child's stdout and stderr go to
     ``trial_dir/stdout.log`` and ``trial_dir/stderr.log``. ``inductor_cache`` is a
@@ -60,7 +60,9 @@ def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.P
     ``train`` (an :class:`autotune.train.TrainSpec`), the child trains instead of
     measuring and the result's ``training`` holds the epochs and accuracies. With
     ``server`` (a :class:`ForkServer`), the child is forked from it instead of being
-    a fresh interpreter; the result's ``observed.trial_start`` says which it was."""
+    a fresh interpreter; the result's ``observed.trial_start`` says which it was.
+    With ``profile`` (an :class:`autotune.profile.ProfileSpec`), a few steps after the
+    window are profiled into its folder; the result's ``profile`` says where."""
     asked_at = time.time()
     trial_dir = Path(trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
@@ -74,7 +76,8 @@ def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.P
         "fresh interpreter"
     spec = {"config": config.to_dict(), "dataset": vars(dataset).copy(),
             "measure": measure.to_dict(), "spawned_at": asked_at, "trial_start": start,
-            "train": vars(train).copy() if train is not None else None}
+            "train": vars(train).copy() if train is not None else None,
+            "profile": profile.to_dict() if profile is not None else None}
     spec_path.write_text(json.dumps(spec, indent=2))
     argv = [str(spec_path), str(result_path)]
     out_path, err_path = trial_dir / "stdout.log", trial_dir / "stderr.log"

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from autotune.config import (AMP_DTYPES, COMPILE_MODES, PAD_LADDERS, SAMPLERS, SHAPES,
-                             TrialConfig, fit_fanout)
+from autotune.config import (AGGREGATIONS, AMP_DTYPES, COMPILE_MODES, PAD_LADDERS, SAMPLERS,
+                             SHAPES, TrialConfig, fit_fanout)
 from autotune.errors import ConfigError, SearchSpaceError
 from autotune.topology import STRATEGIES, Topology, affinity_sets, this_machine
 
@@ -32,7 +32,7 @@ SPACES_DIR = _spaces_dir()
 AFFINITY_STRATEGIES = STRATEGIES
 KNOBS = ("batch_size", "num_neighbors", "num_workers", "prefetch_factor", "affinity",
          "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing", "sampler",
-         "gpu_sampling")
+         "gpu_sampling", "aggregation")
 FIXED = ("model", "hidden_channels", "num_layers", "lr", "dropout", "seed", "recompile_limit")
 TOP_LEVEL = ("description", "knobs", "fixed")
 # What each categorical knob may take (None: any value TrialConfig accepts).
@@ -41,6 +41,7 @@ ALLOWED: dict[str, tuple | None] = {
     "compile_mode": COMPILE_MODES, "shapes": SHAPES, "pad_ladder": PAD_LADDERS,
     "amp_dtype": AMP_DTYPES, "checkpointing": (False, True), "sampler": SAMPLERS,
     "num_workers": None, "prefetch_factor": None, "gpu_sampling": (False, True),
+    "aggregation": AGGREGATIONS,
 }
 INT_RANGE_KNOBS = ("batch_size", "num_workers", "prefetch_factor")
 # The knobs PyG's examples/reddit.py fixes: the space is widened to hold its values.
@@ -333,6 +334,13 @@ def _check_fixed(path: Path, space: SearchSpace) -> None:
         TrialConfig(**space.fixed, num_neighbors=fit_fanout(TrialConfig.num_neighbors, layers))
     except (ConfigError, TypeError) as exc:
         raise SearchSpaceError(f"search space '{path}', fixed: {exc}") from exc
+    aggregation = space.knobs.get("aggregation")
+    if aggregation is not None and "sparse" in aggregation.choices:
+        try:
+            TrialConfig(**space.fixed, aggregation="sparse", num_neighbors=fit_fanout(
+                TrialConfig.num_neighbors, layers))
+        except ConfigError as exc:
+            raise SearchSpaceError(f"search space '{path}', knob 'aggregation': {exc}") from exc
     for fanout in (space.knobs.get("num_neighbors") or Knob("num_neighbors", ((25, 10),))).choices:
         layers = space.fixed.get("num_layers", 2)
         if not isinstance(fanout, tuple) or len(fanout) != layers:
@@ -350,10 +358,12 @@ ACTIVE_WHEN: dict[str, Callable[[dict[str, Any], str], bool]] = {
     "pad_ladder": lambda v, device: v["shapes"] == "padded",
     "gpu_sampling": lambda v, device: device == "cuda" and v["num_workers"] == 0,
     "sampler": lambda v, device: not v["gpu_sampling"],
+    # a torch.sparse product breaks torch.compile's graph: sparse is an eager-only choice
+    "aggregation": lambda v, device: v["compile_mode"] == "none",
 }
 KNOB_ORDER = ("batch_size", "num_neighbors", "num_workers", "prefetch_factor", "affinity",
               "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing",
-              "gpu_sampling", "sampler")
+              "gpu_sampling", "sampler", "aggregation")
 _BASE = TrialConfig()
 DEFAULTS: dict[str, Any] = {**{k: getattr(_BASE, k) for k in KNOB_ORDER if k != "affinity"},
                             "affinity": "none", "shapes": "dynamic", "gpu_sampling": False}

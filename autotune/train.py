@@ -98,7 +98,7 @@ def accuracy(pipe: Pipeline, mask: torch.Tensor) -> float:
         for batch in loader:
             batch = batch.to(pipe.device, non_blocking=True)
             with pipe.autocast():
-                out = model(batch.x, batch.edge_index)[:batch.batch_size]
+                out = model(batch.x, pipe.edges(batch))[:batch.batch_size]
             correct += int((out.argmax(-1) == batch.y[:batch.batch_size]).sum())
             total += batch.batch_size
     finally:

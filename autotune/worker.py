@@ -97,6 +97,7 @@ def run(spec: dict, trial_dir: Path) -> dict:
     hook = (lambda step: fault(step, pipe)) if fault else None
     m = measure(pipe, MeasureSpec.from_dict(spec.get("measure", {})), on_step=hook)
     t_done = time.time()
+    profiled, warnings = _profile(pipe, spec.get("profile"))
     observed = dataclasses.replace(m.observed, trial_start=spec.get("trial_start", ""))
     result = TrialResult(
         status="ok", config=config, step_times_s=tuple(m.step_times_s),
@@ -104,7 +105,7 @@ def run(spec: dict, trial_dir: Path) -> dict:
         edges_per_step=tuple(m.edges), warmup_step_times_s=tuple(m.warmup_step_times_s),
         losses=tuple(m.losses), memory=m.memory, compile=m.compile, observed=observed,
         window=m.window, dataset=dataset.stats(), env=fingerprint(config.device),
-        warnings=tuple(m.warnings), phases_s={
+        warnings=tuple(m.warnings) + warnings, profile=profiled, phases_s={
             "startup": t_imported - spec["spawned_at"],
             "interpreter_start": t_start - spec["spawned_at"],
             "imports": t_imported - t_start, "dataset_load": t_loaded - t_imported,
@@ -113,6 +114,21 @@ def run(spec: dict, trial_dir: Path) -> dict:
             "measure_total": t_done - t_built},
     )
     return _unless_diverged(result)
+
+
+def _profile(pipe, asked: dict | None) -> tuple[dict, tuple[str, ...]]:
+    """The profile ``autotune trial --profile`` asked for, after the window. A profile
+    that fails leaves the measurement standing and says why in a warning."""
+    if not asked:
+        return {}, ()
+    from autotune.profile import ProfileSpec, profile_steps
+
+    try:
+        return profile_steps(pipe, ProfileSpec(**asked)), ()
+    except Exception as exc:  # recorded: the CLI reports it and exits non-zero
+        traceback.print_exc()
+        reason = f"{type(exc).__name__}: {exc}"
+        return {"error": reason}, (f"profile failed: {reason}",)
 
 
 def _train(spec: dict, config, dataset, pipe, t_start: float, t_loaded: float,

@@ -20,7 +20,7 @@ def _verdict(ok: bool) -> str:
 
 
 def rows() -> list[tuple[str, str, str, str]]:
-    parts = (_sampler, _trial_overhead, _noise, _time_to_best, _search_efficiency,
+    parts = (_sampler, _sampler_cuda, _trial_overhead, _noise, _time_to_best, _search_efficiency,
              _distributed, _knobs, _speedup, _carryover, _guard)
     return [row for part in parts for row in part()]
 
@@ -46,10 +46,33 @@ def _sampler() -> list[tuple[str, str, str, str]]:
                     (f", torch-sparse {native:.1f}" if native is not None else ""),
                     f"< {chi['critical_p001']} (p = 0.001): "
                     f"{_verdict(chi['builtin'] < chi['critical_p001'])}"))
-        if "cpu_over_cuda" in sp:
-            out.append(("sampler.py", "built-in CUDA vs CPU", f"{sp['cpu_over_cuda']:.1f}x",
-                        f">= 10x: {_verdict(sp['cpu_over_cuda'] >= 10)}"))
     return out
+
+
+def _sampler_cuda() -> list[tuple[str, str, str, str]]:
+    s = _load("sampler-cuda")
+    if not s:
+        return []
+    sp, chi = s["speed"], s["uniformity_chi2"]
+    kernel, torch_path, cpu = (sp[k] for k in ("builtin_cuda_triton", "builtin_cuda_torch",
+                                               "builtin_cpu"))
+    where = f"{s['gpu']}, {s['threads']}-thread CPU"
+    return [
+        ("sampler.py", f"Triton kernel on CUDA, ms/batch, median of {kernel['n']} ([25, 10], "
+         f"batch 1024, 23.5M edges; {where})",
+         f"{kernel['median_ms']:.2f} (p90 {kernel['p90_ms']:.2f}; torch path on CUDA "
+         f"{torch_path['median_ms']:.2f})",
+         f"<= 1.0 ms: {_verdict(kernel['median_ms'] <= 1.0)}"),
+        ("sampler.py", "Triton kernel vs the CPU sampler on all threads",
+         f"{sp['cpu_over_cuda_triton']:.1f}x ({cpu['median_ms']:.1f} ms on the CPU)",
+         f">= 15x: {_verdict(sp['cpu_over_cuda_triton'] >= 15)}"),
+        ("sampler.py", "sampled edges/s, Triton kernel (Quiver ~33M, cuGraph ~72M)",
+         f"{kernel['edges_per_s'] / 1e6:.0f}M", "reported"),
+        ("sampler.py", "chi-square on CUDA, 5 of 40 neighbours x 20,000 (39 dof)",
+         f"{chi['builtin_cuda_triton']:.1f}",
+         f"< {chi['critical_p001']}: "
+         f"{_verdict(chi['builtin_cuda_triton'] < chi['critical_p001'])}"),
+    ]
 
 
 def _trial_overhead() -> list[tuple[str, str, str, str]]:
@@ -145,6 +168,16 @@ def _knobs() -> list[tuple[str, str, str, str]]:
                     f"{len(ok)} changes): the largest throughput gain",
                     f"{top['knob']} {top['value']}: {top['throughput_ratio']:.2f}x",
                     "reported (knob table below)"))
+    g = _load("knobs-cuda")
+    if g and g.get("gpu_end_to_end"):
+        e = g["gpu_end_to_end"]
+        out.append(("knobs.py --device cuda", "GPU end to end, best GPU-resident row "
+                    f"(gpu_sampling {e['value']}; batch 1024, [25, 10], SAGE 2x256, "
+                    f"scale {g['scale']}, {g['env']['gpu']})",
+                    f"{e['seed_nodes_per_s']:,.0f} ±{100 * e['precision']:.1f}% seed nodes/s, "
+                    f"{e['sampled_edges_per_s'] / 1e6:.0f}M edges/s, step p50 "
+                    f"{e['step_p50_ms']:.1f} ms",
+                    f">= {e['target']:,}: {_verdict(e['met'])}"))
     return out
 
 
@@ -198,21 +231,24 @@ def _guard() -> list[tuple[str, str, str, str]]:
     return out
 
 
-def knob_rows() -> str:
-    """The knobs benchmark as its own Markdown table."""
-    k = _load("knobs")
+def knob_rows(name: str = "knobs") -> str:
+    """A knobs benchmark (``knobs`` on CPU, ``knobs-cuda``) as its own Markdown table;
+    ± is the row's own 95% half-width."""
+    k = _load(name)
     if not k:
         return ""
     lines = ["| knob | value | seed nodes/s | throughput | peak MiB | memory | note |",
              "|---|---|---|---|---|---|---|",
              f"| baseline | | {k['baseline_seed_nodes_per_s']:,.0f} | 1.00x | "
-             f"{k['baseline_peak_mib']:,.0f} | 1.00x | median of first and last run |"]
+             f"{k['baseline_peak_mib']:,.0f} | 1.00x | median of first and last run "
+             f"({', '.join(_pm(r) for r in k['baseline_runs'])}) |"]
     for r in k["rows"]:
         if r["status"] != "ok":
             lines.append(f"| {r['knob']} | {r['value']} | {r['status']} | | | | "
                          f"{(r['reason'] or '')[:60]} |")
             continue
         note = f"compile {r['compile_time_s']:.0f} s" if r["compile_time_s"] else ""
+        note = ", ".join(n for n in (_pm(r), note) if n)
         if r["fell_back_to_eager"]:
             note += " EAGER (recompile limit)"
         lines.append(f"| {r['knob']} | {r['value']} | {r['seed_nodes_per_s']:,.0f} | "
@@ -223,14 +259,20 @@ def knob_rows() -> str:
     return "\n".join(lines)
 
 
+def _pm(row: dict) -> str:
+    precision = row.get("precision")
+    return "" if precision is None else f"±{100 * precision:.1f}%"
+
+
 def main() -> None:
     print("| script | figure | measured (median) | target |")
     print("|---|---|---|---|")
     for row in rows():
         print("| " + " | ".join(row) + " |")
-    knobs = knob_rows()
-    if knobs:
-        print("\n" + knobs)
+    for name in ("knobs", "knobs-cuda"):
+        knobs = knob_rows(name)
+        if knobs:
+            print(f"\n{name}.json:\n\n" + knobs)
 
 
 if __name__ == "__main__":

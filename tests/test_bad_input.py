@@ -29,7 +29,12 @@ def base(tmp_path_factory):
              "cores.yaml": "compute_cores: [4096]\n",
              "many.yaml": "num_workers: 4096\n",
              "ro.yaml": "compile_mode: reduce-overhead\n",
-             "keys.yaml": "batch_size: 64\nturbo: true\n"}
+             "keys.yaml": "batch_size: 64\nturbo: true\n",
+             "gcn-sparse.yaml": "knobs:\n  aggregation: {choices: [scatter, sparse]}\n"
+                                "fixed:\n  model: gcn\n",
+             "sparse-compiled.yaml": "aggregation: sparse\ncompile_mode: default\n"}
+    (tmp / "profiled").mkdir()
+    (tmp / "profiled" / "trace.json").write_text("{}")
     for name, text in files.items():
         (tmp / name).write_text(text)
     storage = f"sqlite:///{tmp / 'studies' / 'base.db'}"
@@ -123,6 +128,14 @@ CASES = {
                                       ["unknown keys turbo", "allowed:"]),
     "unwritable studies folder": (["search", "--studies-dir", "{tmp}/readonly/studies"],
                                   ["--studies-dir", "not writable"]),
+    "sparse aggregation in a gcn space": (["search", "--space", "{tmp}/gcn-sparse.yaml"],
+                                          ["knob 'aggregation'", "exact for model sage"]),
+    "sparse aggregation compiled": (["trial", "--config", "{tmp}/sparse-compiled.yaml"],
+                                    ["aggregation 'sparse' runs eagerly", "compile_mode none"]),
+    "profile folder holding a trace": (["trial", "--profile", "{tmp}/profiled"],
+                                       ["--profile folder", "already holds trace.json"]),
+    "profile into an unwritable folder": (["trial", "--profile", "{tmp}/readonly/p"],
+                                          ["--profile", "not writable"]),
 }
 
 

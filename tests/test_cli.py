@@ -79,6 +79,27 @@ def test_trial_prints_json(tmp_path):
     assert list((tmp_path / "studies" / "trials").iterdir())
 
 
+def test_trial_profile_writes_a_trace_and_prints_the_top_ops(tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("batch_size: 64\nnum_neighbors: [5, 5]\nhidden_channels: 16\n")
+    prof = tmp_path / "prof"
+    proc = autotune("trial", "--dataset", "synthetic", "--scale", "0.004", "--root",
+                    str(tmp_path / "data"), "--config", str(cfg), "--warmup", "1",
+                    "--max-seconds", "0.5", "--profile", str(prof), "--profile-steps", "3",
+                    "--studies-dir", str(tmp_path / "studies"))
+    assert proc.returncode == 0, proc.stderr
+    trace = json.loads((prof / "trace.json").read_text())
+    steps = [e for e in trace["traceEvents"] if e.get("name") == "autotune.step"]
+    assert len(steps) == 3, "the 2 warm-up steps are run, not recorded"
+    assert "profile: 3 steps after the window (not measured)" in proc.stdout
+    assert "Self CPU" in proc.stdout and "aten::" in proc.stdout  # the top-ops table
+    assert (prof / "top-ops.txt").read_text().strip() in proc.stdout
+    result_file, = (tmp_path / "studies" / "trials").glob("*/result.json")
+    result = json.loads(result_file.read_text())
+    assert result["profile"]["trace"] == str(prof.resolve() / "trace.json")
+    assert result["status"] == "ok" and result["window"]["stopped"]
+
+
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert ci in (ROOT / "README.md").read_text()

@@ -63,10 +63,14 @@ def test_fault_in_a_study_becomes_a_failed_trial(tmp_path, fault, status, reason
     space = tmp_path / "space.yaml"
     space.write_text(FAULT_SPACE)
     device = ["--device", "cuda"] if fault == "cuda-oom" else []
+    # A CUDA process holds ~2.4 GiB of host memory before it trains (the CUDA runtime
+    # and its kernels): a 2 GiB host limit would fire before the CUDA OOM under test.
+    # Its first trial also imports torch in 11-13 s on the GPU machine.
+    host_limit, timeout = ("16GiB", "120") if fault == "cuda-oom" else ("2GiB", "20")
     args = ["search", *FAST, *device, "--root", str(tmp_path / "data"), "--studies-dir",
             str(tmp_path / "studies"), "--space", str(space), "--study-name", "f",
-            "--steps", "3", "--max-seconds", "0.5", "--trial-timeout", "20", "--memory-limit",
-            "2GiB"]
+            "--steps", "3", "--max-seconds", "0.5", "--trial-timeout", timeout, "--memory-limit",
+            host_limit]
     first = _cli(*args, "--n-trials", "1")  # trial 0, stored before the fault
     assert first.returncode == 0, first.stderr
     before = _snapshot(_study(tmp_path, "f"))

@@ -7,9 +7,10 @@ import torch
 from _helpers import loss_and_grads as _loss_and_grads
 
 from autotune.config import TrialConfig
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, DeviceMemoryError
 from autotune.pipeline import (MODELS, SAGE, PadToBucket, apply_checkpointing, bucket, build,
-                               check_config, worker_core_sets)
+                               check_config, check_gpu_fit, gpu_resident_bytes,
+                               sparse_adjacency, worker_core_sets)
 
 
 @pytest.mark.parametrize("n, ladder, expected", [
@@ -169,3 +170,109 @@ def test_sampler_placement_on_cuda(tiny_synthetic, gpu_sampling):
         assert batch.x.is_pinned()
     loss = pipe.train_step(batch)
     assert loss.is_cuda and torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_sparse_aggregation_gives_scatters_loss_and_gradients(tiny_synthetic, padded):
+    torch.manual_seed(0)
+    model = SAGE(tiny_synthetic.num_features, 16, 4, dropout=0.0)
+    batch = _a_batch(tiny_synthetic)
+    if padded:  # padding edges all point at one node: a row with many entries
+        batch = PadToBucket("pow2")(batch)
+    # the sampler emits edges grouped by target already: shuffled, the CSR must sort them
+    batch.edge_index = batch.edge_index[:, torch.randperm(batch.edge_index.size(1))]
+    scatter_loss, scatter_grads = _loss_and_grads(model, batch)
+    adj = sparse_adjacency(batch.edge_index, batch.num_nodes)
+    assert adj.layout == torch.sparse_csr and adj._nnz() == batch.edge_index.size(1)
+    sparse_loss, sparse_grads = _loss_and_grads(model, batch.clone().update({"edge_index": adj}))
+    assert torch.allclose(scatter_loss, sparse_loss, rtol=1e-6, atol=1e-6)
+    for a, b in zip(scatter_grads, sparse_grads):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("aggregation, op", [("scatter", "scatter"), ("sparse", "sparse")])
+@pytest.mark.parametrize("amp", ["float32", "bfloat16"])
+def test_aggregation_knob_trains_and_the_probe_reads_which_op_ran(tiny_synthetic, aggregation,
+                                                                   op, amp):
+    from autotune.measure import probe_model
+
+    pipe = build(TrialConfig(batch_size=64, hidden_channels=32, sampler="builtin",
+                             aggregation=aggregation, amp_dtype=amp), tiny_synthetic,
+                 num_classes=4)
+    with pipe.activate():
+        losses = [float(pipe.train_step(b)) for _, b in zip(range(15), pipe.loader)]
+        probe = probe_model(pipe, next(iter(pipe.loader)))
+    assert losses[-1] < losses[0]
+    ran = probe["aggregation_ops"]
+    assert any(op in name for name in ran), ran
+    other = "sparse" if op == "scatter" else "scatter"
+    assert not any(other in name for name in ran), ran
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"model": "gcn"}, "exact for model sage"), ({"model": "gat"}, "exact for model sage"),
+    ({"compile_mode": "default"}, "runs eagerly")])
+def test_sparse_aggregation_refuses_what_it_cannot_do_exactly(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        TrialConfig(aggregation="sparse", **changes)
+
+
+def test_gpu_fit_check_counts_the_resident_graph_and_names_its_parts(tiny_synthetic):
+    need = gpu_resident_bytes(tiny_synthetic)
+    n, e = tiny_synthetic.num_nodes, tiny_synthetic.edge_index.size(1)
+    assert need["features"] == n * tiny_synthetic.num_features * 4
+    assert need["graph (CSC)"] == (n + 1) * 8 + 2 * e * 8
+    total = sum(need.values())
+    check_gpu_fit(need, free=2 * total, total=4 * total)  # 10% headroom of 4x still fits
+    with pytest.raises(DeviceMemoryError, match=r"gpu_sampling needs .*features .* free"):
+        check_gpu_fit(need, free=total, total=10 * total)  # the headroom does not fit
+    assert issubclass(DeviceMemoryError, MemoryError)  # the worker reports it as oom
+
+
+@pytest.mark.cuda
+def test_gpu_sampling_that_does_not_fit_fails_before_building(tiny_synthetic, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1 << 20, 80 << 30))
+    config = TrialConfig(batch_size=64, hidden_channels=32, sampler="builtin", device="cuda",
+                         gpu_sampling=True)
+    before = torch.cuda.memory_allocated()
+    with pytest.raises(DeviceMemoryError, match="gpu_sampling needs"):
+        build(config, tiny_synthetic, num_classes=4)
+    assert torch.cuda.memory_allocated() == before, "something was put on the GPU first"
+
+
+@pytest.mark.cuda
+def test_gpu_resident_steps_never_sync_the_device(tiny_synthetic):
+    """Sampling (Triton kernel, side stream), feature gathering and the training
+    step: sync debug mode raises on any op that waits for the GPU."""
+    config = TrialConfig(batch_size=64, hidden_channels=32, sampler="builtin", device="cuda",
+                         gpu_sampling=True, amp_dtype="bfloat16")
+    pipe = build(config, tiny_synthetic, num_classes=4)
+    assert pipe.sampler_backend == "autotune.NeighborSampler (triton kernel)"
+    batches = iter(pipe.loader)
+    pipe.train_step(next(batches))  # compiles the kernel, allocates the scratch maps
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        losses = [pipe.train_step(next(batches)) for _ in range(3)]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(torch.isfinite(loss) for loss in losses)
+
+
+@pytest.mark.cuda
+def test_sparse_adjacency_is_built_on_the_gpu_without_a_sync(tiny_synthetic):
+    # (the sparse product's backward does sync, inside torch: see the knob's docs)
+    batch = _a_batch(tiny_synthetic)
+    edge_index = batch.edge_index.cuda()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        adj = sparse_adjacency(edge_index, batch.num_nodes)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert adj.is_cuda and adj.layout == torch.sparse_csr
+    # every edge once (a graph may hold an edge twice: to_dense would merge them)
+    n, crow, src = batch.num_nodes, adj.crow_indices().cpu(), adj.col_indices().cpu()
+    dst = torch.repeat_interleave(torch.arange(n), crow[1:] - crow[:-1])
+    assert torch.equal((src * n + dst).sort().values,
+                       (batch.edge_index[0] * n + batch.edge_index[1]).sort().values)

@@ -16,6 +16,15 @@ from autotune.errors import BackendUnavailableError, ConfigError
 CHI2_39DOF_P001 = 72.05
 
 
+@pytest.fixture(params=["torch", "triton"])
+def kernel(request, monkeypatch):
+    """Both ways of drawing a hop. The Triton kernel runs in Triton's interpreter on
+    CPU tensors (TRITON_INTERPRET=1), so CI checks the kernel itself, not a twin."""
+    if request.param == "triton" and torch.cuda.is_available():
+        pytest.skip("the interpreter runs on machines without CUDA; cuda tests cover the kernel")
+    return request.param
+
+
 def _in_degree(data):
     return torch.bincount(data.edge_index[1], minlength=data.num_nodes)
 
@@ -24,8 +33,8 @@ def _edge_keys(src, dst, n):
     return src.long() * n + dst.long()
 
 
-def test_every_sampled_edge_exists(random_graph):
-    s = autotune.NeighborSampler(random_graph, [5, 4, 3], seed=0)
+def test_every_sampled_edge_exists(random_graph, kernel):
+    s = autotune.NeighborSampler(random_graph, [5, 4, 3], seed=0, kernel=kernel)
     out = s.sample(torch.arange(0, 40))
     n = random_graph.num_nodes
     sampled = _edge_keys(out.node[out.row], out.node[out.col], n)
@@ -38,9 +47,11 @@ def test_every_sampled_edge_exists(random_graph):
     assert torch.equal(random_graph.edge_index[1, e_id], out.node[out.col])
 
 
-@pytest.mark.parametrize("fanout", [[3, 2], [-1, 2], [10, -1]])
+@pytest.mark.parametrize("fanout", [[3, 2], [-1, 2], [10, -1], [10, 3]])
 def test_each_node_gets_min_deg_k_distinct_neighbours(random_graph, fanout):
-    s = autotune.NeighborSampler(random_graph, fanout, seed=1)
+    # the kernel draws k >= 1 only; without CUDA it runs in Triton's interpreter
+    kernel = "torch" if -1 in fanout or torch.cuda.is_available() else "triton"
+    s = autotune.NeighborSampler(random_graph, fanout, seed=1, kernel=kernel)
     out = s.sample(torch.tensor([7, 1, 2, 3, 299]))  # 299 is isolated
     deg = _in_degree(random_graph)
     start = 0
@@ -58,20 +69,20 @@ def test_each_node_gets_min_deg_k_distinct_neighbours(random_graph, fanout):
             assert mine.unique().numel() == mine.numel(), "a neighbour was drawn twice"
 
 
-def test_consecutive_batches_share_no_state(random_graph):
+def test_consecutive_batches_share_no_state(random_graph, kernel):
     # the per-process scratch maps must be clean again after each batch
-    s = autotune.NeighborSampler(random_graph, [5, 4], seed=0)
+    s = autotune.NeighborSampler(random_graph, [5, 4], seed=0, kernel=kernel)
     n = random_graph.num_nodes
     real = _edge_keys(*random_graph.edge_index, n)
     for seeds in (torch.arange(0, 40), torch.arange(20, 60), torch.arange(0, 40)):
         out = s.sample(seeds)
         assert (out.row >= 0).all() and out.node.unique().numel() == out.node.numel()
         assert torch.isin(_edge_keys(out.node[out.row], out.node[out.col], n), real).all()
-    assert (s._assoc == -1).all()
+    assert (s._assoc == -1).all() and (s._first_pos == sampler_mod._UNSET).all()
 
 
-def test_replace_draws_k_for_every_node_with_neighbours(random_graph):
-    s = autotune.NeighborSampler(random_graph, [50], replace=True, seed=0)
+def test_replace_draws_k_for_every_node_with_neighbours(random_graph, kernel):
+    s = autotune.NeighborSampler(random_graph, [50], replace=True, seed=0, kernel=kernel)
     seeds = torch.tensor([7, 1, 299])
     out = s.sample(seeds)
     counts = torch.bincount(out.col, minlength=3)
@@ -79,9 +90,9 @@ def test_replace_draws_k_for_every_node_with_neighbours(random_graph):
     assert out.edge[out.col == 1].unique().numel() < 50  # node 1 has far fewer neighbours
 
 
-def test_seeds_first_and_counts_add_up(random_graph):
+def test_seeds_first_and_counts_add_up(random_graph, kernel):
     seeds = torch.tensor([5, 9, 7, 100])
-    out = autotune.NeighborSampler(random_graph, [4, 3], seed=0).sample(seeds)
+    out = autotune.NeighborSampler(random_graph, [4, 3], seed=0, kernel=kernel).sample(seeds)
     assert torch.equal(out.node[:4], seeds)
     assert sum(out.num_sampled_nodes) == out.node.numel()
     assert sum(out.num_sampled_edges) == out.row.numel() == out.col.numel()
@@ -96,9 +107,11 @@ def _builtin_positions(sampler):
     return positions
 
 
-def test_chi_square_uniformity_of_a_high_degree_node():
+@pytest.mark.parametrize("replace", [False, True])
+def test_chi_square_uniformity_of_a_high_degree_node(kernel, replace):
     # 5 of 40 in-neighbours, 20,000 draws (2,000 stars x 10 rounds), fixed seed.
-    s = autotune.NeighborSampler(sampler_mod.star_forest(2000, 40), [5], seed=1234)
+    s = autotune.NeighborSampler(sampler_mod.star_forest(2000, 40), [5], seed=1234,
+                                 kernel=kernel, replace=replace)
     chi2 = sampler_mod.uniformity_chi_square(_builtin_positions(s))
     assert chi2 < CHI2_39DOF_P001, f"chi2={chi2:.1f} on 39 dof"
 
@@ -120,11 +133,11 @@ def test_chi_square_catches_an_exclusive_upper_bound(monkeypatch):
     assert sampler_mod.uniformity_chi_square(_builtin_positions(s)) > CHI2_39DOF_P001
 
 
-def test_reproducible_with_a_seed(random_graph):
+def test_reproducible_with_a_seed(random_graph, kernel):
     seeds = torch.arange(30)
-    a = autotune.NeighborSampler(random_graph, [5, 5], seed=7).sample(seeds)
-    b = autotune.NeighborSampler(random_graph, [5, 5], seed=7).sample(seeds)
-    c = autotune.NeighborSampler(random_graph, [5, 5], seed=8).sample(seeds)
+    make = lambda seed: autotune.NeighborSampler(random_graph, [5, 5], seed=seed,  # noqa: E731
+                                                 kernel=kernel)
+    a, b, c = make(7).sample(seeds), make(7).sample(seeds), make(8).sample(seeds)
     assert torch.equal(a.node, b.node) and torch.equal(a.edge, b.edge)
     assert not torch.equal(a.edge, c.edge)
 
@@ -235,3 +248,65 @@ def test_cuda_matches_the_graph(random_graph):
     n = random_graph.num_nodes
     sampled = _edge_keys(out.node[out.row], out.node[out.col], n).cpu()
     assert torch.isin(sampled, _edge_keys(*random_graph.edge_index, n)).all()
+
+
+@pytest.mark.cuda
+def test_cuda_kernel_draws_min_deg_k_distinct_existing_neighbours(random_graph):
+    s = autotune.NeighborSampler(random_graph, [10, 3], device="cuda", seed=0, kernel="triton")
+    seeds = torch.tensor([7, 1, 2, 3, 299])
+    out = s.sample(seeds)
+    node, row, col, edge = (t.cpu() for t in (out.node, out.row, out.col, out.edge))
+    n, deg = random_graph.num_nodes, _in_degree(random_graph)
+    assert torch.isin(_edge_keys(node[row], node[col], n),
+                      _edge_keys(*random_graph.edge_index, n)).all()
+    assert torch.equal(node[:5], seeds) and node.unique().numel() == node.numel()
+    for local in range(out.num_sampled_nodes[0]):
+        mine = edge[col == local]
+        assert mine.numel() == min(int(deg[node[local]]), 10)
+        assert mine.unique().numel() == mine.numel()
+    assert (s._assoc == -1).all()
+
+
+@pytest.mark.cuda
+def test_cuda_kernel_chi_square_uniformity():
+    s = autotune.NeighborSampler(sampler_mod.star_forest(2000, 40), [5], seed=1234,
+                                 device="cuda", kernel="triton")
+    chi2 = sampler_mod.uniformity_chi_square(_builtin_positions(s))
+    assert chi2 < CHI2_39DOF_P001, f"chi2={chi2:.1f} on 39 dof"
+
+
+@pytest.mark.cuda
+def test_cuda_kernel_sampling_never_syncs_the_device(random_graph):
+    # sync debug mode raises on any synchronising op (item, nonzero, pageable copies);
+    # the one read-back of a batch's sizes waits on an event of the sampler's stream.
+    s = autotune.NeighborSampler(random_graph, [5, 4], device="cuda", seed=0, kernel="triton")
+    seeds = torch.arange(40).pin_memory()
+    s.sample(seeds)  # scratch allocation and the kernel's compilation
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = s.sample(seeds)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert out.node.is_cuda and sum(out.num_sampled_edges) == out.row.numel() > 0
+
+
+def test_lookahead_loader_gives_node_loaders_batches(random_graph, kernel):
+    """One batch launched ahead, the same batches in the same order (the random
+    streams are drawn at launch, in batch order), the last, smaller one included."""
+    from autotune.loader import LookaheadNodeLoader
+
+    if kernel == "torch":
+        with pytest.raises(ConfigError, match="triton kernel"):
+            LookaheadNodeLoader(random_graph, node_sampler=autotune.NeighborSampler(
+                random_graph, [4, 3], kernel="torch"), batch_size=16)
+        return
+    make = lambda: autotune.NeighborSampler(random_graph, [4, 3], seed=3,  # noqa: E731
+                                            kernel="triton")
+    kwargs = dict(input_nodes=random_graph.train_mask, batch_size=64, shuffle=False)
+    ahead = list(LookaheadNodeLoader(random_graph, node_sampler=make(), **kwargs))
+    plain = list(NodeLoader(random_graph, node_sampler=make(), **kwargs))
+    assert len(ahead) == len(plain) == -(-int(random_graph.train_mask.sum()) // 64) > 2
+    for a, b in zip(ahead, plain):
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+        assert torch.equal(a.input_id, b.input_id) and a.batch_size == b.batch_size
+        _check_batch(a, random_graph)

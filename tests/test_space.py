@@ -115,3 +115,20 @@ def test_model_facts_override_fixed_and_fit_fanouts():
 
 def test_spaces_dir_has_a_schema_doc():
     assert (SPACES_DIR / "README.md").exists()
+
+
+def test_aggregation_is_suggested_only_without_compile():
+    space = load_space("default", device="cpu", cores=2, baseline=BASE)
+    assert space.knobs["aggregation"].choices == ("scatter", "sparse")
+    params = {"batch_size": 1024, "num_neighbors": "25,10", "num_workers": 0,
+              "amp_dtype": "float32", "checkpointing": False, "sampler": "builtin"}
+    eager = suggest_config(optuna.trial.FixedTrial(
+        {**params, "compile_mode": "none", "aggregation": "sparse"}), space, device="cpu",
+        topology=TWO)
+    assert eager.aggregation == "sparse"
+    assert params_for(eager, space)["aggregation"] == "sparse"
+    trial = optuna.trial.FixedTrial({**params, "compile_mode": "default", "shapes": "dynamic",
+                                     "aggregation": "sparse"})
+    compiled = suggest_config(trial, space, device="cpu", topology=TWO)
+    assert compiled.aggregation == "scatter", "a compiled config never aggregates sparsely"
+    assert "aggregation" not in params_for(compiled, space)
