@@ -169,6 +169,8 @@ def load_space(space: str | dict, *, device: str = "cpu", cores: int | None = No
         baseline = fitted(baseline, fixed["num_layers"])
     if device == "cpu":
         knobs = _cpu_only(path, knobs, notes)
+    if "aggregation" in knobs:
+        knobs["aggregation"] = _model_aggregations(path, knobs["aggregation"], fixed, notes)
     if "affinity" in knobs:
         knobs["affinity"] = _buildable(path, knobs["affinity"], topology or this_machine(),
                                        notes)
@@ -178,6 +180,26 @@ def load_space(space: str | dict, *, device: str = "cpu", cores: int | None = No
     space = SearchSpace(path.stem, knobs, fixed, str(blob.get("description", "")), tuple(notes))
     _check_fixed(path, space)
     return space
+
+
+def _model_aggregations(path: Path, knob: Knob, fixed: dict[str, Any],
+                        notes: list[str]) -> Knob:
+    """The aggregations the study's model takes: ``sparse`` is left out, with a note,
+    for a model that refuses it (gcn, gat); a space that offers nothing else is an
+    error."""
+    model = fixed.get("model", TrialConfig.model)
+    try:
+        TrialConfig(model=model, aggregation="sparse")
+        return knob
+    except ConfigError as exc:
+        if "sparse" not in knob.choices:
+            return knob
+        kept = tuple(c for c in knob.choices if c != "sparse")
+        if not kept:
+            raise SearchSpaceError(f"search space '{path}', knob 'aggregation': {exc}") from exc
+        notes.append(f"{path.name}: aggregation sparse left out: model {model} does not take "
+                     "it exactly")
+        return Knob("aggregation", kept)
 
 
 def _read_yaml(path: Path) -> Any:
@@ -334,13 +356,6 @@ def _check_fixed(path: Path, space: SearchSpace) -> None:
         TrialConfig(**space.fixed, num_neighbors=fit_fanout(TrialConfig.num_neighbors, layers))
     except (ConfigError, TypeError) as exc:
         raise SearchSpaceError(f"search space '{path}', fixed: {exc}") from exc
-    aggregation = space.knobs.get("aggregation")
-    if aggregation is not None and "sparse" in aggregation.choices:
-        try:
-            TrialConfig(**space.fixed, aggregation="sparse", num_neighbors=fit_fanout(
-                TrialConfig.num_neighbors, layers))
-        except ConfigError as exc:
-            raise SearchSpaceError(f"search space '{path}', knob 'aggregation': {exc}") from exc
     for fanout in (space.knobs.get("num_neighbors") or Knob("num_neighbors", ((25, 10),))).choices:
         layers = space.fixed.get("num_layers", 2)
         if not isinstance(fanout, tuple) or len(fanout) != layers:

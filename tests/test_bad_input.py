@@ -30,8 +30,7 @@ def base(tmp_path_factory):
              "many.yaml": "num_workers: 4096\n",
              "ro.yaml": "compile_mode: reduce-overhead\n",
              "keys.yaml": "batch_size: 64\nturbo: true\n",
-             "gcn-sparse.yaml": "knobs:\n  aggregation: {choices: [scatter, sparse]}\n"
-                                "fixed:\n  model: gcn\n",
+             "gcn-sparse.yaml": "knobs:\n  aggregation: sparse\nfixed:\n  model: gcn\n",
              "sparse-compiled.yaml": "aggregation: sparse\ncompile_mode: default\n"}
     (tmp / "profiled").mkdir()
     (tmp / "profiled" / "trace.json").write_text("{}")

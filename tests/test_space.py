@@ -132,3 +132,11 @@ def test_aggregation_is_suggested_only_without_compile():
     compiled = suggest_config(trial, space, device="cpu", topology=TWO)
     assert compiled.aggregation == "scatter", "a compiled config never aggregates sparsely"
     assert "aggregation" not in params_for(compiled, space)
+
+
+def test_a_model_that_refuses_sparse_aggregation_leaves_it_out_with_a_note():
+    space = load_space("default", device="cpu", cores=2, facts={"model": "gat"})
+    assert space.knobs["aggregation"].choices == ("scatter",)
+    assert any("aggregation sparse left out: model gat" in n for n in space.notes)
+    assert load_space("default", device="cpu", cores=2).knobs["aggregation"].choices == \
+        ("scatter", "sparse")

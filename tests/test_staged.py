@@ -130,9 +130,10 @@ def test_payback_epochs_of_a_compiled_config():
 @pytest.mark.parametrize("machine, expected", [
     (("cuda", 16, frozenset()), ["gpu-resident-bf16", "gpu-resident", "workers-on-free-cores",
                                  "in-process-sampling"]),
-    (("cpu", 2, frozenset({"avx512_bf16"})), ["bf16", "workers-on-free-cores",
+    (("cpu", 2, frozenset({"avx512_bf16"})), ["bf16", "sparse-aggregation",
+                                              "workers-on-free-cores", "in-process-sampling"]),
+    (("cpu", 2, frozenset({"avx512_vnni"})), ["sparse-aggregation", "workers-on-free-cores",
                                               "in-process-sampling"]),
-    (("cpu", 2, frozenset({"avx512_vnni"})), ["workers-on-free-cores", "in-process-sampling"]),
 ])
 def test_priors_follow_the_device(machine, expected):
     from autotune.space import load_space
@@ -152,6 +153,13 @@ def test_priors_follow_the_device(machine, expected):
         assert configs["gpu-resident-bf16"].amp_dtype == "bfloat16"
         assert configs["gpu-resident-bf16"].num_workers == 0
     assert all(c.compile_mode == "none" for c in configs.values())
+    if device == "cpu":
+        assert configs["sparse-aggregation"].aggregation == "sparse"
+        gcn = base.replace(model="gcn")
+        gcn_space = load_space("default", device=device, baseline=gcn, facts={"model": "gcn"})
+        skipped = [n for n, _ in prior_configs(gcn_space.baseline(gcn), gcn_space,
+                                                Machine(*machine))]
+        assert "sparse-aggregation" not in skipped, "gcn refuses sparse aggregation"
 
 
 def test_a_compile_variant_waits_for_its_eager_twin(tmp_path):

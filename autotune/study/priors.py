@@ -3,8 +3,9 @@
 Each row is the baseline with a few knobs changed, taken from what usually pays on
 such a machine. A row is enqueued only where the machine has what it needs (CPU
 flags are read from /proc/cpuinfo, never assumed) and the search space holds its
-values; rows that repeat the baseline or an earlier row are dropped. Each is an
-ordinary trial that the sampler learns from, raced like any other.
+values (and the study's model takes them); rows that repeat the baseline or an
+earlier row are dropped. Each is an ordinary trial that the sampler learns from,
+raced like any other.
 
 =====================  ==================================  ===============================
 row                    applies when                        change from the baseline
@@ -14,6 +15,9 @@ gpu-resident-bf16      device cuda                         gpu_sampling on, bflo
 gpu-resident           device cuda                         gpu_sampling on, no loader
                                                            workers
 bf16                   CPU with amx_bf16 or avx512_bf16    bfloat16 autocast
+sparse-aggregation     device cpu, a model that takes it   aggregation sparse (2.0x on a
+                                                           2-core Xeon in knobs.py; 0.89x
+                                                           on an H100, so not on CUDA)
 workers-on-free-cores  at least 2 cores                    one loader worker per core but
                                                            one (left to the training step)
 in-process-sampling    always                              no loader workers (sampling in
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from autotune.config import TrialConfig
+from autotune.errors import ConfigError
 from autotune.space import SearchSpace, in_space
 
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
@@ -56,6 +61,8 @@ PRIORS = (
           lambda m: {"gpu_sampling": True, "num_workers": 0, "sampler": "builtin"}),
     Prior("bf16", lambda m: m.device == "cpu" and any(f in m.cpu_flags for f in BF16_FLAGS),
           lambda m: {"amp_dtype": "bfloat16"}),
+    Prior("sparse-aggregation", lambda m: m.device == "cpu",
+          lambda m: {"aggregation": "sparse"}),
     Prior("workers-on-free-cores", lambda m: m.cores >= 2,
           lambda m: {"num_workers": m.cores - 1}),
     Prior("in-process-sampling", lambda m: True, lambda m: {"num_workers": 0}),
@@ -75,8 +82,11 @@ def prior_configs(baseline: TrialConfig, space: SearchSpace,
     for prior in PRIORS:
         if not prior.applies(machine):
             continue
-        config = baseline.replace(compile_mode="none", loader_cores=None, compute_cores=None,
-                                  **prior.change(machine))
+        try:
+            config = baseline.replace(compile_mode="none", loader_cores=None,
+                                      compute_cores=None, **prior.change(machine))
+        except ConfigError:  # the study's model refuses the change (gcn: sparse aggregation)
+            continue
         if in_space(config, space) and config.key() not in seen:
             seen.add(config.key())
             out.append((prior.name, config))
