@@ -24,16 +24,18 @@ class _FakeStepper:
 
     def __init__(self, delays, workers: int = 0) -> None:
         self.delays = delays
-        self.pipe = SimpleNamespace(config=SimpleNamespace(num_workers=workers))
+        import torch
+
+        self.pipe = SimpleNamespace(config=SimpleNamespace(num_workers=workers),
+                                    device=torch.device("cpu"))
         self.batch = SimpleNamespace(batch_size=100, num_nodes=1000,
                                      edge_index=SimpleNamespace(size=lambda dim: 5000))
 
-    def step(self):
+    def run(self):
         import torch
 
-        started = time.perf_counter()
         time.sleep(self.delays())
-        return time.perf_counter() - started, self.batch, torch.tensor(1.0)
+        return self.batch, torch.tensor(1.0)
 
 
 def test_half_width_of_a_rate():
