@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
