@@ -1,4 +1,10 @@
-"""Loaders built on PyG's ``NodeLoader``.
+"""Loaders built on PyG's: drop-in ``NeighborLoader`` and ``LinkNeighborLoader`` that
+sample with :class:`autotune.NeighborSampler`, and the GPU pipeline's look-ahead loader.
+
+:class:`NeighborLoader` and :class:`LinkNeighborLoader` subclass PyG's classes and
+take their arguments, so a training script changes one import line; code that checks
+``isinstance(loader, torch_geometric.loader.NeighborLoader)`` (``GraphSAGE.inference``,
+for one) accepts them. They need neither pyg-lib nor torch-sparse.
 
 :class:`LookaheadNodeLoader` is the GPU-resident pipeline's loader (``gpu_sampling``
 with the Triton sampler): it draws batch ``i + 1`` on the GPU before it hands out
@@ -10,12 +16,126 @@ done by the time it is needed.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterator
+import inspect
+from typing import Any, Callable, Iterator
 
 from torch.utils.data import DataLoader
+from torch_geometric import loader as pyg_loader
 from torch_geometric.loader import NodeLoader
 
 from autotune.errors import ConfigError
+
+LOADER_SAMPLERS = ("builtin", "pyg")
+
+
+class NeighborLoader(pyg_loader.NeighborLoader):
+    """PyG's :class:`~torch_geometric.loader.NeighborLoader`, sampling with
+    :class:`autotune.NeighborSampler` (``sampler="builtin"``, the default) or PyG's own
+    (``sampler="pyg"``, which needs pyg-lib or torch-sparse). Same arguments as PyG's;
+    ``sampler_options`` go to :class:`autotune.NeighborSampler` (``device``, ``seed``,
+    ``cache_dir``, ``kernel``). A ``neighbor_sampler`` passed in must sample the
+    ``num_neighbors`` given, or the loader refuses it.
+
+    Example::
+
+        from autotune.loader import NeighborLoader  # was: from torch_geometric.loader
+
+        loader = NeighborLoader(data, num_neighbors=[25, 10], batch_size=1024,
+                                input_nodes=data.train_mask, shuffle=True)
+    """
+
+    def __init__(self, data, num_neighbors, *args, sampler: str = "builtin",
+                 sampler_options: dict[str, Any] | None = None, **kwargs) -> None:
+        bound = _bind(pyg_loader.NeighborLoader, self, data, num_neighbors, *args, **kwargs)
+        bound.arguments["neighbor_sampler"] = _neighbor_sampler(bound.arguments, sampler,
+                                                                sampler_options)
+        super().__init__(*bound.args[1:], **bound.kwargs)
+
+
+class LinkNeighborLoader(pyg_loader.LinkNeighborLoader):
+    """PyG's :class:`~torch_geometric.loader.LinkNeighborLoader` on
+    :class:`autotune.NeighborSampler`, as :class:`NeighborLoader` is for nodes:
+    binary and triplet negatives (drawn on the sampler's device, none on an edge of
+    the graph), ``disjoint`` and ``weight_attr`` work; temporal sampling needs
+    ``sampler="pyg"``.
+
+    Example::
+
+        from autotune.loader import LinkNeighborLoader
+
+        loader = LinkNeighborLoader(train_data, num_neighbors=[10, 5], batch_size=512,
+                                    edge_label_index=train_data.edge_label_index,
+                                    edge_label=train_data.edge_label, shuffle=True,
+                                    neg_sampling="binary")
+    """
+
+    def __init__(self, data, num_neighbors, *args, sampler: str = "builtin",
+                 sampler_options: dict[str, Any] | None = None, **kwargs) -> None:
+        bound = _bind(pyg_loader.LinkNeighborLoader, self, data, num_neighbors, *args,
+                      **kwargs)
+        bound.arguments["neighbor_sampler"] = _neighbor_sampler(bound.arguments, sampler,
+                                                                sampler_options)
+        super().__init__(*bound.args[1:], **bound.kwargs)
+
+
+def _bind(cls: type, *args, **kwargs) -> inspect.BoundArguments:
+    """The call's arguments, named by PyG's own signature (a wrong one is PyG's
+    TypeError), with defaults filled in."""
+    bound = inspect.signature(cls.__init__).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound
+
+
+def _neighbor_sampler(args: dict, sampler: str, options: dict[str, Any] | None):
+    """The sampler the loader uses: the one passed in (checked against
+    ``num_neighbors``), PyG's (``None``: PyG builds it) or a new built-in one."""
+    from autotune.sampler import NeighborSampler, resolve_backend
+
+    if sampler not in LOADER_SAMPLERS:
+        raise ConfigError(f"sampler must be one of {', '.join(LOADER_SAMPLERS)} "
+                          f"(got {sampler!r})")
+    given = args["neighbor_sampler"]
+    if given is not None:
+        _check_same_fanout(given, args["num_neighbors"])
+        return given
+    if sampler == "pyg":
+        resolve_backend("pyg")  # a clear error where neither pyg-lib nor torch-sparse imports
+        return None
+    subgraph_type = getattr(args["subgraph_type"], "value", args["subgraph_type"])
+    unsupported = [f"{name}={args.get(name)!r}" for name, fine in (
+        ("time_attr", args["time_attr"] is None),
+        ("input_time", args.get("input_time") is None),
+        ("edge_label_time", args.get("edge_label_time") is None),
+        ("subgraph_type", subgraph_type == "directional"),
+        ("directed", args["directed"] is True)) if not fine]
+    if unsupported:
+        raise ConfigError("the built-in sampler does directional, non-temporal sampling (got "
+                          f"{', '.join(unsupported)}); pass sampler='pyg'")
+    return NeighborSampler(args["data"], args["num_neighbors"], replace=args["replace"],
+                           disjoint=args["disjoint"], weight_attr=args["weight_attr"],
+                           **(options or {}))
+
+
+def _check_same_fanout(sampler, num_neighbors) -> None:
+    """A loader's ``num_neighbors`` that its ``neighbor_sampler`` would ignore is an
+    error: PyG's loaders silently sample with the sampler's own."""
+    from autotune.sampler import fanouts_per_edge_type
+
+    have = sampler.num_neighbors
+    have = getattr(have, "values", have)  # PyG's NumNeighbors
+    edge_types = getattr(sampler, "edge_types", None)
+    if isinstance(have, dict) or isinstance(num_neighbors, dict):
+        if edge_types is None:
+            same = have == num_neighbors
+        else:
+            same = fanouts_per_edge_type(have, edge_types) == \
+                fanouts_per_edge_type(num_neighbors, edge_types)
+    else:
+        same = list(have) == list(num_neighbors)
+    if not same:
+        raise ConfigError(f"num_neighbors {num_neighbors!r} conflicts with the "
+                          f"neighbor_sampler's {have!r}; the loader would sample with the "
+                          "sampler's: pass the same num_neighbors, or leave out one of them")
 
 
 class LookaheadNodeLoader(NodeLoader):

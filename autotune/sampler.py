@@ -20,15 +20,18 @@ from typing import Callable, Literal, NamedTuple, Sequence
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import (
     BaseSampler,
     EdgeSamplerInput,
+    HeteroSamplerOutput,
+    NegativeSampling,
     NodeSamplerInput,
     SamplerOutput,
 )
 
 from autotune.errors import AutotuneError, BackendUnavailableError, ConfigError
+from autotune.subgraph import UNSET, KeyMap, NodeMap, Relation, sample_typed
 
 SamplerBackend = Literal["builtin", "pyg", "auto"]
 SAMPLER_BACKENDS: tuple[str, ...] = ("builtin", "pyg", "auto")
@@ -36,8 +39,10 @@ SamplerKernel = Literal["auto", "triton", "torch"]
 SAMPLER_KERNELS: tuple[str, ...] = ("auto", "triton", "torch")
 
 _CSC_FORMAT = 1  # bump when the cache file layout changes
-_UNSET = torch.iinfo(torch.long).max
 MAX_GRAPHS = 4  # CUDA graphs kept per sampler, one per batch size (the last batch differs)
+HOMOGENEOUS = "_N"  # the one node type of a homogeneous graph, inside this module
+EdgeType = tuple[str, str, str]
+_HOMOGENEOUS_EDGE = (HOMOGENEOUS, "_E", HOMOGENEOUS)
 
 
 @dataclass(frozen=True)
@@ -111,11 +116,16 @@ def load_or_build_csc(data: Data, cache_dir: str | os.PathLike | None = None,
     """Builds the CSC of ``data`` once. With ``cache_file`` (or ``cache_dir``, where the
     file is named by the graph's content hash), the CSC is written to that file and
     memory-mapped from it afterwards; with neither, it is built in memory and moved
-    to shared memory. Either way, loader workers read it without a copy."""
-    if "edge_index" not in data:
-        raise ConfigError("autotune.NeighborSampler needs a graph with 'edge_index' "
-                          f"(got keys {sorted(data.keys())})")
-    edge_index, num_nodes = data.edge_index, int(data.num_nodes)
+    to shared memory. Either way, loader workers read it without a copy. A graph
+    with no ``edge_index`` (features only) is a graph with no edges, as in PyG."""
+    if "edge_index" in data:
+        edge_index = data.edge_index
+    else:
+        edge_index = torch.empty(2, 0, dtype=torch.long)
+    return _csc_of(edge_index, int(data.num_nodes), cache_dir, cache_file)
+
+
+def _csc_of(edge_index: Tensor, num_nodes: int, cache_dir, cache_file) -> CSCGraph:
     if cache_file is not None:
         path = Path(cache_file)
     elif cache_dir is not None:
@@ -127,60 +137,30 @@ def load_or_build_csc(data: Data, cache_dir: str | os.PathLike | None = None,
     csc = CSCGraph.load(path)
     if csc.num_nodes != num_nodes or csc.num_edges != edge_index.size(1):
         raise AutotuneError(f"CSC cache '{path}' holds another graph ({csc.num_nodes} nodes, "
-                         f"{csc.num_edges} edges; expected {num_nodes} and "
-                         f"{edge_index.size(1)}); delete it to rebuild")
+                            f"{csc.num_edges} edges; expected {num_nodes} and "
+                            f"{edge_index.size(1)}); delete it to rebuild")
     return csc
 
 
-def _floyd_offsets(deg: Tensor, k: int, generator: torch.Generator | None) -> Tensor:
-    """Exact uniform k-subsets of ``range(deg[i])`` for every row at once (all deg > k).
-
-    Floyd's algorithm: for j = deg-k .. deg-1, draw t uniformly from [0, j]
-    *inclusive*; keep t unless already taken, in which case keep j."""
-    m = deg.numel()
-    out = torch.empty(m, k, dtype=torch.long, device=deg.device)
-    rnd = torch.rand(m, k, dtype=torch.float64, device=deg.device, generator=generator)
-    base = deg - k
-    for p in range(k):
-        j = base + p
-        t = torch.minimum((rnd[:, p] * (j + 1).to(torch.float64)).long(), j)
-        if p > 0:
-            taken = (out[:, :p] == t.unsqueeze(1)).any(dim=1)
-            t = torch.where(taken, j, t)
-        out[:, p] = t
+def load_or_build_cscs(data: HeteroData, cache_dir: str | os.PathLike | None = None,
+                       cache_file: str | os.PathLike | None = None
+                       ) -> dict[EdgeType, CSCGraph]:
+    """:func:`load_or_build_csc` for each edge type ``(src, rel, dst)`` of a
+    heterogeneous graph: a CSC over the ``dst`` nodes whose rows are ``src`` ids.
+    ``cache_file`` names the first of one file per edge type
+    (``<stem>.<src>__<rel>__<dst>.pt`` beside it)."""
+    out = {}
+    for edge_type in data.edge_types:
+        store = data[edge_type]
+        edge_index = store.edge_index if "edge_index" in store else \
+            torch.empty(2, 0, dtype=torch.long)
+        path = None
+        if cache_file is not None:
+            base = Path(cache_file)
+            path = base.with_name(f"{base.stem}.{'__'.join(edge_type)}{base.suffix}")
+        out[edge_type] = _csc_of(edge_index, int(data[edge_type[-1]].num_nodes), cache_dir,
+                                 path)
     return out
-
-
-def _draw_hop(colptr: Tensor, frontier: Tensor, k: int, replace: bool,
-              generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
-    """Samples in-neighbours of every frontier node. Returns, per sampled edge, the
-    index of its frontier node and its CSC position; edges come grouped by frontier
-    node, in frontier order."""
-    start = colptr[frontier]
-    deg = colptr[frontier + 1] - start
-    m, device = frontier.numel(), frontier.device
-    if k < 0:  # every neighbour
-        owner = torch.repeat_interleave(torch.arange(m, device=device), deg)
-        first = torch.cumsum(deg, 0) - deg
-        offset = torch.arange(owner.numel(), device=device) - first[owner]
-        return owner, start[owner] + offset
-    if k == 0 or m == 0:
-        empty = torch.empty(0, dtype=torch.long, device=device)
-        return empty, empty
-    positions = torch.arange(k, device=device).expand(m, k)
-    if replace:
-        rnd = torch.rand(m, k, dtype=torch.float64, device=device, generator=generator)
-        offset = torch.minimum((rnd * deg.unsqueeze(1).to(torch.float64)).long(),
-                               (deg - 1).clamp(min=0).unsqueeze(1))
-        valid = (deg > 0).unsqueeze(1).expand(m, k)
-    else:
-        offset = positions.clone()
-        big = deg > k
-        if bool(big.any()):
-            offset[big] = _floyd_offsets(deg[big], k, generator)
-        valid = positions < deg.unsqueeze(1)
-    owner = torch.arange(m, device=device).unsqueeze(1).expand(m, k)[valid]
-    return owner, start[owner] + offset[valid]
 
 
 def _relabel_slots(src: Tensor, assoc: Tensor, first_pos: Tensor,
@@ -196,10 +176,10 @@ def _relabel_slots(src: Tensor, assoc: Tensor, first_pos: Tensor,
     s = torch.where(src >= 0, src, n)
     unseen = (src >= 0) & (assoc[s] < 0)
     pos = torch.arange(src.numel(), device=src.device)
-    first_pos.scatter_reduce_(0, torch.where(unseen, s, n), torch.where(unseen, pos, _UNSET),
+    first_pos.scatter_reduce_(0, torch.where(unseen, s, n), torch.where(unseen, pos, UNSET),
                               reduce="amin")
     is_new = unseen & (first_pos[s] == pos)
-    first_pos.index_fill_(0, s, _UNSET)
+    first_pos.index_fill_(0, s, UNSET)
     rank = torch.cumsum(is_new, 0) + (total - 1)
     assoc.scatter_(0, torch.where(is_new, s, n), torch.where(is_new, rank, -1))
     return assoc[s], torch.where(is_new, s, -1), total + is_new.sum()
@@ -270,29 +250,20 @@ def draw_slots(csc: CSCGraph, seeds: Tensor, fanouts: list[int], replace: bool,
     return Slots(node, edges, torch.stack(counts))
 
 
-def _unique_first_seen(ids: Tensor, first_pos: Tensor) -> Tensor:
-    """The distinct values of ``ids`` in order of first occurrence, without a sort.
-
-    ``first_pos`` is a per-node scratch vector holding ``_UNSET`` everywhere; it
-    is left that way on return."""
-    if ids.numel() == 0:
-        return ids
-    pos = torch.arange(ids.numel(), device=ids.device)
-    first_pos.scatter_reduce_(0, ids, pos, reduce="amin")
-    new = ids[first_pos[ids] == pos]
-    first_pos[new] = _UNSET
-    return new
-
-
 class NeighborSampler(BaseSampler):
-    r"""Uniform neighbour sampling for homogeneous graphs, a drop-in for PyG's
-    :class:`torch_geometric.sampler.NeighborSampler` defaults:
+    r"""Neighbour sampling for homogeneous and heterogeneous graphs, a drop-in for
+    PyG's :class:`torch_geometric.sampler.NeighborSampler` (no pyg-lib needed):
 
     * per hop, each frontier node gets ``min(deg, k)`` distinct in-neighbours
       (sources ``j`` of edges ``j -> i``), drawn uniformly without replacement;
       ``k = -1`` takes all of them and ``replace=True`` draws ``k`` with replacement;
-    * the output is not disjoint: seeds first, then new nodes in hop order;
-    * ``row``/``col`` are local ids, ``row`` the source, ``col`` the target.
+      with ``weight_attr``, draws are in proportion to that edge attribute;
+    * a :class:`~torch_geometric.data.HeteroData` graph is sampled per edge type
+      ``(src, rel, dst)`` from the ``dst`` frontier, with one CSC per edge type;
+    * the output is not disjoint (seeds first, then new nodes in hop order) unless
+      ``disjoint=True``: then each seed has its own subgraph and ``batch`` says whose;
+    * ``row``/``col`` are local ids, ``row`` the source, ``col`` the target;
+    * ``sample_from_edges`` serves PyG's ``LinkLoader`` (see :mod:`autotune.links`).
 
     Example::
 
@@ -303,10 +274,17 @@ class NeighborSampler(BaseSampler):
         loader = NodeLoader(data, node_sampler=sampler, input_nodes=data.train_mask,
                             batch_size=1024, num_workers=2, shuffle=True)
 
+    :class:`autotune.loader.NeighborLoader` and :class:`autotune.loader.LinkNeighborLoader`
+    build it for you, with PyG's signatures.
+
     Args:
-        data: The graph, a :class:`torch_geometric.data.Data` with ``edge_index``.
-        num_neighbors: Neighbours to draw per node, one entry per hop (-1: all).
+        data: The graph, a :class:`torch_geometric.data.Data` or ``HeteroData``.
+        num_neighbors: Neighbours to draw per node, one entry per hop (-1: all); on a
+            heterogeneous graph, one list for every edge type or a dict per edge type
+            (or a PyG ``NumNeighbors``).
         replace: Draw with replacement.
+        disjoint: One subgraph per seed (the output's ``batch`` maps nodes to seeds).
+        weight_attr: An edge attribute of non-negative weights to sample by.
         cache_dir: Folder for the graph's CSC cache file (memory-mapped and shared
             with loader workers), named by a hash of the graph; ``None`` with no
             ``cache_file`` builds the CSC in shared memory instead.
@@ -319,30 +297,50 @@ class NeighborSampler(BaseSampler):
         kernel: How hops are drawn. ``"triton"``: one Triton launch per hop
             (:mod:`autotune.kernels`), no host sync until one read-back of the batch's
             sizes, on a side CUDA stream; ``"torch"``: vectorised torch ops; ``"auto"``:
-            Triton on CUDA when it imports and every fanout is in ``1..256``. The
-            two draw the same distribution from different random streams.
+            Triton on CUDA when it imports, every fanout is in ``1..256`` and the
+            sampling is homogeneous, uniform and not disjoint. The two draw the same
+            distribution from different random streams.
     """
 
-    def __init__(self, data: Data, num_neighbors: Sequence[int], *, replace: bool = False,
+    def __init__(self, data: Data | HeteroData, num_neighbors, *, replace: bool = False,
+                 disjoint: bool = False, weight_attr: str | None = None,
                  cache_dir: str | os.PathLike | None = None,
                  cache_file: str | os.PathLike | None = None,
                  device: torch.device | str | None = None, seed: int | None = None,
                  kernel: SamplerKernel = "auto") -> None:
-        if not isinstance(data, Data):
-            raise ConfigError("autotune.NeighborSampler supports homogeneous 'Data' graphs "
+        if not isinstance(data, (Data, HeteroData)):
+            raise ConfigError("autotune.NeighborSampler samples Data and HeteroData graphs "
                               f"(got {type(data).__name__}); use PyG's NeighborSampler")
-        self.num_neighbors = _check_num_neighbors(num_neighbors)
-        self.replace = bool(replace)
+        self.is_hetero = isinstance(data, HeteroData)
+        self.replace, self.disjoint, self.weight_attr = bool(replace), bool(disjoint), weight_attr
         self.seed = seed
         self.device = torch.device(device) if device is not None else torch.device("cpu")
-        self.kernel = _resolve_kernel(kernel, self.device, self.num_neighbors)
-        csc = load_or_build_csc(data, cache_dir, cache_file)
-        self.csc = csc.to(self.device) if self.device.type != "cpu" else csc
+        self.false_negatives = 0  # negatives left on an edge after every redraw (links.py)
+        if self.is_hetero:
+            self.node_types, self.edge_types = data.metadata()
+            self.num_nodes = {t: int(data[t].num_nodes) for t in self.node_types}
+            self.num_neighbors = fanouts_per_edge_type(num_neighbors, self.edge_types)
+            cscs = load_or_build_cscs(data, cache_dir, cache_file)
+            plain_fanouts = None
+        else:
+            self.num_nodes = int(data.num_nodes)
+            self.num_neighbors = _check_num_neighbors(num_neighbors)
+            cscs = {_HOMOGENEOUS_EDGE: load_or_build_csc(data, cache_dir, cache_file)}
+            plain_fanouts = None if disjoint or weight_attr else self.num_neighbors
+        self.kernel = _resolve_kernel(kernel, self.device, plain_fanouts)
+        self.cscs = {t: c.to(self.device) if self.device.type != "cpu" else c
+                     for t, c in cscs.items()}
+        self.weights = _csc_weights(data, weight_attr, self.cscs, self.device)
         self._reset_process_state()
 
+    @property
+    def csc(self) -> CSCGraph:
+        """The CSC of a homogeneous graph."""
+        return self.cscs[_HOMOGENEOUS_EDGE]
+
     def _reset_process_state(self) -> None:
-        self._assoc: Tensor | None = None
-        self._first_pos: Tensor | None = None
+        self._maps: dict[str, tuple[Tensor, Tensor]] = {}
+        self._edge_sets: dict = {}
         self._generator: torch.Generator | None = None
         self._generator_worker: int | None = None
         self._stream = None
@@ -353,21 +351,22 @@ class NeighborSampler(BaseSampler):
     # is memory-mapped again on the other side instead of being copied.
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        for key in ("_assoc", "_first_pos", "_generator", "_generator_worker", "_stream",
+        for key in ("_maps", "_edge_sets", "_generator", "_generator_worker", "_stream",
                     "_graphs", "_pinned"):
             state.pop(key, None)
-        if self.csc.path is not None:
-            state["csc"] = self.csc.path
+        state["cscs"] = {t: c.path if c.path is not None else c for t, c in self.cscs.items()}
         return state
 
     def __setstate__(self, state: dict) -> None:
-        if isinstance(state["csc"], Path):
-            state["csc"] = CSCGraph.load(state["csc"])
+        state["cscs"] = {t: CSCGraph.load(c) if isinstance(c, Path) else c
+                         for t, c in state["cscs"].items()}
         self.__dict__.update(state)
         self._reset_process_state()
 
     @property
-    def edge_permutation(self) -> Tensor | None:
+    def edge_permutation(self) -> Tensor | None | dict:
+        if self.is_hetero:
+            return {t: c.perm for t, c in self.cscs.items()}
         return self.csc.perm
 
     def _rng(self) -> torch.Generator | None:
@@ -381,20 +380,35 @@ class NeighborSampler(BaseSampler):
             self._generator_worker = worker
         return self._generator
 
-    def _scratch(self) -> tuple[Tensor, Tensor]:
+    def _scratch(self, node_type: str = HOMOGENEOUS) -> tuple[Tensor, Tensor]:
         # A global-to-local id map (-1 where unset) and the dedup scratch of
-        # _unique_first_seen: two tensors per process, allocated once and reset
+        # unique_first_seen, per node type: allocated once per process and reset
         # after each batch on the touched entries only. Entry n absorbs empty slots.
-        if self._assoc is None:
-            n = self.csc.num_nodes + 1
-            self._assoc = torch.full((n,), -1, dtype=torch.long, device=self.device)
-            self._first_pos = torch.full((n,), _UNSET, dtype=torch.long, device=self.device)
-        return self._assoc, self._first_pos
+        if node_type not in self._maps:
+            n = (self.num_nodes[node_type] if self.is_hetero else self.num_nodes) + 1
+            self._maps[node_type] = (
+                torch.full((n,), -1, dtype=torch.long, device=self.device),
+                torch.full((n,), UNSET, dtype=torch.long, device=self.device))
+        return self._maps[node_type]
+
+    def edge_set(self, edge_type=None):
+        """The graph's edges of ``edge_type`` as a membership test (None: not a type
+        of this graph), for negative sampling."""
+        from autotune.links import EdgeSet
+
+        key = _HOMOGENEOUS_EDGE if edge_type is None else tuple(edge_type)
+        if key not in self.cscs:
+            return None
+        if key not in self._edge_sets:
+            csc = self.cscs[key]
+            num_src = self.num_nodes[key[0]] if self.is_hetero else self.num_nodes
+            self._edge_sets[key] = EdgeSet(csc.colptr, csc.row, num_src)
+        return self._edge_sets[key]
 
     def sample(self, seeds: Tensor) -> SamplerOutput:
         """Samples the multi-hop neighbourhood of ``seeds`` (global node ids)."""
         if self.kernel == "torch":
-            return self._sample_torch(seeds.to(self.device, torch.long))
+            return self._sample(seeds)
         return self.finish(self.launch(seeds))
 
     def launch(self, seeds: Tensor) -> Launched:
@@ -469,7 +483,7 @@ class NeighborSampler(BaseSampler):
                               assoc, first_pos)
         except BaseException:
             assoc.fill_(-1)
-            first_pos.fill_(_UNSET)
+            first_pos.fill_(UNSET)
             raise
 
     def _replay(self, seeds: Tensor) -> Slots:
@@ -496,52 +510,135 @@ class NeighborSampler(BaseSampler):
             slots = self._draw(static_seeds, static_hop_seeds)
         return graph, static_seeds, static_hop_seeds, slots
 
-    def _sample_torch(self, seeds: Tensor) -> SamplerOutput:
-        (assoc, first_pos), generator = self._scratch(), self._rng()
-        nodes, rows, cols, edges = [seeds], [], [], []
-        assoc[seeds] = torch.arange(seeds.numel(), device=self.device)
-        try:
-            frontier, frontier_start, total = seeds, 0, seeds.numel()
-            for k in self.num_neighbors:
-                owner, edge = _draw_hop(self.csc.colptr, frontier, k, self.replace, generator)
-                src = self.csc.row[edge]
-                new = _unique_first_seen(src[assoc[src] < 0], first_pos)
-                assoc[new] = torch.arange(total, total + new.numel(), device=self.device)
-                rows.append(assoc[src])
-                cols.append(owner + frontier_start)
-                edges.append(edge)
-                nodes.append(new)
-                frontier, frontier_start, total = new, total, total + new.numel()
-        finally:
-            node = torch.cat(nodes)
-            assoc[node] = -1
+    def _sample(self, seeds: Tensor | dict[str, Tensor]) -> SamplerOutput | HeteroSamplerOutput:
+        """The torch path: seeds as a tensor (homogeneous) or a dict per node type."""
+        if self.kernel != "torch":
+            return self.sample(seeds)
+        if not isinstance(seeds, dict):
+            seeds = {HOMOGENEOUS: seeds}
+        seeds = {t: s.to(self.device, torch.long) for t, s in seeds.items()}
+        types = self.node_types if self.is_hetero else [HOMOGENEOUS]
+        maps = {t: KeyMap(self._num(t), self.device) if self.disjoint else
+                NodeMap(*self._scratch(t)) for t in types}
+        fanouts = self.num_neighbors if self.is_hetero else \
+            {_HOMOGENEOUS_EDGE: self.num_neighbors}
+        relations = {t: Relation(c.colptr, c.row, None if self.weights is None
+                                 else self.weights[t]) for t, c in self.cscs.items()}
+        typed = sample_typed(relations, fanouts, seeds, maps, replace=self.replace,
+                             generator=self._rng())
+        if self.is_hetero:
+            return HeteroSamplerOutput(
+                node=typed.node, row=typed.row, col=typed.col, edge=typed.edge,
+                batch=typed.batch, num_sampled_nodes=typed.num_sampled_nodes,
+                num_sampled_edges=typed.num_sampled_edges)
+        edge = _HOMOGENEOUS_EDGE
         return SamplerOutput(
-            node=node, row=torch.cat(rows), col=torch.cat(cols), edge=torch.cat(edges),
-            batch=None, num_sampled_nodes=[n.numel() for n in nodes],
-            num_sampled_edges=[e.numel() for e in edges])
+            node=typed.node[HOMOGENEOUS], row=typed.row[edge], col=typed.col[edge],
+            edge=typed.edge[edge], batch=None if typed.batch is None
+            else typed.batch[HOMOGENEOUS],
+            num_sampled_nodes=typed.num_sampled_nodes[HOMOGENEOUS],
+            num_sampled_edges=typed.num_sampled_edges[edge])
 
-    def sample_from_nodes(self, index: NodeSamplerInput, **kwargs) -> SamplerOutput:
+    def _num(self, node_type: str) -> int:
+        return self.num_nodes[node_type] if self.is_hetero else self.num_nodes
+
+    def sample_from_nodes(self, index: NodeSamplerInput,
+                          **kwargs) -> SamplerOutput | HeteroSamplerOutput:
         if index.time is not None:
             raise ConfigError("autotune.NeighborSampler does not do temporal sampling "
                               "(got seed times); use PyG's NeighborSampler")
-        out = self.sample(index.node)
+        if self.is_hetero != (index.input_type is not None):
+            raise ConfigError("seed nodes need a node type on a heterogeneous graph and "
+                              f"none on a homogeneous one (got input type "
+                              f"{index.input_type!r})")
+        seeds = index.node if index.input_type is None else {index.input_type: index.node}
+        out = self._sample(seeds)
         out.metadata = (index.input_id, index.time)
         return out
 
-    def sample_from_edges(self, index: EdgeSamplerInput, neg_sampling=None) -> SamplerOutput:
-        raise ConfigError("autotune.NeighborSampler samples from seed nodes only "
-                          "(NodeLoader); use PyG's NeighborSampler for LinkLoader")
+    def sample_from_edges(self, index: EdgeSamplerInput,
+                          neg_sampling: NegativeSampling | None = None
+                          ) -> SamplerOutput | HeteroSamplerOutput:
+        """PyG's ``LinkLoader`` semantics: see :mod:`autotune.links`."""
+        from autotune.links import sample_from_edges
+
+        return sample_from_edges(self, index, neg_sampling)
 
     def __repr__(self) -> str:
+        extra = "".join(f", {name}=True" for name in ("disjoint",) if getattr(self, name))
+        weight = f", weight_attr={self.weight_attr!r}" if self.weight_attr else ""
         return (f"{self.__class__.__name__}(num_neighbors={self.num_neighbors}, "
-                f"replace={self.replace}, device={self.device}, kernel={self.kernel})")
+                f"replace={self.replace}{extra}{weight}, device={self.device}, "
+                f"kernel={self.kernel})")
 
 
-def _resolve_kernel(kernel: str, device: torch.device, num_neighbors: list[int]) -> str:
+def fanouts_per_edge_type(num_neighbors, edge_types: list[EdgeType]
+                          ) -> dict[EdgeType, list[int]]:
+    """A heterogeneous graph's fanout per edge type, as PyG's ``NumNeighbors`` reads
+    it: one list for all types, or a dict by edge type (tuple or ``"a__rel__b"``),
+    with a ``NumNeighbors(values, default=...)`` default for the types it omits."""
+    from torch_geometric.sampler.base import NumNeighbors
+
+    default = None
+    if isinstance(num_neighbors, NumNeighbors):
+        num_neighbors, default = num_neighbors.values, num_neighbors.default
+    if not isinstance(num_neighbors, dict):
+        shared = _check_num_neighbors(num_neighbors)
+        return {t: list(shared) for t in edge_types}
+    names = {"__".join(t): t for t in edge_types}
+    out: dict[EdgeType, list[int]] = {}
+    for key, values in num_neighbors.items():
+        name = "__".join(key) if isinstance(key, tuple) else str(key)
+        if name not in names:
+            raise ConfigError(f"num_neighbors names edge type {key!r}, which the graph "
+                              f"lacks; its edge types: {', '.join(map(str, edge_types))}")
+        out[names[name]] = _check_num_neighbors(values)
+    for edge_type in edge_types:
+        if edge_type not in out:
+            if default is None:
+                raise ConfigError(f"num_neighbors has no entry for edge type {edge_type} "
+                                  "and no default; give every edge type a list")
+            out[edge_type] = _check_num_neighbors(default)
+    hops = {len(v) for v in out.values()}
+    if len(hops) > 1:
+        raise ConfigError("num_neighbors needs the same number of hops for every edge type "
+                          f"(got {sorted(hops)})")
+    return {t: out[t] for t in edge_types}
+
+
+def _csc_weights(data, weight_attr: str | None, cscs: dict, device: torch.device):
+    """Each edge type's weights in CSC order, or ``None`` when unweighted."""
+    if weight_attr is None:
+        return None
+    out = {}
+    for edge_type, csc in cscs.items():
+        store = data if edge_type == _HOMOGENEOUS_EDGE else data[edge_type]
+        if weight_attr not in store:
+            raise ConfigError(f"weight_attr {weight_attr!r} is not an attribute of the edges"
+                              f"{'' if store is data else ' of ' + str(edge_type)} (got "
+                              f"{', '.join(sorted(store.keys())) or 'none'})")
+        weight = store[weight_attr].view(-1)
+        if weight.numel() != csc.num_edges or bool((weight < 0).any()):
+            raise ConfigError(f"weight_attr {weight_attr!r} must hold one non-negative "
+                              f"weight per edge (got {weight.numel()} values for "
+                              f"{csc.num_edges} edges)")
+        out[edge_type] = (weight if csc.perm is None else weight[csc.perm]).to(device)
+    return out
+
+
+def _resolve_kernel(kernel: str, device: torch.device, num_neighbors: list[int] | None) -> str:
+    """``num_neighbors`` is ``None`` where the kernel does not apply: heterogeneous,
+    disjoint or weighted sampling, which the torch path does."""
     from autotune import kernels
 
     if kernel not in SAMPLER_KERNELS:
         raise ConfigError(f"kernel must be one of {', '.join(SAMPLER_KERNELS)} (got {kernel!r})")
+    if num_neighbors is None:
+        if kernel == "triton":
+            raise ConfigError("kernel 'triton' samples homogeneous graphs uniformly and not "
+                              "disjoint; use kernel 'torch' (or 'auto') for heterogeneous, "
+                              "disjoint or weighted sampling")
+        return "torch"
     fits = all(kernels.usable(device, k) for k in num_neighbors)
     if kernel == "auto":
         return "triton" if fits and device.type == "cuda" else "torch"
@@ -599,8 +696,9 @@ def resolve_backend(backend: str) -> Literal["builtin", "pyg"]:
         "torch-sparse' to build from source) or use --sampler builtin")
 
 
-def make_sampler(data: Data, num_neighbors: Sequence[int], *, backend: str = "auto",
-                 replace: bool = False, cache_dir: str | os.PathLike | None = None,
+def make_sampler(data: Data | HeteroData, num_neighbors, *, backend: str = "auto",
+                 replace: bool = False, disjoint: bool = False,
+                 weight_attr: str | None = None, cache_dir: str | os.PathLike | None = None,
                  cache_file: str | os.PathLike | None = None,
                  device: torch.device | str | None = None,
                  seed: int | None = None, kernel: SamplerKernel = "auto") -> BaseSampler:
@@ -608,8 +706,11 @@ def make_sampler(data: Data, num_neighbors: Sequence[int], *, backend: str = "au
     if resolve_backend(backend) == "pyg":
         from torch_geometric.sampler import NeighborSampler as PyGNeighborSampler
 
-        return PyGNeighborSampler(data, num_neighbors=list(num_neighbors), replace=replace)
-    return NeighborSampler(data, num_neighbors, replace=replace, cache_dir=cache_dir,
+        fanout = num_neighbors if isinstance(num_neighbors, dict) else list(num_neighbors)
+        return PyGNeighborSampler(data, num_neighbors=fanout, replace=replace,
+                                  disjoint=disjoint, weight_attr=weight_attr)
+    return NeighborSampler(data, num_neighbors, replace=replace, disjoint=disjoint,
+                           weight_attr=weight_attr, cache_dir=cache_dir,
                            cache_file=cache_file, device=device, seed=seed, kernel=kernel)
 
 

@@ -9,6 +9,8 @@ from torch_geometric.loader import NodeLoader
 
 import autotune
 from autotune import sampler as sampler_mod
+from autotune import subgraph
+from autotune.subgraph import UNSET
 from autotune.errors import BackendUnavailableError, ConfigError
 
 # chi-square critical value for 39 degrees of freedom at p = 0.001: a uniform
@@ -78,7 +80,8 @@ def test_consecutive_batches_share_no_state(random_graph, kernel):
         out = s.sample(seeds)
         assert (out.row >= 0).all() and out.node.unique().numel() == out.node.numel()
         assert torch.isin(_edge_keys(out.node[out.row], out.node[out.col], n), real).all()
-    assert (s._assoc == -1).all() and (s._first_pos == sampler_mod._UNSET).all()
+    assoc, first_pos = s._scratch()
+    assert (assoc == -1).all() and (first_pos == UNSET).all()
 
 
 def test_replace_draws_k_for_every_node_with_neighbours(random_graph, kernel):
@@ -128,7 +131,7 @@ def test_chi_square_catches_an_exclusive_upper_bound(monkeypatch):
             out[:, p] = t
         return out
 
-    monkeypatch.setattr(sampler_mod, "_floyd_offsets", biased)
+    monkeypatch.setattr(subgraph, "floyd_offsets", biased)
     s = autotune.NeighborSampler(sampler_mod.star_forest(2000, 40), [5], seed=1234)
     assert sampler_mod.uniformity_chi_square(_builtin_positions(s)) > CHI2_39DOF_P001
 
@@ -264,7 +267,7 @@ def test_cuda_kernel_draws_min_deg_k_distinct_existing_neighbours(random_graph):
         mine = edge[col == local]
         assert mine.numel() == min(int(deg[node[local]]), 10)
         assert mine.unique().numel() == mine.numel()
-    assert (s._assoc == -1).all()
+    assert (s._scratch()[0] == -1).all()
 
 
 @pytest.mark.cuda
