@@ -14,7 +14,7 @@ from typing import Any, Callable
 from autotune.env import parse_duration, parse_fraction
 from autotune.errors import AutotuneError, ConfigError, GuardError
 from autotune.render import FORMATS, clock, emit, front_table, profile_text, progress_line, \
-    result_text, short, trial_row, trials_table
+    result_text, seeds_per_s, short, trial_row, trials_table
 
 EXIT_BAD_INPUT = 2
 EXIT_TRIAL_FAILED = 1
@@ -81,8 +81,9 @@ MODEL_HELP = ("sage (default, as PyG's examples/reddit.py), gcn, gat, or your ow
               "'package.module:factory' called as factory(in_channels, out_channels, config) "
               "and returning an nn.Module whose forward takes (x, edge_index)")
 DATASET_HELP = ("Reddit, Reddit2, Flickr, Yelp, Cora, CiteSeer, PubMed, ogbn-products, "
-                "ogbn-arxiv, synthetic, a path to a .pt Data file, or your own function "
-                "'package.module:function' returning a Data (default: synthetic)")
+                "ogbn-arxiv, ogbn-mag, synthetic (Reddit-shaped), synthetic-hetero "
+                "(ogbn-mag-shaped), a path to a .pt Data or HeteroData file, or your own "
+                "function 'package.module:function' returning one (default: synthetic)")
 
 
 STUDIES_EXAMPLE = """examples:
@@ -181,6 +182,11 @@ def _add_dataset_flags(p: argparse.ArgumentParser, *, from_export: bool = False)
                    help=f"size of the synthetic graph relative to Reddit (default: {where}1.0)")
     p.add_argument("--data-seed", type=int, default=None,
                    help=f"seed of the synthetic graph (default: {where}0)")
+    config = "the config's, else " if from_export else ""
+    p.add_argument("--task", choices=["node", "link"], default=None,
+                   help="node: classify nodes (seeds are nodes); link: predict edges on the "
+                        "dataset's link split with the model as encoder and a dot-product "
+                        f"decoder (seeds are edges) (default: {config}node)")
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -439,16 +445,18 @@ def _writable_dir(path: Path, option: str) -> Path:
     return make_writable_dir(path, option)
 
 
-def _dataset_ref(args: argparse.Namespace, recorded: dict | None = None):
+def _dataset_ref(args: argparse.Namespace, recorded: dict | None, task: str):
     """The dataset the --dataset/--root/--scale/--data-seed flags name; a flag not
-    given takes the ``recorded`` dataset's value (an export's), else its default."""
+    given takes the ``recorded`` dataset's value (an export's), else its default.
+    ``task`` is the config's: a link task trains on the dataset's link split."""
     from autotune.datasets import DatasetRef, root_default
 
     rec = recorded or {}
     pick = (lambda flag, key, default: flag if flag is not None else rec.get(key, default))
     return DatasetRef(pick(args.dataset, "name", "synthetic"),
                       root=pick(args.root, "root", None) or root_default(),
-                      scale=pick(args.scale, "scale", 1.0), seed=pick(args.data_seed, "seed", 0))
+                      scale=pick(args.scale, "scale", 1.0), seed=pick(args.data_seed, "seed", 0),
+                      task=task)
 
 
 def _exported(path: str | None) -> tuple[dict | None, dict | None]:
@@ -479,7 +487,7 @@ def _same_dataset(ref, recorded: dict | None, config_path: str | None) -> bool:
 
 def cmd_trial(args: argparse.Namespace) -> int:
     from autotune.config import load_config, with_model
-    from autotune.pipeline import check_config
+    from autotune.pipeline import check_config, check_dataset
     from autotune.runner import inductor_cache_dir, run_trial
     from autotune.study.api import default_config
 
@@ -489,16 +497,18 @@ def cmd_trial(args: argparse.Namespace) -> int:
     config = with_model(config, model=args.model, hidden=args.hidden, layers=args.layers)
     if args.recompile_limit is not None:
         config = config.replace(recompile_limit=args.recompile_limit)
+    if args.task:
+        config = config.replace(task=args.task)
     check_config(config)
     measure, limits = _measure_and_limits(args)
     profile = _profile_spec(args)
     trial_dir = _writable_dir(Path(args.studies_dir) / "trials", "--studies-dir") / \
         time.strftime(f"%Y%m%d-%H%M%S-{os.getpid()}")
     recorded, _ = _exported(args.config)
-    ref = _dataset_ref(args, recorded)
+    ref = _dataset_ref(args, recorded, config.task)
     if recorded is not None:
         _same_dataset(ref, recorded, args.config)
-    ref.prepare()
+    check_dataset(config, ref.prepare())
     result = run_trial(config, dataset=ref, trial_dir=trial_dir, measure=measure,
                        limits=limits, inductor_cache=inductor_cache_dir(args.studies_dir),
                        profile=profile)
@@ -525,28 +535,32 @@ def cmd_train(args: argparse.Namespace) -> int:
     cache = inductor_cache_dir(args.studies_dir)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache.resolve()))  # before torch
     from autotune.config import load_config
-    from autotune.pipeline import build, check_config
+    from autotune.pipeline import build, check_config, check_dataset
     from autotune.train import TrainSpec, train
 
     config = load_config(args.config)
     measured_on = config.device
     if args.device:
         config = config.replace(device=args.device)
+    if args.task:
+        config = config.replace(task=args.task)
     check_config(config)
     if args.save:
         _writable_dir(Path(args.save).parent, "--save")
     recorded, measured = _exported(args.config)
-    ref = _dataset_ref(args, recorded)
+    ref = _dataset_ref(args, recorded, config.task)
     if not (_same_dataset(ref, recorded, args.config) and config.device == measured_on):
         measured = None
     dataset = ref.prepare()
+    check_dataset(config, dataset)
     pipe = build(config, dataset.data, num_classes=dataset.num_classes,
                  cache_file=ref.csc_path())
     table = args.format == "table"
     if table:
         print(f"training {short_config(config)} on {ref.name} for {args.epochs} epochs")
-        print(f"{'epoch':>5} {'loss':>7} {'train s':>8} {'seed nodes/s':>13} {'val acc':>8} "
-              f"{'test acc':>8}")
+        metric = "AUC" if config.task == "link" else "acc"
+        print(f"{'epoch':>5} {'loss':>7} {'train s':>8} {seeds_per_s(config):>13} "
+              f"{'val ' + metric:>8} {'test ' + metric:>8}")
     from tqdm import tqdm
 
     with tqdm(total=args.epochs, desc="training", unit="epoch", leave=False,
@@ -587,10 +601,11 @@ def _train_summary(args, training, measured: dict | None, keeper: _BestEpoch):
     achieved = training.steady_seed_nodes_per_s()
     ratio = achieved / measured["seed_nodes_per_s"] if measured else None
     which = "median of epochs 2-" + str(args.epochs) if args.epochs > 1 else "epoch 1"
-    lines = [f"best validation accuracy {best.val_acc:.4f} at epoch {best.epoch} (test "
-             f"accuracy {best.test_acc:.4f})" + (f"; its weights saved to {args.save}"
-                                                 if args.save else "")]
-    line = f"throughput: achieved {achieved:,.0f} seed nodes/s ({which})"
+    metric = keeper.pipe.task.metric
+    lines = [f"best validation {metric} {best.val_acc:.4f} at epoch {best.epoch} (test "
+             f"{metric} {best.test_acc:.4f})" + (f"; its weights saved to {args.save}"
+                                               if args.save else "")]
+    line = f"throughput: achieved {achieved:,.0f} {seeds_per_s(keeper.pipe.config)} ({which})"
     if measured:
         line += (f"; trial #{measured['trial']} measured {measured['seed_nodes_per_s']:,.0f}"
                  f" = {ratio:.2f}x")
@@ -617,7 +632,8 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
     measure, limits = _measure_and_limits(args)
     return dict(dataset=args.dataset or "synthetic", root=args.root,
                 scale=1.0 if args.scale is None else args.scale,
-                data_seed=args.data_seed or 0, model=args.model, hidden=args.hidden,
+                data_seed=args.data_seed or 0, task=args.task or "node", model=args.model,
+                hidden=args.hidden,
                 layers=args.layers, recompile_limit=args.recompile_limit, space=args.space,
                 n_trials=args.n_trials, timeout_s=args.timeout, budget=args.budget,
                 racing=args.racing, screen_precision=args.screen_precision,
@@ -700,8 +716,14 @@ def _search_header(plan) -> str:
 
     opts, stats = plan.options, plan.dataset_stats
     guard = opts.guard
+    kind = ""
+    if "target" in stats:
+        kind = (f" ({stats['node_types']} node types, {stats['edge_types']} edge types; "
+                f"target {stats['target']})")
+    if stats.get("task") == "link":
+        kind = f" (link split: {stats['num_train']:,} training edges)"
     line = (f"dataset {opts.dataset.name}: {stats['num_nodes']:,} nodes, "
-            f"{stats['num_edges']:,} edges, {stats['num_features']} features; space "
+            f"{stats['num_edges']:,} edges{kind}, {stats['num_features']} features; space "
             f"{opts.space.name}; sampler {opts.sampler}; device {opts.device}")
     if opts.max_memory_bytes:
         line += f"; budget {format_bytes(opts.max_memory_bytes)}"

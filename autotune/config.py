@@ -22,6 +22,7 @@ PadLadder = Literal["pow2", "geometric"]
 Device = Literal["cpu", "cuda"]
 ModelName = Literal["sage", "gcn", "gat"]  # or an import path, see is_import_path
 Aggregation = Literal["scatter", "sparse"]
+Task = Literal["node", "link"]
 
 COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 SHAPES: tuple[str, ...] = get_args(Shapes)
@@ -31,6 +32,7 @@ PAD_LADDERS: tuple[str, ...] = get_args(PadLadder)
 DEVICES: tuple[str, ...] = get_args(Device)
 MODELS: tuple[str, ...] = get_args(ModelName)
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
+TASKS: tuple[str, ...] = get_args(Task)
 
 CONFIG_FORMAT = 1
 GAT_HEADS = 4
@@ -56,8 +58,12 @@ class TrialConfig:
     sampler: SamplerName = "auto"
     gpu_sampling: bool = False
     aggregation: Aggregation = "scatter"
+    # fanouts of named edge types of a heterogeneous graph ("src__rel__dst": [k, ...]);
+    # the others take num_neighbors
+    edge_fanouts: dict[str, tuple[int, ...]] | None = None
     recompile_limit: int | None = None  # torch._dynamo's per frame; None: torch's (8)
     # pipeline facts
+    task: Task = "node"
     model: ModelName | str = "sage"
     hidden_channels: int = 256
     num_layers: int = 2
@@ -73,6 +79,9 @@ class TrialConfig:
             value = getattr(self, name)
             if isinstance(value, list):
                 _coerce(self, name, tuple(value))
+        if isinstance(self.edge_fanouts, dict):
+            _coerce(self, "edge_fanouts", {k: tuple(v) if isinstance(v, list) else v
+                                           for k, v in self.edge_fanouts.items()})
         self._validate()
 
     def _validate(self) -> None:
@@ -93,10 +102,11 @@ class TrialConfig:
         if len(fanout) != self.num_layers:
             raise ConfigError(f"num_neighbors needs one entry per layer: {self.num_layers} "
                               f"layers (got {len(fanout)} entries {list(fanout)})")
+        self._validate_edge_fanouts()
         for name, allowed in (("compile_mode", COMPILE_MODES), ("shapes", SHAPES),
                               ("amp_dtype", AMP_DTYPES), ("sampler", SAMPLERS),
                               ("pad_ladder", PAD_LADDERS), ("device", DEVICES),
-                              ("aggregation", AGGREGATIONS)):
+                              ("aggregation", AGGREGATIONS), ("task", TASKS)):
             _choice(name, getattr(self, name), allowed)
         if self.model not in MODELS and not is_import_path(self.model):
             raise ConfigError(f"model must be one of {', '.join(MODELS)} or an import path "
@@ -126,6 +136,21 @@ class TrialConfig:
         if not (isinstance(self.dropout, (int, float)) and 0 <= self.dropout < 1):
             raise ConfigError(f"dropout must be in [0, 1) (got {self.dropout!r})")
 
+    def _validate_edge_fanouts(self) -> None:
+        if self.edge_fanouts is None:
+            return
+        if not isinstance(self.edge_fanouts, dict) or not self.edge_fanouts:
+            raise ConfigError("edge_fanouts must map edge types 'src__rel__dst' to fanout "
+                              f"lists (got {self.edge_fanouts!r})")
+        for edge_type, fanout in self.edge_fanouts.items():
+            if not (isinstance(edge_type, str) and edge_type.count("__") == 2):
+                raise ConfigError(f"edge_fanouts keys are edge types 'src__rel__dst' (got "
+                                  f"{edge_type!r})")
+            if not (isinstance(fanout, tuple) and len(fanout) == self.num_layers and all(
+                    isinstance(k, int) and (k >= 0 or k == -1) for k in fanout)):
+                raise ConfigError(f"edge_fanouts[{edge_type}] needs one int >= 0 or -1 per "
+                                  f"layer: {self.num_layers} layers (got {fanout!r})")
+
     def _validate_aggregation(self) -> None:
         if self.aggregation != "sparse":
             return
@@ -148,6 +173,8 @@ class TrialConfig:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             out[f.name] = list(value) if isinstance(value, tuple) else value
+            if isinstance(value, dict):
+                out[f.name] = {k: list(v) for k, v in value.items()}
         return out
 
     @classmethod

@@ -74,6 +74,7 @@ class DatasetSpec:
     raw_dir: Callable[[Path], Path]
     raw_files: Callable[[], list[str]]
     build: Callable[[Path], "object"]
+    convert: Callable[["object"], "object"] | None = None  # dataset -> graph, if not dataset[0]
 
 
 def _planetoid(name: str) -> DatasetSpec:
@@ -109,6 +110,16 @@ def _ogb(name: str) -> DatasetSpec:
                        lambda: ["edge.csv.gz", "node-feat.csv.gz", "node-label.csv.gz"], build)
 
 
+def _ogbn_mag() -> DatasetSpec:
+    from autotune.graphs import mag_from_ogb
+
+    spec = _ogb("ogbn-mag")
+    return DatasetSpec(spec.name, spec.raw_dir, lambda: [
+        "relations/author___writes___paper/edge.csv.gz", "node-feat/paper/node-feat.csv.gz",
+        "node-label/paper/node-label.csv.gz"], spec.build,
+        lambda dataset: mag_from_ogb(dataset[0], dataset.get_idx_split()))
+
+
 NAMED: dict[str, DatasetSpec] = {
     spec.name: spec for spec in (
         _pyg_class("Reddit", "Reddit", ["reddit_data.npz", "reddit_graph.npz"]),
@@ -116,49 +127,93 @@ NAMED: dict[str, DatasetSpec] = {
         _pyg_class("Flickr", "Flickr", _GRAPHSAINT_RAW),
         _pyg_class("Yelp", "Yelp", _GRAPHSAINT_RAW),
         _planetoid("Cora"), _planetoid("CiteSeer"), _planetoid("PubMed"),
-        _ogb("ogbn-products"), _ogb("ogbn-arxiv"),
+        _ogb("ogbn-products"), _ogb("ogbn-arxiv"), _ogbn_mag(),
     )
 }
-DATASET_NAMES = [*NAMED, "synthetic"]
+SYNTHETIC = ("synthetic", "synthetic-hetero")  # Reddit-shaped and ogbn-mag-shaped
+DATASET_NAMES = [*NAMED, *SYNTHETIC]
+TASKS = ("node", "link")
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """A loaded graph and where its memory-mapped cache file lives."""
+    """A loaded graph and where its memory-mapped cache file lives. ``data`` is a
+    ``Data`` (node task), a ``Data`` with a link split (``task`` link: see
+    :func:`autotune.graphs.link_split`) or a ``HeteroData``."""
 
     name: str
-    data: "object"  # torch_geometric.data.Data
+    data: "object"
     cache_path: Path
     num_classes: int
+    task: str = "node"
+
+    @property
+    def hetero(self) -> bool:
+        from torch_geometric.data import HeteroData
+
+        return isinstance(self.data, HeteroData)
+
+    @property
+    def num_features(self) -> int:
+        return int(self.target_store().x.size(1))
+
+    def target_store(self):
+        from autotune.graphs import target_type
+
+        return self.data[target_type(self.data)] if self.hetero else self.data
 
     def stats(self) -> dict:
         data = self.data
-        return {"name": self.name, "num_nodes": int(data.num_nodes),
-                "num_edges": int(data.edge_index.size(1)),
-                "num_features": int(data.x.size(1)), "num_classes": self.num_classes,
-                "num_train": int(data.train_mask.sum()),
-                "bytes": int(sum(v.numel() * v.element_size() for v in _tensors(data)))}
+        edges = sum(int(s.edge_index.size(1)) for s in data.edge_stores if "edge_index" in s)
+        out = {"name": self.name, "num_nodes": int(data.num_nodes), "num_edges": edges,
+               "num_features": self.num_features, "num_classes": self.num_classes,
+               "bytes": int(sum(v.numel() * v.element_size() for v in _tensors(data)))}
+        if self.task == "link":
+            out.update(task="link", num_train=int(data.train_edge_label_index.size(1)))
+        else:
+            out["num_train"] = int(self.target_store().train_mask.sum())
+        if self.hetero:
+            from autotune.graphs import target_type
+
+            out.update(target=target_type(data), node_types=len(data.node_types),
+                       edge_types=len(data.edge_types))
+        return out
 
 
 def _tensors(data) -> list[Tensor]:
-    return [value for _, value in data.items() if isinstance(value, Tensor)]
+    return [value for store in data.stores for _, value in store.items()
+            if isinstance(value, Tensor)]
 
 
 def load_dataset(name: str, *, root: str | os.PathLike | None = None, scale: float = 1.0,
-                 seed: int = 0) -> Dataset:
-    """Loads ``name`` (a PyG/OGB name, ``synthetic`` or a path to a ``.pt`` file),
-    processing it into the memory-mapped cache on first use."""
+                 seed: int = 0, task: str = "node") -> Dataset:
+    """Loads ``name`` (a PyG/OGB name, ``synthetic``, ``synthetic-hetero`` or a path to
+    a ``.pt`` file), processing it into the memory-mapped cache on first use. ``task``
+    link: the graph's link split (:func:`autotune.graphs.link_split`), cached too."""
     root = Path(root if root is not None else root_default())
-    cache = working_root(root) / ".autotune" / f"{_cache_key(name, scale, seed)}.pt"
+    cache = working_root(root) / ".autotune" / f"{_cache_key(name, scale, seed, task)}.pt"
     if not cache.exists():
-        data = _materialise(name, root, scale, seed)
+        if task == "link":
+            from autotune.graphs import link_split
+
+            base = load_dataset(name, root=root, scale=scale, seed=seed)
+            if base.hetero:
+                raise DatasetError(f"--task link splits a homogeneous graph; {name} is "
+                                   "heterogeneous (use --task node)")
+            data = link_split(base.data, seed)
+        else:
+            data = _materialise(name, root, scale, seed)
         _write_cache(data, cache)
-    return _read_cache(name, cache)
+    return _read_cache(name, cache, task)
 
 
-def _cache_key(name: str, scale: float, seed: int) -> str:
-    if name == "synthetic":
-        return f"synthetic-scale{scale:g}-seed{seed}"
+def _cache_key(name: str, scale: float, seed: int, task: str = "node") -> str:
+    if task not in TASKS:
+        raise DatasetError(f"--task must be one of {', '.join(TASKS)} (got {task!r})")
+    if task == "link":
+        return _cache_key(name, scale, seed) + "-link"
+    if name in SYNTHETIC:
+        return f"{name}-scale{scale:g}-seed{seed}"
     if name in NAMED:
         return name
     if is_import_path(name):
@@ -201,6 +256,10 @@ def _source_tag(path: str) -> str:
 def _materialise(name: str, root: Path, scale: float, seed: int):
     if name == "synthetic":
         return synthetic_reddit(scale=scale, seed=seed)
+    if name == "synthetic-hetero":
+        from autotune.graphs import synthetic_mag
+
+        return synthetic_mag(scale=scale, seed=seed)
     if name in NAMED:
         return _from_pyg(NAMED[name], root)
     if is_import_path(name):
@@ -240,6 +299,10 @@ def _from_pyg(spec: DatasetSpec, root: Path):
         raise DatasetError(f"dataset {spec.name!r} under '{raw_dir}' could not be "
                            f"processed: {type(exc).__name__}: {exc}") from exc
     sys.stderr.write(chatter.getvalue())
+    if spec.convert is not None:
+        data = spec.convert(dataset)
+        data.num_classes = int(dataset.num_classes)
+        return data
     data = dataset[0]
     if data.y.dim() > 1 and data.y.size(1) == 1:  # OGB stores labels as [N, 1]
         data.y = data.y.view(-1)
@@ -263,12 +326,20 @@ def _from_file(path: Path):
 
 
 def _checked(obj, what: str):
-    """``obj`` if it is a Data with what a trial needs; ``num_classes`` set."""
-    from torch_geometric.data import Data
+    """``obj`` if it is a Data (or HeteroData) with what a trial needs; ``num_classes``
+    set."""
+    from torch_geometric.data import Data, HeteroData
 
+    if isinstance(obj, HeteroData):
+        from autotune.graphs import check_hetero, target_type
+
+        check_hetero(obj, what)
+        if "num_classes" not in obj:
+            obj.num_classes = int(obj[target_type(obj)].y.max()) + 1
+        return obj
     if not isinstance(obj, Data):
         raise DatasetError(f"{what} {type(obj).__name__} (expected a "
-                           "torch_geometric.data.Data)")
+                           "torch_geometric.data.Data or HeteroData)")
     missing = [k for k in ("x", "y", "edge_index", "train_mask") if k not in obj]
     if missing:
         raise DatasetError(f"{what} Data that lacks {', '.join(missing)} "
@@ -279,24 +350,47 @@ def _checked(obj, what: str):
 
 
 def _write_cache(data, path: Path) -> None:
+    from torch_geometric.data import HeteroData
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    blob = {"format": CACHE_FORMAT, "num_classes": int(data.num_classes),
-            "num_nodes": int(data.num_nodes),
-            "tensors": {k: v.contiguous() for k, v in data.items() if isinstance(v, Tensor)}}
+    blob = {"format": CACHE_FORMAT, "num_classes": int(data.num_classes)}
+    if isinstance(data, HeteroData):
+        from autotune.graphs import target_type
+
+        blob["target"] = target_type(data)
+        blob["hetero"] = {"__".join(s._key) if isinstance(s._key, tuple) else s._key:
+                          {k: v.contiguous() for k, v in s.items() if isinstance(v, Tensor)}
+                          for s in data.node_stores + data.edge_stores}
+        blob["num_nodes"] = {t: int(data[t].num_nodes) for t in data.node_types}
+    else:
+        blob["num_nodes"] = int(data.num_nodes)
+        blob["tensors"] = {k: v.contiguous() for k, v in data.items() if isinstance(v, Tensor)}
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     torch.save(blob, tmp)
     os.replace(tmp, path)
 
 
-def _read_cache(name: str, path: Path) -> Dataset:
-    from torch_geometric.data import Data
+def _read_cache(name: str, path: Path, task: str = "node") -> Dataset:
+    from torch_geometric.data import Data, HeteroData
 
     blob = torch.load(path, mmap=True, weights_only=True)
     if blob.get("format") != CACHE_FORMAT:
         raise DatasetError(f"dataset cache '{path}' has an old format; delete it to rebuild")
-    data = Data(**blob["tensors"])
-    data.num_nodes = blob["num_nodes"]
-    return Dataset(name, data, path, int(blob["num_classes"]))
+    if "hetero" in blob:
+        from autotune.graphs import TARGET_ATTR
+
+        data = HeteroData()
+        for key, tensors in blob["hetero"].items():
+            store = data[tuple(key.split("__")) if "__" in key else key]
+            for attr, value in tensors.items():
+                store[attr] = value
+        for node_type, count in blob["num_nodes"].items():
+            data[node_type].num_nodes = count
+        data[TARGET_ATTR] = blob["target"]
+    else:
+        data = Data(**blob["tensors"])
+        data.num_nodes = blob["num_nodes"]
+    return Dataset(name, data, path, int(blob["num_classes"]), task)
 
 
 def synthetic_reddit(*, scale: float = 1.0, seed: int = 0,
@@ -372,6 +466,7 @@ class DatasetRef:
     root: str = DEFAULT_ROOT
     scale: float = 1.0
     seed: int = 0
+    task: str = "node"
 
     def identity(self) -> dict:
         """What makes two refs the same dataset: the root compared as a resolved path
@@ -381,16 +476,18 @@ class DatasetRef:
     def check(self) -> None:
         """Refuses an unknown name or a missing file at once, before anything is
         created (the full check, a download included, is :meth:`prepare`)."""
-        _cache_key(self.name, self.scale, self.seed)
+        _cache_key(self.name, self.scale, self.seed, self.task)
         if self.name.endswith(".pt") and not Path(self.name).exists():
             raise DatasetError(f"dataset file '{self.name}' does not exist")
 
     def load(self) -> Dataset:
-        return load_dataset(self.name, root=self.root, scale=self.scale, seed=self.seed)
+        return load_dataset(self.name, root=self.root, scale=self.scale, seed=self.seed,
+                            task=self.task)
 
     def csc_path(self) -> Path:
-        """The built-in sampler's CSC cache file, beside the dataset's cache."""
-        key = _cache_key(self.name, self.scale, self.seed)
+        """The built-in sampler's CSC cache file, beside the dataset's cache (of the
+        first edge type's, for a heterogeneous graph: the others lie beside it)."""
+        key = _cache_key(self.name, self.scale, self.seed, self.task)
         return working_root(self.root) / ".autotune" / f"{key}.csc.pt"
 
     def prepare(self) -> Dataset:
@@ -398,7 +495,7 @@ class DatasetRef:
         so that every trial only memory-maps them."""
         from tqdm import tqdm
 
-        from autotune.sampler import load_or_build_csc
+        from autotune.sampler import load_or_build_csc, load_or_build_cscs
 
         with tqdm(total=2, desc=f"preparing {self.name}", unit="step", leave=False,
                   disable=not sys.stderr.isatty()) as bar:  # a bar on a terminal only
@@ -406,6 +503,7 @@ class DatasetRef:
             dataset = self.load()
             bar.update()
             bar.set_postfix_str("the sampler's CSC")
-            load_or_build_csc(dataset.data, cache_file=self.csc_path())
+            build = load_or_build_cscs if dataset.hetero else load_or_build_csc
+            build(dataset.data, cache_file=self.csc_path())
             bar.update()
         return dataset

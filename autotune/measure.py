@@ -241,8 +241,25 @@ class _Stepper:
         batch = next(self.batches)
         loss = self.pipe.train_step(batch)
         self.count += 1
-        self.shapes.add((int(batch.num_nodes), int(batch.edge_index.size(1))))
+        self.shapes.add(batch_shape(batch))
         return batch, loss
+
+
+def batch_shape(batch) -> tuple[int, ...]:
+    """The shapes a compiled model sees: node and edge counts (per type, on a
+    heterogeneous batch)."""
+    if hasattr(batch, "node_types"):
+        return tuple(int(s.num_nodes) for s in batch.node_stores) + \
+            tuple(int(s.edge_index.size(1)) for s in batch.edge_stores if "edge_index" in s)
+    return int(batch.num_nodes), int(batch.num_edges)
+
+
+def batch_size_of(batch) -> tuple[int, int]:
+    """A batch's sampled nodes and edges, padding left out, all types together."""
+    nodes = getattr(batch, "num_real_nodes", None)
+    edges = getattr(batch, "num_real_edges", None)
+    return (int(batch.num_nodes) if nodes is None else int(nodes),
+            int(batch.num_edges) if edges is None else int(edges))
 
 
 class _StepClock:
@@ -369,9 +386,10 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
     while not stopped:
         batch, loss = stepper.run()
         clock.lap()
-        out.seeds.append(int(batch.batch_size))
-        out.nodes.append(int(getattr(batch, "num_real_nodes", batch.num_nodes)))
-        out.edges.append(int(getattr(batch, "num_real_edges", batch.edge_index.size(1))))
+        out.seeds.append(stepper.pipe.task.seeds(batch))
+        nodes, edges = batch_size_of(batch)
+        out.nodes.append(nodes)
+        out.edges.append(edges)
         out.losses.append(loss)
         block_seeds += out.seeds[-1]
         if len(out.seeds) % per_block == 0:

@@ -22,6 +22,9 @@ amp_dtype          ``torch.autocast`` (+ ``GradScaler`` for float16)
 checkpointing      :class:`CheckpointedConv` around every MessagePassing layer
 aggregation        :meth:`Pipeline.edges`: ``edge_index`` (scatter) or a CSR ``adj_t``
                    (a sparse matrix product), built per batch on its device
+edge_fanouts       the sampler's fanout of named edge types (heterogeneous graphs)
+task               :mod:`autotune.tasks`: node classification (``Data`` or
+                   ``HeteroData``, the model lifted by ``to_hetero``) or link prediction
 =================  ===============================================================
 
 The trial worker and a user's own training loop (``autotune.build``) use this
@@ -43,6 +46,7 @@ from autotune.config import GAT_HEADS, TrialConfig
 from autotune.env import check_cores
 from autotune.errors import ConfigError, DeviceMemoryError
 from autotune.sampler import make_sampler, resolve_backend
+from autotune.tasks import HeteroEncoder, HeteroNodeTask, lift_to_hetero, task_for
 
 GEOMETRIC_STEP = 1.25
 MIN_BUCKET = 64
@@ -227,16 +231,42 @@ class PadToBucket:
         self.ladder = ladder
 
     def __call__(self, batch):
+        from torch_geometric.data import HeteroData
+
+        if isinstance(batch, HeteroData):
+            return self._hetero(batch)
         n, e = batch.num_nodes, batch.edge_index.size(1)
-        n_pad = bucket(n + 1, self.ladder) - n  # at least one padding node
-        e_pad = bucket(e, self.ladder) - e
-        batch.x = torch.cat([batch.x, batch.x.new_zeros(n_pad, batch.x.size(1))])
-        batch.y = torch.cat([batch.y, batch.y.new_zeros(n_pad)])
-        pad_edges = torch.full((2, e_pad), n, dtype=batch.edge_index.dtype,
-                               device=batch.edge_index.device)
-        batch.edge_index = torch.cat([batch.edge_index, pad_edges], dim=1)
+        self._pad_nodes(batch, n)
+        batch.edge_index = self._pad_edges(batch.edge_index, n, n)
         batch.num_real_nodes, batch.num_real_edges = n, e
-        batch.num_nodes = n + n_pad
+        return batch
+
+    def _pad_nodes(self, store, n: int) -> None:
+        n_pad = bucket(n + 1, self.ladder) - n  # at least one padding node
+        store.x = torch.cat([store.x, store.x.new_zeros(n_pad, store.x.size(1))])
+        if "y" in store:
+            store.y = torch.cat([store.y, store.y.new_zeros(n_pad)])
+        store.num_nodes = n + n_pad
+
+    def _pad_edges(self, edge_index: Tensor, src_pad: int, dst_pad: int) -> Tensor:
+        e = edge_index.size(1)
+        pad = torch.tensor([[src_pad], [dst_pad]], dtype=edge_index.dtype,
+                           device=edge_index.device).expand(2, bucket(e, self.ladder) - e)
+        return torch.cat([edge_index, pad], dim=1)
+
+    def _hetero(self, batch):
+        """Per node type: each type's nodes padded to its own bucket, each edge type's
+        padding edges joining its source type's first padding node to its target's."""
+        real = {t: int(batch[t].num_nodes) for t in batch.node_types}
+        edges = 0
+        for edge_type in batch.edge_types:
+            store = batch[edge_type]
+            edges += store.edge_index.size(1)
+            store.edge_index = self._pad_edges(store.edge_index, real[edge_type[0]],
+                                               real[edge_type[-1]])
+        for node_type, n in real.items():
+            self._pad_nodes(batch[node_type], n)
+        batch.num_real_nodes, batch.num_real_edges = sum(real.values()), edges
         return batch
 
 
@@ -332,6 +362,7 @@ class Pipeline:
     device: torch.device
     checkpointed_layers: int
     sampler_backend: str
+    task: object = None  # autotune.tasks: what a step's loss and seeds are
     worker_cores: list[list[int]] | None = None
     _lr: Tensor | None = field(default=None, repr=False)
 
@@ -354,8 +385,7 @@ class Pipeline:
         if not self.config.gpu_sampling:  # GPU-resident batches are built on the device
             batch = batch.to(self.device, non_blocking=True)
         with self.autocast():
-            out = self.model(batch.x, self.edges(batch))[:batch.batch_size]
-        loss = F.cross_entropy(out.float(), batch.y[:batch.batch_size])
+            loss = self.task.loss(self, batch)
         self.scaler.scale(loss).backward()
         self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -390,25 +420,26 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
           cache_dir: str | os.PathLike | None = None) -> Pipeline:
     """Builds the loader, model and optimizer that ``config`` describes, on ``data``."""
     check_config(config)
+    task = task_for(config, data)
+    check_task(config, task)
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
     if config.gpu_sampling:
         check_gpu_fit(gpu_resident_bytes(data), *torch.cuda.mem_get_info(device))
     backend = resolve_backend(config.sampler)
-    sampler = make_sampler(data, config.num_neighbors, backend=backend, seed=config.seed,
+    sampler = make_sampler(data, fanouts(config, data), backend=backend, seed=config.seed,
                            cache_file=cache_file, cache_dir=cache_dir,
                            device=device if config.gpu_sampling else None)
     loader_data = _gpu_resident(data, device) if config.gpu_sampling else data
     workers = config.num_workers
-    loader = _loader_class(sampler)(
-        loader_data, node_sampler=sampler, input_nodes=data.train_mask,
+    loader = task.loader(
+        _loader_class(sampler), loader_data, sampler,
         batch_size=config.batch_size, shuffle=True, num_workers=workers,
         persistent_workers=workers > 0, prefetch_factor=config.prefetch_factor if workers else None,
         pin_memory=device.type == "cuda" and not config.gpu_sampling,
         transform=PadToBucket(config.pad_ladder) if config.shapes == "padded" else None)
     if model is None:
-        classes = num_classes if num_classes is not None else int(data.y.max()) + 1
-        model = make_model(config, data.num_features, classes)
+        model = task_model(config, task, data, num_classes)
     model = model.to(device)
     checkpointed = apply_checkpointing(model) if config.checkpointing else 0
     lr = torch.tensor(config.lr)
@@ -421,8 +452,69 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
     worker_cores = worker_core_sets(config.loader_cores, workers) if config.loader_cores else None
     return Pipeline(config=config, loader=loader, model=compiled, eager_model=model,
                     optimizer=optimizer, scaler=scaler, device=device,
-                    checkpointed_layers=checkpointed,
-                    sampler_backend=_describe(sampler), worker_cores=worker_cores, _lr=lr)
+                    checkpointed_layers=checkpointed, sampler_backend=_describe(sampler),
+                    task=task, worker_cores=worker_cores, _lr=lr)
+
+
+def check_dataset(config: TrialConfig, dataset) -> None:
+    """What ``config`` asks of a prepared dataset, checked before any trial starts:
+    the task fits the graph, the model and knobs fit the task, and every edge type
+    the fanouts name exists."""
+    check_task(config, task_for(config, dataset.data))
+    if dataset.hetero:
+        from autotune.sampler import fanouts_per_edge_type
+
+        fanouts_per_edge_type(fanouts(config, dataset.data), dataset.data.edge_types)
+
+
+def check_task(config: TrialConfig, task) -> None:
+    """The knobs a task or a heterogeneous graph cannot take."""
+    hetero = isinstance(task, HeteroNodeTask)
+    if config.gpu_sampling and (hetero or task.name == "link"):
+        raise ConfigError("gpu_sampling samples homogeneous node batches with the Triton "
+                          f"kernel (got {'a heterogeneous graph' if hetero else 'task link'}); "
+                          "use gpu_sampling false")
+    if hetero and config.model in ("gcn", "gat"):
+        raise ConfigError(f"model {config.model} does not take the bipartite edge types of a "
+                          "heterogeneous graph; use model sage or your own factory")
+    if hetero and config.aggregation == "sparse":
+        raise ConfigError("aggregation 'sparse' builds one homogeneous adjacency per batch "
+                          "(got a heterogeneous graph); use aggregation scatter")
+    if not hetero and config.edge_fanouts:
+        raise ConfigError("edge_fanouts names edge types of a heterogeneous graph (got a "
+                          "homogeneous one); use num_neighbors")
+
+
+def fanouts(config: TrialConfig, data):
+    """The sampler's ``num_neighbors``: the config's list, or on a heterogeneous graph
+    a dict with that list for every edge type but those ``edge_fanouts`` names (an
+    edge type it names that the graph lacks is a ConfigError from the sampler)."""
+    from torch_geometric.data import HeteroData
+
+    if not isinstance(data, HeteroData):
+        return list(config.num_neighbors)
+    out = {"__".join(t): list(config.num_neighbors) for t in data.edge_types}
+    out.update({k: list(v) for k, v in (config.edge_fanouts or {}).items()})
+    return out
+
+
+def task_model(config: TrialConfig, task, data, num_classes: int | None) -> nn.Module:
+    """The model a task trains: a classifier over the classes, an encoder into
+    ``hidden_channels`` for link prediction (the decoder has no weights), lifted with
+    ``to_hetero`` on a heterogeneous graph."""
+    if isinstance(task, HeteroNodeTask):
+        store = data[task.target]
+        classes = num_classes if num_classes is not None else int(store.y.max()) + 1
+        if config.model in MODELS:
+            base = HeteroEncoder(config.hidden_channels, classes, config.num_layers,
+                                 config.dropout)
+        else:
+            base = make_model(config, -1, classes)
+        return lift_to_hetero(base, data)
+    if task.name == "link":
+        return make_model(config, data.num_features, config.hidden_channels)
+    classes = num_classes if num_classes is not None else int(data.y.max()) + 1
+    return make_model(config, data.num_features, classes)
 
 
 def _describe(sampler) -> str:

@@ -54,13 +54,21 @@ def pm(precision: float | None) -> str:
     return "±?" if precision is None else f"±{100 * precision:.1f}%"
 
 
+def seeds_per_s(config) -> str:
+    """The throughput's unit: seed nodes/s, or seed edges/s for link prediction."""
+    task = (config or {}).get("task") if isinstance(config, dict) else \
+        getattr(config, "task", None)
+    return "seed edges/s" if task == "link" else "seed nodes/s"
+
+
 def progress_line(n: int, total: int, record, elapsed: float, eta: float,
                   base=None) -> str:
     """One line per finished trial: n/N, the config, its figures with their precision
     and speed-up over ``base`` (the baseline's record), status, the trial's time split
     (start-up, build, warm-up and compile, window), time and ETA."""
     if record.values:
-        figures = (f"{record.values[0]:>9,.0f} seed nodes/s {pm(record.precision):>6} "
+        figures = (f"{record.values[0]:>9,.0f} {seeds_per_s(record.config)} "
+                   f"{pm(record.precision):>6} "
                    f"{_edges(record.summary)}{record.values[1]:>7,.0f} MiB")
         if base is not None and not record.baseline:
             figures += f" {ratio(*record.speedup(base)):>12}"
@@ -111,7 +119,7 @@ def front_table(rows) -> str:
         return "Pareto front: no completed trial yet"
     acc = any(r.val_acc is not None for r in rows)
     lines = ["Pareto front (fastest first):",
-             f"{'trial':>5} {'seed nodes/s':>13} {'±95%':>6} {'peak MiB':>9} "
+             f"{'trial':>5} {seeds_per_s(rows[0].config):>13} {'±95%':>6} {'peak MiB':>9} "
              f"{'speed-up':>13} {'memory':>7}" + (f" {'val acc':>7}" if acc else "") +
              "  config"]
     for r in rows:
@@ -124,9 +132,14 @@ def front_table(rows) -> str:
     return "\n".join(lines)
 
 
+def _first_config(trials):
+    return next((t.config for t in trials if t.config), None)
+
+
 def trials_table(trials) -> str:
     lines = [f"All trials ({len(trials)}):",
-             f"{'trial':>5} {'state':<8} {'seed nodes/s':>13} {'±95%':>6} {'peak MiB':>9}  "
+             f"{'trial':>5} {'state':<8} {seeds_per_s(_first_config(trials)):>13} {'±95%':>6} "
+             f"{'peak MiB':>9}  "
              "config / reason"]
     for r in trials:
         tp = f"{r.throughput:,.0f}" if r.throughput is not None else "-"
@@ -204,7 +217,7 @@ def _measured_lines(result, format_bytes) -> list[str]:
     s, m, c, p, o = result.summary(), result.memory, result.compile, result.phases_s, \
         result.observed
     lines = [
-        f"throughput      {s['seed_nodes_per_s']:,.0f} seed nodes/s  "
+        f"throughput      {s['seed_nodes_per_s']:,.0f} {seeds_per_s(result.config)}  "
         f"({s['sampled_nodes_per_s']:,.0f} sampled nodes/s, "
         f"{s['sampled_edges_per_s']:,.0f} edges/s)",
         f"precision       {precision(result.window)}",

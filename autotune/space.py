@@ -33,7 +33,11 @@ AFFINITY_STRATEGIES = STRATEGIES
 KNOBS = ("batch_size", "num_neighbors", "num_workers", "prefetch_factor", "affinity",
          "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing", "sampler",
          "gpu_sampling", "aggregation")
-FIXED = ("model", "hidden_channels", "num_layers", "lr", "dropout", "seed", "recompile_limit")
+FIXED = ("model", "hidden_channels", "num_layers", "lr", "dropout", "seed", "recompile_limit",
+         "task")
+# A heterogeneous graph's fanout of one edge type, searched apart from the shared
+# num_neighbors: a knob named "num_neighbors.<src>__<rel>__<dst>".
+EDGE_FANOUT = "num_neighbors."
 TOP_LEVEL = ("description", "knobs", "fixed")
 # What each categorical knob may take (None: any value TrialConfig accepts).
 ALLOWED: dict[str, tuple | None] = {
@@ -163,8 +167,9 @@ def load_space(space: str | dict, *, device: str = "cpu", cores: int | None = No
     if facts:
         fixed = {**fixed, **facts}
         if "num_layers" in facts:
-            knobs["num_neighbors"] = _fit_fanouts(path, knobs.get("num_neighbors"),
-                                                  facts["num_layers"], notes)
+            for name in ["num_neighbors"] + [k for k in knobs if _edge_knob(k)]:
+                knobs[name] = _fit_fanouts(path, knobs.get(name), facts["num_layers"], notes,
+                                           name)
     if baseline is not None and "num_layers" in fixed:
         baseline = fitted(baseline, fixed["num_layers"])
     if device == "cpu":
@@ -174,9 +179,10 @@ def load_space(space: str | dict, *, device: str = "cpu", cores: int | None = No
     if "affinity" in knobs:
         knobs["affinity"] = _buildable(path, knobs["affinity"], topology or this_machine(),
                                        notes)
-    if baseline is not None:
+    if baseline is not None:  # a per-edge-type knob holds the baseline's shared fanout
         knobs = {name: knob.widened(_baseline_value(baseline, name))
-                 if name in BASELINE_KNOBS else knob for name, knob in knobs.items()}
+                 if name in BASELINE_KNOBS else knob.widened(baseline.num_neighbors)
+                 if _edge_knob(name) else knob for name, knob in knobs.items()}
     space = SearchSpace(path.stem, knobs, fixed, str(blob.get("description", "")), tuple(notes))
     _check_fixed(path, space)
     return space
@@ -215,7 +221,7 @@ def _read_yaml(path: Path) -> Any:
 def _parse_knobs(path: Path, raw: Any, cores: int) -> dict[str, Knob]:
     if not isinstance(raw, dict) or not raw:
         raise SearchSpaceError(f"search space '{path}': 'knobs' must be a non-empty mapping")
-    _unknown(path, "knob", raw, KNOBS)
+    _unknown(path, "knob", {k: v for k, v in raw.items() if not _edge_knob(k)}, KNOBS)
     knobs = {name: _parse_knob(path, name, spec, cores) for name, spec in raw.items()}
     workers = knobs.get("num_workers")
     most = None
@@ -251,15 +257,17 @@ def _parse_knob(path: Path, name: str, spec: Any, cores: int) -> Knob:
     else:
         raise SearchSpaceError(f"{where}: give 'value', 'choices' or 'low'/'high'")
     choices = [_freeze(c) for c in choices]
-    if name == "num_neighbors":
+    if name == "num_neighbors" or _edge_knob(name):
+        least = 0 if _edge_knob(name) else 1  # an edge type may be left unsampled
         bad = [c for c in choices if not (isinstance(c, tuple) and c and all(
-            isinstance(k, int) and not isinstance(k, bool) and (k > 0 or k == -1) for k in c))]
+            isinstance(k, int) and not isinstance(k, bool) and (k >= least or k == -1)
+            for k in c))]
         if bad:
             raise SearchSpaceError(f"{where}: {_thaw(bad[0])!r} is not a fanout; use a list of "
-                                   "positive ints or -1, one per layer, e.g. [25, 10]")
+                                   f"ints >= {least} or -1, one per layer, e.g. [25, 10]")
     elif any(isinstance(c, tuple) for c in choices):
         raise SearchSpaceError(f"{where}: choices must be single values (got {_thaw(choices)!r})")
-    allowed = ALLOWED[name]
+    allowed = None if _edge_knob(name) else ALLOWED[name]
     bad = [c for c in choices if allowed is not None and c not in allowed]
     if bad:
         raise SearchSpaceError(f"{where}: {bad[0]!r} is not allowed; use "
@@ -267,6 +275,17 @@ def _parse_knob(path: Path, name: str, spec: Any, cores: int) -> Knob:
     if len(set(choices)) != len(choices):
         raise SearchSpaceError(f"{where}: a choice is listed twice (got {choices})")
     return Knob(name, tuple(choices))
+
+
+def _edge_knob(name: str) -> bool:
+    """Whether ``name`` is a per-edge-type fanout knob (``num_neighbors.a__rel__b``)."""
+    return name.startswith(EDGE_FANOUT) and name[len(EDGE_FANOUT):].count("__") == 2
+
+
+def edge_knobs(space: SearchSpace) -> dict[str, Knob]:
+    """The space's per-edge-type fanout knobs, by edge type ``src__rel__dst``."""
+    return {name[len(EDGE_FANOUT):]: knob for name, knob in space.knobs.items()
+            if _edge_knob(name)}
 
 
 def _freeze(value: Any) -> Any:
@@ -312,13 +331,14 @@ def _cpu_only(path: Path, knobs: dict[str, Knob], notes: list[str]) -> dict[str,
     return out
 
 
-def _fit_fanouts(path: Path, knob: Knob | None, layers: int, notes: list[str]) -> Knob:
+def _fit_fanouts(path: Path, knob: Knob | None, layers: int, notes: list[str],
+                 name: str = "num_neighbors") -> Knob:
     choices = knob.choices if knob is not None else (TrialConfig().num_neighbors,)
     fitted = tuple(dict.fromkeys(fit_fanout(c, layers) for c in choices))
     if fitted != choices:
-        notes.append(f"{path.name}: fanouts fitted to {layers} layers: "
+        notes.append(f"{path.name}: {name} fitted to {layers} layers: "
                      f"{', '.join(str(list(c)) for c in fitted)}")
-    return Knob("num_neighbors", fitted)
+    return Knob(name, fitted)
 
 
 def _buildable(path: Path, knob: Knob, topology: Topology, notes: list[str]) -> Knob:
@@ -356,11 +376,13 @@ def _check_fixed(path: Path, space: SearchSpace) -> None:
         TrialConfig(**space.fixed, num_neighbors=fit_fanout(TrialConfig.num_neighbors, layers))
     except (ConfigError, TypeError) as exc:
         raise SearchSpaceError(f"search space '{path}', fixed: {exc}") from exc
-    for fanout in (space.knobs.get("num_neighbors") or Knob("num_neighbors", ((25, 10),))).choices:
-        layers = space.fixed.get("num_layers", 2)
-        if not isinstance(fanout, tuple) or len(fanout) != layers:
-            raise SearchSpaceError(f"search space '{path}', knob 'num_neighbors': {fanout!r} needs "
-                                   f"one entry per layer ({layers})")
+    layers = space.fixed.get("num_layers", 2)
+    fanout_knobs = [space.knobs.get("num_neighbors") or Knob("num_neighbors", ((25, 10),))]
+    for knob in fanout_knobs + list(edge_knobs(space).values()):
+        for fanout in knob.choices or ():
+            if not isinstance(fanout, tuple) or len(fanout) != layers:
+                raise SearchSpaceError(f"search space '{path}', knob '{knob.name}': {fanout!r} "
+                                       f"needs one entry per layer ({layers})")
 
 
 # When a knob is suggested at all, given the values picked before it (in KNOB_ORDER)
@@ -412,7 +434,9 @@ def in_space(config: TrialConfig, space: SearchSpace) -> bool:
             return False
         if knob is not None and not knob.contains(values[name]):
             return False
-    return True
+    mine = config.edge_fanouts or {}
+    return all(knob.contains(mine.get(t, config.num_neighbors))
+               for t, knob in edge_knobs(space).items()) and set(mine) <= set(edge_knobs(space))
 
 
 def _active(name: str, values: dict[str, Any], device: str) -> bool:
@@ -439,10 +463,21 @@ def suggest_config(trial, space: SearchSpace, *, device: str, seed: int = 0,
                                              log=knob.log)
     if values["gpu_sampling"]:
         values["sampler"] = "builtin"
+    values["edge_fanouts"] = _suggest_edge_fanouts(trial, space, values["num_neighbors"])
     strategy = values.pop("affinity")
     values["loader_cores"], values["compute_cores"] = affinity_sets(
         strategy, values["num_workers"], topology)
     return TrialConfig(**values, **{"seed": seed, **space.fixed}, device=device)
+
+
+def _suggest_edge_fanouts(trial, space: SearchSpace, shared: tuple[int, ...]):
+    """The per-edge-type fanouts a trial picks; only those that differ from the shared
+    fanout are kept (``None`` when none does), so one sampling has one config."""
+    picked = {t: _decode(trial.suggest_categorical(EDGE_FANOUT + t, [_encode(c) for c in
+                                                                       knob.choices]))
+              for t, knob in edge_knobs(space).items()}
+    differ = {t: f for t, f in picked.items() if f != shared}
+    return differ or None
 
 
 def params_for(config: TrialConfig, space: SearchSpace) -> dict[str, Any]:
@@ -450,8 +485,12 @@ def params_for(config: TrialConfig, space: SearchSpace) -> dict[str, Any]:
     the baseline or a prior); knobs that would not be suggested are left out."""
     values = {name: getattr(config, name) for name in KNOB_ORDER if name != "affinity"}
     values["affinity"] = "none"
-    return {name: _encode(values[name]) for name in KNOB_ORDER
-            if name in space.knobs and _active(name, values, config.device)}
+    params = {name: _encode(values[name]) for name in KNOB_ORDER
+              if name in space.knobs and _active(name, values, config.device)}
+    for edge_type in edge_knobs(space):
+        fanout = (config.edge_fanouts or {}).get(edge_type, config.num_neighbors)
+        params[EDGE_FANOUT + edge_type] = _encode(fanout)
+    return params
 
 
 def _encode(value: Any) -> Any:

@@ -82,30 +82,10 @@ class Training:
                 "steady_seed_nodes_per_s": self.steady_seed_nodes_per_s()}
 
 
-@torch.no_grad()
-def accuracy(pipe: Pipeline, mask: torch.Tensor) -> float:
-    """Share of ``mask``'s nodes the model classifies right, on subgraphs sampled
-    with the config's fanout (as PyG's examples evaluate), in the config's autocast."""
-    from torch_geometric.loader import NodeLoader
-
-    loader = NodeLoader(pipe.loader.data, node_sampler=pipe.loader.node_sampler,
-                        input_nodes=mask, batch_size=pipe.config.batch_size, shuffle=False,
-                        transform=pipe.loader.transform)
-    model = pipe.eager_model
-    model.eval()
-    correct = total = 0
-    try:
-        for batch in loader:
-            batch = batch.to(pipe.device, non_blocking=True)
-            with pipe.autocast():
-                out = model(batch.x, pipe.edges(batch))[:batch.batch_size]
-            correct += int((out.argmax(-1) == batch.y[:batch.batch_size]).sum())
-            total += batch.batch_size
-    finally:
-        model.train()
-    if total == 0:
-        raise ConfigError("the evaluation mask selects no node")
-    return correct / total
+def accuracy(pipe: Pipeline, data, split: str) -> float:
+    """The task's metric on ``split`` (val or test): accuracy for node tasks, ROC-AUC
+    for link prediction (:mod:`autotune.tasks`)."""
+    return pipe.task.evaluate(pipe, data, split)
 
 
 def train(pipe: Pipeline, data, spec: TrainSpec,
@@ -113,9 +93,6 @@ def train(pipe: Pipeline, data, spec: TrainSpec,
     """Trains ``pipe`` as ``spec`` says, evaluating after every epoch (validation,
     and test when asked); with a budget, once the budget is spent. The budget
     counts training time only, not evaluation."""
-    for name in ("val_mask",) + (("test_mask",) if spec.evaluate_test else ()):
-        if name not in data:
-            raise ConfigError(f"the dataset has no {name}; accuracy needs one")
     out = Training()
     with pipe.activate():
         while spec.epochs is None or len(out.epochs) < spec.epochs:
@@ -124,9 +101,9 @@ def train(pipe: Pipeline, data, spec: TrainSpec,
             out.epochs.append(epoch)
             out.stopped_by_budget = spec.budget_s is not None and out.train_s >= spec.budget_s
             if spec.epochs is not None or out.stopped_by_budget:
-                epoch.val_acc = accuracy(pipe, data.val_mask)
+                epoch.val_acc = accuracy(pipe, data, "val")
                 if spec.evaluate_test:
-                    epoch.test_acc = accuracy(pipe, data.test_mask)
+                    epoch.test_acc = accuracy(pipe, data, "test")
             if on_epoch is not None:
                 on_epoch(epoch)
             if out.stopped_by_budget:
@@ -144,7 +121,7 @@ def _one_epoch(pipe: Pipeline, number: int, left_s: float | None) -> Epoch:
     for batch in pipe.loader:
         loss = pipe.train_step(batch)
         steps += 1
-        seeds += int(batch.batch_size)
+        seeds += pipe.task.seeds(batch)
         if left_s is not None and time.perf_counter() - t0 >= left_s:
             break
     sync()

@@ -115,7 +115,8 @@ def search(*, progress: Progress | None = None, **options: Any) -> SearchResult:
 
 
 def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None,
-                   scale: float = 1.0, data_seed: int = 0, model: ModelArg = None,
+                   scale: float = 1.0, data_seed: int = 0, task: str = "node",
+                   model: ModelArg = None,
                    hidden: int | None = None, layers: int | None = None,
                    recompile_limit: int | None = None, space: str | Path | dict = "default",
                    n_trials: int = 20, timeout_s: float | None = None, budget=None,
@@ -128,9 +129,11 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
                    grace_s: int = 60, measure=None, limits=None) -> SearchPlan:
     """Checks everything a search needs before its first trial and opens its study.
 
-    ``dataset``: a name (Reddit, Cora, synthetic, ...), a ``.pt`` path, an import path
-    ``'package.module:function'``, a ``torch_geometric.data.Data`` or a module-level
-    function returning one. ``model``: sage (default), gcn, gat, an import path or a
+    ``dataset``: a name (Reddit, Cora, synthetic, synthetic-hetero, ogbn-mag, ...), a
+    ``.pt`` path, an import path ``'package.module:function'``, a
+    ``torch_geometric.data.Data`` (or ``HeteroData``) or a module-level function
+    returning one. ``task``: node (classification) or link (prediction, on the
+    dataset's link split; throughput in seed edges/s). ``model``: sage (default), gcn, gat, an import path or a
     module-level factory ``(in_channels, out_channels, config) -> nn.Module`` whose
     forward takes ``(x, edge_index)``. ``space``: a shipped space's name, a YAML path
     or a dict of the same schema. ``max_memory``: bytes or a size such as ``'8GiB'``.
@@ -155,16 +158,17 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     if not writable_dir(studies):
         raise ConfigError(f"--studies-dir (studies_dir=) '{studies}' is not writable; pass "
                           "another folder")
-    facts = _facts(model, hidden, layers, recompile_limit)
+    facts = _facts(model, hidden, layers, recompile_limit, task)
     space_, baseline = _space_and_baseline(space, device, facts, seed)
-    ref = _dataset_ref(dataset, root, scale, data_seed, studies)
-    name = study_name or default_study_name(ref.name.rpartition(":")[2] or ref.name, device)
+    ref = _dataset_ref(dataset, root, scale, data_seed, studies, task)
+    base = ref.name.rpartition(":")[2] or ref.name
+    name = study_name or default_study_name(base + ("-link" if task == "link" else ""), device)
     url = storage or default_storage(studies, name)
     _check_machine(baseline)
     make_writable_dir(studies, "--studies-dir (studies_dir=)")  # checked: now created
     open_storage(url)  # fails fast on a bad URL or an unreachable server
     prepared = ref.prepare()
-    _check_data(baseline, prepared, guard)
+    _check_data(baseline, space_, prepared, guard)
     opts = SearchOptions(dataset=ref, space=space_, storage=url, study_name=name, device=device,
                          n_trials=n_trials, timeout_s=timeout_s, **budgets, sampler=sampler,
                          seed=seed, studies_dir=studies,
@@ -187,11 +191,12 @@ def _meaningless_knobs(space, baseline: TrialConfig, prepared,
     knob = space.knobs.get("batch_size")
     sizes = (knob.choices if knob.choices is not None else (knob.low,)) if knob \
         else (baseline.batch_size,)
+    seeds = "training edges" if baseline.task == "link" else "training nodes"
     if min(sizes) >= stats["num_train"]:
         notes.append(f"warning: every batch size searched (>= {min(sizes)}) holds all "
-                     f"{stats['num_train']:,} training nodes: batch_size changes nothing here")
-    edges = prepared.data.edge_index
-    most = int(torch.bincount(edges[1]).max()) if edges.numel() else 0
+                     f"{stats['num_train']:,} {seeds}: batch_size changes nothing here")
+    most = max((int(torch.bincount(s.edge_index[1]).max()) for s in prepared.data.edge_stores
+                if "edge_index" in s and s.edge_index.numel()), default=0)
     knob = space.knobs.get("num_neighbors")
     fanouts = knob.choices if knob else (baseline.num_neighbors,)
     if all(k == -1 or k >= most for f in fanouts for k in f):
@@ -246,14 +251,18 @@ def _time_and_memory(budget: float | str | None, screen_precision: float | str,
 
 
 def _facts(model: ModelArg, hidden: int | None, layers: int | None,
-           recompile_limit: int | None) -> dict[str, Any]:
+           recompile_limit: int | None, task: str = "node") -> dict[str, Any]:
     """The pipeline facts given for this search: fixed for its study."""
     from autotune.imports import import_path_of
 
     if model is not None and not isinstance(model, str):
         model = import_path_of(model, what="model factory", option="model=")
+    from autotune.config import TASKS
+
+    if task not in TASKS:
+        raise ConfigError(f"--task (task=) must be one of {', '.join(TASKS)} (got {task!r})")
     named = {"model": model, "hidden_channels": hidden, "num_layers": layers,
-             "recompile_limit": recompile_limit}
+             "recompile_limit": recompile_limit, "task": None if task == "node" else task}
     return {k: v for k, v in named.items() if v is not None}
 
 
@@ -288,20 +297,27 @@ def _check_machine(baseline: TrialConfig) -> None:
         import_object(baseline.model, what="model factory", option="--model (model=)")
 
 
-def _check_data(baseline: TrialConfig, prepared, guard) -> None:
-    """That the model factory builds a model for this dataset, and that the dataset
-    has what the accuracy guard needs."""
-    from autotune.pipeline import make_model
+def _check_data(baseline: TrialConfig, space, prepared, guard) -> None:
+    """That the task fits the dataset (every edge type the space names included),
+    that the model factory builds a model for it, and that the dataset has what the
+    accuracy guard needs."""
+    from autotune.pipeline import check_dataset, make_model
+    from autotune.space import edge_knobs
 
-    if baseline.model not in MODELS:
-        make_model(baseline, prepared.data.num_features, prepared.num_classes)
-    if guard.active and "val_mask" not in prepared.data:
+    named = {t: knob.choices[0] for t, knob in edge_knobs(space).items()}
+    check_dataset(baseline.replace(edge_fanouts=named or None), prepared)
+    if baseline.model not in MODELS and not prepared.hetero:
+        out = baseline.hidden_channels if baseline.task == "link" else prepared.num_classes
+        make_model(baseline, prepared.num_features, out)
+    split = "val_edge_label_index" if baseline.task == "link" else "val_mask"
+    store = prepared.target_store()
+    if guard.active and split not in store:
         raise ConfigError(f"--accuracy-guard and --objectives ...,accuracy need a validation "
-                          f"split, and dataset {prepared.name} has no val_mask")
+                          f"split, and dataset {prepared.name} has no {split}")
 
 
 def _dataset_ref(dataset: DatasetArg, root: str | None, scale: float, seed: int,
-                 studies: Path):
+                 studies: Path, task: str = "node"):
     """A ``DatasetRef`` for any form of ``dataset``: a Data object is saved once under
     ``STUDIES_DIR/.data/`` (named by its content) for the trial processes to load."""
     from autotune.datasets import DatasetRef, root_default
@@ -313,7 +329,7 @@ def _dataset_ref(dataset: DatasetArg, root: str | None, scale: float, seed: int,
         dataset = str(_saved(dataset, studies / ".data"))
     if not isinstance(scale, (int, float)) or not scale > 0:
         raise ConfigError(f"--scale (scale=) must be a positive number (got {scale!r})")
-    ref = DatasetRef(dataset, root=root or root_default(), scale=scale, seed=seed)
+    ref = DatasetRef(dataset, root=root or root_default(), scale=scale, seed=seed, task=task)
     ref.check()
     return ref
 
