@@ -11,6 +11,7 @@ import pytest
 
 TINY = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "2", "--warmup", "1",
         "--max-seconds", "0.5"]
+HETERO = ["--dataset", "synthetic-hetero", "--scale", "0.004"]
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,9 @@ def base(tmp_path_factory):
              "ro.yaml": "compile_mode: reduce-overhead\n",
              "keys.yaml": "batch_size: 64\nturbo: true\n",
              "gcn-sparse.yaml": "knobs:\n  aggregation: sparse\nfixed:\n  model: gcn\n",
-             "sparse-compiled.yaml": "aggregation: sparse\ncompile_mode: default\n"}
+             "sparse-compiled.yaml": "aggregation: sparse\ncompile_mode: default\n",
+             "edge-type.yaml": "knobs:\n  num_neighbors.paper__reads__paper: {choices: [[5, 5]]}\n",
+             "edge-fanouts.yaml": "edge_fanouts: {paper__reads__paper: [5, 5]}\n"}
     (tmp / "profiled").mkdir()
     (tmp / "profiled" / "trace.json").write_text("{}")
     for name, text in files.items():
@@ -135,6 +138,17 @@ CASES = {
                                        ["--profile folder", "already holds trace.json"]),
     "profile into an unwritable folder": (["trial", "--profile", "{tmp}/readonly/p"],
                                           ["--profile", "not writable"]),
+    "edge type the graph lacks (space)": (
+        ["search", *HETERO, "--space", "{tmp}/edge-type.yaml"],
+        ["edge type 'paper__reads__paper'", "which the graph lacks",
+         "('author', 'writes', 'paper')", "('paper', 'cites', 'paper')"]),
+    "edge type the graph lacks (config)": (
+        ["trial", *HETERO, "--config", "{tmp}/edge-fanouts.yaml"],
+        ["edge type 'paper__reads__paper'", "its edge types: ('author', 'writes', 'paper')"]),
+    "link prediction on a heterogeneous graph": (["search", *HETERO, "--task", "link"],
+                                                 ["--task link splits a homogeneous graph"]),
+    "gat on a heterogeneous graph": (["trial", *HETERO, "--model", "gat"],
+                                     ["model gat", "use model sage"]),
 }
 
 

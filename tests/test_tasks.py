@@ -1,0 +1,192 @@
+"""Link prediction and heterogeneous node classification as pipelines: data, models,
+padding, checkpointing, training and the search end to end."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from autotune.config import TrialConfig
+from autotune.datasets import DatasetRef, load_dataset
+from autotune.graphs import MAG_NODES, link_split, mag_from_ogb, synthetic_mag, target_type
+from autotune.pipeline import PadToBucket, apply_checkpointing, build
+from autotune.train import TrainSpec, train
+
+from _helpers import cli
+
+CORA_ROOT = "../shared/data/planetoid"
+
+
+@pytest.fixture(scope="module")
+def mag(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mag")
+    ref = DatasetRef("synthetic-hetero", root=str(root), scale=0.01)
+    return ref, ref.prepare()
+
+
+def test_synthetic_mag_is_mag_shaped_and_deterministic():
+    a, b = synthetic_mag(scale=0.004, seed=1), synthetic_mag(scale=0.004, seed=1)
+    assert set(a.node_types) == set(MAG_NODES)
+    assert ("author", "writes", "paper") in a.edge_types
+    assert ("paper", "rev_writes", "author") in a.edge_types
+    for store_a, store_b in zip(a.stores, b.stores):
+        for key, value in store_a.items():
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(value, store_b[key]), key
+    c = synthetic_mag(scale=0.004, seed=2)
+    assert not torch.equal(a["paper"].x, c["paper"].x)
+    assert target_type(a) == "paper"
+    # mean degrees as documented, and class-informative paper features
+    per_paper = a["author", "writes", "paper"].edge_index.size(1) / a["paper"].num_nodes
+    assert 8 < per_paper < 11.5, per_paper
+    y, x = a["paper"].y, a["paper"].x
+    centroids = torch.stack([x[y == k].mean(0) if (y == k).any() else torch.zeros(x.size(1))
+                             for k in range(int(y.max()) + 1)])
+    nearest = torch.cdist(x, centroids).argmin(1)
+    assert (nearest == y).float().mean() > 0.5
+
+
+def test_hetero_dataset_cache_round_trips(tmp_path):
+    first = load_dataset("synthetic-hetero", root=tmp_path, scale=0.004)
+    again = load_dataset("synthetic-hetero", root=tmp_path, scale=0.004)
+    assert again.hetero and again.data.edge_types == first.data.edge_types
+    assert torch.equal(again.data["paper"].train_mask, first.data["paper"].train_mask)
+    stats = again.stats()
+    assert stats["target"] == "paper" and stats["edge_types"] == 7
+    assert stats["num_train"] == int(first.data["paper"].train_mask.sum())
+
+
+def test_ogbn_mag_becomes_a_hetero_graph_with_features_everywhere():
+    """ogbn-mag as OGB's PygNodePropPredDataset gives it: a Data of dicts."""
+    from torch_geometric.data import Data
+
+    graph = Data()
+    graph.num_nodes_dict = {"paper": 4, "author": 3, "institution": 2, "field_of_study": 2}
+    graph.x_dict = {"paper": torch.arange(8, dtype=torch.float).view(4, 2)}
+    graph.y_dict = {"paper": torch.tensor([[0], [1], [0], [1]])}
+    graph.edge_index_dict = {
+        ("author", "writes", "paper"): torch.tensor([[0, 0, 1, 2], [0, 1, 2, 3]]),
+        ("author", "affiliated_with", "institution"): torch.tensor([[0, 1, 2], [0, 0, 1]]),
+        ("paper", "cites", "paper"): torch.tensor([[0, 1], [1, 2]]),
+        ("paper", "has_topic", "field_of_study"): torch.tensor([[0, 3], [0, 1]])}
+    split = {k: {"paper": torch.tensor([i])} for i, k in enumerate(["train", "valid", "test"])}
+    data = mag_from_ogb(graph, split)
+    assert torch.equal(data["author"].x[0], graph.x_dict["paper"][:2].mean(0))
+    assert torch.equal(data["institution"].x[0], data["author"].x[:2].mean(0))
+    assert torch.equal(data["field_of_study"].x[1], graph.x_dict["paper"][3])
+    assert ("paper", "rev_writes", "author") in data.edge_types
+    assert data["paper"].train_mask.tolist() == [True, False, False, False]
+    assert data["paper"].y.tolist() == [0, 1, 0, 1]
+
+
+def test_link_split_holds_out_edges_and_negatives():
+    from torch_geometric.utils import coalesce
+
+    from autotune.datasets import synthetic_reddit
+
+    data = synthetic_reddit(scale=0.002, seed=0)
+    data.edge_index = coalesce(data.edge_index)  # a multigraph's twin edges would leak
+    split = link_split(data, seed=0)
+    n = data.num_nodes
+    keys = lambda ei: ei[0] * n + ei[1]  # noqa: E731
+    graph = keys(split.edge_index)
+    for part in ("val", "test"):
+        index, label = split[f"{part}_edge_label_index"], split[f"{part}_edge_label"]
+        assert label.sum() == (label == 0).sum(), "as many negatives as positives"
+        assert not torch.isin(keys(index[:, label == 1]), graph).any(), "a held-out edge leaks"
+        assert not torch.isin(keys(index[:, label == 0]), keys(data.edge_index)).any()
+    supervision = keys(split.train_edge_label_index)
+    assert not torch.isin(supervision, graph).any(), "supervision edges pass messages"
+    again = link_split(data, seed=0)
+    assert torch.equal(again.edge_index, split.edge_index)
+
+
+def test_hetero_padding_pads_each_node_type_and_keeps_the_output(mag):
+    ref, dataset = mag
+    config = TrialConfig(batch_size=32, num_neighbors=(4, 3), hidden_channels=16, dropout=0.0)
+    pipe = build(config, dataset.data, num_classes=dataset.num_classes,
+                 cache_file=ref.csc_path())
+    batch = next(iter(pipe.loader))
+    model = pipe.eager_model.eval()
+    with torch.no_grad():
+        plain = model(batch.x_dict, batch.edge_index_dict)["paper"][:32]
+        real = {t: batch[t].num_nodes for t in batch.node_types}
+        padded = PadToBucket("pow2")(batch.clone())
+        for t in padded.node_types:
+            assert padded[t].num_nodes > real[t]
+            assert padded[t].num_nodes & (padded[t].num_nodes - 1) == 0, "not a power of two"
+        out = model(padded.x_dict, padded.edge_index_dict)["paper"][:32]
+    assert torch.allclose(plain, out, atol=1e-5)
+
+
+def test_checkpointing_wraps_every_message_passing_module_of_a_hetero_model(mag):
+    ref, dataset = mag
+    config = TrialConfig(batch_size=32, num_neighbors=(4, 3), hidden_channels=16, dropout=0.0)
+    pipe = build(config, dataset.data, num_classes=dataset.num_classes,
+                 cache_file=ref.csc_path())
+    batch = next(iter(pipe.loader))
+    before = pipe.task.loss(pipe, batch)
+    assert apply_checkpointing(pipe.eager_model) == 2 * len(dataset.data.edge_types)
+    assert torch.allclose(pipe.task.loss(pipe, batch), before)
+
+
+def test_to_hetero_sage_trains_on_the_synthetic_hetero_graph(mag):
+    ref, dataset = mag
+    config = TrialConfig(batch_size=128, num_neighbors=(5, 5), hidden_channels=64,
+                         edge_fanouts={"paper__cites__paper": (3, 3)})
+    pipe = build(config, dataset.data, num_classes=dataset.num_classes,
+                 cache_file=ref.csc_path())
+    training = train(pipe, dataset.data, TrainSpec(epochs=2))
+    first, last = training.epochs[0], training.epochs[-1]
+    losses = [float(pipe.train_step(b)) for b, _ in zip(pipe.loader, range(3))]
+    assert last.loss < first.loss and max(losses) < 5.0, (first.loss, last.loss, losses)
+    assert last.val_acc > 1.5 / dataset.num_classes  # better than chance on 349 classes
+    assert last.seeds == int(dataset.data["paper"].train_mask.sum())
+
+
+def test_link_prediction_on_real_cora_reaches_auc_085():
+    ref = DatasetRef("Cora", root=CORA_ROOT, task="link")
+    dataset = ref.prepare()
+    config = TrialConfig(task="link", batch_size=512, num_neighbors=(10, 10), hidden_channels=128,
+                         lr=0.005)
+    pipe = build(config, dataset.data, cache_file=ref.csc_path())
+    training = train(pipe, dataset.data, TrainSpec(epochs=100))
+    best = max(training.epochs, key=lambda e: e.val_acc)
+    assert best.test_acc >= 0.85, [(e.epoch, e.val_acc, e.test_acc) for e in training.epochs]
+    assert training.epochs[0].seeds == dataset.data.train_edge_label_index.size(1)
+
+
+@pytest.mark.parametrize("args", [
+    ["--task", "link", "--dataset", "Cora", "--root", CORA_ROOT],
+    ["--dataset", "synthetic-hetero", "--scale", "0.05"],
+], ids=["cora-link", "synthetic-hetero"])
+def test_search_end_to_end(tmp_path, args):
+    space = tmp_path / "small.yaml"
+    space.write_text("knobs:\n  batch_size: {choices: [64, 128]}\n"
+                     "  num_neighbors: {choices: [[5, 5], [10, 5]]}\n"
+                     "  num_neighbors.paper__cites__paper: {choices: [[0, 0], [5, 5]]}\n"
+                     if "synthetic-hetero" in args else
+                     "knobs:\n  batch_size: {choices: [256, 512]}\n"
+                     "  num_neighbors: {choices: [[5, 5], [10, 5]]}\n")
+    proc = cli("search", *args, "--n-trials", "4", "--space", str(space), "--studies-dir",
+               str(tmp_path / "studies"), "--steps", "3", "--warmup", "1", "--max-seconds",
+               "1", "--no-priors", "-f", "json", env=_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    blob = json.loads(proc.stdout)
+    done = [t for t in blob["trials"] if t["state"] == "complete"]
+    assert len(done) == 4 and all(t["throughput"] > 0 for t in done), blob["trials"]
+    for config in (t["config"] for t in done):
+        assert config["task"] == ("link" if "link" in args else "node")
+        # a per-edge-type fanout is kept only where it differs from the shared one; the
+        # knob holds the baseline's shared fanout [25, 10] too
+        for edge_type, fanout in (config["edge_fanouts"] or {}).items():
+            assert edge_type == "paper__cites__paper" and fanout in ([0, 0], [5, 5], [25, 10])
+            assert fanout != config["num_neighbors"]
+
+
+def _env(tmp_path):
+    import os
+
+    return {**os.environ, "AUTOTUNE_DATA_ROOT": str(tmp_path / "data"),
+            "AUTOTUNE_CACHE": str(tmp_path / "cache")}
