@@ -25,12 +25,16 @@ def emit(blob: Any, fmt: str, table: Callable[[], str]) -> str:
 def short(config: dict) -> str:
     """A config in one short line: batch, fanout, workers/affinity, compile/shapes,
     dtype, checkpointing, sampler (``@gpu`` with GPU sampling) and ``+spmm`` for the
-    sparse aggregation (see the README's "Reading a config code")."""
+    sparse aggregation (see the README's "Reading a config code"); a named edge
+    type's fanout follows the shared one as ``REL[k, ...]``."""
     affinity = "pin" if config.get("loader_cores") else "-"
     shapes = "pad" if config.get("shapes") == "padded" else "dyn"
     sampler = config["sampler"] + ("@gpu" if config.get("gpu_sampling") else "") + \
         ("+spmm" if config.get("aggregation") == "sparse" else "")
-    return (f"b{config['batch_size']} f{list(config['num_neighbors'])} "
+    fanout = f"f{list(config['num_neighbors'])}" + "".join(
+        f" {edge_type.split('__')[1]}{list(k)}"  # a named edge type's own fanout
+        for edge_type, k in (config.get("edge_fanouts") or {}).items())
+    return (f"b{config['batch_size']} {fanout} "
             f"w{config['num_workers']}/{affinity} {config['compile_mode']}/{shapes} "
             f"{config['amp_dtype'].replace('float', 'f')} "
             f"ck{'+' if config['checkpointing'] else '-'} {sampler}")

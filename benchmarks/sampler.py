@@ -10,6 +10,15 @@ about 23.5M edges), fanout [25, 10], batch 1024. The timed call returns what the
 loader hands on (a relabelled ``SamplerOutput``). Samplers run interleaved, batch by
 batch, in one process, so machine noise hits both alike; figures are medians.
 
+Two more cases, on CPU and (where there is one) on the GPU:
+
+* link: 512 supervision edges of that graph per batch, one binary negative each
+  (drawn on the sampler's device, re-drawn where it is an edge), so up to 2,048 seed
+  nodes, fanout [25, 10], through ``sample_from_edges`` as PyG's ``LinkLoader`` calls it;
+* hetero: the ogbn-mag-shaped synthetic graph at full size (1.94M nodes of 4 types,
+  7 edge types with the reverse ones, about 42M edges), 1024 paper seeds, fanout
+  [25, 10] on every edge type, through ``sample_from_nodes``.
+
 torch-sparse is optional: install it (with torch-scatter) in a throw-away virtual
 environment to get the side-by-side figures; the project never depends on it.
 
@@ -31,6 +40,7 @@ from autotune.sampler import NeighborSampler, star_forest, uniformity_chi_square
 from torch_geometric.sampler import NodeSamplerInput
 
 BATCH = 1024
+LINK_BATCH = 512  # supervision edges per link batch (plus as many negatives)
 FANOUT = [25, 10]
 MEAN_DEGREE = 101.0  # 23.5M edges on 232,965 nodes, the graph the issue measured on
 
@@ -58,8 +68,7 @@ def _summary(times: list[float]) -> dict:
             "min_ms": ordered[0], "n": len(ordered)}
 
 
-def measure_speed(batches: int, warmup: int, cuda: bool) -> dict:
-    data = synthetic_reddit(scale=1.0, seed=0, mean_degree=MEAN_DEGREE, num_features=1)
+def measure_speed(data, batches: int, warmup: int, cuda: bool) -> dict:
     builtin = NeighborSampler(data, FANOUT, seed=0)
     contenders = {"builtin_cpu": (builtin.sample, lambda: None)}
     native = _native_op()
@@ -79,22 +88,9 @@ def measure_speed(batches: int, warmup: int, cuda: bool) -> dict:
 
     gen = torch.Generator().manual_seed(1)
     train = data.train_mask.nonzero().view(-1)
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    edges: dict[str, list[int]] = {name: [] for name in contenders}
-    for i in range(warmup + batches):
-        seeds = train[torch.randperm(train.numel(), generator=gen)[:BATCH]]
-        for name, (fn, sync) in contenders.items():
-            out = []
-            ms = _timed(lambda: out.append(fn(seeds)), sync)
-            if i >= warmup:
-                times[name].append(ms)
-                edges[name].append(_edge_count(out[0]))
-    result = {}
-    for name, t in times.items():
-        result[name] = _summary(t)
-        result[name]["edges_per_batch"] = statistics.mean(edges[name])
-        result[name]["edges_per_s"] = result[name]["edges_per_batch"] / (
-            result[name]["median_ms"] / 1e3)
+    result = _interleaved(
+        contenders, lambda: train[torch.randperm(train.numel(), generator=gen)[:BATCH]],
+        batches, warmup)
     result["graph"] = {"num_nodes": int(data.num_nodes), "num_edges": int(data.edge_index.size(1))}
     base = result["builtin_cpu"]["median_ms"]
     if "torch_sparse_native" in result:
@@ -108,7 +104,85 @@ def measure_speed(batches: int, warmup: int, cuda: bool) -> dict:
 def _edge_count(out) -> int:
     if isinstance(out, tuple):  # torch-sparse's op: (node, row, col, edge)
         return int(out[1].numel())
+    if isinstance(out.row, dict):
+        return sum(int(r.numel()) for r in out.row.values())
     return int(out.row.numel())
+
+
+def _interleaved(contenders: dict, inputs, batches: int, warmup: int) -> dict:
+    """Each contender's ms per batch and sampled edges/s, batch by batch in turn."""
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    edges: dict[str, list[int]] = {name: [] for name in contenders}
+    for i in range(warmup + batches):
+        batch = inputs()
+        for name, (fn, sync) in contenders.items():
+            out = []
+            ms = _timed(lambda: out.append(fn(batch)), sync)
+            if i >= warmup:
+                times[name].append(ms)
+                edges[name].append(_edge_count(out[0]))
+    result = {}
+    for name, t in times.items():
+        result[name] = _summary(t)
+        result[name]["edges_per_batch"] = statistics.mean(edges[name])
+        result[name]["edges_per_s"] = result[name]["edges_per_batch"] / (
+            result[name]["median_ms"] / 1e3)
+    return result
+
+
+def _on_devices(make, cuda: bool) -> dict:
+    """``make(device)`` per device: the CPU, and the GPU where there is one."""
+    out = {"cpu": (make("cpu"), lambda: None)}
+    if cuda:
+        out["cuda"] = (make("cuda"), torch.cuda.synchronize)
+    return out
+
+
+def measure_link(data, batches: int, warmup: int, cuda: bool) -> dict:
+    """``sample_from_edges`` with binary negatives, as ``LinkLoader`` calls it."""
+    from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
+
+    negatives = NegativeSampling("binary", 1.0)
+    gen = torch.Generator().manual_seed(2)
+
+    def make(device):
+        sampler = NeighborSampler(data, FANOUT, seed=0, device=device)
+        return lambda index: sampler.sample_from_edges(index, negatives)
+
+    def inputs():
+        ids = torch.randint(0, data.edge_index.size(1), (LINK_BATCH,), generator=gen)
+        return EdgeSamplerInput(ids, data.edge_index[0, ids], data.edge_index[1, ids])
+
+    contenders = {f"link_{d}": c for d, c in _on_devices(make, cuda).items()}
+    result = _interleaved(contenders, inputs, batches, warmup)
+    result["supervision_edges_per_batch"] = LINK_BATCH
+    return result
+
+
+def measure_hetero(batches: int, warmup: int, cuda: bool) -> dict:
+    """``sample_from_nodes`` on the ogbn-mag-shaped graph, 1024 paper seeds."""
+    from autotune.graphs import synthetic_mag
+
+    started = time.perf_counter()
+    data = synthetic_mag(scale=1.0, seed=0, num_features=1)
+    built_s = time.perf_counter() - started
+    papers = data["paper"].train_mask.nonzero().view(-1)
+    gen = torch.Generator().manual_seed(3)
+
+    def make(device):
+        sampler = NeighborSampler(data, FANOUT, seed=0, device=device)
+        return sampler.sample_from_nodes
+
+    def inputs():
+        seeds = papers[torch.randperm(papers.numel(), generator=gen)[:BATCH]]
+        return NodeSamplerInput(None, seeds, input_type="paper")
+
+    contenders = {f"hetero_{d}": c for d, c in _on_devices(make, cuda).items()}
+    result = _interleaved(contenders, inputs, batches, warmup)
+    result["graph"] = {"num_nodes": int(data.num_nodes), "num_edges": int(data.num_edges),
+                       "node_types": len(data.node_types), "edge_types": len(data.edge_types),
+                       "generated_s": built_s}
+    return result
 
 
 def measure_uniformity() -> dict:
@@ -148,16 +222,25 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", default="benchmarks/results/sampler.json")
+    parser.add_argument("--only", choices=["nodes", "link", "hetero"], action="append",
+                        help="run these cases only (default: all)")
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
+    only = set(args.only or ["nodes", "link", "hetero"])
+    data = synthetic_reddit(scale=1.0, seed=0, mean_degree=MEAN_DEGREE, num_features=1)
     report = {
         "benchmark": "sampler", "batch_size": BATCH, "fanout": FANOUT,
         "torch": torch.__version__, "threads": torch.get_num_threads(),
         "cpu": cpu_model(),
         "gpu": torch.cuda.get_device_name() if cuda else None,
-        "speed": measure_speed(args.batches, args.warmup, cuda),
-        "uniformity_chi2": measure_uniformity(),
     }
+    if "nodes" in only:
+        report["speed"] = measure_speed(data, args.batches, args.warmup, cuda)
+        report["uniformity_chi2"] = measure_uniformity()
+    if "link" in only:
+        report["link"] = measure_link(data, args.batches, args.warmup, cuda)
+    if "hetero" in only:
+        report["hetero"] = measure_hetero(args.batches, args.warmup, cuda)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))

@@ -20,7 +20,8 @@ def _verdict(ok: bool) -> str:
 
 
 def rows() -> list[tuple[str, str, str, str]]:
-    parts = (_sampler, _sampler_cuda, _trial_overhead, _noise, _time_to_best, _search_efficiency,
+    parts = (_sampler, _sampler_cuda, _sampler_links, _trial_overhead, _noise, _time_to_best,
+             _search_efficiency,
              _distributed, _knobs, _speedup, _carryover, _guard)
     return [row for part in parts for row in part()]
 
@@ -73,6 +74,27 @@ def _sampler_cuda() -> list[tuple[str, str, str, str]]:
          f"< {chi['critical_p001']}: "
          f"{_verdict(chi['builtin_cuda_triton'] < chi['critical_p001'])}"),
     ]
+
+
+def _sampler_links() -> list[tuple[str, str, str, str]]:
+    """The link and heterogeneous cases, on the CPU and (its own file) on a GPU."""
+    out = []
+    for name in ("sampler-links", "sampler-links-cuda"):
+        s = _load(name)
+        if not s:
+            continue
+        where = s["gpu"] or f"{s['threads']}-thread CPU"
+        for case, what in (("link", "link: 512 edges + 512 binary negatives"),
+                           ("hetero", "hetero: mag-shaped, 7 edge types, 1024 papers")):
+            for key, r in s.get(case, {}).items():
+                if not isinstance(r, dict) or "median_ms" not in r:
+                    continue
+                device = "CUDA" if key.endswith("cuda") else "CPU"
+                out.append(("sampler.py", f"{what}, [25, 10], {device} ({where}), ms/batch, "
+                            f"median of {r['n']}",
+                            f"{r['median_ms']:.1f} (p90 {r['p90_ms']:.1f}); "
+                            f"{r['edges_per_s'] / 1e6:.1f}M sampled edges/s", "reported"))
+    return out
 
 
 def _trial_overhead() -> list[tuple[str, str, str, str]]:

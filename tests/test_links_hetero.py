@@ -332,3 +332,63 @@ def test_roc_auc_is_the_mann_whitney_statistic():
              + 0.5 * (pos[:, None] == neg[None, :]).double()).mean()
     assert math.isclose(roc_auc(scores, labels), float(brute), rel_tol=1e-12)
     assert roc_auc(torch.tensor([0.1, 0.9]), torch.tensor([0, 1])) == 1.0
+
+
+@pytest.mark.cuda
+def test_hetero_and_link_sampling_on_cuda(mag, random_graph):
+    s = autotune.NeighborSampler(mag, [4, 3], device="cuda", seed=0)
+    out = s._sample({"paper": torch.arange(40)})
+    for edge_type in mag.edge_types:
+        src, _, dst = edge_type
+        row, col = out.row[edge_type], out.col[edge_type]
+        assert row.is_cuda
+        sampled = _keys(out.node[src][row], out.node[dst][col], mag[dst].num_nodes).cpu()
+        assert torch.isin(sampled, _real_edges(mag, edge_type)).all(), edge_type
+    from torch_geometric.sampler import EdgeSamplerInput
+
+    n, pairs = random_graph.num_nodes, random_graph.edge_index[:, :40]
+    s = autotune.NeighborSampler(random_graph, [4, 2], device="cuda", seed=0)
+    out = s.sample_from_edges(EdgeSamplerInput(torch.arange(40), pairs[0], pairs[1]),
+                              NegativeSampling("binary"))
+    _, index, label, _ = out.metadata
+    assert index.is_cuda and label.is_cuda and out.node.is_cuda
+    node, index = out.node.cpu(), index.cpu()
+    src, dst = node[index[0]], node[index[1]]
+    assert torch.equal(torch.stack([src[:40], dst[:40]]), pairs)
+    assert not torch.isin(_keys(src[40:], dst[40:], n), _keys(*random_graph.edge_index, n)).any()
+    assert label.cpu().tolist() == [1.0] * 40 + [0.0] * 40
+
+
+def test_full_fanout_batches_give_the_full_graph_output(random_graph):
+    """With every neighbour taken for two hops, a 2-layer model's output on the seeds
+    equals its full-graph output: edges, edge weights (through e_id) and hops are all
+    there. The same on the graph as a one-type HeteroData through to_hetero."""
+    from torch_geometric.nn import GraphConv, to_hetero
+
+    class GNN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = GraphConv(8, 16), GraphConv(16, 4)
+
+        def forward(self, x, edge_index, edge_weight):
+            return self.conv2(self.conv1(x, edge_index, edge_weight).relu(), edge_index,
+                              edge_weight)
+
+    torch.manual_seed(0)
+    data = random_graph.clone()
+    data.x, data.edge_weight = torch.randn(data.num_nodes, 8), torch.rand(data.num_edges)
+    seeds = torch.tensor([7, 1, 2, 150])
+    model = GNN()
+    full = model(data.x, data.edge_index, data.edge_weight)[seeds]
+    batch = next(iter(NeighborLoader(data, [-1, -1], input_nodes=seeds, batch_size=4)))
+    out = model(batch.x, batch.edge_index, batch.edge_weight)[:4]
+    assert torch.allclose(out, full, atol=1e-5)
+    hetero = HeteroData()
+    hetero["n"].x = data.x
+    hetero["n", "to", "n"].edge_index = data.edge_index
+    hetero["n", "to", "n"].edge_weight = data.edge_weight
+    lifted = to_hetero(model, hetero.metadata())
+    batch = next(iter(NeighborLoader(hetero, [-1, -1], input_nodes=("n", seeds),
+                                     batch_size=4)))
+    out = lifted(batch.x_dict, batch.edge_index_dict, batch.edge_weight_dict)["n"][:4]
+    assert torch.allclose(out, full, atol=1e-5)

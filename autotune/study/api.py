@@ -116,8 +116,7 @@ def search(*, progress: Progress | None = None, **options: Any) -> SearchResult:
 
 def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None,
                    scale: float = 1.0, data_seed: int = 0, task: str = "node",
-                   model: ModelArg = None,
-                   hidden: int | None = None, layers: int | None = None,
+                   model: ModelArg = None, hidden: int | None = None, layers: int | None = None,
                    recompile_limit: int | None = None, space: str | Path | dict = "default",
                    n_trials: int = 20, timeout_s: float | None = None, budget=None,
                    racing: bool = True, screen_precision=0.10, priors: bool = True,
@@ -129,17 +128,15 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
                    grace_s: int = 60, measure=None, limits=None) -> SearchPlan:
     """Checks everything a search needs before its first trial and opens its study.
 
-    ``dataset``: a name (Reddit, Cora, synthetic, synthetic-hetero, ogbn-mag, ...), a
-    ``.pt`` path, an import path ``'package.module:function'``, a
-    ``torch_geometric.data.Data`` (or ``HeteroData``) or a module-level function
-    returning one. ``task``: node (classification) or link (prediction, on the
-    dataset's link split; throughput in seed edges/s). ``model``: sage (default), gcn, gat, an import path or a
-    module-level factory ``(in_channels, out_channels, config) -> nn.Module`` whose
-    forward takes ``(x, edge_index)``. ``space``: a shipped space's name, a YAML path
-    or a dict of the same schema. ``max_memory``: bytes or a size such as ``'8GiB'``.
+    ``dataset``: a name (Reddit, Cora, synthetic, synthetic-hetero, ogbn-mag, ...), a ``.pt``
+    path, an import path, a ``Data``/``HeteroData`` or a function returning one. ``task``: node
+    or link (on the dataset's link split). ``model``: sage (default), gcn, gat, an import path
+    or a factory ``(in_channels, out_channels, config) -> nn.Module`` taking ``(x,
+    edge_index)``, lifted by ``to_hetero`` on a HeteroData. ``space``: a shipped space's name, a
+    YAML path or a dict of the same schema. ``max_memory``: bytes or a size such as ``'8GiB'``.
     ``measure``/``limits``: an :class:`autotune.MeasureSpec` and :class:`TrialLimits`.
-    ``budget``: wall clock of this run, seconds or '20m'. ``racing``: a new config is
-    screened at ``screen_precision`` first; ``priors``: the prior table runs first."""
+    ``budget``: wall clock of this run, seconds or '20m'. ``racing``: a new config is screened
+    at ``screen_precision`` first; ``priors``: the prior table runs first."""
     import torch
 
     from autotune.env import fingerprint, make_writable_dir, writable_dir
@@ -161,8 +158,7 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     facts = _facts(model, hidden, layers, recompile_limit, task)
     space_, baseline = _space_and_baseline(space, device, facts, seed)
     ref = _dataset_ref(dataset, root, scale, data_seed, studies, task)
-    base = ref.name.rpartition(":")[2] or ref.name
-    name = study_name or default_study_name(base + ("-link" if task == "link" else ""), device)
+    name = study_name or default_study_name(_study_stem(ref), device)
     url = storage or default_storage(studies, name)
     _check_machine(baseline)
     make_writable_dir(studies, "--studies-dir (studies_dir=)")  # checked: now created
@@ -178,6 +174,13 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     study = open_study(opts, dataset_stats=stats, env=fingerprint(device))
     notes = space_.notes + _meaningless_knobs(space_, baseline, prepared, stats)
     return SearchPlan(opts, baseline, study, stats, notes)
+
+
+def _study_stem(ref) -> str:
+    """A default study's name before its device: the dataset, ``-link`` for link
+    prediction (a node study and a link study of one dataset never share)."""
+    stem = ref.name.rpartition(":")[2] or ref.name
+    return stem + ("-link" if ref.task == "link" else "")
 
 
 def _meaningless_knobs(space, baseline: TrialConfig, prepared,
