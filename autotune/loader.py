@@ -153,7 +153,7 @@ class LookaheadNodeLoader(NodeLoader):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         sampler = self.node_sampler
-        if getattr(sampler, "kernel", None) != "triton":
+        if not getattr(sampler, "slots", False):
             raise ConfigError("LookaheadNodeLoader needs an autotune.NeighborSampler with "
                               f"the triton kernel (got {sampler!r})")
         if self.num_workers:

@@ -433,7 +433,7 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
     loader_data = _gpu_resident(data, device) if config.gpu_sampling else data
     workers = config.num_workers
     loader = task.loader(
-        _loader_class(sampler), loader_data, sampler,
+        _loader_class(sampler), loader_data, sampler, data,
         batch_size=config.batch_size, shuffle=True, num_workers=workers,
         persistent_workers=workers > 0, prefetch_factor=config.prefetch_factor if workers else None,
         pin_memory=device.type == "cuda" and not config.gpu_sampling,
@@ -528,7 +528,7 @@ def _describe(sampler) -> str:
 def _loader_class(sampler) -> type:
     """``NodeLoader``, or the GPU-resident pipeline's loader, which samples one batch
     ahead on the GPU (:class:`autotune.loader.LookaheadNodeLoader`)."""
-    if getattr(sampler, "kernel", None) == "triton" and sampler.device.type == "cuda":
+    if getattr(sampler, "slots", False) and sampler.device.type == "cuda":
         from autotune.loader import LookaheadNodeLoader
 
         return LookaheadNodeLoader

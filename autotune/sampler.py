@@ -321,13 +321,17 @@ class NeighborSampler(BaseSampler):
             self.num_nodes = {t: int(data[t].num_nodes) for t in self.node_types}
             self.num_neighbors = fanouts_per_edge_type(num_neighbors, self.edge_types)
             cscs = load_or_build_cscs(data, cache_dir, cache_file)
-            plain_fanouts = None
         else:
             self.num_nodes = int(data.num_nodes)
             self.num_neighbors = _check_num_neighbors(num_neighbors)
             cscs = {_HOMOGENEOUS_EDGE: load_or_build_csc(data, cache_dir, cache_file)}
-            plain_fanouts = None if disjoint or weight_attr else self.num_neighbors
-        self.kernel = _resolve_kernel(kernel, self.device, plain_fanouts)
+        # slots: whole batches drawn by the kernel in fixed shapes (launch/finish, CUDA
+        # graphs), for homogeneous uniform non-disjoint sampling; otherwise the torch
+        # path, whose uniform hops the kernel draws when kernel is triton
+        plain = not (self.is_hetero or disjoint or weight_attr)
+        self.kernel = _resolve_kernel(kernel, self.device,
+                                      self.num_neighbors if plain else None)
+        self.slots = plain and self.kernel == "triton"
         self.cscs = {t: c.to(self.device) if self.device.type != "cpu" else c
                      for t, c in cscs.items()}
         self.weights = _csc_weights(data, weight_attr, self.cscs, self.device)
@@ -407,7 +411,7 @@ class NeighborSampler(BaseSampler):
 
     def sample(self, seeds: Tensor) -> SamplerOutput:
         """Samples the multi-hop neighbourhood of ``seeds`` (global node ids)."""
-        if self.kernel == "torch":
+        if not self.slots:
             return self._sample(seeds)
         return self.finish(self.launch(seeds))
 
@@ -419,8 +423,9 @@ class NeighborSampler(BaseSampler):
         The work runs on a side stream of the highest priority: it overlaps the
         training step queued before it and its kernels go ahead of that step's. On
         CPU tensors (the kernel in Triton's interpreter) the batch is drawn at once."""
-        if self.kernel != "triton":
-            raise ConfigError(f"launch() needs the triton kernel (got kernel {self.kernel})")
+        if not self.slots:
+            raise ConfigError("launch() needs homogeneous, uniform, non-disjoint sampling "
+                              f"with the triton kernel (got {self!r})")
         if self.device.type != "cuda":
             slots = self._draw(seeds.to(self.device, torch.long), self._hop_seeds())
             return Launched(slots, seeds.numel(), None, slots.sizes, None)
@@ -511,8 +516,9 @@ class NeighborSampler(BaseSampler):
         return graph, static_seeds, static_hop_seeds, slots
 
     def _sample(self, seeds: Tensor | dict[str, Tensor]) -> SamplerOutput | HeteroSamplerOutput:
-        """The torch path: seeds as a tensor (homogeneous) or a dict per node type."""
-        if self.kernel != "torch":
+        """The torch path: seeds as a tensor (homogeneous) or a dict per node type; its
+        uniform hops go to the Triton kernel when the kernel is triton."""
+        if self.slots:
             return self.sample(seeds)
         if not isinstance(seeds, dict):
             seeds = {HOMOGENEOUS: seeds}
@@ -525,7 +531,7 @@ class NeighborSampler(BaseSampler):
         relations = {t: Relation(c.colptr, c.row, None if self.weights is None
                                  else self.weights[t]) for t, c in self.cscs.items()}
         typed = sample_typed(relations, fanouts, seeds, maps, replace=self.replace,
-                             generator=self._rng())
+                             generator=self._rng(), kernel=self.kernel == "triton")
         if self.is_hetero:
             return HeteroSamplerOutput(
                 node=typed.node, row=typed.row, col=typed.col, edge=typed.edge,
@@ -627,19 +633,13 @@ def _csc_weights(data, weight_attr: str | None, cscs: dict, device: torch.device
 
 
 def _resolve_kernel(kernel: str, device: torch.device, num_neighbors: list[int] | None) -> str:
-    """``num_neighbors`` is ``None`` where the kernel does not apply: heterogeneous,
-    disjoint or weighted sampling, which the torch path does."""
+    """``num_neighbors`` is ``None`` for heterogeneous, disjoint or weighted sampling:
+    the torch path, whose uniform hops of 1..256 the kernel draws where it runs."""
     from autotune import kernels
 
     if kernel not in SAMPLER_KERNELS:
         raise ConfigError(f"kernel must be one of {', '.join(SAMPLER_KERNELS)} (got {kernel!r})")
-    if num_neighbors is None:
-        if kernel == "triton":
-            raise ConfigError("kernel 'triton' samples homogeneous graphs uniformly and not "
-                              "disjoint; use kernel 'torch' (or 'auto') for heterogeneous, "
-                              "disjoint or weighted sampling")
-        return "torch"
-    fits = all(kernels.usable(device, k) for k in num_neighbors)
+    fits = all(kernels.usable(device, k) for k in (num_neighbors or [1]))
     if kernel == "auto":
         return "triton" if fits and device.type == "cuda" else "torch"
     if kernel == "triton" and not fits:

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 UNSET = torch.iinfo(torch.long).max
+MAX_K = 256  # the largest fanout the Triton hop kernel draws (autotune.kernels.MAX_K)
 
 EdgeType = tuple[str, str, str]
 
@@ -49,11 +50,12 @@ def _every_neighbour(start: Tensor, deg: Tensor) -> tuple[Tensor, Tensor]:
     return owner, start[owner] + offset
 
 
-def draw_hop(colptr: Tensor, frontier: Tensor, k: int, replace: bool,
+def draw_hop(colptr: Tensor, row: Tensor | None, frontier: Tensor, k: int, replace: bool,
              generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
     """Samples in-neighbours of every frontier node uniformly. Returns, per sampled
     edge, the index of its frontier node and its CSC position; edges come grouped by
-    frontier node, in frontier order."""
+    frontier node, in frontier order. (``row`` is unused: the signature is
+    :func:`kernel_hop`'s.)"""
     start = colptr[frontier]
     deg = colptr[frontier + 1] - start
     m, device = frontier.numel(), frontier.device
@@ -76,6 +78,19 @@ def draw_hop(colptr: Tensor, frontier: Tensor, k: int, replace: bool,
         valid = positions < deg.unsqueeze(1)
     owner = torch.arange(m, device=device).unsqueeze(1).expand(m, k)[valid]
     return owner, start[owner] + offset[valid]
+
+
+def kernel_hop(colptr: Tensor, row: Tensor, frontier: Tensor, k: int, replace: bool,
+               generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """:func:`draw_hop` by the Triton hop kernel (:mod:`autotune.kernels`): the same
+    distribution in one launch instead of ~k small kernels per position."""
+    from autotune.kernels import draw_hop_slots
+
+    seed = torch.randint(1 << 62, (1,), device=frontier.device, generator=generator)
+    edge, _ = draw_hop_slots(colptr, row, frontier, k, replace, seed)
+    owner = torch.arange(frontier.numel(), device=frontier.device).repeat_interleave(k)
+    keep = edge >= 0
+    return owner[keep], edge[keep]
 
 
 def draw_weighted_hop(colptr: Tensor, weight: Tensor, frontier: Tensor, k: int,
@@ -233,11 +248,13 @@ class Relation:
 
 def sample_typed(relations: dict[EdgeType, Relation], fanouts: dict[EdgeType, list[int]],
                  seeds: dict[str, Tensor], maps: dict[str, NodeMap | KeyMap], *,
-                 replace: bool, generator: torch.Generator | None) -> Typed:
+                 replace: bool, generator: torch.Generator | None,
+                 kernel: bool = False) -> Typed:
     """Samples ``len(fanout)`` hops from ``seeds`` (global ids per node type). Each
     hop draws, for every edge type, from the frontier of its target type: the nodes
     that type gained in the hop before. ``maps`` holds one empty map per node type;
-    this function releases them."""
+    this function releases them. ``kernel``: uniform hops of 1..256 draws go to the
+    Triton hop kernel."""
     out = Typed()
     try:
         frontier = {t: (maps[t].seed(ids), 0) for t, ids in seeds.items()}
@@ -245,7 +262,7 @@ def sample_typed(relations: dict[EdgeType, Relation], fanouts: dict[EdgeType, li
             starts = {t: (m.total, len(m.nodes)) for t, m in maps.items()}
             for edge_type, rel in relations.items():
                 _one_relation(out, edge_type, rel, fanouts[edge_type][hop], frontier, maps,
-                              replace, generator)
+                              replace, generator, kernel)
             frontier = {t: (torch.cat(m.nodes[starts[t][1]:]), starts[t][0])
                         for t, m in maps.items() if m.total > starts[t][0]}
             for t, m in maps.items():
@@ -259,7 +276,7 @@ def sample_typed(relations: dict[EdgeType, Relation], fanouts: dict[EdgeType, li
 
 def _one_relation(out: Typed, edge_type: EdgeType, rel: Relation, k: int,
                   frontier: dict, maps: dict, replace: bool,
-                  generator: torch.Generator | None) -> None:
+                  generator: torch.Generator | None, kernel: bool) -> None:
     src_type, _, dst_type = edge_type
     keys, start = frontier.get(dst_type, (rel.row.new_empty(0), 0))
     if k == 0 or keys.numel() == 0:
@@ -267,7 +284,8 @@ def _one_relation(out: Typed, edge_type: EdgeType, rel: Relation, k: int,
     else:
         nodes = maps[dst_type].node_of(keys)
         if rel.weight is None:
-            owner, pos = draw_hop(rel.colptr, nodes, k, replace, generator)
+            uniform = kernel_hop if kernel and 0 < k <= MAX_K else draw_hop
+            owner, pos = uniform(rel.colptr, rel.row, nodes, k, replace, generator)
         else:
             owner, pos = draw_weighted_hop(rel.colptr, rel.weight, nodes, k, replace,
                                            generator)

@@ -33,8 +33,11 @@ class NodeTask:
 
     name, unit, metric = "node", "nodes", "accuracy"
 
-    def loader(self, loader_cls, data, sampler, **kwargs):
-        return loader_cls(data, node_sampler=sampler, input_nodes=data.train_mask, **kwargs)
+    def loader(self, loader_cls, data, sampler, seeds_from, **kwargs):
+        """The training loader over ``data`` (the GPU-resident view with
+        ``gpu_sampling``), its seeds from ``seeds_from`` (the dataset itself)."""
+        return loader_cls(data, node_sampler=sampler, input_nodes=seeds_from.train_mask,
+                          **kwargs)
 
     def loss(self, pipe, batch) -> Tensor:
         out = pipe.model(batch.x, pipe.edges(batch))[:batch.batch_size]
@@ -61,9 +64,10 @@ class HeteroNodeTask(NodeTask):
     def __init__(self, target: str) -> None:
         self.target = target
 
-    def loader(self, loader_cls, data, sampler, **kwargs):
+    def loader(self, loader_cls, data, sampler, seeds_from, **kwargs):
         return loader_cls(data, node_sampler=sampler,
-                          input_nodes=(self.target, data[self.target].train_mask), **kwargs)
+                          input_nodes=(self.target, seeds_from[self.target].train_mask),
+                          **kwargs)
 
     def loss(self, pipe, batch) -> Tensor:
         store = batch[self.target]
@@ -95,12 +99,12 @@ class LinkTask:
 
     name, unit, metric = "link", "edges", "ROC-AUC"
 
-    def loader(self, loader_cls, data, sampler, **kwargs):
+    def loader(self, loader_cls, data, sampler, seeds_from, **kwargs):
         from torch_geometric.loader import LinkLoader
         from torch_geometric.sampler import NegativeSampling
 
         return LinkLoader(data, link_sampler=sampler,
-                          edge_label_index=data.train_edge_label_index,
+                          edge_label_index=seeds_from.train_edge_label_index,
                           neg_sampling=NegativeSampling("binary", LINK_NEGATIVES), **kwargs)
 
     def loss(self, pipe, batch) -> Tensor:

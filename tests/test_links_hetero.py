@@ -82,9 +82,16 @@ def _hetero_star(num_stars=2000, leaves=40):
     return data
 
 
-def test_uniform_on_one_edge_type_of_a_hetero_star():
+@pytest.mark.parametrize("kernel", ["torch", "triton"])
+def test_uniform_on_one_edge_type_of_a_hetero_star(kernel):
+    """Both hop draws: the torch path's and the Triton kernel's (in Triton's
+    interpreter on a machine without CUDA), which draws a hetero graph's uniform hops
+    on a GPU."""
+    if kernel == "triton" and torch.cuda.is_available():
+        pytest.skip("the interpreter runs without CUDA; the cuda test covers the kernel")
     data = _hetero_star()
-    s = autotune.NeighborSampler(data, [5], seed=1234)
+    s = autotune.NeighborSampler(data, [5], seed=1234, kernel=kernel)
+    assert s.kernel == kernel and not s.slots
     colptr = s.cscs[("leaf", "to", "center")].colptr
 
     def positions(centers):

@@ -339,15 +339,18 @@ def _dataset_ref(dataset: DatasetArg, root: str | None, scale: float, seed: int,
 
 def _saved(data, folder: Path) -> Path:
     from torch import Tensor
-    from torch_geometric.data import Data
+    from torch_geometric.data import Data, HeteroData
 
-    if not isinstance(data, Data):
+    if not isinstance(data, (Data, HeteroData)):
         raise ConfigError("dataset= must be a name, a path, an import path, a "
-                          f"torch_geometric.data.Data or a function (got {type(data).__name__})")
+                          "torch_geometric.data.Data or HeteroData, or a function (got "
+                          f"{type(data).__name__})")
     digest = hashlib.sha1()
-    for key, value in sorted(data.items(), key=lambda kv: kv[0]):
-        if isinstance(value, Tensor):
-            digest.update(f"{key}{tuple(value.shape)}{value.double().sum().item()}".encode())
+    for store in data.stores:
+        for key, value in sorted(store.items(), key=lambda kv: kv[0]):
+            if isinstance(value, Tensor):
+                digest.update(f"{store._key}{key}{tuple(value.shape)}"
+                              f"{value.double().sum().item()}".encode())
     path = folder / f"data-{digest.hexdigest()[:12]}.pt"
     if not path.exists():
         import torch
