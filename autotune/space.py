@@ -336,7 +336,8 @@ def _fit_fanouts(path: Path, knob: Knob | None, layers: int, notes: list[str],
     choices = knob.choices if knob is not None else (TrialConfig().num_neighbors,)
     fitted = tuple(dict.fromkeys(fit_fanout(c, layers) for c in choices))
     if fitted != choices:
-        notes.append(f"{path.name}: {name} fitted to {layers} layers: "
+        what = "fanouts" if name == "num_neighbors" else f"{name} fanouts"
+        notes.append(f"{path.name}: {what} fitted to {layers} layers: "
                      f"{', '.join(str(list(c)) for c in fitted)}")
     return Knob(name, fitted)
 

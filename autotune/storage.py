@@ -38,6 +38,10 @@ GRACE_S = 60  # a trial whose heartbeat is older than this is failed as stale
 RETRIES = 5  # storage calls retried this many times after a dropped connection
 RETRY_FIRST_WAIT_S = 0.5  # then doubled each time: 0.5 + 1 + 2 + 4 + 8 = 15.5 s in all
 SQLITE_BUSY_TIMEOUT_S = 60
+# Two processes opening a brand-new PostgreSQL database at once both create Optuna's
+# tables and types; the loser's CREATE fails on a unique index. Its retry finds them made.
+SCHEMA_RACE_ERRORS = ("UniqueViolation", "IntegrityError", "DuplicateTable", "DuplicateObject")
+SCHEMA_RACE_RETRIES = 3
 POOL = {"pool_size": 2, "max_overflow": 2}  # per search process: see README, PostgreSQL
 LOCK_DIR_ENV = "AUTOTUNE_LOCK_DIR"
 DEFAULT_LOCK_DIR = Path("/tmp/autotune-locks")
@@ -149,17 +153,23 @@ def open_storage(url: str, *, heartbeat_s: int | None = None,
     else:
         engine_kwargs = {**POOL, "pool_pre_ping": True, "pool_recycle": 1800,
                          "connect_args": {"application_name": "autotune", "connect_timeout": 10}}
-    try:
-        import warnings
+    attempt = 0
+    while True:
+        try:
+            import warnings
 
-        with warnings.catch_warnings():  # heartbeat_interval is "experimental" in name
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return RetryingRDBStorage(url, engine_kwargs=engine_kwargs,
-                                      heartbeat_interval=heartbeat_s, grace_period=grace_s)
-    except Exception as exc:  # the driver's own error: unreachable host, bad database
-        cause = exc.__cause__ or exc
-        raise StorageError(f"cannot open storage {masked(url)}: {type(cause).__name__}: "
-                           f"{' '.join(str(cause).split())[:200]}") from exc
+            with warnings.catch_warnings():  # heartbeat_interval is "experimental" in name
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return RetryingRDBStorage(url, engine_kwargs=engine_kwargs,
+                                          heartbeat_interval=heartbeat_s, grace_period=grace_s)
+        except Exception as exc:  # the driver's own error: unreachable host, bad database
+            cause = exc.__cause__ or exc
+            if attempt < SCHEMA_RACE_RETRIES and type(cause).__name__ in SCHEMA_RACE_ERRORS:
+                attempt += 1
+                time.sleep(0.5 * attempt)  # another process is creating the tables
+                continue
+            raise StorageError(f"cannot open storage {masked(url)}: {type(cause).__name__}: "
+                               f"{' '.join(str(cause).split())[:200]}") from exc
 
 
 def _prepare_sqlite(path: Path) -> None:

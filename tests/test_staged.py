@@ -26,9 +26,11 @@ class _FakeStepper:
         self.delays = delays
         import torch
 
+        from autotune.tasks import NodeTask
+
         self.pipe = SimpleNamespace(config=SimpleNamespace(num_workers=workers),
-                                    device=torch.device("cpu"))
-        self.batch = SimpleNamespace(batch_size=100, num_nodes=1000,
+                                    device=torch.device("cpu"), task=NodeTask())
+        self.batch = SimpleNamespace(batch_size=100, num_nodes=1000, num_edges=5000,
                                      edge_index=SimpleNamespace(size=lambda dim: 5000))
 
     def run(self):
