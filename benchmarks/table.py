@@ -77,23 +77,27 @@ def _sampler_cuda() -> list[tuple[str, str, str, str]]:
 
 
 def _sampler_links() -> list[tuple[str, str, str, str]]:
-    """The link and heterogeneous cases, on the CPU and (its own file) on a GPU."""
+    """The link and heterogeneous cases, on the CPU and (its own file) on a GPU, with
+    the CPU/GPU ratio where both ran side by side in one run."""
     out = []
     for name in ("sampler-links", "sampler-links-cuda"):
         s = _load(name)
         if not s:
             continue
-        where = s["gpu"] or f"{s['threads']}-thread CPU"
+        host = f"{s['threads']} threads" + (f", the {s['gpu']}'s host" if s["gpu"] else "")
         for case, what in (("link", "link: 512 edges + 512 binary negatives"),
                            ("hetero", "hetero: mag-shaped, 7 edge types, 1024 papers")):
-            for key, r in s.get(case, {}).items():
-                if not isinstance(r, dict) or "median_ms" not in r:
-                    continue
-                device = "CUDA" if key.endswith("cuda") else "CPU"
-                out.append(("sampler.py", f"{what}, [25, 10], {device} ({where}), ms/batch, "
-                            f"median of {r['n']}",
-                            f"{r['median_ms']:.1f} (p90 {r['p90_ms']:.1f}); "
+            runs = {k.rpartition("_")[2]: r for k, r in s.get(case, {}).items()
+                    if isinstance(r, dict) and "median_ms" in r}
+            for device, r in runs.items():
+                where = f"CUDA ({s['gpu']})" if device == "cuda" else f"CPU ({host})"
+                out.append(("sampler.py", f"{what}, [25, 10], {where}, ms/batch, median of "
+                            f"{r['n']}", f"{r['median_ms']:.1f} (p90 {r['p90_ms']:.1f}); "
                             f"{r['edges_per_s'] / 1e6:.1f}M sampled edges/s", "reported"))
+            if len(runs) == 2:
+                out.append(("sampler.py", f"{case}: CPU ms / CUDA ms, the same run",
+                            f"{runs['cpu']['median_ms'] / runs['cuda']['median_ms']:.1f}x",
+                            "reported"))
     return out
 
 
