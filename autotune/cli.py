@@ -823,8 +823,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 0
     blob, t = write_export(study, args.pick, url, out)
     print(emit({"trial": t.number, "pick": args.pick, "out": str(out), **blob}, args.format,
-               lambda: f"exported trial {t.number} ({args.pick}): {t.throughput:,.0f} seed "
-                       f"nodes/s, {t.memory_mib:,.0f} MiB -> {out}\n"
+               lambda: f"exported trial {t.number} ({args.pick}): {t.throughput:,.0f} "
+                       f"{seeds_per_s(t.config)}, {t.memory_mib:,.0f} MiB -> {out}\n"
                        f"reproduce: {blob['reproduce']}"))
     return 0
 
