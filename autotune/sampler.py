@@ -297,9 +297,11 @@ class NeighborSampler(BaseSampler):
         kernel: How hops are drawn. ``"triton"``: one Triton launch per hop
             (:mod:`autotune.kernels`), no host sync until one read-back of the batch's
             sizes, on a side CUDA stream; ``"torch"``: vectorised torch ops; ``"auto"``:
-            Triton on CUDA when it imports, every fanout is in ``1..256`` and the
-            sampling is homogeneous, uniform and not disjoint. The two draw the same
-            distribution from different random streams.
+            Triton on CUDA when it imports and every fanout is in ``1..256``. Whole
+            batches go to the kernel (``slots``) for homogeneous, uniform, non-disjoint
+            sampling; otherwise the torch path runs and, with ``"triton"``, the kernel
+            draws its uniform hops of 1..256 (weighted hops stay torch ops). The two
+            draw the same distribution from different random streams.
     """
 
     def __init__(self, data: Data | HeteroData, num_neighbors, *, replace: bool = False,
