@@ -226,7 +226,8 @@ class KeyMap:
 
 @dataclass
 class Typed:
-    """What one batch sampled, per node type and per edge type."""
+    """What one batch sampled, per node type and per edge type (``row``, ``col`` and
+    ``edge`` hold a list of per-hop parts until :func:`_finish` joins them)."""
 
     node: dict[str, Tensor] = field(default_factory=dict)
     batch: dict[str, Tensor] | None = None
