@@ -27,6 +27,8 @@ SEARCH_EXAMPLE = """examples:
   autotune search --dataset Reddit --root data --budget 20m --precision 5%
   autotune search --dataset Reddit --space reddit --model gat --layers 3 --n-trials 40
   autotune search --dataset mypkg.data:load --model mypkg.models:factory --n-trials 20
+  autotune search --task link --dataset Cora --root data --hidden 128 --n-trials 20
+  autotune search --dataset synthetic-hetero --scale 0.05 --space quick --n-trials 8
 
 Running the same command again resumes the study: finished trials are kept, an
 interrupted one is marked failed, and --n-trials counts the study's total."""
@@ -69,6 +71,8 @@ end the achieved throughput next to the one the exported trial measured."""
 TRIAL_EXAMPLE = """example:
   autotune trial --dataset synthetic --scale 0.05 --config cfg.yaml -f json
   autotune trial --dataset Cora --root ../shared/data/planetoid --steps 30
+  autotune trial --task link --dataset Cora --root ../shared/data/planetoid --hidden 128
+  autotune trial --dataset synthetic-hetero --scale 0.05 --config cfg.yaml
   autotune trial --config cfg.yaml --model gcn --layers 3 --recompile-limit 4
   autotune trial --model mypkg.models:factory --dataset mypkg.data:load
   autotune trial --config cfg.yaml --profile prof/   # then open prof/trace.json in Perfetto
@@ -179,7 +183,8 @@ def _add_dataset_flags(p: argparse.ArgumentParser, *, from_export: bool = False)
     p.add_argument("--root", default=None, help=f"folder datasets live in (default: {where}"
                    "$AUTOTUNE_DATA_ROOT or ./data)")
     p.add_argument("--scale", type=_positive_float, default=None,
-                   help=f"size of the synthetic graph relative to Reddit (default: {where}1.0)")
+                   help="size of the synthetic graph relative to Reddit (synthetic-hetero: to "
+                        f"ogbn-mag) (default: {where}1.0)")
     p.add_argument("--data-seed", type=int, default=None,
                    help=f"seed of the synthetic graph (default: {where}0)")
     config = "the config's, else " if from_export else ""
@@ -359,7 +364,8 @@ def _add_train_parser(sub) -> None:
 
 def _add_search_parser(sub) -> None:
     search = _sub(sub, "search", "search the Pareto front of throughput and memory",
-                  "Optuna multi-objective search: maximise throughput (seed nodes/s), "
+                  "Optuna multi-objective search: maximise throughput (seed nodes/s; seed "
+                  "edges/s with --task link), "
                   "minimise peak memory (MiB).", SEARCH_EXAMPLE, cmd_search)
     _add_dataset_flags(search)
     search.add_argument("--space", default="default",

@@ -99,7 +99,8 @@ def test_uniform_on_one_edge_type_of_a_hetero_star(kernel):
         edge, col = out.edge[("leaf", "to", "center")], out.col[("leaf", "to", "center")]
         return edge - colptr[out.node["center"][col]]
 
-    assert sampler_mod.uniformity_chi_square(positions) < CHI2_39DOF_P001
+    # 1,000 stars x 10 rounds = 10,000 draws, 250 a leaf: Triton's interpreter is slow
+    assert sampler_mod.uniformity_chi_square(positions, num_stars=1000) < CHI2_39DOF_P001
 
 
 def test_disjoint_gives_each_seed_its_own_exact_subgraph(random_graph):

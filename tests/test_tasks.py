@@ -11,7 +11,7 @@ from autotune.config import TrialConfig
 from autotune.datasets import DatasetRef, load_dataset
 from autotune.graphs import MAG_NODES, link_split, mag_from_ogb, synthetic_mag, target_type
 from autotune.pipeline import PadToBucket, apply_checkpointing, build
-from autotune.train import TrainSpec, train
+from autotune.train import TrainSpec, _one_epoch, accuracy, train
 
 from _helpers import cli
 
@@ -151,10 +151,16 @@ def test_link_prediction_on_real_cora_reaches_auc_085():
     config = TrialConfig(task="link", batch_size=512, num_neighbors=(10, 10), hidden_channels=128,
                          lr=0.005)
     pipe = build(config, dataset.data, cache_file=ref.csc_path())
-    training = train(pipe, dataset.data, TrainSpec(epochs=100))
-    best = max(training.epochs, key=lambda e: e.val_acc)
-    assert best.test_acc >= 0.85, [(e.epoch, e.val_acc, e.test_acc) for e in training.epochs]
-    assert training.epochs[0].seeds == dataset.data.train_edge_label_index.size(1)
+    checked = []  # (epoch, val AUC, test AUC) every 5 epochs; the test AUC of the best val
+    with pipe.activate():
+        for number in range(1, 101):
+            epoch = _one_epoch(pipe, number, None)
+            assert epoch.seeds == dataset.data.train_edge_label_index.size(1)
+            if number % 5 == 0:
+                checked.append((number, accuracy(pipe, dataset.data, "val"),
+                                accuracy(pipe, dataset.data, "test")))
+    best = max(checked, key=lambda row: row[1])
+    assert best[2] >= 0.85, checked
 
 
 @pytest.mark.parametrize("args", [
