@@ -254,6 +254,14 @@ def batch_shape(batch) -> tuple[int, ...]:
     return int(batch.num_nodes), int(batch.num_edges)
 
 
+def edges_by_type(batch) -> dict[str, int] | None:
+    """A heterogeneous batch's sampled edges per edge type (padding left out), which
+    shows each type's fanout (``edge_fanouts``) at work; None for a homogeneous one."""
+    if not hasattr(batch, "edge_types"):
+        return None
+    return {"__".join(t): int(sum(batch[t].num_sampled_edges)) for t in batch.edge_types}
+
+
 def batch_size_of(batch) -> tuple[int, int]:
     """A batch's sampled nodes and edges, padding left out, all types together."""
     nodes = getattr(batch, "num_real_nodes", None)
@@ -487,8 +495,10 @@ def _observe(pipe: Pipeline, stepper: _Stepper) -> dict:
             workers[str(pid)] = sorted(psutil.Process(pid).cpu_affinity())
         except psutil.NoSuchProcess:
             workers[str(pid)] = None
-    probe = probe_model(pipe, next(stepper.batches))
+    batch = next(stepper.batches)
+    probe = probe_model(pipe, batch)
     return {
+        "sampled_edges_by_type": edges_by_type(batch),
         "main_affinity": sorted(os.sched_getaffinity(0)), "main_pid": os.getpid(),
         "worker_affinity": workers,
         "expected_worker_affinity": pipe.worker_cores,

@@ -131,6 +131,20 @@ def test_checkpointing_wraps_every_message_passing_module_of_a_hetero_model(mag)
     assert torch.allclose(pipe.task.loss(pipe, batch), before)
 
 
+def test_an_edge_types_own_fanout_acts_and_is_read_back(mag):
+    from autotune.measure import edges_by_type
+
+    ref, dataset = mag
+    config = TrialConfig(batch_size=64, num_neighbors=(4, 3), hidden_channels=16,
+                         edge_fanouts={"paper__cites__paper": (0, 0)})
+    pipe = build(config, dataset.data, num_classes=dataset.num_classes,
+                 cache_file=ref.csc_path())
+    counts = edges_by_type(PadToBucket("pow2")(next(iter(pipe.loader))))
+    assert counts["paper__cites__paper"] == 0
+    assert counts["author__writes__paper"] > 0 and counts["paper__rev_writes__author"] > 0
+    assert set(counts) == {"__".join(t) for t in dataset.data.edge_types}
+
+
 def test_to_hetero_sage_trains_on_the_synthetic_hetero_graph(mag):
     ref, dataset = mag
     config = TrialConfig(batch_size=128, num_neighbors=(5, 5), hidden_channels=64,
