@@ -417,17 +417,21 @@ def synthetic_reddit(*, scale: float = 1.0, seed: int = 0,
     x = torch.randn(num_nodes, num_features, generator=gen)
     x += centroids[y]
     data = Data(x=x, y=y, edge_index=edge_index, num_nodes=num_nodes)
-    order = torch.randperm(num_nodes, generator=gen)
-    n_train = int(SPLIT_FRACTIONS[0] * num_nodes)
-    n_val = int(SPLIT_FRACTIONS[1] * num_nodes)
-    for mask_name, ids in (("train_mask", order[:n_train]),
-                           ("val_mask", order[n_train:n_train + n_val]),
-                           ("test_mask", order[n_train + n_val:])):
-        mask = torch.zeros(num_nodes, dtype=torch.bool)
-        mask[ids] = True
-        data[mask_name] = mask
+    random_masks(data, num_nodes, gen)
     data.num_classes = num_classes
     return data
+
+
+def random_masks(store, num: int, gen: torch.Generator) -> None:
+    """Train/val/test masks of ``num`` nodes in :data:`SPLIT_FRACTIONS`, at random."""
+    order = torch.randperm(num, generator=gen)
+    n_train, n_val = int(SPLIT_FRACTIONS[0] * num), int(SPLIT_FRACTIONS[1] * num)
+    for name, ids in (("train_mask", order[:n_train]),
+                      ("val_mask", order[n_train:n_train + n_val]),
+                      ("test_mask", order[n_train + n_val:])):
+        mask = torch.zeros(num, dtype=torch.bool)
+        mask[ids] = True
+        store[name] = mask
 
 
 def _power_law_degrees(n: int, mean: float, alpha: float, gen: torch.Generator) -> Tensor:

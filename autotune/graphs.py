@@ -51,7 +51,7 @@ def synthetic_mag(*, scale: float = 1.0, seed: int = 0, homophily: float = 0.8,
     ogbn-mag's node counts; papers carry ``y`` and train/val/test masks."""
     from torch_geometric.data import HeteroData
 
-    from autotune.datasets import SPLIT_FRACTIONS, _homophilous_sources, _power_law_degrees
+    from autotune.datasets import _homophilous_sources, _power_law_degrees, random_masks
 
     if not (scale > 0 and math.isfinite(scale)):
         raise DatasetError(f"--scale must be a positive number (got {scale})")
@@ -84,7 +84,7 @@ def synthetic_mag(*, scale: float = 1.0, seed: int = 0, homophily: float = 0.8,
     data["author", "affiliated_with", "institution"].edge_index = _popular_targets(
         n["author"], 0.92, n["institution"], gen)
     _add_reverse(data)
-    _random_masks(data["paper"], n["paper"], SPLIT_FRACTIONS, gen)
+    random_masks(data["paper"], n["paper"], gen)
     data[TARGET_ATTR] = "paper"
     data.num_classes = num_classes
     return data
@@ -108,17 +108,6 @@ def _add_reverse(data) -> None:
             data[dst, f"rev_{rel}", src].edge_index = data[src, rel, dst].edge_index.flip(0)
 
 
-def _random_masks(store, num: int, fractions: tuple[float, float], gen) -> None:
-    order = torch.randperm(num, generator=gen)
-    n_train, n_val = int(fractions[0] * num), int(fractions[1] * num)
-    for name, ids in (("train_mask", order[:n_train]),
-                      ("val_mask", order[n_train:n_train + n_val]),
-                      ("test_mask", order[n_train + n_val:])):
-        mask = torch.zeros(num, dtype=torch.bool)
-        mask[ids] = True
-        store[name] = mask
-
-
 def mag_from_ogb(graph, split: dict):
     """ogbn-mag as OGB's ``PygNodePropPredDataset`` gives it (a ``Data`` of dicts)
     turned into a ``HeteroData`` with reverse relations. Only papers have features
@@ -127,6 +116,8 @@ def mag_from_ogb(graph, split: dict):
     a common parameter-free start for this graph."""
     from torch_geometric.data import HeteroData
     from torch_geometric.utils import scatter
+
+    from autotune.datasets import _masks_from_split
 
     data = HeteroData()
     for node_type, count in graph.num_nodes_dict.items():
@@ -143,10 +134,7 @@ def mag_from_ogb(graph, split: dict):
         data[target].x = scatter(data[source].x[edge_index[side]], edge_index[1 - side], dim=0,
                                  dim_size=data[target].num_nodes, reduce="mean")
     _add_reverse(data)
-    for name, key in (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test")):
-        mask = torch.zeros(data["paper"].num_nodes, dtype=torch.bool)
-        mask[split[key]["paper"]] = True
-        data["paper"][name] = mask
+    _masks_from_split(data["paper"], {key: ids["paper"] for key, ids in split.items()})
     data[TARGET_ATTR] = "paper"
     return data
 

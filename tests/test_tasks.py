@@ -25,6 +25,11 @@ def mag(tmp_path_factory):
     return ref, ref.prepare()
 
 
+def _hetero_pipe(mag, config):
+    ref, dataset = mag
+    return build(config, dataset.data, num_classes=dataset.num_classes, cache_file=ref.csc_path())
+
+
 def test_synthetic_mag_is_mag_shaped_and_deterministic():
     a, b = synthetic_mag(scale=0.004, seed=1), synthetic_mag(scale=0.004, seed=1)
     assert set(a.node_types) == set(MAG_NODES)
@@ -103,10 +108,9 @@ def test_link_split_holds_out_edges_and_negatives():
 
 
 def test_hetero_padding_pads_each_node_type_and_keeps_the_output(mag):
-    ref, dataset = mag
+    _, dataset = mag
     config = TrialConfig(batch_size=32, num_neighbors=(4, 3), hidden_channels=16, dropout=0.0)
-    pipe = build(config, dataset.data, num_classes=dataset.num_classes,
-                 cache_file=ref.csc_path())
+    pipe = _hetero_pipe(mag, config)
     batch = next(iter(pipe.loader))
     model = pipe.eager_model.eval()
     with torch.no_grad():
@@ -121,10 +125,9 @@ def test_hetero_padding_pads_each_node_type_and_keeps_the_output(mag):
 
 
 def test_checkpointing_wraps_every_message_passing_module_of_a_hetero_model(mag):
-    ref, dataset = mag
+    _, dataset = mag
     config = TrialConfig(batch_size=32, num_neighbors=(4, 3), hidden_channels=16, dropout=0.0)
-    pipe = build(config, dataset.data, num_classes=dataset.num_classes,
-                 cache_file=ref.csc_path())
+    pipe = _hetero_pipe(mag, config)
     batch = next(iter(pipe.loader))
     before = pipe.task.loss(pipe, batch)
     assert apply_checkpointing(pipe.eager_model) == 2 * len(dataset.data.edge_types)
@@ -134,11 +137,10 @@ def test_checkpointing_wraps_every_message_passing_module_of_a_hetero_model(mag)
 def test_an_edge_types_own_fanout_acts_and_is_read_back(mag):
     from autotune.measure import edges_by_type
 
-    ref, dataset = mag
+    _, dataset = mag
     config = TrialConfig(batch_size=64, num_neighbors=(4, 3), hidden_channels=16,
                          edge_fanouts={"paper__cites__paper": (0, 0)})
-    pipe = build(config, dataset.data, num_classes=dataset.num_classes,
-                 cache_file=ref.csc_path())
+    pipe = _hetero_pipe(mag, config)
     counts = edges_by_type(PadToBucket("pow2")(next(iter(pipe.loader))))
     assert counts["paper__cites__paper"] == 0
     assert counts["author__writes__paper"] > 0 and counts["paper__rev_writes__author"] > 0
@@ -146,11 +148,10 @@ def test_an_edge_types_own_fanout_acts_and_is_read_back(mag):
 
 
 def test_to_hetero_sage_trains_on_the_synthetic_hetero_graph(mag):
-    ref, dataset = mag
+    _, dataset = mag
     config = TrialConfig(batch_size=128, num_neighbors=(5, 5), hidden_channels=64,
                          edge_fanouts={"paper__cites__paper": (3, 3)})
-    pipe = build(config, dataset.data, num_classes=dataset.num_classes,
-                 cache_file=ref.csc_path())
+    pipe = _hetero_pipe(mag, config)
     training = train(pipe, dataset.data, TrainSpec(epochs=2))
     first, last = training.epochs[0], training.epochs[-1]
     losses = [float(pipe.train_step(b)) for b, _ in zip(pipe.loader, range(3))]
