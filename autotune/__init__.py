@@ -24,6 +24,10 @@ _EXPORTS = {
     "SearchResult": "autotune.study.api",
     "SearchPlan": "autotune.study.api",
     "TrialRecord": "autotune.study.records",
+    "StudyRecord": "autotune.study.records",
+    "train": "autotune.training",
+    "TrainResult": "autotune.training",
+    "TaskInfo": "autotune.taskinfo",
     "load_study": "autotune.study.studies",
     "NeighborSampler": "autotune.sampler",
     "make_sampler": "autotune.sampler",
@@ -31,12 +35,12 @@ _EXPORTS = {
     "load_config": "autotune.config",
     "DatasetRef": "autotune.datasets",
     "load_dataset": "autotune.datasets",
-    "synthetic_reddit": "autotune.datasets",
+    "synthetic_reddit": "autotune.synthetic",
     "build": "autotune.pipeline",
     "Pipeline": "autotune.pipeline",
-    "MeasureSpec": "autotune.measure",
+    "MeasureSpec": "autotune.specs",
     "TrialResult": "autotune.result",
-    "TrialLimits": "autotune.runner",
+    "TrialLimits": "autotune.specs",
     "run_trial": "autotune.runner",
 }
 
@@ -44,17 +48,20 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from autotune.config import TrialConfig, load_config
-    from autotune.datasets import DatasetRef, load_dataset, synthetic_reddit
+    from autotune.datasets import DatasetRef, load_dataset
+    from autotune.synthetic import synthetic_reddit
     from autotune.errors import (AutotuneError, BackendUnavailableError, ConfigError,
                                  DatasetError, GuardError, SearchSpaceError, StorageError,
                                  StudyNotFoundError)
     from autotune.study.api import SearchPlan, SearchResult, prepare_search, search
-    from autotune.study.records import TrialRecord
+    from autotune.study.records import StudyRecord, TrialRecord
+    from autotune.taskinfo import TaskInfo
+    from autotune.training import TrainResult, train
     from autotune.study.studies import load_study
-    from autotune.measure import MeasureSpec
+    from autotune.specs import MeasureSpec, TrialLimits
     from autotune.pipeline import Pipeline, build
     from autotune.result import TrialResult
-    from autotune.runner import TrialLimits, run_trial
+    from autotune.runner import run_trial
     from autotune.sampler import NeighborSampler, make_sampler
 
 

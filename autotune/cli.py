@@ -4,6 +4,7 @@ so ``autotune --help`` stays fast."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -13,8 +14,11 @@ from typing import Any, Callable
 
 from autotune.env import parse_duration, parse_fraction
 from autotune.errors import AutotuneError, ConfigError, GuardError
+from autotune.specs import GuardOptions, MeasureSpec, TrialLimits
+from autotune.study.options import SAMPLERS, SearchOptions
+from autotune.taskinfo import TASKS, task_info
 from autotune.render import FORMATS, clock, emit, front_table, profile_text, progress_line, \
-    result_text, seeds_per_s, short, trial_row, trials_table
+    result_text, short, trial_row, trials_table
 
 EXIT_BAD_INPUT = 2
 EXIT_TRIAL_FAILED = 1
@@ -188,7 +192,7 @@ def _add_dataset_flags(p: argparse.ArgumentParser, *, from_export: bool = False)
     p.add_argument("--data-seed", type=int, default=None,
                    help=f"seed of the synthetic graph (default: {where}0)")
     config = "the config's, else " if from_export else ""
-    p.add_argument("--task", choices=["node", "link"], default=None,
+    p.add_argument("--task", choices=list(TASKS), default=None,
                    help="node: classify nodes (seeds are nodes); link: predict edges on the "
                         "dataset's link split with the model as encoder and a dot-product "
                         f"decoder (seeds are edges) (default: {config}node)")
@@ -210,21 +214,23 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
 def _add_measure_flags(p: argparse.ArgumentParser, timeout_flag: str = "--timeout") -> None:
     """How each trial is measured and bounded; ``search`` names the trial timeout
     ``--trial-timeout``, since its ``--timeout`` bounds the whole study."""
-    p.add_argument("--steps", type=_positive_int, default=10,
-                   help="timed steps per trial at least (default: 10)")
-    p.add_argument("--precision", type=_fraction, default=0.03,
+    m = MeasureSpec
+    p.add_argument("--steps", type=_positive_int, default=m.min_steps,
+                   help=f"timed steps per trial at least (default: {m.min_steps})")
+    p.add_argument("--precision", type=_fraction, default=m.precision,
                    help="time blocks of steps until the throughput's 95%% confidence "
-                        "half-width is within this, e.g. 3%% or 0.05 (default: 3%%; at "
-                        "least 1 s and 4 blocks)")
-    p.add_argument("--warmup", type=_positive_int, default=5,
+                        f"half-width is within this, e.g. 3%% or 0.05 (default: "
+                        f"{100 * m.precision:g}%%; at least {m.min_window_s:g} s and 4 blocks)")
+    p.add_argument("--warmup", type=_positive_int, default=m.warmup_steps,
                    help="warm-up steps at least (compiled modes go on until no recompile "
-                        "for 3 steps; default: 5)")
-    p.add_argument("--max-seconds", type=_duration, default=60.0,
+                        f"for {m.settle_steps} steps; default: {m.warmup_steps})")
+    p.add_argument("--max-seconds", type=_duration, default=m.max_window_s,
                    help="end the timed window after this long even if --precision is not "
                         "reached (the trial is flagged imprecise), e.g. 90s or 2m "
-                        "(default: 60s)")
-    p.add_argument(timeout_flag, dest="trial_timeout", type=_duration, default=900.0,
-                   help="kill a trial after this long, e.g. 600, 10m (default: 15m)")
+                        f"(default: {m.max_window_s:g}s)")
+    p.add_argument(timeout_flag, dest="trial_timeout", type=_duration,
+                   default=TrialLimits.timeout_s, help="kill a trial after this long, e.g. "
+                   f"600, 10m (default: {TrialLimits.timeout_s:g}s)")
     p.add_argument("--memory-limit", default=None,
                    help="kill a trial whose process tree's RSS passes this, e.g. 8GiB "
                         "(KiB/MiB/GiB are powers of 1024, KB/MB/GB of 1000)")
@@ -244,8 +250,6 @@ def _add_study_flags(p: argparse.ArgumentParser, reading: bool = False) -> None:
 
 def _measure_and_limits(args: argparse.Namespace):
     from autotune.env import parse_bytes
-    from autotune.measure import MeasureSpec
-    from autotune.runner import TrialLimits
 
     limit = args.memory_limit
     limits = TrialLimits(timeout_s=args.trial_timeout, memory_limit_bytes=None if limit is None
@@ -364,32 +368,35 @@ def _add_train_parser(sub) -> None:
 
 def _add_search_parser(sub) -> None:
     search = _sub(sub, "search", "search the Pareto front of throughput and memory",
-                  "Optuna multi-objective search: maximise throughput (seed nodes/s; seed "
-                  "edges/s with --task link), "
-                  "minimise peak memory (MiB).", SEARCH_EXAMPLE, cmd_search)
+                  "Optuna multi-objective search: maximise throughput ("
+                  + "; ".join(f"{t.unit} with --task {t.name}" for t in TASKS.values())
+                  + "), minimise peak memory (MiB).", SEARCH_EXAMPLE, cmd_search)
     _add_dataset_flags(search)
     search.add_argument("--space", default="default",
                         help="a file in search_spaces/ (default, reddit, quick) or a path")
-    search.add_argument("--n-trials", type=_positive_int, default=20,
-                        help="the study's total trial budget (default: 20)")
+    search.add_argument("--n-trials", type=_positive_int, default=SearchOptions.n_trials,
+                        help="the study's total trial budget (default: "
+                             f"{SearchOptions.n_trials})")
     search.add_argument("--budget", type=_duration, default=None,
                         help="wall-clock limit of this run, e.g. 20m, 1h or 90s: the running "
                              "trial is finished or, past it, failed (and queued again)")
     search.add_argument("--timeout", type=_duration, default=None,
                         help="stop starting trials after this long: seconds, or 90s, 15m, 2h")
-    search.add_argument("--screen-precision", type=_fraction, default=0.10,
+    search.add_argument("--screen-precision", type=_fraction,
+                        default=SearchOptions.screen_precision,
                         help="racing: a new config is measured to this precision first, "
                              "and to --precision only if its best case could join the front "
-                             "(default: 10%%)")
+                             f"(default: {100 * SearchOptions.screen_precision:g}%%)")
     search.add_argument("--no-racing", dest="racing", action="store_false",
                         help="measure every config to --precision")
     search.add_argument("--no-priors", dest="priors", action="store_false",
                         help="do not queue the prior table (device-aware first configs) "
                              "after the baseline")
-    search.add_argument("--sampler", default="gp", choices=["gp", "tpe", "nsga2", "random"],
-                        help="Optuna sampler (default: gp, the best in "
+    search.add_argument("--sampler", default=SearchOptions.sampler, choices=SAMPLERS,
+                        help=f"Optuna sampler (default: {SearchOptions.sampler}, the best in "
                              "benchmarks/search_efficiency.py)")
-    search.add_argument("--seed", type=int, default=0, help="sampler and training seed")
+    search.add_argument("--seed", type=int, default=SearchOptions.seed,
+                        help=f"sampler and training seed (default: {SearchOptions.seed})")
     search.add_argument("--max-memory", default=None,
                         help="memory budget, e.g. 8GiB (KiB/MiB/GiB are powers of 1024, "
                              "KB/MB/GB of 1000): an Optuna constraint on peak memory")
@@ -400,19 +407,20 @@ def _add_search_parser(sub) -> None:
                         help="e.g. 0.99: a config that would join the Pareto front first "
                              "trains for the baseline's time of --guard-epochs epochs; below "
                              "RATIO x the baseline's validation accuracy it is infeasible")
-    search.add_argument("--guard-epochs", type=_positive_int, default=3,
+    search.add_argument("--guard-epochs", type=_positive_int, default=GuardOptions.epochs,
                         help="the baseline's epochs that set the guard's training budget "
-                             "(default: 3)")
+                             f"(default: {GuardOptions.epochs})")
     search.add_argument("--objectives", default="throughput,memory",
                         help="throughput,memory (default) or throughput,memory,accuracy: "
                              "accuracy as a third objective, every trial trained for the "
                              "guard's budget")
     _add_study_flags(search)
-    search.add_argument("--heartbeat", type=_positive_int, default=10,
-                        help="seconds between a running trial's heartbeats (default: 10)")
-    search.add_argument("--grace-period", type=_positive_int, default=60,
+    search.add_argument("--heartbeat", type=_positive_int, default=SearchOptions.heartbeat_s,
+                        help="seconds between a running trial's heartbeats (default: "
+                             f"{SearchOptions.heartbeat_s})")
+    search.add_argument("--grace-period", type=_positive_int, default=SearchOptions.grace_s,
                         help="a trial whose heartbeat is older than this is failed and its "
-                             "config re-queued once (default: 60)")
+                             f"config re-queued once (default: {SearchOptions.grace_s})")
     _add_measure_flags(search, timeout_flag="--trial-timeout")
     _add_format(search)
 
@@ -422,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     debug = getattr(args, "debug", False)
     try:
+        if args.command not in ("trial", "train"):  # those never import optuna
+            _quiet_optuna()
         return args.func(args)
     except GuardError as exc:  # the input was fine; the baseline's guard training was not
         if debug:
@@ -439,6 +449,14 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `autotune show | head`: the reader left, as with any CLI tool
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def _quiet_optuna() -> None:
+    """The commands print their own progress: Optuna's INFO lines would repeat it. A
+    command may set Optuna's process-wide log level; the library never does."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def _one_line(text: str) -> str:
@@ -493,7 +511,8 @@ def _same_dataset(ref, recorded: dict | None, config_path: str | None) -> bool:
 
 def cmd_trial(args: argparse.Namespace) -> int:
     from autotune.config import load_config, with_model
-    from autotune.pipeline import check_config, check_dataset
+    from autotune.pipeline import check_config
+    from autotune.tasks import check_dataset
     from autotune.runner import inductor_cache_dir, run_trial
     from autotune.study.api import default_config
 
@@ -532,17 +551,16 @@ def _profile_spec(args: argparse.Namespace):
     return ProfileSpec(str(check_profile_folder(args.profile).resolve()), steps=args.profile_steps)
 
 
-CARRY_LOW, CARRY_HIGH = 0.85, 1.15  # a training/trial throughput ratio outside needs a word
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     from autotune.runner import inductor_cache_dir
 
     cache = inductor_cache_dir(args.studies_dir)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache.resolve()))  # before torch
+    from tqdm import tqdm
+
     from autotune.config import load_config
-    from autotune.pipeline import build, check_config, check_dataset
-    from autotune.train import TrainSpec, train
+    from autotune.pipeline import check_config
+    from autotune.training import train
 
     config = load_config(args.config)
     measured_on = config.device
@@ -557,64 +575,41 @@ def cmd_train(args: argparse.Namespace) -> int:
     ref = _dataset_ref(args, recorded, config.task)
     if not (_same_dataset(ref, recorded, args.config) and config.device == measured_on):
         measured = None
-    dataset = ref.prepare()
-    check_dataset(config, dataset)
-    pipe = build(config, dataset.data, num_classes=dataset.num_classes,
-                 cache_file=ref.csc_path())
-    table = args.format == "table"
+    task, table = task_info(config), args.format == "table"
     if table:
         print(f"training {short_config(config)} on {ref.name} for {args.epochs} epochs")
-        metric = "AUC" if config.task == "link" else "acc"
-        print(f"{'epoch':>5} {'loss':>7} {'train s':>8} {seeds_per_s(config):>13} "
-              f"{'val ' + metric:>8} {'test ' + metric:>8}")
-    from tqdm import tqdm
-
+        print(f"{'epoch':>5} {'loss':>7} {'train s':>8} {task.unit:>13} "
+              f"{'val ' + task.metric:>12} {'test ' + task.metric:>12}")
     with tqdm(total=args.epochs, desc="training", unit="epoch", leave=False,
               disable=not sys.stderr.isatty()) as bar:  # a bar on a terminal only
-        keeper = _BestEpoch(pipe, table, bar)
-        training = train(pipe, dataset.data, TrainSpec(epochs=args.epochs), on_epoch=keeper)
-    if args.save:
-        import torch
-
-        torch.save(keeper.state, args.save)
-    blob, lines = _train_summary(args, training, measured, keeper)
-    print(emit({"config": config.to_dict(), **blob}, args.format, lambda: "\n".join(lines)))
+        def row(e) -> None:
+            bar.update()
+            if table:
+                bar.write(f"{e.epoch:>5} {e.loss:>7.4f} {e.train_s:>8.2f} "
+                          f"{e.seeds_per_s:>13,.0f} {e.val_acc:>12.4f} {e.test_acc:>12.4f}",
+                          file=sys.stdout)
+        result = train(config, ref, epochs=args.epochs, save=args.save, on_epoch=row)
+    blob, lines = _train_summary(args, result, measured)
+    print(emit(blob, args.format, lambda: "\n".join(lines)))
     return 0
 
 
-class _BestEpoch:
-    """After each epoch: prints its row, and keeps the best validation epoch's weights."""
-
-    def __init__(self, pipe, table: bool, bar) -> None:
-        self.pipe, self.table, self.bar = pipe, table, bar
-        self.best, self.state = None, None
-
-    def __call__(self, e) -> None:
-        self.bar.update()
-        if self.table:
-            self.bar.write(f"{e.epoch:>5} {e.loss:>7.4f} {e.train_s:>8.2f} "
-                           f"{e.seed_nodes_per_s:>13,.0f} {e.val_acc:>8.4f} {e.test_acc:>8.4f}",
-                           file=sys.stdout)
-        if self.best is None or e.val_acc > self.best.val_acc:
-            self.best = e
-            self.state = {k: v.detach().clone()
-                          for k, v in self.pipe.eager_model.state_dict().items()}
+CARRY_LOW, CARRY_HIGH = 0.85, 1.15  # a training/trial throughput ratio outside needs a word
 
 
-def _train_summary(args, training, measured: dict | None, keeper: _BestEpoch):
+def _train_summary(args, result, measured: dict | None) -> tuple[dict, list[str]]:
     """The JSON blob and the closing lines of ``autotune train``."""
-    best = keeper.best
-    achieved = training.steady_seed_nodes_per_s()
-    ratio = achieved / measured["seed_nodes_per_s"] if measured else None
+    best, achieved, unit = result.best, result.throughput, result.unit
+    ratio = achieved / measured["throughput"] if measured else None
     which = "median of epochs 2-" + str(args.epochs) if args.epochs > 1 else "epoch 1"
-    metric = keeper.pipe.task.metric
+    metric = result.metric
     lines = [f"best validation {metric} {best.val_acc:.4f} at epoch {best.epoch} (test "
              f"{metric} {best.test_acc:.4f})" + (f"; its weights saved to {args.save}"
                                                if args.save else "")]
-    line = f"throughput: achieved {achieved:,.0f} {seeds_per_s(keeper.pipe.config)} ({which})"
+    line = f"throughput: achieved {achieved:,.0f} {unit} ({which})"
     if measured:
-        line += (f"; trial #{measured['trial']} measured {measured['seed_nodes_per_s']:,.0f}"
-                 f" = {ratio:.2f}x")
+        line += (f"; trial #{measured['trial']} measured {measured['throughput']:,.0f} = "
+                 f"{ratio:.2f}x")
     else:
         line += f"; no measurement of {args.config} on this dataset and device to compare with"
     if ratio is not None and not CARRY_LOW <= ratio <= CARRY_HIGH:
@@ -622,9 +617,7 @@ def _train_summary(args, training, measured: dict | None, keeper: _BestEpoch):
                      f"an epoch here ({best.steps} steps) also holds loader start-up, the last "
                      "partial batch and the epoch's end, and short epochs are noisy")
     lines.append(line)
-    blob = {**training.to_dict(), "best_epoch": best.epoch, "best_val_acc": best.val_acc,
-            "best_test_acc": best.test_acc, "saved": args.save, "measured": measured,
-            "achieved_over_measured": ratio}
+    blob = {**result.to_dict(), "measured": measured, "achieved_over_measured": ratio}
     return blob, lines
 
 
@@ -652,16 +645,16 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    from autotune.report import save_study_note
     from autotune.study.api import prepare_search
 
-    plan = prepare_search(**_search_options(args))
-    table = args.format == "table"
-    if table:
+    plan = prepare_search(**_search_options(args), on_trial_done=save_study_note)
+    if args.format == "table":
         print(_search_header(plan))
-    ticker = _Ticker(sys.stdout.isatty(), _baseline_record(plan.study)) if table else None
+        ticker = _Ticker(sys.stdout.isatty(), _baseline_record(plan.study))
+        plan = dataclasses.replace(plan, progress=ticker.done, on_trial_start=ticker.start)
     try:
-        result = plan.run(progress=ticker.done if ticker else None,
-                          on_trial_start=ticker.start if ticker else None)
+        result = plan.run()
     except KeyboardInterrupt:
         print(f"autotune: interrupted; run the same command again to resume study "
               f"{plan.options.study_name}", file=sys.stderr)
@@ -674,7 +667,7 @@ def _baseline_record(study):
     """The study's measured baseline (resuming a search), else None."""
     from autotune.study import records as rec
 
-    number = study.user_attrs.get(rec.STUDY_BASELINE)
+    number = rec.StudyRecord.from_study(study).baseline
     return next((r for r in rec.records(study) if r.number == number and r.complete), None)
 
 
@@ -726,8 +719,9 @@ def _search_header(plan) -> str:
     if "target" in stats:
         kind = (f" ({stats['node_types']} node types, {stats['edge_types']} edge types; "
                 f"target {stats['target']})")
-    if stats.get("task") == "link":
-        kind = f" (link split: {stats['num_train']:,} training edges)"
+    task = task_info(opts.dataset.task)
+    if task.split:
+        kind = f" ({task.name} split: {stats['num_train']:,} training {task.seeds})"
     line = (f"dataset {opts.dataset.name}: {stats['num_nodes']:,} nodes, "
             f"{stats['num_edges']:,} edges{kind}, {stats['num_features']} features; space "
             f"{opts.space.name}; sampler {opts.sampler}; device {opts.device}")
@@ -761,7 +755,7 @@ def _search_summary(plan, result, args: argparse.Namespace) -> str:
                      f"epochs, validation accuracy {ref.get('baseline_val_acc', 0):.4f}); "
                      f"{o.guard_violations} below the guard; guard time {o.guard_s:.0f} s "
                      f"= {100 * share:.0f}% of this search's {o.elapsed_s:.0f} s")
-    lines.append(front_table(result.front))
+    lines.append(front_table(result.front, task_info(plan.options.dataset.task)))
     where = _study_flags(args)
     lines.append(f"\npareto.yaml: {result.pareto_path}\nexport: autotune export "
                  f"--study-name {result.study_name}{where} --pick knee --out best.yaml")
@@ -804,12 +798,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     from autotune.study.front import study_front
 
     study, url = _load(args)
-    front, trials = study_front(study), rec.records(study)
-    blob = {"study": study.study_name, "storage": masked(url),
-            "baseline_trial": study.user_attrs.get(rec.STUDY_BASELINE),
+    front, trials, s = study_front(study), rec.records(study), rec.StudyRecord.from_study(study)
+    blob = {"study": study.study_name, "storage": masked(url), "task": s.task.name,
+            "unit": s.task.unit, "baseline_trial": s.baseline,
             "pareto": [r.to_dict() for r in front], "trials": [trial_row(t) for t in trials]}
-    print(emit(blob, args.format, lambda: f"study {study.study_name} in {masked(url)}\n"
-               f"{front_table(front)}\n\n{trials_table(trials)}"))
+    print(emit(blob, args.format, lambda: f"study {study.study_name} in {masked(url)} (task "
+               f"{s.task.name})\n{front_table(front, s.task)}\n\n{trials_table(trials, s.task)}"))
     return 0
 
 
@@ -822,7 +816,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                           f"(got '{out}')")
     study, url = _load(args)
     if args.out == "-":  # the export itself on stdout, YAML unless -f json asks otherwise
-        from autotune.study.front import dump, export_blob
+        from autotune.files import dump
+        from autotune.study.front import export_blob
 
         blob, t = export_blob(study, args.pick, url, "-")
         print(dump(blob, "json" if args.format == "json" else "yaml"), end="")
@@ -830,7 +825,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     blob, t = write_export(study, args.pick, url, out)
     print(emit({"trial": t.number, "pick": args.pick, "out": str(out), **blob}, args.format,
                lambda: f"exported trial {t.number} ({args.pick}): {t.throughput:,.0f} "
-                       f"{seeds_per_s(t.config)}, {t.memory_mib:,.0f} MiB -> {out}\n"
+                       f"{blob['measured']['unit']}, {t.memory_mib:,.0f} MiB -> {out}\n"
                        f"reproduce: {blob['reproduce']}"))
     return 0
 
@@ -852,28 +847,29 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_studies(args: argparse.Namespace) -> int:
     from autotune.storage import masked
     from autotune.study import records as rec
-    from autotune.study.studies import load_study, quiet_optuna, study_names
+    from autotune.study.studies import load_study, study_names
 
-    quiet_optuna()
     rows = []
     for name, url in study_names(storage=args.storage, studies_dir=args.studies_dir):
         study, _ = load_study(name, storage=url)
-        trials = rec.records(study)
+        trials, task = rec.records(study), rec.StudyRecord.from_study(study).task
         done = [t.throughput for t in trials if t.complete]
         starts = [t.datetime_start for t in study.get_trials(deepcopy=False)
                   if t.datetime_start is not None]
-        rows.append({"study": name, "storage": masked(url), "trials": len(trials),
-                     "best_seed_nodes_per_s": max(done) if done else None,
+        rows.append({"study": name, "storage": masked(url), "task": task.name,
+                     "trials": len(trials), "best": max(done) if done else None,
+                     "unit": task.unit,
                      "last_trial": max(starts).strftime("%Y-%m-%d %H:%M") if starts else None})
     print(emit(rows, args.format, lambda: _studies_table(rows)))
     return 0
 
 
 def _studies_table(rows: list[dict]) -> str:
-    lines = [f"{'study':<28} {'trials':>6} {'best seed nodes/s':>17} {'last trial':<16}  storage"]
+    lines = [f"{'study':<28} {'task':<4} {'trials':>6} {'best throughput':>28} "
+             f"{'last trial':<16}  storage"]
     for r in rows:
-        best = f"{r['best_seed_nodes_per_s']:,.0f}" if r["best_seed_nodes_per_s"] else "-"
-        lines.append(f"{r['study']:<28} {r['trials']:>6} {best:>17} "
+        best = f"{r['best']:,.0f} {r['unit']}" if r["best"] else "-"
+        lines.append(f"{r['study']:<28} {r['task']:<4} {r['trials']:>6} {best:>28} "
                      f"{r['last_trial'] or '-':<16}  {r['storage']}")
     return "\n".join(lines) if rows else "no studies"
 
@@ -904,58 +900,16 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    import socketserver
-    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+    from autotune.dashboard import dashboard_storage, serve
+    from autotune.storage import masked
 
-    import optuna_dashboard
-
-    from autotune.storage import masked, open_storage
-    from autotune.study._optuna import study_id
-    from autotune.study.studies import load_study
-
-    url, path = _dashboard_storage(args), "/dashboard"
-    storage = open_storage(url)
-    if args.study_name:
-        study, _ = load_study(args.study_name, storage=url)
-        path = f"/dashboard/studies/{study_id(study)}"
-
-    class Server(socketserver.ThreadingMixIn, WSGIServer):
-        daemon_threads = True
-
-    class Quiet(WSGIRequestHandler):
-        def log_message(self, *args) -> None:  # one line per request would drown the URL
-            pass
-
-    try:
-        server = make_server(args.host, args.port, optuna_dashboard.wsgi(storage),
-                             server_class=Server, handler_class=Quiet)
-    except OSError as exc:
-        raise ConfigError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}; "
-                          "pass another --port") from exc
-    host = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"optuna-dashboard for {masked(url)}\n"
-          f"open http://{host}:{server.server_port}{path}  (Ctrl-C stops it)", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        print("dashboard stopped")
-    finally:
-        server.server_close()
+    url = dashboard_storage(storage=args.storage, study_name=args.study_name,
+                            studies_dir=args.studies_dir)
+    serve(url, study_name=args.study_name, host=args.host, port=args.port,
+          on_ready=lambda at: print(f"optuna-dashboard for {masked(url)}\n"
+                                    f"open {at.url}  (Ctrl-C stops it)", flush=True))
+    print("dashboard stopped")
     return 0
-
-
-def _dashboard_storage(args: argparse.Namespace) -> str:
-    """--storage; else the study's SQLite file; else the only one in --studies-dir."""
-    from autotune.study.studies import default_storage
-
-    if args.storage or args.study_name:
-        return args.storage or default_storage(args.studies_dir, args.study_name)
-    files = sorted(Path(args.studies_dir).glob("*.db"))
-    if len(files) != 1:
-        raise ConfigError(f"{len(files)} study databases in '{args.studies_dir}' "
-                          f"({', '.join(f.name for f in files) or 'none'}); pass --study-name "
-                          "or --storage")
-    return f"sqlite:///{files[0].resolve()}"
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from autotune.errors import ConfigError
+from autotune.taskinfo import TASKS
 
 CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune",
                       "max-autotune-no-cudagraphs"]
@@ -22,7 +23,7 @@ PadLadder = Literal["pow2", "geometric"]
 Device = Literal["cpu", "cuda"]
 ModelName = Literal["sage", "gcn", "gat"]  # or an import path, see is_import_path
 Aggregation = Literal["scatter", "sparse"]
-Task = Literal["node", "link"]
+Task = Literal["node", "link"]  # the names of autotune.taskinfo.TASKS
 
 COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 SHAPES: tuple[str, ...] = get_args(Shapes)
@@ -32,7 +33,6 @@ PAD_LADDERS: tuple[str, ...] = get_args(PadLadder)
 DEVICES: tuple[str, ...] = get_args(Device)
 MODELS: tuple[str, ...] = get_args(ModelName)
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
-TASKS: tuple[str, ...] = get_args(Task)
 
 CONFIG_FORMAT = 1
 GAT_HEADS = 4
@@ -288,12 +288,20 @@ def recorded_dataset(path: str | Path) -> dict[str, Any] | None:
 
 def measured_figures(path: str | Path) -> dict[str, Any] | None:
     """The ``measured`` block of a file written by ``autotune export`` (trial number,
-    seed nodes/s, peak memory), or None for a hand-written config."""
+    ``throughput`` in its task's unit, peak memory), or None for a hand-written
+    config. An export from before ``throughput`` was written has it under its unit's
+    key (``seed_nodes_per_s``), which is copied."""
     import yaml
+
+    from autotune.taskinfo import TASKS
 
     blob = yaml.safe_load(Path(path).read_text())
     measured = blob.get("measured") if isinstance(blob, dict) else None
-    return measured if isinstance(measured, dict) and "seed_nodes_per_s" in measured else None
+    if not isinstance(measured, dict):
+        return None
+    keys = [key for key in ["throughput"] + [t.throughput_key for t in TASKS.values()]
+            if key in measured]
+    return {**measured, "throughput": measured[keys[0]]} if keys else None
 
 
 def _one_line(exc: Exception) -> str:

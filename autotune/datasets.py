@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import math
 import os
 import shutil
 import sys
@@ -23,18 +22,13 @@ from torch import Tensor
 
 from autotune.config import is_import_path
 from autotune.env import writable_dir
-from autotune.errors import DatasetError
+from autotune.errors import ConfigError, DatasetError
+from autotune.files import atomic_write
+from autotune.graphs import masks_from_split
+from autotune.taskinfo import task_info
 
 DEFAULT_ROOT = "data"
 CACHE_FORMAT = 1
-
-# Reddit (Hamilton et al., 2017) as PyG ships it.
-REDDIT_NODES = 232_965
-REDDIT_FEATURES = 602
-REDDIT_CLASSES = 41
-REDDIT_MEAN_DEGREE = 114_615_892 / REDDIT_NODES
-SPLIT_FRACTIONS = (0.66, 0.10)  # train, val; the rest is test, as in Reddit
-MAX_DEGREE_FRACTION = 0.093  # Reddit's largest in-degree is 21,657 of 232,965 nodes
 
 # The files each PyG dataset class expects under its raw folder (for the error a
 # user gets when a dataset is missing and cannot be downloaded).
@@ -132,7 +126,6 @@ NAMED: dict[str, DatasetSpec] = {
 }
 SYNTHETIC = ("synthetic", "synthetic-hetero")  # Reddit-shaped and ogbn-mag-shaped
 DATASET_NAMES = [*NAMED, *SYNTHETIC]
-TASKS = ("node", "link")
 
 
 @dataclass(frozen=True)
@@ -168,10 +161,9 @@ class Dataset:
         out = {"name": self.name, "num_nodes": int(data.num_nodes), "num_edges": edges,
                "num_features": self.num_features, "num_classes": self.num_classes,
                "bytes": int(sum(v.numel() * v.element_size() for v in _tensors(data)))}
-        if self.task == "link":
-            out.update(task="link", num_train=int(data.train_edge_label_index.size(1)))
-        else:
-            out["num_train"] = int(self.target_store().train_mask.sum())
+        seeds = self.target_store()[task_info(self.task).seeds_attr]
+        out["num_train"] = int(seeds.sum()) if seeds.dtype == torch.bool else int(seeds.size(-1))
+        out["task"] = self.task
         if self.hetero:
             from autotune.graphs import target_type
 
@@ -193,12 +185,12 @@ def load_dataset(name: str, *, root: str | os.PathLike | None = None, scale: flo
     root = Path(root if root is not None else root_default())
     cache = working_root(root) / ".autotune" / f"{_cache_key(name, scale, seed, task)}.pt"
     if not cache.exists():
-        if task == "link":
+        if task_info(task).split:
             from autotune.graphs import link_split
 
             base = load_dataset(name, root=root, scale=scale, seed=seed)
             if base.hetero:
-                raise DatasetError(f"--task link splits a homogeneous graph; {name} is "
+                raise DatasetError(f"--task {task} splits a homogeneous graph; {name} is "
                                    "heterogeneous (use --task node)")
             data = link_split(base.data, seed)
         else:
@@ -208,10 +200,12 @@ def load_dataset(name: str, *, root: str | os.PathLike | None = None, scale: flo
 
 
 def _cache_key(name: str, scale: float, seed: int, task: str = "node") -> str:
-    if task not in TASKS:
-        raise DatasetError(f"--task must be one of {', '.join(TASKS)} (got {task!r})")
-    if task == "link":
-        return _cache_key(name, scale, seed) + "-link"
+    try:
+        info = task_info(task)
+    except ConfigError as exc:
+        raise DatasetError(str(exc)) from None
+    if info.split:
+        return _cache_key(name, scale, seed) + info.suffix
     if name in SYNTHETIC:
         return f"{name}-scale{scale:g}-seed{seed}"
     if name in NAMED:
@@ -255,9 +249,11 @@ def _source_tag(path: str) -> str:
 
 def _materialise(name: str, root: Path, scale: float, seed: int):
     if name == "synthetic":
+        from autotune.synthetic import synthetic_reddit
+
         return synthetic_reddit(scale=scale, seed=seed)
     if name == "synthetic-hetero":
-        from autotune.graphs import synthetic_mag
+        from autotune.synthetic import synthetic_mag
 
         return synthetic_mag(scale=scale, seed=seed)
     if name in NAMED:
@@ -269,7 +265,6 @@ def _materialise(name: str, root: Path, scale: float, seed: int):
 
 def _from_function(path: str):
     """A user's dataset function, ``package.module:function`` returning a ``Data``."""
-    from autotune.errors import ConfigError
     from autotune.imports import import_object
 
     try:
@@ -307,16 +302,9 @@ def _from_pyg(spec: DatasetSpec, root: Path):
     if data.y.dim() > 1 and data.y.size(1) == 1:  # OGB stores labels as [N, 1]
         data.y = data.y.view(-1)
     if "train_mask" not in data and hasattr(dataset, "get_idx_split"):
-        _masks_from_split(data, dataset.get_idx_split())
+        masks_from_split(data, dataset.get_idx_split())
     data.num_classes = int(dataset.num_classes)
     return data
-
-
-def _masks_from_split(data, split: dict) -> None:
-    for mask_name, key in (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test")):
-        mask = torch.zeros(data.num_nodes, dtype=torch.bool)
-        mask[split[key]] = True
-        data[mask_name] = mask
 
 
 def _from_file(path: Path):
@@ -352,7 +340,6 @@ def _checked(obj, what: str):
 def _write_cache(data, path: Path) -> None:
     from torch_geometric.data import HeteroData
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     blob = {"format": CACHE_FORMAT, "num_classes": int(data.num_classes)}
     if isinstance(data, HeteroData):
         from autotune.graphs import target_type
@@ -365,9 +352,7 @@ def _write_cache(data, path: Path) -> None:
     else:
         blob["num_nodes"] = int(data.num_nodes)
         blob["tensors"] = {k: v.contiguous() for k, v in data.items() if isinstance(v, Tensor)}
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    torch.save(blob, tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: torch.save(blob, tmp))
 
 
 def _read_cache(name: str, path: Path, task: str = "node") -> Dataset:
@@ -391,74 +376,6 @@ def _read_cache(name: str, path: Path, task: str = "node") -> Dataset:
         data = Data(**blob["tensors"])
         data.num_nodes = blob["num_nodes"]
     return Dataset(name, data, path, int(blob["num_classes"]), task)
-
-
-def synthetic_reddit(*, scale: float = 1.0, seed: int = 0,
-                     mean_degree: float = REDDIT_MEAN_DEGREE,
-                     num_features: int = REDDIT_FEATURES, num_classes: int = REDDIT_CLASSES,
-                     homophily: float = 0.8, feature_signal: float = 0.06,
-                     power_law_alpha: float = 2.2):
-    """A Reddit-shaped graph: ``round(232,965 * scale)`` nodes, power-law in-degrees
-    with Reddit's mean degree, homophilous labels (a ``homophily`` share of each
-    node's in-neighbours share its class) and class-informative Gaussian features.
-    Deterministic per ``seed``."""
-    from torch_geometric.data import Data
-
-    if not (scale > 0 and math.isfinite(scale)):
-        raise DatasetError(f"--scale must be a positive number (got {scale})")
-    num_nodes = max(int(round(REDDIT_NODES * scale)), 4 * num_classes)
-    gen = torch.Generator().manual_seed(seed)
-    y = torch.randint(0, num_classes, (num_nodes,), generator=gen)
-    in_degree = _power_law_degrees(num_nodes, mean_degree, power_law_alpha, gen)
-    dst = torch.repeat_interleave(torch.arange(num_nodes), in_degree)
-    src = _homophilous_sources(y[dst], y, homophily, gen)
-    edge_index = torch.stack([src, dst])
-    centroids = torch.randn(num_classes, num_features, generator=gen) * feature_signal
-    x = torch.randn(num_nodes, num_features, generator=gen)
-    x += centroids[y]
-    data = Data(x=x, y=y, edge_index=edge_index, num_nodes=num_nodes)
-    random_masks(data, num_nodes, gen)
-    data.num_classes = num_classes
-    return data
-
-
-def random_masks(store, num: int, gen: torch.Generator) -> None:
-    """Train/val/test masks of ``num`` nodes in :data:`SPLIT_FRACTIONS`, at random."""
-    order = torch.randperm(num, generator=gen)
-    n_train, n_val = int(SPLIT_FRACTIONS[0] * num), int(SPLIT_FRACTIONS[1] * num)
-    for name, ids in (("train_mask", order[:n_train]),
-                      ("val_mask", order[n_train:n_train + n_val]),
-                      ("test_mask", order[n_train + n_val:])):
-        mask = torch.zeros(num, dtype=torch.bool)
-        mask[ids] = True
-        store[name] = mask
-
-
-def _power_law_degrees(n: int, mean: float, alpha: float, gen: torch.Generator) -> Tensor:
-    """Pareto-distributed in-degrees, capped like Reddit's and rescaled to the wanted mean."""
-    u = torch.rand(n, generator=gen, dtype=torch.float64)
-    raw = (1.0 - u).pow(-1.0 / (alpha - 1.0))  # Pareto(x_min=1, alpha)
-    target = min(mean, n - 1)
-    cap = max(2.0, MAX_DEGREE_FRACTION * n)
-    deg = raw * (target / raw.mean())
-    for _ in range(8):  # clipping lowers the mean; rescale the unclipped part
-        deg = deg.clamp(1, cap)
-        deg = deg * (target / deg.mean())
-    return deg.clamp(1, cap).round().long()
-
-
-def _homophilous_sources(dst_class: Tensor, y: Tensor, homophily: float,
-                         gen: torch.Generator) -> Tensor:
-    num_edges, num_nodes = dst_class.numel(), y.numel()
-    by_class = torch.argsort(y, stable=True)
-    counts = torch.bincount(y, minlength=int(y.max()) + 1)
-    starts = torch.cumsum(counts, 0) - counts
-    same = torch.rand(num_edges, generator=gen) < homophily
-    pick = (torch.rand(num_edges, generator=gen, dtype=torch.float64)
-            * counts[dst_class].double()).long()
-    same_class_src = by_class[starts[dst_class] + pick]
-    any_src = torch.randint(0, num_nodes, (num_edges,), generator=gen)
-    return torch.where(same, same_class_src, any_src)
 
 
 @dataclass(frozen=True)

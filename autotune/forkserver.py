@@ -34,7 +34,7 @@ import time
 # neither compiles nor starts a thread.
 PRELOAD = ("torch", "torch_geometric", "torch_geometric.loader", "torch_geometric.nn",
            "torch._dynamo", "torch._inductor.compile_fx", "autotune.worker", "autotune.pipeline",
-           "autotune.measure", "autotune.sampler", "autotune.datasets", "autotune.train",
+           "autotune.measure", "autotune.sampler", "autotune.datasets", "autotune.training",
            "autotune.env")
 
 

@@ -13,40 +13,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-
-import optuna
+from typing import Callable
 
 from autotune.config import TrialConfig
 from autotune.errors import ConfigError, GuardError
 from autotune.result import TrialResult
 from autotune.runner import inductor_cache_dir, run_trial
+from autotune.specs import GuardOptions
 from autotune.storage import file_lock, measurement_lock_path
-from autotune.train import TrainSpec
+from autotune.training import TrainSpec
 
-GUARD_ATTR = "guard"  # study attr: budget_s, baseline_val_acc, baseline_trial, ratio, epochs
 OBJECTIVES = ("throughput", "memory", "accuracy")
 WAIT_S = 2.0
-
-
-@dataclass(frozen=True)
-class GuardOptions:
-    """``ratio``: --accuracy-guard (None: no constraint); ``objective``: accuracy is
-    the third objective; ``epochs``: the baseline's epochs that set the budget."""
-
-    ratio: float | None = None
-    epochs: int = 3
-    objective: bool = False
-
-    def __post_init__(self) -> None:
-        if self.ratio is not None and not 0 < self.ratio <= 1:
-            raise ConfigError(f"--accuracy-guard must be in (0, 1], e.g. 0.99 "
-                              f"(got {self.ratio!r})")
-        if not (isinstance(self.epochs, int) and self.epochs > 0):
-            raise ConfigError(f"--guard-epochs must be a positive int (got {self.epochs!r})")
-
-    @property
-    def active(self) -> bool:
-        return self.ratio is not None or self.objective
 
 
 def parse_objectives(text: str) -> bool:
@@ -84,7 +62,7 @@ class Verdict:
                 "guard_train_s": self.train_s, "guard_steps": self.steps}
 
 
-def _train(opts, study: optuna.Study, number: int, config: TrialConfig,
+def _train(opts, number: int, config: TrialConfig,
            spec: TrainSpec) -> tuple[TrialResult, float]:
     """Trains in a child process under the host's measurement lock (it would steal
     cores from a trial measured beside it)."""
@@ -99,25 +77,24 @@ def _train(opts, study: optuna.Study, number: int, config: TrialConfig,
     return result, time.monotonic() - start
 
 
-def reference(opts, study: optuna.Study, number: int, config: TrialConfig,
-              guard: GuardOptions) -> Verdict:
-    """Trains the baseline for ``guard.epochs`` epochs and stores the budget and the
-    reference accuracy on the study."""
-    result, took = _train(opts, study, number, config,
+def reference(opts, number: int, config: TrialConfig,
+              guard: GuardOptions) -> tuple[Verdict, dict]:
+    """Trains the baseline for ``guard.epochs`` epochs: its verdict, and the
+    reference the study keeps (the budget and the baseline's accuracy)."""
+    result, took = _train(opts, number, config,
                           TrainSpec(epochs=guard.epochs, evaluate_test=False))
     training = result.training
-    study.set_user_attr(GUARD_ATTR, {"budget_s": training["train_s"],
-                                     "baseline_val_acc": training["val_acc"],
-                                     "baseline_trial": number, "ratio": guard.ratio,
-                                     "epochs": guard.epochs})
-    return _verdict(training, took, training["val_acc"], guard)
+    ref = {"budget_s": training["train_s"], "baseline_val_acc": training["val_acc"],
+           "baseline_trial": number, "ratio": guard.ratio, "epochs": guard.epochs}
+    return _verdict(training, took, training["val_acc"], guard), ref
 
 
-def budget(study: optuna.Study, alive) -> dict:
-    """The study's guard budget, waiting while another worker trains the baseline;
-    ``alive()`` is False once the baseline can no longer deliver one."""
+def budget(read: Callable[[], dict | None], alive: Callable[[], bool]) -> dict:
+    """The study's guard reference, ``read()`` from it, waiting while another worker
+    trains the baseline; ``alive()`` is False once the baseline can no longer
+    deliver one."""
     while True:
-        found = study.user_attrs.get(GUARD_ATTR)
+        found = read()
         if found:
             return found
         if not alive():
@@ -126,10 +103,9 @@ def budget(study: optuna.Study, alive) -> dict:
         time.sleep(WAIT_S)
 
 
-def check(opts, study: optuna.Study, number: int, config: TrialConfig,
-          guard: GuardOptions, ref: dict) -> Verdict:
+def check(opts, number: int, config: TrialConfig, guard: GuardOptions, ref: dict) -> Verdict:
     """Trains ``config`` for the baseline's budget and compares its accuracy."""
-    result, took = _train(opts, study, number, config,
+    result, took = _train(opts, number, config,
                           TrainSpec(budget_s=ref["budget_s"], evaluate_test=False))
     return _verdict(result.training, took, ref["baseline_val_acc"], guard)
 

@@ -10,7 +10,7 @@ gpu_sampling       CSR, features and sampling on the GPU (the Triton sampler, on
                    ahead: :class:`autotune.loader.LookaheadNodeLoader`), no workers
                    (CUDA only); otherwise CPU sampling with pinned, non-blocking
                    copies on CUDA
-model              :func:`make_model`: sage (default), gcn, gat, or a user's
+model              :func:`autotune.models.make_model`: sage (default), gcn, gat, or a user's
                    factory by import path
 num_workers        ``NodeLoader(num_workers=..., persistent_workers=True)``
 prefetch_factor    ``NodeLoader(prefetch_factor=...)`` when workers are used
@@ -39,60 +39,17 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from autotune.config import GAT_HEADS, TrialConfig
+from autotune.config import TrialConfig
 from autotune.env import check_cores
 from autotune.errors import ConfigError, DeviceMemoryError
 from autotune.sampler import make_sampler, resolve_backend
-from autotune.tasks import HeteroEncoder, HeteroNodeTask, lift_to_hetero, task_for
+from autotune.tasks import task_for
 
 GEOMETRIC_STEP = 1.25
 MIN_BUCKET = 64
 GPU_HEADROOM = 0.10  # of the GPU's memory, kept for the model, its batches and the allocator
-
-
-class GNN(nn.Module):
-    """A stack of conv layers with ReLU and dropout between them, as in PyG's
-    examples/reddit.py. Subclasses say which conv each layer is."""
-
-    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
-                 num_layers: int = 2, dropout: float = 0.5) -> None:
-        super().__init__()
-        sizes = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
-        last = len(sizes) - 2
-        self.convs = nn.ModuleList(self.conv(a, b, i == last)
-                                   for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])))
-        self.dropout = dropout
-
-    def conv(self, in_channels: int, out_channels: int, last: bool) -> nn.Module:
-        raise NotImplementedError
-
-    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
-        for i, conv in enumerate(self.convs):
-            x = conv(x, _in_dtype_of(edge_index, x))
-            if i < len(self.convs) - 1:
-                x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
-        return x
-
-
-def _in_dtype_of(edges: Tensor, x: Tensor) -> Tensor:
-    """A sparse adjacency (``aggregation: sparse``) with ``x``'s dtype: under autocast
-    the second layer's input is bfloat16 while the adjacency holds float32 ones, which
-    torch.sparse refuses to multiply. ``edge_index`` passes through."""
-    if edges.layout == torch.strided or edges.dtype == x.dtype:
-        return edges
-    return edges.to(x.dtype)
-
-
-class SAGE(GNN):
-    """GraphSAGE with mean aggregation (PyG's examples/reddit.py, the default)."""
-
-    def conv(self, in_channels: int, out_channels: int, last: bool) -> nn.Module:
-        from torch_geometric.nn import SAGEConv
-
-        return SAGEConv(in_channels, out_channels)
 
 
 def sparse_adjacency(edge_index: Tensor, num_nodes: int) -> Tensor:
@@ -105,52 +62,6 @@ def sparse_adjacency(edge_index: Tensor, num_nodes: int) -> Tensor:
     crow = torch.searchsorted(dst_sorted, torch.arange(num_nodes + 1, device=dst.device))
     values = torch.ones(src.numel(), device=src.device)
     return torch.sparse_csr_tensor(crow, src[perm], values, size=(num_nodes, num_nodes))
-
-
-class GCN(GNN):
-    """GCN (Kipf and Welling) with self-loops and symmetric normalisation."""
-
-    def conv(self, in_channels: int, out_channels: int, last: bool) -> nn.Module:
-        return GCNLayer(in_channels, out_channels)
-
-
-class GCNLayer(nn.Module):
-    """``GCNConv`` that stays in the autocast dtype. GCNConv builds its normalisation
-    weights in its input's dtype and adds a float32 bias, so under bfloat16 autocast
-    its output came back as float32 although its linear layer ran in bfloat16. Here
-    the input is cast to the autocast dtype and the bias is added in it, as autocast
-    does for a linear layer's bias."""
-
-    def __init__(self, in_channels: int, out_channels: int) -> None:
-        super().__init__()
-        from torch_geometric.nn import GCNConv
-
-        self.conv = GCNConv(in_channels, out_channels, bias=False)
-        self.bias = nn.Parameter(torch.zeros(out_channels))
-
-    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
-        device = x.device.type
-        if torch.is_autocast_enabled(device):
-            x = x.to(torch.get_autocast_dtype(device))
-        out = self.conv(x, edge_index)
-        return out + self.bias.to(out.dtype)
-
-
-class GAT(GNN):
-    """GAT with ``GAT_HEADS`` concatenated heads per hidden layer (hidden_channels is
-    split over them) and one head in the output layer. Under autocast its linear
-    layers run in the autocast dtype; its attention and messages stay float32 (the
-    attention vectors are float32 parameters), which the trial's probe reports."""
-
-    def conv(self, in_channels: int, out_channels: int, last: bool) -> nn.Module:
-        from torch_geometric.nn import GATConv
-
-        if last:
-            return GATConv(in_channels, out_channels, heads=1)
-        return GATConv(in_channels, out_channels // GAT_HEADS, heads=GAT_HEADS)
-
-
-MODELS = {"sage": SAGE, "gcn": GCN, "gat": GAT}
 
 
 class CheckpointedConv(nn.Module):
@@ -190,22 +101,6 @@ def apply_checkpointing(model: nn.Module) -> int:
         raise ConfigError("checkpointing needs a model with MessagePassing layers "
                           f"(got {type(model).__name__} with none)")
     return sum(isinstance(m, CheckpointedConv) for m in model.modules())
-
-
-def make_model(config: TrialConfig, in_channels: int, out_channels: int) -> nn.Module:
-    """The model ``config.model`` names: a built-in (sage, gcn, gat) or a user's
-    factory ``(in_channels, out_channels, config) -> nn.Module`` by import path."""
-    if config.model in MODELS:
-        return MODELS[config.model](in_channels, config.hidden_channels, out_channels,
-                                    config.num_layers, config.dropout)
-    from autotune.imports import import_object
-
-    factory = import_object(config.model, what="model factory", option="--model (model=)")
-    model = factory(in_channels, out_channels, config)
-    if not isinstance(model, nn.Module):
-        raise ConfigError(f"model factory {config.model!r} returned a "
-                          f"{type(model).__name__}; it must return a torch.nn.Module")
-    return model
 
 
 def bucket(n: int, ladder: str) -> int:
@@ -421,13 +316,13 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
     """Builds the loader, model and optimizer that ``config`` describes, on ``data``."""
     check_config(config)
     task = task_for(config, data)
-    check_task(config, task)
+    task.check(config)
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
     if config.gpu_sampling:
         check_gpu_fit(gpu_resident_bytes(data), *torch.cuda.mem_get_info(device))
     backend = resolve_backend(config.sampler)
-    sampler = make_sampler(data, fanouts(config, data), backend=backend, seed=config.seed,
+    sampler = make_sampler(data, task.fanouts(config, data), backend=backend, seed=config.seed,
                            cache_file=cache_file, cache_dir=cache_dir,
                            device=device if config.gpu_sampling else None)
     loader_data = _gpu_resident(data, device) if config.gpu_sampling else data
@@ -439,7 +334,7 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
         pin_memory=device.type == "cuda" and not config.gpu_sampling,
         transform=PadToBucket(config.pad_ladder) if config.shapes == "padded" else None)
     if model is None:
-        model = task_model(config, task, data, num_classes)
+        model = task.model(config, data, num_classes)
     model = model.to(device)
     checkpointed = apply_checkpointing(model) if config.checkpointing else 0
     lr = torch.tensor(config.lr)
@@ -454,67 +349,6 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
                     optimizer=optimizer, scaler=scaler, device=device,
                     checkpointed_layers=checkpointed, sampler_backend=_describe(sampler),
                     task=task, worker_cores=worker_cores, _lr=lr)
-
-
-def check_dataset(config: TrialConfig, dataset) -> None:
-    """What ``config`` asks of a prepared dataset, checked before any trial starts:
-    the task fits the graph, the model and knobs fit the task, and every edge type
-    the fanouts name exists."""
-    check_task(config, task_for(config, dataset.data))
-    if dataset.hetero:
-        from autotune.sampler import fanouts_per_edge_type
-
-        fanouts_per_edge_type(fanouts(config, dataset.data), dataset.data.edge_types)
-
-
-def check_task(config: TrialConfig, task) -> None:
-    """The knobs a task or a heterogeneous graph cannot take."""
-    hetero = isinstance(task, HeteroNodeTask)
-    if config.gpu_sampling and (hetero or task.name == "link"):
-        raise ConfigError("gpu_sampling samples homogeneous node batches with the Triton "
-                          f"kernel (got {'a heterogeneous graph' if hetero else 'task link'}); "
-                          "use gpu_sampling false")
-    if hetero and config.model in ("gcn", "gat"):
-        raise ConfigError(f"model {config.model} does not take the bipartite edge types of a "
-                          "heterogeneous graph; use model sage or your own factory")
-    if hetero and config.aggregation == "sparse":
-        raise ConfigError("aggregation 'sparse' builds one homogeneous adjacency per batch "
-                          "(got a heterogeneous graph); use aggregation scatter")
-    if not hetero and config.edge_fanouts:
-        raise ConfigError("edge_fanouts names edge types of a heterogeneous graph (got a "
-                          "homogeneous one); use num_neighbors")
-
-
-def fanouts(config: TrialConfig, data):
-    """The sampler's ``num_neighbors``: the config's list, or on a heterogeneous graph
-    a dict with that list for every edge type but those ``edge_fanouts`` names (an
-    edge type it names that the graph lacks is a ConfigError from the sampler)."""
-    from torch_geometric.data import HeteroData
-
-    if not isinstance(data, HeteroData):
-        return list(config.num_neighbors)
-    out = {"__".join(t): list(config.num_neighbors) for t in data.edge_types}
-    out.update({k: list(v) for k, v in (config.edge_fanouts or {}).items()})
-    return out
-
-
-def task_model(config: TrialConfig, task, data, num_classes: int | None) -> nn.Module:
-    """The model a task trains: a classifier over the classes, an encoder into
-    ``hidden_channels`` for link prediction (the decoder has no weights), lifted with
-    ``to_hetero`` on a heterogeneous graph."""
-    if isinstance(task, HeteroNodeTask):
-        store = data[task.target]
-        classes = num_classes if num_classes is not None else int(store.y.max()) + 1
-        if config.model in MODELS:
-            base = HeteroEncoder(config.hidden_channels, classes, config.num_layers,
-                                 config.dropout)
-        else:
-            base = make_model(config, -1, classes)
-        return lift_to_hetero(base, data)
-    if task.name == "link":
-        return make_model(config, data.num_features, config.hidden_channels)
-    classes = num_classes if num_classes is not None else int(data.y.max()) + 1
-    return make_model(config, data.num_features, classes)
 
 
 def _describe(sampler) -> str:

@@ -4,21 +4,19 @@ records only (``TrialRecord``, ``FrontRow``, ``TrialResult``); imports neither t
 nor PyG."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
+
+from autotune.files import dump
+from autotune.taskinfo import task_info
 
 FORMATS = ("table", "json", "yaml")
 
 
 def emit(blob: Any, fmt: str, table: Callable[[], str]) -> str:
     """``blob`` as JSON or YAML, or ``table()`` for ``fmt == 'table'``."""
-    if fmt == "json":
-        return json.dumps(blob, indent=2, default=str)
-    if fmt == "yaml":
-        import yaml
-
-        return yaml.safe_dump(json.loads(json.dumps(blob, default=str)), sort_keys=False).rstrip()
+    if fmt in ("json", "yaml"):
+        return dump(blob, fmt).rstrip()
     return table()
 
 
@@ -59,10 +57,8 @@ def pm(precision: float | None) -> str:
 
 
 def seeds_per_s(config) -> str:
-    """The throughput's unit: seed nodes/s, or seed edges/s for link prediction."""
-    task = (config or {}).get("task") if isinstance(config, dict) else \
-        getattr(config, "task", None)
-    return "seed edges/s" if task == "link" else "seed nodes/s"
+    """The throughput's unit for a config's task: seed nodes/s or seed edges/s."""
+    return task_info(config).unit
 
 
 def progress_line(n: int, total: int, record, elapsed: float, eta: float,
@@ -118,31 +114,47 @@ def _status(record) -> str:
     return status
 
 
-def front_table(rows) -> str:
+# The Pareto front's columns, in every form it takes (the table of ``search`` and
+# ``show``, the dashboard's note, the HTML report): name and text-table width; the
+# metric column shows up only when a row has one, the config and the marks last.
+FRONT_COLUMNS = (("trial", 5), ("{unit}", 13), ("±95%", 6), ("peak MiB", 9),
+                 ("speed-up", 13), ("memory", 7), ("val {metric}", 12), ("config", 0),
+                 ("marks", 0))
+
+
+def front_columns(rows, task) -> tuple[list[str], list[list[str]]]:
+    """The front's header and cells, formatted; ``task`` names the unit and metric
+    (a :class:`autotune.taskinfo.TaskInfo`)."""
+    metric = any(r.val_acc is not None for r in rows)
+    header = [name.format(unit=task.unit, metric=task.metric) for name, _ in FRONT_COLUMNS]
+    cells = [[str(r.trial), f"{r.throughput:,.0f}", pm(r.precision), f"{r.memory_mib:,.0f}",
+              ratio(r.speedup, r.speedup_precision), ratio(r.memory_ratio),
+              "-" if r.val_acc is None else f"{r.val_acc:.4f}", short(r.config),
+              ", ".join(r.marks)] for r in rows]
+    if not metric:
+        header, cells = header[:6] + header[7:], [c[:6] + c[7:] for c in cells]
+    return header, cells
+
+
+def front_table(rows, task) -> str:
+    """The front as a text table, fastest first."""
     if not rows:
         return "Pareto front: no completed trial yet"
-    acc = any(r.val_acc is not None for r in rows)
-    lines = ["Pareto front (fastest first):",
-             f"{'trial':>5} {seeds_per_s(rows[0].config):>13} {'±95%':>6} {'peak MiB':>9} "
-             f"{'speed-up':>13} {'memory':>7}" + (f" {'val acc':>7}" if acc else "") +
-             "  config"]
-    for r in rows:
-        marks = f"  <- {', '.join(r.marks)}" if r.marks else ""
-        val = "" if not acc else (f" {r.val_acc:>7.4f}" if r.val_acc is not None
-                                  else f" {'-':>7}")
-        lines.append(f"{r.trial:>5} {r.throughput:>13,.0f} {pm(r.precision):>6} "
-                     f"{r.memory_mib:>9,.0f} {ratio(r.speedup, r.speedup_precision):>13} "
-                     f"{ratio(r.memory_ratio):>7}{val}  {short(r.config)}{marks}")
-    return "\n".join(lines)
+    header, cells = front_columns(rows, task)
+    widths = [w for name, w in FRONT_COLUMNS
+              if any(r.val_acc is not None for r in rows) or not name.startswith("val ")]
+
+    def line(row: list[str]) -> str:
+        fixed = " ".join(f"{c:>{w}}" for c, w in zip(row, widths) if w)
+        return f"{fixed}  {row[-2]}" + (f"  <- {row[-1]}" if row[-1] and row is not header
+                                        else "")
+    return "\n".join(["Pareto front (fastest first):", line(header)] + [line(c) for c in cells])
 
 
-def _first_config(trials):
-    return next((t.config for t in trials if t.config), None)
-
-
-def trials_table(trials) -> str:
+def trials_table(trials, task) -> str:
+    """Every trial, one line each; ``task`` (a TaskInfo) names the unit."""
     lines = [f"All trials ({len(trials)}):",
-             f"{'trial':>5} {'state':<8} {seeds_per_s(_first_config(trials)):>13} {'±95%':>6} "
+             f"{'trial':>5} {'state':<8} {task.unit:>13} {'±95%':>6} "
              f"{'peak MiB':>9}  "
              "config / reason"]
     for r in trials:
@@ -221,7 +233,7 @@ def _measured_lines(result, format_bytes) -> list[str]:
     s, m, c, p, o = result.summary(), result.memory, result.compile, result.phases_s, \
         result.observed
     lines = [
-        f"throughput      {s['seed_nodes_per_s']:,.0f} {seeds_per_s(result.config)}  "
+        f"throughput      {result.throughput:,.0f} {seeds_per_s(result.config)}  "
         f"({s['sampled_nodes_per_s']:,.0f} sampled nodes/s, "
         f"{s['sampled_edges_per_s']:,.0f} edges/s)",
         f"precision       {precision(result.window)}",

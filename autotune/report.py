@@ -12,12 +12,11 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.pareto import Point, knee
-from autotune.render import ratio as _ratio
-from autotune.render import pm, short
+from autotune.render import front_columns, short
 from autotune.storage import masked
 from autotune.study import records as rec
-from autotune.study.front import budget_mib, study_front
-from autotune.study.records import METRIC_NAMES, points
+from autotune.study.front import study_front
+from autotune.study.records import StudyRecord, points
 
 FIGSIZE = (7.0, 4.5)
 DPI = 110
@@ -26,28 +25,21 @@ MAX_BOXES = 12  # step-time boxes drawn, fastest Pareto trials first
 
 def study_note(study: optuna.Study) -> str:
     """Markdown for the dashboard: the baseline and the Pareto front."""
-    budget = budget_mib(study)
-    rows = study_front(study)
-    base_no = study.user_attrs.get(rec.STUDY_BASELINE)
-    base = next((p for p in points(study) if p.number == base_no), None)
-    ref = study.user_attrs.get(rec.STUDY_DATASET_REF, {})
-    stats = study.user_attrs.get(rec.STUDY_DATASET, {})
+    s = StudyRecord.from_study(study)
+    budget, task = s.budget_mib, s.task
+    base = next((p for p in points(study) if p.number == s.baseline), None)
     lines = [f"## autotune: {study.study_name}", "",
-             f"Dataset **{ref.get('name')}** ({stats.get('num_nodes', 0):,} nodes, "
-             f"{stats.get('num_edges', 0):,} edges), device "
-             f"{study.user_attrs.get(rec.STUDY_DEVICE)}"
-             + (f", memory budget {budget:,.0f} MiB" if budget else "") + ".", ""]
+             f"Dataset **{s.dataset_ref.get('name')}** ({s.dataset.get('num_nodes', 0):,} "
+             f"nodes, {s.dataset.get('num_edges', 0):,} edges), task {task.name}, device "
+             f"{s.device}" + (f", memory budget {budget:,.0f} MiB" if budget else "") + ".", ""]
     if base is not None:
-        lines += [f"Baseline: trial {base.number}, {base.throughput:,.0f} seed nodes/s, "
+        lines += [f"Baseline: trial {base.number}, {base.throughput:,.0f} {task.unit}, "
                   f"{base.memory_mib:,.0f} MiB peak ({short(base.config)}).", ""]
-    lines += ["### Pareto front (fastest first)", "",
-              "| trial | seed nodes/s | ±95% | peak MiB | speed-up | memory | config | |",
-              "|---:|---:|---:|---:|---:|---:|---|---|"]
-    for r in rows:
-        lines.append(f"| {r.trial} | {r.throughput:,.0f} | {pm(r.precision)} | "
-                     f"{r.memory_mib:,.0f} | {_ratio(r.speedup, r.speedup_precision)} | "
-                     f"{_ratio(r.memory_ratio)} | `{short(r.config)}` | "
-                     f"{', '.join(r.marks)} |")
+    header, cells = front_columns(study_front(study), task)
+    lines += ["### Pareto front (fastest first)", "", "| " + " | ".join(header) + " |",
+              "|" + "---:|" * (len(header) - 2) + "---|---|"]
+    for row in cells:
+        lines.append("| " + " | ".join(row[:-2] + [f"`{row[-2]}`", row[-1]]) + " |")
     n_done = sum(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
     lines += ["", f"Updated {time.strftime('%Y-%m-%d %H:%M:%S')} after {n_done} completed "
               "trials. autotune rewrites this note after every trial."]
@@ -91,7 +83,8 @@ def write_report(study: optuna.Study, out: Path, *, url: str) -> Report:
 def _pareto_png(study: optuna.Study, pts: list[Point], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    budget = budget_mib(study)
+    s = StudyRecord.from_study(study)
+    budget, names = s.budget_mib, s.task.metric_names()
     front_no = {r.trial for r in study_front(study)}
     fig, ax = plt.subplots(figsize=FIGSIZE)
     others = [p for p in pts if p.number not in front_no]
@@ -100,7 +93,7 @@ def _pareto_png(study: optuna.Study, pts: list[Point], path: Path) -> Path:
     line = sorted((p for p in pts if p.number in front_no), key=lambda p: p.memory_mib)
     ax.plot([p.memory_mib for p in line], [p.throughput for p in line], "o-", c="tab:blue",
             ms=5, label="Pareto front")
-    base = next((p for p in pts if p.number == study.user_attrs.get(rec.STUDY_BASELINE)), None)
+    base = next((p for p in pts if p.number == s.baseline), None)
     if base is not None:
         ax.scatter([base.memory_mib], [base.throughput], marker="*", s=220, c="tab:red",
                    zorder=3, label=f"baseline (trial {base.number})")
@@ -110,8 +103,8 @@ def _pareto_png(study: optuna.Study, pts: list[Point], path: Path) -> Path:
                    edgecolors="tab:green", linewidths=2, zorder=4, label=f"knee (trial {k.number})")
     if budget:
         ax.axvline(budget, ls="--", c="tab:orange", label=f"budget {budget:,.0f} MiB")
-    ax.set_xlabel(METRIC_NAMES[1])
-    ax.set_ylabel(METRIC_NAMES[0])
+    ax.set_xlabel(names[1])
+    ax.set_ylabel(names[0])
     ax.set_title(f"{study.study_name}: throughput against peak memory")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
@@ -138,7 +131,8 @@ def _importance_png(study: optuna.Study, path: Path) -> Path:
         raise ValueError("no knob varied across the completed trials")
     fig, ax = plt.subplots(figsize=(FIGSIZE[0], 1.2 + 0.45 * len(names)))
     y = np.arange(len(names))
-    for i, (name, imp) in enumerate(zip(METRIC_NAMES, per_metric)):
+    names_ = StudyRecord.from_study(study).task.metric_names()
+    for i, (name, imp) in enumerate(zip(names_, per_metric)):
         ax.barh(y + (i - 0.5) * 0.38, [imp.get(n, 0.0) for n in names], height=0.38, label=name)
     ax.set_yticks(y, names)
     ax.invert_yaxis()
@@ -182,12 +176,12 @@ def _save(fig: Any, path: Path) -> Path:
 
 def _html(study: optuna.Study, report: Report, url: str) -> str:
     e = html.escape
-    table = "".join(
-        f"<tr><td>{r.trial}</td><td>{r.throughput:,.0f}</td><td>{pm(r.precision)}</td>"
-        f"<td>{r.memory_mib:,.0f}</td><td>{_ratio(r.speedup, r.speedup_precision)}</td>"
-        f"<td>{_ratio(r.memory_ratio)}</td>"
-        f"<td><code>{e(short(r.config))}</code></td><td>{e(', '.join(r.marks))}</td></tr>"
-        for r in study_front(study))
+    s = StudyRecord.from_study(study)
+    header, cells = front_columns(study_front(study), s.task)
+    head = "".join(f"<th>{e(h)}</th>" for h in header)
+    table = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row[:-2]) +
+                    f"<td><code>{e(row[-2])}</code></td><td>{e(row[-1])}</td></tr>"
+                    for row in cells)
     captions = {"pareto": "Pareto front: throughput against peak memory",
                 "importance": "Effect of each knob", "step_times": "Step-time distributions"}
     figures = "".join(f'<figure><a href="{p.name}"><img src="{p.name}" alt="{captions[k]}"></a>'
@@ -195,7 +189,7 @@ def _html(study: optuna.Study, report: Report, url: str) -> str:
                       for k, p in report.images.items())
     missing = "".join(f"<p class=warn>{e(k)} not drawn: {e(why)}</p>"
                       for k, why in report.not_drawn.items())
-    env = study.user_attrs.get(rec.STUDY_ENV, {})
+    env = s.env
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>autotune report: {e(study.study_name)}</title>
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}
@@ -206,8 +200,9 @@ img{{max-width:100%}}.warn{{color:#a40}}</style></head><body>
 {e(time.strftime('%Y-%m-%d %H:%M:%S'))}. Environment: {e(str(env.get('cpu', '')))},
 torch {e(str(env.get('torch', '')))}.</p>
 <h2>Pareto front (fastest first)</h2>
-<table><tr><th>trial</th><th>{e(METRIC_NAMES[0])}</th><th>±95%</th><th>{e(METRIC_NAMES[1])}</th>
-<th>speed-up</th><th>memory</th><th>config</th><th>marks</th></tr>{table}</table>
+<p>Task {e(s.task.name)}; objectives {e(" up, ".join(s.task.metric_names()))} down; quality
+metric {e(s.task.metric)}.</p>
+<table><tr>{head}</tr>{table}</table>
 {missing}{figures}
 </body></html>
 """

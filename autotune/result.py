@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from autotune.config import TrialConfig
+from autotune.taskinfo import task_info
 
 Status = Literal["ok", "oom", "timeout", "crash", "error"]
 STATUSES: tuple[str, ...] = ("ok", "oom", "timeout", "crash", "error")
@@ -198,7 +199,7 @@ class TrialResult:
     dataset: dict[str, Any] = field(default_factory=dict)
     env: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
-    training: dict[str, Any] = field(default_factory=dict)  # train mode: autotune.train
+    training: dict[str, Any] = field(default_factory=dict)  # train mode: autotune.training
     profile: dict[str, Any] = field(default_factory=dict)  # autotune.profile, when asked
 
     @property
@@ -228,7 +229,7 @@ class TrialResult:
         mean = statistics.fmean(times)
         window = self.window_s
         return {
-            "seed_nodes_per_s": self.throughput,
+            task_info(self.config).throughput_key: self.throughput,
             "sampled_nodes_per_s": sum(self.nodes_per_step) / window,
             "sampled_edges_per_s": sum(self.edges_per_step) / window,
             "step_p50_ms": 1e3 * statistics.median(times),

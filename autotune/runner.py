@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -25,27 +24,19 @@ from autotune.config import TrialConfig
 from autotune.datasets import DatasetRef
 from autotune.env import format_bytes
 from autotune.measure import MeasureSpec
+from autotune.specs import TrialLimits
 from autotune.result import TrialResult
 
 POLL_S = 0.02
 STACK_DUMP_WAIT_S = 0.5  # after SIGUSR1, for the worker to print its threads' stacks
 STDERR_TAIL_CHARS = 8000  # faulthandler lists extension modules after the stack
 KILL_WAIT_S = 5.0
-DEFAULT_TIMEOUT_S = 900.0
 
 
 def inductor_cache_dir(studies_dir: str | os.PathLike) -> Path:
     """Where compiled kernels persist between trials (and training runs) of a studies
     folder: ``STUDIES_DIR/.cache/inductor``."""
     return Path(studies_dir) / ".cache" / "inductor"
-
-
-@dataclass(frozen=True)
-class TrialLimits:
-    """What the watchdog enforces."""
-
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    memory_limit_bytes: int | None = None
 
 
 def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.PathLike,
@@ -57,7 +48,7 @@ def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.P
     (:meth:`DatasetRef.prepare`). The child's stdout and stderr go to
     ``trial_dir/stdout.log`` and ``trial_dir/stderr.log``. ``inductor_cache`` is a
     folder that compiled kernels persist in, so later trials reuse them. With
-    ``train`` (an :class:`autotune.train.TrainSpec`), the child trains instead of
+    ``train`` (an :class:`autotune.training.TrainSpec`), the child trains instead of
     measuring and the result's ``training`` holds the epochs and accuracies. With
     ``server`` (a :class:`ForkServer`), the child is forked from it instead of being
     a fresh interpreter; the result's ``observed.trial_start`` says which it was.

@@ -31,6 +31,7 @@ from torch_geometric.sampler import (
 )
 
 from autotune.errors import AutotuneError, BackendUnavailableError, ConfigError
+from autotune.files import atomic_write
 from autotune.subgraph import UNSET, KeyMap, NodeMap, Relation, sample_typed
 
 SamplerBackend = Literal["builtin", "pyg", "auto"]
@@ -75,12 +76,9 @@ class CSCGraph:
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes the cache file atomically, so a crash never leaves half a file."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        torch.save({"format": _CSC_FORMAT, "num_nodes": self.num_nodes, "colptr": self.colptr,
-                    "row": self.row, "perm": self.perm}, tmp)
-        os.replace(tmp, path)
+        blob = {"format": _CSC_FORMAT, "num_nodes": self.num_nodes, "colptr": self.colptr,
+                "row": self.row, "perm": self.perm}
+        atomic_write(path, lambda tmp: torch.save(blob, tmp))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> CSCGraph:

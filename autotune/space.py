@@ -52,7 +52,8 @@ INT_RANGE_KNOBS = ("batch_size", "num_workers", "prefetch_factor")
 BASELINE_KNOBS = ("batch_size", "num_neighbors", "num_workers", "affinity", "compile_mode",
                   "amp_dtype", "checkpointing")
 # Left out on CPU: CUDA graphs need a GPU; float16 autocast on CPU is slow and partial.
-CPU_EXCLUDED = {"compile_mode": ("reduce-overhead", "default"), "amp_dtype": ("float16", "bfloat16"),
+CPU_EXCLUDED = {"compile_mode": ("reduce-overhead", "default"),
+                "amp_dtype": ("float16", "bfloat16"),
                 "gpu_sampling": (True, False)}
 
 

@@ -33,8 +33,7 @@ import optuna
 
 from autotune.errors import StorageError
 
-HEARTBEAT_S = 10  # Optuna's heartbeat interval for a running trial
-GRACE_S = 60  # a trial whose heartbeat is older than this is failed as stale
+
 RETRIES = 5  # storage calls retried this many times after a dropped connection
 RETRY_FIRST_WAIT_S = 0.5  # then doubled each time: 0.5 + 1 + 2 + 4 + 8 = 15.5 s in all
 SQLITE_BUSY_TIMEOUT_S = 60
@@ -126,16 +125,20 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
     """
 
 
-for _name in ("create_new_study", "delete_study", "set_study_user_attr",
-              "set_study_system_attr", "get_study_id_from_name", "get_study_name_from_id",
-              "get_study_directions", "get_study_user_attrs", "get_study_system_attrs",
-              "get_all_studies", "create_new_trial", "set_trial_param",
-              "get_trial_id_from_study_id_trial_number", "set_trial_state_values",
-              "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr",
-              "get_trial", "get_all_trials", "get_n_trials", "get_best_trial",
-              "record_heartbeat", "_get_stale_trial_ids", "get_trial_param",
-              "get_trial_number_from_id", "check_trial_is_updatable"):
-    setattr(RetryingRDBStorage, _name, _retrying(getattr(optuna.storages.RDBStorage, _name)))
+# Every public method of the storage API RDBStorage implements (BaseStorage's and the
+# heartbeat's, its bases), retried: none is named by hand, so one that a later Optuna
+# adds is retried too.
+for _api in optuna.storages.RDBStorage.__mro__[1:]:
+    for _name, _member in vars(_api).items():
+        if not _name.startswith("_") and callable(_member):
+            setattr(RetryingRDBStorage, _name,
+                    _retrying(getattr(optuna.storages.RDBStorage, _name)))
+
+
+def retried(call: Callable, *args: Any) -> Any:
+    """``call(*args)`` retried like the storage's own methods (for a storage call
+    outside its public API, made in :mod:`autotune.study._optuna`)."""
+    return _retrying(lambda _self, *a: call(*a))(None, *args)
 
 
 def open_storage(url: str, *, heartbeat_s: int | None = None,

@@ -23,7 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from autotune.config import MODELS, TrialConfig
 from autotune.errors import ConfigError
+from autotune.models import HeteroEncoder, lift_to_hetero, make_model
+from autotune.taskinfo import TASKS, task_info
 
 LINK_NEGATIVES = 1.0  # binary negatives per positive edge in training
 
@@ -31,7 +34,23 @@ LINK_NEGATIVES = 1.0  # binary negatives per positive edge in training
 class NodeTask:
     """Node classification on a homogeneous graph."""
 
-    name, unit, metric = "node", "nodes", "accuracy"
+    info = TASKS["node"]
+    hetero = False
+
+    def check(self, config: TrialConfig) -> None:
+        """The knobs this task (on this kind of graph) cannot take: a ConfigError."""
+        if config.edge_fanouts:
+            raise ConfigError("edge_fanouts names edge types of a heterogeneous graph (got a "
+                              "homogeneous one); use num_neighbors")
+
+    def fanouts(self, config: TrialConfig, data):
+        """The sampler's ``num_neighbors``: the config's list."""
+        return list(config.num_neighbors)
+
+    def model(self, config: TrialConfig, data, num_classes: int | None) -> nn.Module:
+        """A classifier over the classes."""
+        classes = num_classes if num_classes is not None else int(data.y.max()) + 1
+        return make_model(config, data.num_features, classes)
 
     def loader(self, loader_cls, data, sampler, seeds_from, **kwargs):
         """The training loader over ``data`` (the GPU-resident view with
@@ -61,8 +80,39 @@ class NodeTask:
 class HeteroNodeTask(NodeTask):
     """Node classification of a heterogeneous graph's target type."""
 
+    hetero = True
+
     def __init__(self, target: str) -> None:
         self.target = target
+
+    def check(self, config: TrialConfig) -> None:
+        _no_gpu_sampling(config, "a heterogeneous graph")
+        if config.model in ("gcn", "gat"):
+            raise ConfigError(f"model {config.model} does not take the bipartite edge types of "
+                              "a heterogeneous graph; use model sage or your own factory")
+        if config.aggregation == "sparse":
+            raise ConfigError("aggregation 'sparse' builds one homogeneous adjacency per batch "
+                              "(got a heterogeneous graph); use aggregation scatter")
+
+    def fanouts(self, config: TrialConfig, data):
+        """A dict with the config's list for every edge type but those
+        ``edge_fanouts`` names (an edge type it names that the graph lacks is a
+        ConfigError from the sampler)."""
+        out = {"__".join(t): list(config.num_neighbors) for t in data.edge_types}
+        out.update({k: list(v) for k, v in (config.edge_fanouts or {}).items()})
+        return out
+
+    def model(self, config: TrialConfig, data, num_classes: int | None) -> nn.Module:
+        """The classifier lifted with ``to_hetero`` (the built-in SAGE in the form it
+        can trace, or the user's factory with lazy input sizes)."""
+        store = data[self.target]
+        classes = num_classes if num_classes is not None else int(store.y.max()) + 1
+        if config.model in MODELS:
+            base = HeteroEncoder(config.hidden_channels, classes, config.num_layers,
+                                 config.dropout)
+        else:
+            base = make_model(config, -1, classes)
+        return lift_to_hetero(base, data)
 
     def loader(self, loader_cls, data, sampler, seeds_from, **kwargs):
         return loader_cls(data, node_sampler=sampler,
@@ -97,7 +147,18 @@ class LinkTask:
     (:func:`autotune.graphs.link_split`): the model encodes nodes, a dot product of
     two embeddings scores an edge."""
 
-    name, unit, metric = "link", "edges", "ROC-AUC"
+    info = TASKS["link"]
+    hetero = False
+
+    def check(self, config: TrialConfig) -> None:
+        _no_gpu_sampling(config, "task link")
+        NodeTask.check(self, config)
+
+    fanouts = NodeTask.fanouts
+
+    def model(self, config: TrialConfig, data, num_classes: int | None) -> nn.Module:
+        """An encoder into ``hidden_channels`` (the dot-product decoder has no weights)."""
+        return make_model(config, data.num_features, config.hidden_channels)
 
     def loader(self, loader_cls, data, sampler, seeds_from, **kwargs):
         from torch_geometric.loader import LinkLoader
@@ -140,6 +201,12 @@ class LinkTask:
         finally:
             model.train()
         return roc_auc(torch.cat(scores), torch.cat(labels))
+
+
+def _no_gpu_sampling(config: TrialConfig, got: str) -> None:
+    if config.gpu_sampling:
+        raise ConfigError("gpu_sampling samples homogeneous node batches with the Triton "
+                          f"kernel (got {got}); use gpu_sampling false")
 
 
 def score(z: Tensor, pairs: Tensor) -> Tensor:
@@ -191,59 +258,35 @@ def _accuracy(pipe, loader, run) -> float:
     return correct / total
 
 
-class HeteroEncoder(nn.Module):
-    """The SAGE model of :class:`autotune.pipeline.SAGE` in a form ``to_hetero`` can
-    trace: lazy input sizes (node types differ) and dropout as a module."""
+def check_dataset(config: TrialConfig, dataset) -> None:
+    """What ``config`` asks of a prepared dataset, checked before any trial starts:
+    the task fits the graph, the model and knobs fit the task, and every edge type
+    the fanouts name exists."""
+    task = task_for(config, dataset.data)
+    task.check(config)
+    if task.hetero:
+        from autotune.sampler import fanouts_per_edge_type
 
-    def __init__(self, hidden_channels: int, out_channels: int, num_layers: int,
-                 dropout: float) -> None:
-        from torch_geometric.nn import SAGEConv
-
-        super().__init__()
-        sizes = [hidden_channels] * (num_layers - 1) + [out_channels]
-        self.convs = nn.ModuleList(SAGEConv((-1, -1), size) for size in sizes)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
-        for i, conv in enumerate(self.convs):
-            x = conv(x, edge_index)
-            if i < len(self.convs) - 1:
-                x = self.dropout(x.relu())
-        return x
-
-
-def lift_to_hetero(model: nn.Module, data) -> nn.Module:
-    """``to_hetero(model, data.metadata(), aggr="sum")``, its lazy sizes set by one
-    forward pass over one node of each type."""
-    from torch_geometric.nn import to_hetero
-
-    try:
-        hetero = to_hetero(model, data.metadata(), aggr="sum")
-    except Exception as exc:  # torch.fx could not trace the model
-        raise ConfigError(f"to_hetero could not lift the model ({type(exc).__name__}: "
-                          f"{str(exc)[:160]}); a heterogeneous dataset needs a model that "
-                          "torch.fx can trace") from exc
-    x = {t: data[t].x[:1].float() for t in data.node_types}
-    edges = {t: torch.empty(2, 0, dtype=torch.long) for t in data.edge_types}
-    with torch.no_grad():
-        hetero(x, edges)
-    return hetero
+        fanouts_per_edge_type(task.fanouts(config, dataset.data), dataset.data.edge_types)
 
 
 def task_for(config, data):
-    """The task a config's ``task`` and its dataset's graph call for."""
+    """The task object a config's ``task`` and its dataset's graph call for: the one
+    place a task's name picks its code."""
     from torch_geometric.data import HeteroData
 
+    info = task_info(config)
     if isinstance(data, HeteroData):
-        if config.task == "link":
-            raise ConfigError("task 'link' needs a homogeneous graph (got a HeteroData); "
-                              "use task node")
+        if info.split:
+            raise ConfigError(f"task {info.name!r} needs a homogeneous graph (got a "
+                              "HeteroData); use task node")
         from autotune.graphs import target_type
 
         return HeteroNodeTask(target_type(data))
-    if config.task == "link":
-        if "train_edge_label_index" not in data:
-            raise ConfigError("task 'link' needs a link split of the graph (the dataset has "
-                              "no train_edge_label_index); load it with task='link'")
-        return LinkTask()
-    return NodeTask()
+    if info.seeds_attr not in data:
+        raise ConfigError(f"task {info.name!r} needs a dataset with {info.seeds_attr} (got "
+                          f"none); load it with task={info.name!r}")
+    return _BY_NAME[info.name]()
+
+
+_BY_NAME = {"node": NodeTask, "link": LinkTask}  # one class per taskinfo.TASKS row

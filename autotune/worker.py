@@ -21,6 +21,8 @@ import time
 import traceback
 from pathlib import Path
 
+from autotune.files import atomic_write
+
 FAULT_ENV = "AUTOTUNE_TEST_FAULT"
 FAULT_ALLOC_CHUNK = 64 << 20
 FAULT_ALLOC_MAX = 8 << 30
@@ -137,9 +139,9 @@ def _train(spec: dict, config, dataset, pipe, t_start: float, t_loaded: float,
     reports the training, validation accuracy included, instead of a measurement."""
     from autotune.env import fingerprint
     from autotune.result import TrialResult
-    from autotune.train import TrainSpec, train
+    from autotune.training import TrainSpec, fit
 
-    training = train(pipe, dataset.data, TrainSpec(**spec["train"]))
+    training = fit(pipe, dataset.data, TrainSpec(**spec["train"]))
     return _unless_diverged(TrialResult(
         status="ok", config=config, losses=tuple(e.loss for e in training.epochs),
         dataset=dataset.stats(), env=fingerprint(config.device), training=training.to_dict(),
@@ -173,9 +175,7 @@ def _failure(spec: dict, exc: BaseException) -> dict:
 
 
 def _write(path: Path, blob: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(blob))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(blob))
 
 
 def die_with_parent() -> None:

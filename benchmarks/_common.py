@@ -35,7 +35,7 @@ def prepare(args) -> tuple[DatasetRef, dict, float]:
 
 def measure_spec(args):
     """The trials' MeasureSpec from the common flags."""
-    from autotune.measure import MeasureSpec
+    from autotune.specs import MeasureSpec
 
     return MeasureSpec(warmup_steps=args.warmup, min_steps=args.steps,
                        precision=args.precision, max_window_s=args.max_seconds)
@@ -55,10 +55,13 @@ def write(path: str, report: dict) -> None:
 def timed_search(workdir, study_name: str, **options):
     """Runs :func:`autotune.search` in this process as a user's script would; returns
     the study, the ``SearchResult``, the wall time in seconds and the progress lines."""
+    import optuna
+
     import autotune
     from autotune.render import progress_line
     from autotune.study.studies import load_study
 
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress lines say it all
     lines: list[str] = []
 
     def progress(*event) -> None:

@@ -46,10 +46,10 @@ def main() -> None:
                                    str(args.epochs), "--studies-dir", str(workdir),
                                    "--format", "json"))
         runs.append({"pick": pick, "trial": blob["measured"]["trial"],
-                     "measured_seed_nodes_per_s": blob["measured"]["seed_nodes_per_s"],
-                     "trained_seed_nodes_per_s": blob["steady_seed_nodes_per_s"],
+                     "measured_seed_nodes_per_s": blob["measured"]["throughput"],
+                     "trained_seed_nodes_per_s": blob["steady_seeds_per_s"],
                      "ratio": blob["achieved_over_measured"],
-                     "epochs": [{k: e[k] for k in ("epoch", "seed_nodes_per_s", "val_acc")}
+                     "epochs": [{k: e[k] for k in ("epoch", "seeds_per_s", "val_acc")}
                                 for e in blob["epochs"]], "config": blob["config"]})
         print(pick, runs[-1]["ratio"], flush=True)
     ratios = [r["ratio"] for r in runs]

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from autotune.datasets import synthetic_reddit
+from autotune.synthetic import synthetic_reddit
 from autotune.env import cpu_model
 from autotune.sampler import NeighborSampler, star_forest, uniformity_chi_square
 from torch_geometric.sampler import NodeSamplerInput
@@ -161,7 +161,7 @@ def measure_link(data, batches: int, warmup: int, cuda: bool) -> dict:
 
 def measure_hetero(batches: int, warmup: int, cuda: bool) -> dict:
     """``sample_from_nodes`` on the ogbn-mag-shaped graph, 1024 paper seeds."""
-    from autotune.graphs import synthetic_mag
+    from autotune.synthetic import synthetic_mag
 
     started = time.perf_counter()
     data = synthetic_mag(scale=1.0, seed=0, num_features=1)

@@ -25,7 +25,7 @@ import optuna
 from autotune.config import TrialConfig
 from autotune.datasets import DatasetRef
 from autotune.env import fingerprint
-from autotune.measure import MeasureSpec
+from autotune.specs import MeasureSpec
 from autotune.pareto import Point, hypervolume
 from autotune.runner import run_trial
 from autotune.space import Knob, SearchSpace, suggest_config

@@ -1,4 +1,4 @@
-"""Renders benchmarks/results/*.json as the Markdown table the README quotes.
+"""Renders benchmarks/results/*.json as the Markdown table docs/benchmarks.md quotes.
 
     python benchmarks/table.py
 """
@@ -37,7 +37,8 @@ def _sampler() -> list[tuple[str, str, str, str]]:
             out.append(("sampler.py", "built-in vs torch-sparse 0.6.18, ms/batch ([25, 10], "
                         "batch 1024, 23.5M edges)",
                         f"{built:.1f} vs {sp['torch_sparse_native']['median_ms']:.1f} "
-                        f"= {ratio:.2f}x (PyG wrapper {sp['pyg_neighbor_sampler']['median_ms']:.1f})",
+                        f"= {ratio:.2f}x (PyG wrapper "
+                        f"{sp['pyg_neighbor_sampler']['median_ms']:.1f})",
                         f"<= 0.2x: {_verdict(ratio <= 0.2)}"))
         else:
             out.append(("sampler.py", "built-in, ms/batch", f"{built:.1f}", "no torch-sparse"))

@@ -2,13 +2,22 @@
 from __future__ import annotations
 
 
-def cli(*args, env=None, timeout=900, cwd=None):
-    """``python -m autotune ARGS`` in a fresh interpreter, as a user would run it."""
+def cli(*args, env=None, timeout=900, cwd=None, background=False):
+    """``python -m autotune ARGS`` in a fresh interpreter, as a user would run it: the
+    one way the tests run the command. ``env`` adds to this process's environment.
+    Returns the finished process, or with ``background`` the running ``Popen`` (its
+    stdout and stderr piped, as text)."""
+    import os
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, cwd=cwd)
+    command = [sys.executable, "-m", "autotune", *args]
+    env = {**os.environ, **(env or {})}
+    if background:
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=env, cwd=cwd)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
+                          cwd=cwd)
 
 
 def loss_and_grads(model, batch):
@@ -49,3 +58,19 @@ def trial_processes(path) -> list:
         except (psutil.NoSuchProcess, ProcessLookupError, PermissionError):
             pass
     return found
+
+
+def assert_window_kept_its_promise(steps: int, window: dict, min_steps: int,
+                                   max_window_s: float) -> None:
+    """What a timed window promises (:class:`autotune.MeasureSpec`): it stops
+    ``precise`` only after ``min_steps`` steps and 4 blocks, or ``max-seconds`` once
+    ``max_window_s`` has passed, which wins over the minimums (the trial is then
+    flagged imprecise). ``window`` is the result's ``window`` as a dict."""
+    from autotune.measure import MIN_BLOCKS
+
+    assert steps >= 1
+    if window["stopped"] == "precise":
+        assert steps >= min_steps and len(window["blocks"]) >= MIN_BLOCKS, window
+    else:
+        assert window["stopped"] == "max-seconds", window
+        assert window["wall_s"] >= max_window_s, window

@@ -1,9 +1,23 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
+
+# The real Planetoid files, in ../shared/data beside the checkout (read-only; not part
+# of the project). Tests that need them skip, naming the folder, where it is absent.
+SHARED_PLANETOID = Path(__file__).resolve().parents[2] / "shared" / "data" / "planetoid"
+
+
+@pytest.fixture
+def cora_root() -> str:
+    """The root that holds real Cora (``Cora/raw``); skips where it is absent."""
+    raw = SHARED_PLANETOID / "Cora" / "raw"
+    if not raw.is_dir():
+        pytest.skip(f"real Cora is not in {raw} (../shared/data beside the checkout)")
+    return str(SHARED_PLANETOID)
 
 # Without a GPU, Triton kernels run in Triton's interpreter on CPU tensors. It must be
 # chosen before anything imports triton (triton.language builds its helpers then).
@@ -39,7 +53,7 @@ def random_graph():
 
 @pytest.fixture
 def tiny_synthetic():
-    from autotune.datasets import synthetic_reddit
+    from autotune.synthetic import synthetic_reddit
 
     return synthetic_reddit(scale=0.004, seed=0, mean_degree=12, num_features=32,
                             num_classes=4)
@@ -57,7 +71,7 @@ def prepared(tmp_path_factory):
 
 @pytest.fixture
 def quick_measure():
-    from autotune.measure import MeasureSpec
+    from autotune.specs import MeasureSpec
 
     return MeasureSpec(warmup_steps=2, min_steps=5, min_window_s=0.0, max_window_s=0.5)
 

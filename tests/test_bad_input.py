@@ -2,12 +2,10 @@
 and the fix, shows no traceback, and leaves the stored study exactly as it was."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import optuna
 import pytest
+from _helpers import cli
 
 TINY = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "2", "--warmup", "1",
         "--max-seconds", "0.5"]
@@ -48,8 +46,7 @@ def base(tmp_path_factory):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True,
-                          text=True, timeout=300)
+    return cli(*args, timeout=300)
 
 
 def _state(storage):

@@ -7,7 +7,6 @@ import re
 import socket
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -58,10 +57,8 @@ def _free_port() -> int:
 
 
 def _serve(root: Path, port: int, name: str = "dash-study") -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "autotune", "dashboard", "--studies-dir",
-                             str(root / "studies"), "--study-name", name,
-                             "--port", str(port)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = cli("dashboard", "--studies-dir", str(root / "studies"), "--study-name", name,
+               "--port", str(port), background=True)
     lines = [proc.stdout.readline() for _ in range(2)]
     match = re.search(r"open (http://127\.0\.0\.1:\d+/dashboard/studies/\d+)", "".join(lines))
     assert match, f"no URL printed: {lines} {proc.stderr.read() if proc.poll() else ''}"

@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from autotune.datasets import (REDDIT_CLASSES, REDDIT_FEATURES, REDDIT_NODES, DatasetRef,
-                               load_dataset, synthetic_reddit)
+from autotune.datasets import DatasetRef, load_dataset
+from autotune.synthetic import (REDDIT_CLASSES, REDDIT_FEATURES, REDDIT_NODES,
+                                synthetic_reddit)
 from autotune.errors import DatasetError
 
-SHARED_PLANETOID = Path(__file__).resolve().parents[2] / "shared" / "data" / "planetoid"
 
 
 def test_synthetic_is_reddit_shaped_and_deterministic():
@@ -68,8 +68,8 @@ def test_missing_dataset_offline_names_root_and_files(tmp_path):
         load_dataset("Cora", root=tmp_path)
 
 
-@pytest.mark.skipif(not SHARED_PLANETOID.exists(), reason="../shared/data not present")
-def test_real_cora_from_a_read_only_copy_of_the_shared_folder(tmp_path, monkeypatch):
+def test_real_cora_from_a_read_only_copy_of_the_shared_folder(tmp_path, monkeypatch,
+                                                              cora_root):
     """Real Cora from a read-only root: processed in a shadow copy, the root left as
     it was. The root is this test's own read-only copy of ../shared/data, whose
     mode differs between machines (and which no test may write into)."""
@@ -77,7 +77,7 @@ def test_real_cora_from_a_read_only_copy_of_the_shared_folder(tmp_path, monkeypa
 
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
     root = tmp_path / "planetoid"
-    shutil.copytree(SHARED_PLANETOID / "Cora" / "raw", root / "Cora" / "raw")
+    shutil.copytree(Path(cora_root) / "Cora" / "raw", root / "Cora" / "raw")
     for path in sorted(root.rglob("*"), reverse=True) + [root]:
         path.chmod(0o555 if path.is_dir() else 0o444)
     before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))

@@ -2,10 +2,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import optuna
@@ -19,12 +16,10 @@ FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup"
 
 
 def _worker(tmp_path, url, name, n_trials, *extra, steps="3", lock_dir=None):
-    env = {**os.environ, "AUTOTUNE_LOCK_DIR": str(lock_dir or tmp_path / "locks")}
-    args = [sys.executable, "-m", "autotune", "search", *FAST, "--root", str(tmp_path / "data"),
-            "--studies-dir", str(tmp_path / "studies"), "--storage", url, "--study-name", name,
-            "--n-trials", str(n_trials), "--steps", steps, *extra]
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    return cli("search", *FAST, "--root", str(tmp_path / "data"), "--studies-dir",
+               str(tmp_path / "studies"), "--storage", url, "--study-name", name, "--n-trials",
+               str(n_trials), "--steps", steps, *extra, background=True,
+               env={"AUTOTUNE_LOCK_DIR": str(lock_dir or tmp_path / "locks")})
 
 
 def _study(url, name):
@@ -112,6 +107,7 @@ def test_sigkilled_worker_trial_fails_and_the_other_completes(tmp_path, pg_url, 
     assert sum(t.state.name == "COMPLETE" for t in study.trials) == 5, "budget not completed"
 
 
+@pytest.mark.slow
 def test_stale_heartbeat_from_another_host_fails_and_requeues_once(pg_url, pg_study):
     """A worker on another host (so no pid to check) that stopped beating."""
     from autotune.storage import Heartbeat, open_storage

@@ -3,18 +3,15 @@ every failure is recorded, the search reaches its budget, nothing is lost and no
 trial process survives."""
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 
 import optuna
 import psutil
 import pytest
 import yaml
-from _helpers import trial_processes
+from _helpers import cli, trial_processes
 
 FAULT_SPACE = """knobs:
   batch_size: {choices: [64, 128]}
@@ -33,8 +30,7 @@ DEAD_WORKER = (r"DataLoader worker \(pid(\(s\))? [\d, ]+\) (is killed|exited une
 
 
 def _cli(*args, env=None, **kwargs):
-    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})}, timeout=600, **kwargs)
+    return cli(*args, env=env, timeout=600, **kwargs)
 
 
 def _survivors(path) -> list[psutil.Process]:
@@ -105,9 +101,7 @@ def _search_args(tmp_path, n_trials):
 
 def _start_long_search(args):
     """A search whose trials run long enough to be interrupted mid-trial."""
-    return subprocess.Popen([sys.executable, "-m", "autotune", *args, "--steps", "400",
-                             "--max-seconds", "120"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return cli(*args, "--steps", "400", "--max-seconds", "120", background=True)
 
 
 def _wait_for_trial(tmp_path, proc, number):

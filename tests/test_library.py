@@ -3,7 +3,6 @@ from Python and from the CLI, and the rules that make that safe."""
 from __future__ import annotations
 
 import copy
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,10 +14,10 @@ import yaml
 
 import autotune
 import user_models
-from _helpers import loss_and_grads
+from _helpers import cli, loss_and_grads
 from autotune.config import TrialConfig, load_config
 from autotune.errors import ConfigError, DatasetError, StudyNotFoundError
-from autotune.measure import MeasureSpec
+from autotune.specs import MeasureSpec
 
 TESTS = Path(__file__).resolve().parent
 MODEL = "user_models:graphconv"
@@ -54,7 +53,8 @@ def test_every_knob_reaches_a_user_model(tiny_synthetic):
     """Checkpointing wraps every MessagePassing layer wherever it sits; padding keeps
     the loss and gradients exact; bfloat16 reaches the layers; the probe sees them."""
     from autotune.measure import probe_model
-    from autotune.pipeline import PadToBucket, apply_checkpointing, build, make_model
+    from autotune.models import make_model
+    from autotune.pipeline import PadToBucket, apply_checkpointing, build
 
     config = TrialConfig(model=MODEL, hidden_channels=16, batch_size=32, num_neighbors=(5, 5),
                          sampler="builtin", dropout=0.0)
@@ -80,7 +80,7 @@ def test_every_knob_reaches_a_user_model(tiny_synthetic):
 
 
 def test_a_factory_that_returns_no_module_is_refused(tiny_synthetic):
-    from autotune.pipeline import make_model
+    from autotune.models import make_model
 
     with pytest.raises(ConfigError, match="must return a torch.nn.Module"):
         make_model(TrialConfig(model="user_models:not_a_module"), 8, 2)
@@ -119,26 +119,22 @@ def test_search_a_user_model_and_data_from_python(tmp_path):
 
 @pytest.mark.slow
 def test_search_a_user_model_from_the_cli_and_train_it(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    env = {"PYTHONPATH": str(TESTS)}
     common = ["--dataset", "user_models:tiny_graph", "--model", MODEL, "--root",
               str(tmp_path / "d"), "--studies-dir", str(tmp_path / "s"), "--study-name", "cli",
               "--space", "quick", "--hidden", "16", "--steps", "3", "--warmup", "1",
               "--max-seconds", "0.5"]
-    run = subprocess.run([sys.executable, "-m", "autotune", "search", *common, "--n-trials", "2"],
-                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    run = cli("search", *common, "--n-trials", "2", env=env, cwd=tmp_path, timeout=600)
     assert run.returncode == 0, run.stderr
     study = optuna.load_study(study_name="cli", storage=f"sqlite:///{tmp_path / 's' / 'cli.db'}")
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
     assert {t.user_attrs["config"]["model"] for t in study.trials} == {MODEL}
-    export = subprocess.run([sys.executable, "-m", "autotune", "export", "--study-name", "cli",
-                             "--studies-dir", str(tmp_path / "s"), "--out",
-                             str(tmp_path / "best.yaml")], capture_output=True, text=True,
-                            env=env, cwd=tmp_path, timeout=120)
+    export = cli("export", "--study-name", "cli", "--studies-dir", str(tmp_path / "s"),
+                 "--out", str(tmp_path / "best.yaml"), env=env, cwd=tmp_path, timeout=120)
     assert export.returncode == 0, export.stderr
-    train = subprocess.run([sys.executable, "-m", "autotune", "train", "--config",
-                            str(tmp_path / "best.yaml"), "--dataset", "user_models:tiny_graph",
-                            "--root", str(tmp_path / "d"), "--epochs", "1", "-f", "json"],
-                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    train = cli("train", "--config", str(tmp_path / "best.yaml"), "--dataset",
+                "user_models:tiny_graph", "--root", str(tmp_path / "d"), "--epochs", "1", "-f",
+                "json", env=env, cwd=tmp_path, timeout=300)
     assert train.returncode == 0, train.stderr
     assert '"model": "user_models:graphconv"' in train.stdout
 

@@ -24,7 +24,7 @@ def _keys(src, dst, n):
 @pytest.fixture(scope="module")
 def mag():
     """A small mag-shaped graph: four node types, seven edge types."""
-    from autotune.graphs import synthetic_mag
+    from autotune.synthetic import synthetic_mag
 
     return synthetic_mag(scale=0.002, seed=3)
 
@@ -82,6 +82,7 @@ def _hetero_star(num_stars=2000, leaves=40):
     return data
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["torch", "triton"])
 def test_uniform_on_one_edge_type_of_a_hetero_star(kernel):
     """Both hop draws: the torch path's and the Triton kernel's (in Triton's
@@ -313,6 +314,7 @@ def test_a_graph_without_edges_samples_as_an_empty_graph():
     assert batch.num_sampled_nodes == [5, 0, 0]
 
 
+@pytest.mark.slow
 def test_graphsage_inference_equals_a_full_graph_forward(random_graph):
     """PyG's layer-wise inference asserts isinstance(loader, NeighborLoader): the
     drop-in loader passes it and gives the full-graph forward's output."""

@@ -8,8 +8,9 @@ from _helpers import loss_and_grads as _loss_and_grads
 
 from autotune.config import TrialConfig
 from autotune.errors import ConfigError, DeviceMemoryError
-from autotune.pipeline import (MODELS, SAGE, PadToBucket, apply_checkpointing, bucket, build,
-                               check_config, check_gpu_fit, gpu_resident_bytes,
+from autotune.models import BUILT_IN as MODELS, SAGE
+from autotune.pipeline import (PadToBucket, apply_checkpointing, bucket, build, check_config,
+                               check_gpu_fit, gpu_resident_bytes,
                                sparse_adjacency, worker_core_sets)
 
 

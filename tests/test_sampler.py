@@ -110,6 +110,7 @@ def _builtin_positions(sampler):
     return positions
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("replace", [False, True])
 def test_chi_square_uniformity_of_a_high_degree_node(kernel, replace):
     # 5 of 40 in-neighbours, 20,000 draws (2,000 stars x 10 rounds), fixed seed.

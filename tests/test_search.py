@@ -4,11 +4,10 @@ import json
 import os
 import re
 import shlex
-import subprocess
-import sys
 
 import optuna
 import pytest
+from _helpers import cli
 import yaml
 
 from autotune.config import TrialConfig, load_config
@@ -19,8 +18,7 @@ FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup"
 
 
 def autotune(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=900)
+    return cli(*args, cwd=cwd, timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +68,14 @@ def test_search_reports_precision_priors_and_each_trials_split(searched):
     every figure's precision and leaves screened trials out."""
     tmp, first, _, storage, _ = searched
     lines = [ln for ln in first.stdout.splitlines() if "] #" in ln]
-    assert all(re.search(r"±\d+\.\d%", ln) for ln in lines), lines
+    # a figure's precision, or "±?" when --max-seconds ran out before two blocks (then
+    # the line says IMPRECISE): what the window promises, however loaded the machine
+    assert all(re.search(r"±\d+\.\d%", ln) or ("±?" in ln and "IMPRECISE" in ln)
+               for ln in lines), lines
     assert all(re.search(r"start \d+\.\d\ds, build [\d.]+s, warm-up [\d.]+s, window "
                          r"[\d.]+s", ln) for ln in lines), lines
-    assert all(re.search(r"\d\.\d\dx ±\d+\.\d\d", ln) for ln in lines[1:]), lines
+    assert all(re.search(r"\d\.\d\dx ±\d+\.\d\d", ln) or "±?" in ln + lines[0]
+               for ln in lines[1:]), lines  # a speed-up's interval needs both precisions
     study = optuna.load_study(study_name="e2e", storage=storage)
     queued = study.user_attrs["priors"]
     assert queued and [t.user_attrs.get("prior") for t in study.trials[1:1 + len(queued)]] \

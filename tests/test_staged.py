@@ -11,7 +11,8 @@ import optuna
 import pytest
 from _helpers import cli
 
-from autotune.measure import MeasureSpec, Screen, _window
+from autotune.measure import _window
+from autotune.specs import MeasureSpec, Screen
 from autotune.result import WindowStats, rate_half_width
 
 FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
@@ -170,7 +171,8 @@ def test_a_compile_variant_waits_for_its_eager_twin(tmp_path):
     from autotune.config import TrialConfig
     from autotune.space import load_space, suggest_config
     from autotune.study import records as rec
-    from autotune.study.loop import SearchOptions, defer_compiled
+    from autotune.study.loop import defer_compiled
+    from autotune.study.options import SearchOptions
 
     space = load_space({"knobs": {"batch_size": {"choices": [64, 128]},
                                   "compile_mode": {"choices": ["none", "default"]},
@@ -198,6 +200,7 @@ def test_a_compile_variant_waits_for_its_eager_twin(tmp_path):
     assert not defer_compiled(opts, study, again, config), "its twin is measured now"
 
 
+@pytest.mark.slow
 def test_forked_trials_start_in_a_second_isolated_and_never_overlap(tmp_path):
     """After the first trial, a trial is ready to build within 1 s (median); each
     runs in a process no other trial ran in (the factory refuses a process that
@@ -250,6 +253,7 @@ def test_budget_stops_the_search_within_one_trial(tmp_path):
     assert study.trials[0].user_attrs["fail_reason"].startswith("budget:")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
 def test_a_fork_server_whose_children_cannot_use_cuda_is_not_used(prepared, tmp_path):
     """The CUDA canary: on a machine where a forked child cannot initialise CUDA the

@@ -9,13 +9,13 @@ import torch
 
 from autotune.config import TrialConfig
 from autotune.datasets import DatasetRef, load_dataset
-from autotune.graphs import MAG_NODES, link_split, mag_from_ogb, synthetic_mag, target_type
+from autotune.graphs import link_split, mag_from_ogb, target_type
+from autotune.synthetic import MAG_NODES, synthetic_mag
 from autotune.pipeline import PadToBucket, apply_checkpointing, build
-from autotune.train import TrainSpec, _one_epoch, accuracy, train
+from autotune.training import TrainSpec, _one_epoch, accuracy, fit
 
 from _helpers import cli
 
-CORA_ROOT = "../shared/data/planetoid"
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_ogbn_mag_becomes_a_hetero_graph_with_features_everywhere():
 def test_link_split_holds_out_edges_and_negatives():
     from torch_geometric.utils import coalesce
 
-    from autotune.datasets import synthetic_reddit
+    from autotune.synthetic import synthetic_reddit
 
     data = synthetic_reddit(scale=0.002, seed=0)
     data.edge_index = coalesce(data.edge_index)  # a multigraph's twin edges would leak
@@ -152,7 +152,7 @@ def test_to_hetero_sage_trains_on_the_synthetic_hetero_graph(mag):
     config = TrialConfig(batch_size=128, num_neighbors=(5, 5), hidden_channels=64,
                          edge_fanouts={"paper__cites__paper": (3, 3)})
     pipe = _hetero_pipe(mag, config)
-    training = train(pipe, dataset.data, TrainSpec(epochs=2))
+    training = fit(pipe, dataset.data, TrainSpec(epochs=2))
     first, last = training.epochs[0], training.epochs[-1]
     losses = [float(pipe.train_step(b)) for b, _ in zip(pipe.loader, range(3))]
     assert last.loss < first.loss and max(losses) < 5.0, (first.loss, last.loss, losses)
@@ -160,8 +160,9 @@ def test_to_hetero_sage_trains_on_the_synthetic_hetero_graph(mag):
     assert last.seeds == int(dataset.data["paper"].train_mask.sum())
 
 
-def test_link_prediction_on_real_cora_reaches_auc_085():
-    ref = DatasetRef("Cora", root=CORA_ROOT, task="link")
+@pytest.mark.slow
+def test_link_prediction_on_real_cora_reaches_auc_085(cora_root):
+    ref = DatasetRef("Cora", root=cora_root, task="link")
     dataset = ref.prepare()
     config = TrialConfig(task="link", batch_size=512, num_neighbors=(10, 10), hidden_channels=128,
                          lr=0.005)
@@ -178,11 +179,14 @@ def test_link_prediction_on_real_cora_reaches_auc_085():
     assert best[2] >= 0.85, checked
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [
-    ["--task", "link", "--dataset", "Cora", "--root", CORA_ROOT],
-    ["--dataset", "synthetic-hetero", "--scale", "0.05"],
+    ["--task", "link", "--dataset", "Cora", "--root", "CORA_ROOT"],
+    ["--dataset", "synthetic-hetero", "--scale", "0.02"],
 ], ids=["cora-link", "synthetic-hetero"])
-def test_search_end_to_end(tmp_path, args):
+def test_search_end_to_end(tmp_path, args, request):
+    if "CORA_ROOT" in args:
+        args = [request.getfixturevalue("cora_root") if a == "CORA_ROOT" else a for a in args]
     space = tmp_path / "small.yaml"
     space.write_text("knobs:\n  batch_size: {choices: [64, 128]}\n"
                      "  num_neighbors: {choices: [[5, 5], [10, 5]]}\n"

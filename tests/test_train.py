@@ -10,8 +10,8 @@ import yaml
 
 from _helpers import cli
 from autotune.config import TrialConfig
-from autotune.guard import GuardOptions
-from autotune.measure import MeasureSpec
+from autotune.specs import GuardOptions
+from autotune.specs import MeasureSpec
 
 FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
         "--max-seconds", "0.5"]
@@ -31,9 +31,10 @@ def exported(tmp_path_factory):
     return tmp, common, out
 
 
+@pytest.mark.slow
 def test_export_load_build_one_epoch_lowers_the_loss(exported):
     import autotune
-    from autotune.datasets import synthetic_reddit
+    from autotune.synthetic import synthetic_reddit
 
     _, _, out = exported
     config = autotune.load_config(out)
@@ -85,7 +86,7 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
     much less in the baseline's time than fanout [25, 10]; bfloat16 learns as well."""
     from autotune.datasets import DatasetRef
     from autotune.space import load_space, params_for
-    from autotune.study import loop, records, studies
+    from autotune.study import identity, loop, options, records
 
     (tmp_path / "space.yaml").write_text(
         "knobs:\n  batch_size: {choices: [16]}\n  num_neighbors: {choices: [[1, 1]]}\n"
@@ -96,12 +97,12 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
     baseline = space.baseline(base)
     ref = DatasetRef("synthetic", root=str(tmp_path / "data"), scale=0.05)
     dataset = ref.prepare()
-    opts = loop.SearchOptions(dataset=ref, space=space, n_trials=1, sampler="random",
+    opts = options.SearchOptions(dataset=ref, space=space, n_trials=1, sampler="random",
                               storage=f"sqlite:///{tmp_path / 'g.db'}", study_name="g",
                               studies_dir=tmp_path, measure=MeasureSpec(warmup_steps=1, min_steps=3,
                                                                         max_window_s=0.5),
                               guard=GuardOptions(ratio=0.99, epochs=2))
-    study = studies.open_study(opts, dataset_stats=dataset.stats(), env={})
+    study = identity.open_study(opts, dataset_stats=dataset.stats(), env={})
 
     def run(n: int, config: TrialConfig | None = None):
         if config is not None:

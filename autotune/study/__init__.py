@@ -1,13 +1,15 @@
 """The study side of a search (``autotune.search`` is its entry point): one module per concern.
 
 - :mod:`.api`: :func:`search`, :func:`prepare_search`, :class:`SearchResult`;
-- :mod:`.loop`: reserve, measure, tell (:class:`SearchOptions`);
+- :mod:`.options`: :class:`SearchOptions`, the search's options and their defaults;
+- :mod:`.loop`: reserve, measure, tell;
 - :mod:`.recovery`: interrupted, stale and orphan trials, re-queued once;
 - :mod:`.constraints`: memory budget and accuracy guard as Optuna constraints;
 - :mod:`.samplers`: the Optuna samplers;
 - :mod:`.records`: :class:`TrialRecord`, the attribute keys;
 - :mod:`.front`: the Pareto rows, ``pareto.yaml`` and exports;
-- :mod:`.studies`: finding, opening and creating studies;
+- :mod:`.studies`: naming, finding and loading studies;
+- :mod:`.identity`: creating or joining a study, and what it must keep;
 - :mod:`._optuna`: the one adapter to Optuna's private API.
 
 Reading a study (records, front, studies) imports neither torch nor PyG.

@@ -7,23 +7,29 @@ this machine, dataset, model factory, storage, study identity) and returns a
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ParamSpec, Sequence
 
 import optuna
 
 from autotune.config import MODELS, TrialConfig
 from autotune.errors import ConfigError
+from autotune.files import atomic_write
 from autotune.study import records as rec
 from autotune.study.front import FrontRow, study_front, write_export, write_pareto
-from autotune.study.loop import Progress, SearchOptions, SearchOutcome, run_search
+from autotune.study.identity import open_study
+from autotune.study.loop import Progress, SearchOutcome, run_search
+from autotune.study.options import SearchOptions
 from autotune.study.records import TrialRecord
-from autotune.study.studies import default_storage, default_study_name, open_study, \
-    quiet_optuna
+from autotune.study.studies import default_storage, default_study_name
+from autotune.specs import GuardOptions, MeasureSpec, TrialLimits
 from autotune.storage import masked, open_storage, study_lock
+from autotune.taskinfo import task_info
 
 DatasetArg = Any  # a name, a .pt path, 'package.module:function', a Data or a function
 ModelArg = Any  # None, sage/gcn/gat, 'package.module:factory' or a factory
@@ -65,67 +71,65 @@ def result_of(study: optuna.Study, url: str, outcome: SearchOutcome,
     by_number = {t.number: t for t in trials}
     front = tuple(study_front(study))
     knee = next((r for r in front if "knee" in r.marks), None)
-    return SearchResult(study.study_name, masked(url), trials, front,
-                        by_number.get(study.user_attrs.get(rec.STUDY_BASELINE)),
+    s = rec.StudyRecord.from_study(study)
+    return SearchResult(study.study_name, masked(url), trials, front, by_number.get(s.baseline),
                         by_number.get(knee.trial) if knee else None, outcome, pareto_path,
-                        study.user_attrs.get(rec.STUDY_GUARD), url)
+                        s.guard, url)
 
 
 @dataclass(frozen=True)
 class SearchPlan:
-    """A checked search, its study opened: what :meth:`run` will do."""
+    """A checked search, its study opened: what :meth:`run` will do, and the
+    callbacks it calls (see :func:`prepare_search`)."""
 
     options: SearchOptions
     baseline: TrialConfig
     study: optuna.Study
     dataset_stats: dict[str, Any]
     notes: tuple[str, ...] = ()
+    progress: Progress | None = None
+    on_trial_start: Callable[[int, TrialConfig], None] | None = None
+    on_trial_done: Callable[[optuna.Study], None] | None = None
 
     @property
     def pareto_path(self) -> Path:
         return self.options.study_dir / "pareto.yaml"
 
-    def run(self, *, progress: Progress | None = None,
-            on_trial_start: Callable[[int, TrialConfig], None] | None = None) -> SearchResult:
-        """Runs the search loop; ``pareto.yaml`` and the dashboard's study note are
-        rewritten after every trial. ``on_trial_start(number, config)`` is called as
-        each trial starts, ``progress(n, total, record, elapsed_s, eta_s)`` as it ends."""
-        outcome = run_search(self.options, self.study, self.baseline, progress=progress,
-                             on_trial_done=self._publish, on_trial_start=on_trial_start)
+    def run(self) -> SearchResult:
+        """Runs the search loop; ``pareto.yaml`` is rewritten after every trial, then
+        ``on_trial_done`` is called under the study's lock (workers take turns)."""
+        def publish(study: optuna.Study) -> None:
+            write_pareto(study, self.pareto_path, self.options.storage)
+            if self.on_trial_done is not None:
+                with study_lock(self.options.storage, study.study_name):
+                    self.on_trial_done(study)
+
+        outcome = run_search(self.options, self.study, self.baseline, progress=self.progress,
+                             on_trial_done=publish, on_trial_start=self.on_trial_start)
         return result_of(self.study, self.options.storage, outcome, self.pareto_path)
 
-    def _publish(self, study: optuna.Study) -> None:
-        from autotune.report import save_study_note
 
-        write_pareto(study, self.pareto_path, self.options.storage)
-        with study_lock(self.options.storage, study.study_name):  # workers take turns
-            save_study_note(study)
-
-
-def search(*, progress: Progress | None = None, **options: Any) -> SearchResult:
-    """Searches the Pareto front of throughput and peak memory; see
-    :func:`prepare_search` for the options. Example::
-
-        result = autotune.study(dataset="synthetic", scale=0.02, space="quick",
-                                 n_trials=8, model="mypkg.models:factory")
-        print(result.knee.config, result.knee.throughput)
-        result.export("best.yaml")
-    """
-    return prepare_search(**options).run(progress=progress)
+_O, _G = SearchOptions, GuardOptions  # the defaults below are theirs
 
 
 def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None,
                    scale: float = 1.0, data_seed: int = 0, task: str = "node",
                    model: ModelArg = None, hidden: int | None = None, layers: int | None = None,
                    recompile_limit: int | None = None, space: str | Path | dict = "default",
-                   n_trials: int = 20, timeout_s: float | None = None, budget=None,
-                   racing: bool = True, screen_precision=0.10, priors: bool = True,
-                   sampler: str = "gp", seed: int = 0, max_memory: int | str | None = None,
-                   device: str | None = None, accuracy_guard: float | None = None,
-                   guard_epochs: int = 3, objectives: str | Sequence[str] = "throughput,memory",
+                   n_trials: int = _O.n_trials, timeout_s: float | None = None,
+                   budget: float | str | None = None, racing: bool = _O.racing,
+                   screen_precision: float | str = _O.screen_precision,
+                   priors: bool = _O.priors, sampler: str = _O.sampler, seed: int = _O.seed,
+                   max_memory: int | str | None = None, device: str | None = None,
+                   accuracy_guard: float | None = None, guard_epochs: int = _G.epochs,
+                   objectives: str | Sequence[str] = "throughput,memory",
                    study_name: str | None = None, storage: str | None = None,
-                   studies_dir: str | os.PathLike = "studies", heartbeat_s: int = 10,
-                   grace_s: int = 60, measure=None, limits=None) -> SearchPlan:
+                   studies_dir: str | os.PathLike = _O.studies_dir,
+                   heartbeat_s: int = _O.heartbeat_s, grace_s: int = _O.grace_s,
+                   measure: MeasureSpec | None = None, limits: TrialLimits | None = None,
+                   progress: Progress | None = None,
+                   on_trial_start: Callable[[int, TrialConfig], None] | None = None,
+                   on_trial_done: Callable[[optuna.Study], None] | None = None) -> SearchPlan:
     """Checks everything a search needs before its first trial and opens its study.
 
     ``dataset``: a name (Reddit, Cora, synthetic, synthetic-hetero, ogbn-mag, ...), a ``.pt``
@@ -134,53 +138,104 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     or a factory ``(in_channels, out_channels, config) -> nn.Module`` taking ``(x,
     edge_index)``, lifted by ``to_hetero`` on a HeteroData. ``space``: a shipped space's name, a
     YAML path or a dict of the same schema. ``max_memory``: bytes or a size such as ``'8GiB'``.
-    ``measure``/``limits``: an :class:`autotune.MeasureSpec` and :class:`TrialLimits`.
+    ``measure``/``limits``: a :class:`autotune.MeasureSpec` and :class:`autotune.TrialLimits`.
     ``budget``: wall clock of this run, seconds or '20m'. ``racing``: a new config is screened
-    at ``screen_precision`` first; ``priors``: the prior table runs first."""
+    at ``screen_precision`` first; ``priors``: the prior table runs first.
+
+    Callbacks: ``on_trial_start(number, config)`` as a trial starts;
+    ``progress(n, total, record, elapsed_s, eta_s)`` as it ends (``record`` a
+    :class:`autotune.TrialRecord`); ``on_trial_done(study)`` after ``pareto.yaml`` is
+    rewritten (the CLI publishes the dashboard's note there:
+    :func:`autotune.report.save_study_note`)."""
     import torch
 
-    from autotune.env import fingerprint, make_writable_dir, writable_dir
-    from autotune.guard import GuardOptions, parse_objectives
-    from autotune.measure import MeasureSpec
-    from autotune.runner import TrialLimits
-
-    quiet_optuna()
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     _check_budgets(sampler, n_trials, timeout_s, heartbeat_s, grace_s)
-    budgets = _time_and_memory(budget, screen_precision, max_memory, racing=bool(racing),
-                               priors=bool(priors))
-    guard = GuardOptions(ratio=accuracy_guard, epochs=guard_epochs, objective=parse_objectives(
-        objectives if isinstance(objectives, str) else ",".join(objectives)))
+    studies = _studies_folder(studies_dir)
+    space_, baseline = _space_and_baseline(
+        space, device, _facts(model, hidden, layers, recompile_limit, task), seed)
+    ref = _dataset_ref(dataset, root, scale, data_seed, studies, task)
+    name = study_name or default_study_name(_study_stem(ref), device)
+    opts = SearchOptions(dataset=ref, space=space_, storage=storage or default_storage(
+        studies, name), study_name=name, device=device, n_trials=n_trials, timeout_s=timeout_s,
+        **_time_and_memory(budget, screen_precision, max_memory, racing=bool(racing),
+                           priors=bool(priors)),
+        sampler=sampler, seed=seed, studies_dir=studies, measure=measure or MeasureSpec(),
+        limits=limits or TrialLimits(), heartbeat_s=heartbeat_s, grace_s=grace_s,
+        guard=_guard(accuracy_guard, guard_epochs, objectives))
+    study, prepared, stats = _open(opts, baseline)
+    notes = space_.notes + _meaningless_knobs(space_, baseline, prepared, stats)
+    return SearchPlan(opts, baseline, study, stats, notes, progress, on_trial_start,
+                      on_trial_done)
+
+
+def _studies_folder(studies_dir: str | os.PathLike) -> Path:
+    from autotune.env import writable_dir
+
     studies = Path(studies_dir)
     if not writable_dir(studies):
         raise ConfigError(f"--studies-dir (studies_dir=) '{studies}' is not writable; pass "
                           "another folder")
-    facts = _facts(model, hidden, layers, recompile_limit, task)
-    space_, baseline = _space_and_baseline(space, device, facts, seed)
-    ref = _dataset_ref(dataset, root, scale, data_seed, studies, task)
-    name = study_name or default_study_name(_study_stem(ref), device)
-    url = storage or default_storage(studies, name)
+    return studies
+
+
+def _guard(ratio: float | None, epochs: int, objectives: str | Sequence[str]) -> GuardOptions:
+    from autotune.guard import parse_objectives
+
+    return GuardOptions(ratio=ratio, epochs=epochs, objective=parse_objectives(
+        objectives if isinstance(objectives, str) else ",".join(objectives)))
+
+
+def _open(opts: SearchOptions, baseline: TrialConfig):
+    """The checks only this machine, the storage and the prepared dataset can make, in
+    that order (nothing is created before the cheap ones pass); then the study,
+    created or joined. Returns it, the prepared dataset and its stats."""
+    from autotune.env import fingerprint, make_writable_dir
+
     _check_machine(baseline)
-    make_writable_dir(studies, "--studies-dir (studies_dir=)")  # checked: now created
-    open_storage(url)  # fails fast on a bad URL or an unreachable server
-    prepared = ref.prepare()
-    _check_data(baseline, space_, prepared, guard)
-    opts = SearchOptions(dataset=ref, space=space_, storage=url, study_name=name, device=device,
-                         n_trials=n_trials, timeout_s=timeout_s, **budgets, sampler=sampler,
-                         seed=seed, studies_dir=studies,
-                         measure=measure or MeasureSpec(), limits=limits or TrialLimits(),
-                         heartbeat_s=heartbeat_s, grace_s=grace_s, guard=guard)
+    make_writable_dir(opts.studies_dir, "--studies-dir (studies_dir=)")  # checked: created now
+    open_storage(opts.storage)  # fails fast on a bad URL or an unreachable server
+    prepared = opts.dataset.prepare()
+    _check_data(baseline, opts.space, prepared, opts.guard)
     stats = prepared.stats()
-    study = open_study(opts, dataset_stats=stats, env=fingerprint(device))
-    notes = space_.notes + _meaningless_knobs(space_, baseline, prepared, stats)
-    return SearchPlan(opts, baseline, study, stats, notes)
+    return open_study(opts, dataset_stats=stats, env=fingerprint(opts.device)), prepared, stats
+
+
+P = ParamSpec("P")
+
+
+def _and_run(prepare: Callable[P, SearchPlan]) -> Callable[P, SearchResult]:
+    """:func:`search`: ``prepare``'s very signature (for ``help()`` and for IDEs,
+    through the ParamSpec), running the plan it returns."""
+    @functools.wraps(prepare)
+    def search(*args: P.args, **kwargs: P.kwargs) -> SearchResult:
+        return prepare(*args, **kwargs).run()
+
+    search.__name__ = search.__qualname__ = "search"
+    search.__signature__ = inspect.signature(prepare).replace(  # type: ignore[attr-defined]
+        return_annotation=SearchResult)
+    search.__doc__ = """Searches the Pareto front of throughput and peak memory: checks every
+    option before the first trial (:func:`prepare_search`, whose keyword arguments these
+    are), runs the search and returns a :class:`SearchResult`. Example::
+
+        import autotune
+
+        result = autotune.search(dataset="synthetic", scale=0.02, space="quick",
+                                 n_trials=8, model="mypkg.models:factory")
+        print(result.knee.config, result.knee.throughput)
+        result.export("best.yaml")
+    """
+    return search
+
+
+search = _and_run(prepare_search)
 
 
 def _study_stem(ref) -> str:
     """A default study's name before its device: the dataset, ``-link`` for link
     prediction (a node study and a link study of one dataset never share)."""
     stem = ref.name.rpartition(":")[2] or ref.name
-    return stem + ("-link" if ref.task == "link" else "")
+    return stem + task_info(ref.task).suffix
 
 
 def _meaningless_knobs(space, baseline: TrialConfig, prepared,
@@ -194,7 +249,7 @@ def _meaningless_knobs(space, baseline: TrialConfig, prepared,
     knob = space.knobs.get("batch_size")
     sizes = (knob.choices if knob.choices is not None else (knob.low,)) if knob \
         else (baseline.batch_size,)
-    seeds = "training edges" if baseline.task == "link" else "training nodes"
+    seeds = f"training {task_info(baseline).seeds}"
     if min(sizes) >= stats["num_train"]:
         notes.append(f"warning: every batch size searched (>= {min(sizes)}) holds all "
                      f"{stats['num_train']:,} {seeds}: batch_size changes nothing here")
@@ -260,12 +315,9 @@ def _facts(model: ModelArg, hidden: int | None, layers: int | None,
 
     if model is not None and not isinstance(model, str):
         model = import_path_of(model, what="model factory", option="model=")
-    from autotune.config import TASKS
-
-    if task not in TASKS:
-        raise ConfigError(f"--task (task=) must be one of {', '.join(TASKS)} (got {task!r})")
     named = {"model": model, "hidden_channels": hidden, "num_layers": layers,
-             "recompile_limit": recompile_limit, "task": None if task == "node" else task}
+             "recompile_limit": recompile_limit,
+             "task": None if task_info(task).name == TrialConfig.task else task}
     return {k: v for k, v in named.items() if v is not None}
 
 
@@ -304,15 +356,14 @@ def _check_data(baseline: TrialConfig, space, prepared, guard) -> None:
     """That the task fits the dataset (every edge type the space names included),
     that the model factory builds a model for it, and that the dataset has what the
     accuracy guard needs."""
-    from autotune.pipeline import check_dataset, make_model
     from autotune.space import edge_knobs
+    from autotune.tasks import check_dataset, task_for
 
     named = {t: knob.choices[0] for t, knob in edge_knobs(space).items()}
     check_dataset(baseline.replace(edge_fanouts=named or None), prepared)
-    if baseline.model not in MODELS and not prepared.hetero:
-        out = baseline.hidden_channels if baseline.task == "link" else prepared.num_classes
-        make_model(baseline, prepared.num_features, out)
-    split = "val_edge_label_index" if baseline.task == "link" else "val_mask"
+    if baseline.model not in MODELS and not prepared.hetero:  # the factory builds
+        task_for(baseline, prepared.data).model(baseline, prepared.data, prepared.num_classes)
+    split = task_info(baseline).val_split
     store = prepared.target_store()
     if guard.active and split not in store:
         raise ConfigError(f"--accuracy-guard and --objectives ...,accuracy need a validation "
@@ -355,8 +406,5 @@ def _saved(data, folder: Path) -> Path:
     if not path.exists():
         import torch
 
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        torch.save(data, tmp)
-        os.replace(tmp, path)
+        atomic_write(path, lambda tmp: torch.save(data, tmp))
     return path

@@ -3,17 +3,15 @@ baseline, ``pareto.yaml`` and the export file, each rewritten atomically so a cr
 never loses the current answer. Imports neither torch nor PyG."""
 from __future__ import annotations
 
-import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune.files import atomic_write, dump
 from autotune.pareto import best_under, front, knee, pick
-from autotune.result import MIB
 from autotune.study import records as rec
-from autotune.study.records import TrialRecord
+from autotune.study.records import StudyRecord, TrialRecord
 from autotune.storage import masked
 
 
@@ -35,11 +33,6 @@ class FrontRow:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def budget_mib(study) -> float | None:
-    budget = study.user_attrs.get(rec.STUDY_MAX_MEMORY)
-    return budget / MIB if budget else None
 
 
 def front_rows(trials: list[TrialRecord], baseline_no: int | None,
@@ -97,33 +90,18 @@ def payback_epochs(trial: TrialRecord, trials: list[TrialRecord],
 
 
 def study_front(study) -> list[FrontRow]:
-    return front_rows(rec.records(study), study.user_attrs.get(rec.STUDY_BASELINE),
-                      budget_mib(study), (study.user_attrs.get(rec.STUDY_DATASET) or {}).get(
-                          "num_train"))
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Writes ``text`` to ``path`` through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def dump(blob: Any, fmt: str) -> str:
-    """``blob`` as JSON or YAML text."""
-    if fmt == "json":
-        return json.dumps(blob, indent=2) + "\n"
-    import yaml
-
-    return yaml.safe_dump(blob, sort_keys=False)
+    """The study's front: the one computation ``show``, ``pareto.yaml``, the export's
+    knee, the report and the dashboard note all read."""
+    s = StudyRecord.from_study(study)
+    return front_rows(rec.records(study), s.baseline, s.budget_mib, s.num_train)
 
 
 def write_pareto(study, path: Path, url: str) -> None:
     """Rewrites ``pareto.yaml``."""
-    blob = {"study": study.study_name, "storage": masked(url),
-            "baseline_trial": study.user_attrs.get(rec.STUDY_BASELINE),
-            "max_memory_mib": budget_mib(study), "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    s = StudyRecord.from_study(study)
+    blob = {"study": study.study_name, "storage": masked(url), "task": s.task.name,
+            "unit": s.task.unit, "baseline_trial": s.baseline,
+            "max_memory_mib": s.budget_mib, "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "front": [r.to_dict() for r in study_front(study)]}
     atomic_write(path, dump(blob, "yaml"))
 
@@ -134,27 +112,27 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
     that reproduces the measurement."""
     from autotune.config import CONFIG_FORMAT, TrialConfig
 
+    s = StudyRecord.from_study(study)
     trials = {t.number: t for t in rec.records(study)}
     explicit = how.startswith("trial:")  # any completed trial, flags and all
     chosen = pick([t.point() for t in trials.values()
-                   if (t.complete if explicit else t.on_front_candidate)], how, budget_mib(study))
+                   if (t.complete if explicit else t.on_front_candidate)], how, s.budget_mib)
     t = trials[chosen.number]
     config = TrialConfig.from_dict(t.config)
-    ref = study.user_attrs.get(rec.STUDY_DATASET_REF, {})
+    ref = s.dataset_ref
     reproduce = (f"autotune trial --dataset {ref.get('name')} --root {ref.get('root')} "
                  f"--scale {ref.get('scale')} --data-seed {ref.get('seed')} --config {out}")
     measured = {"trial": t.number, "measured_in_trial": t.reused_from if t.reused_from
-                is not None else t.number, "seed_nodes_per_s": t.throughput,
+                is not None else t.number, s.task.throughput_key: t.throughput,
+                "throughput": t.throughput, "unit": s.task.unit,
                 "peak_memory_mib": t.memory_mib, "summary": t.summary,
                 "memory": t.memory.to_dict(), "compile": t.compile.to_dict(),
                 "observed": t.observed.to_dict(), "val_acc": t.val_acc,
                 "accuracy_ratio": t.accuracy_ratio, "window": t.window.to_dict(),
                 "precision": t.precision, "screened": t.screened, "imprecise": t.imprecise,
-                "payback_epochs": payback_epochs(t, list(trials.values()), (study.user_attrs.get(
-                    rec.STUDY_DATASET) or {}).get("num_train"))}
+                "payback_epochs": payback_epochs(t, list(trials.values()), s.num_train)}
     blob = {"format": CONFIG_FORMAT, "config": config.to_dict(), "model": config.model,
-            "measured": measured, "env": study.user_attrs.get(rec.STUDY_ENV),
-            "dataset": study.user_attrs.get(rec.STUDY_DATASET), "dataset_ref": ref,
+            "measured": measured, "env": s.env, "dataset": s.dataset, "dataset_ref": ref,
             "study": study.study_name, "storage": masked(url), "reproduce": reproduce}
     return blob, t
 

@@ -15,7 +15,6 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import optuna
@@ -23,68 +22,22 @@ from optuna.trial import TrialState
 
 from autotune import guard as guards
 from autotune.config import TrialConfig
-from autotune.datasets import DatasetRef
 from autotune.errors import GuardError
-from autotune.guard import GuardOptions, Verdict
-from autotune.measure import MeasureSpec, Screen
+from autotune.guard import Verdict
+from autotune.specs import MeasureSpec, Screen
 from autotune.pareto import Point
-from autotune.result import MIB
 from autotune.runner import ForkServer, TrialLimits, inductor_cache_dir, run_trial
 from autotune.study import _optuna, recovery
 from autotune.study import records as rec
 from autotune.study.constraints import set_constraints
-from autotune.study.records import ACCURACY_METRIC, DIRECTIONS, METRIC_NAMES, TrialRecord
-from autotune.study.samplers import DEFAULT_SAMPLER, make_sampler
-from autotune.space import SearchSpace, params_for, suggest_config
-from autotune.storage import GRACE_S, HEARTBEAT_S, Heartbeat, file_lock, measurement_lock_path, \
+from autotune.study.options import SearchOptions
+from autotune.study.records import StudyRecord, TrialRecord
+from autotune.study.samplers import make_sampler
+from autotune.space import params_for, suggest_config
+from autotune.storage import Heartbeat, file_lock, measurement_lock_path, \
     study_lock
 
 POLL_S = 2.0  # how often a worker whose budget is taken by running trials looks again
-
-
-@dataclass(frozen=True)
-class SearchOptions:
-    """Everything a search needs, checked before the first trial."""
-
-    dataset: DatasetRef
-    space: SearchSpace
-    storage: str
-    study_name: str
-    device: str = "cpu"
-    n_trials: int = 20
-    timeout_s: float | None = None
-    sampler: str = DEFAULT_SAMPLER
-    seed: int = 0
-    max_memory_bytes: int | None = None
-    studies_dir: Path = Path("studies")
-    measure: MeasureSpec = field(default_factory=MeasureSpec)
-    limits: TrialLimits = field(default_factory=TrialLimits)
-    heartbeat_s: int = HEARTBEAT_S
-    grace_s: int = GRACE_S
-    guard: GuardOptions = field(default_factory=GuardOptions)
-    budget_s: float | None = None  # wall clock: the running trial is finished or failed
-    racing: bool = True  # a new config is screened at screen_precision first
-    screen_precision: float = 0.10
-    priors: bool = True  # enqueue the prior table right after the baseline
-
-    @property
-    def directions(self) -> list[str]:
-        return DIRECTIONS + (["maximize"] if self.guard.objective else [])
-
-    @property
-    def metric_names(self) -> list[str]:
-        return METRIC_NAMES + ([ACCURACY_METRIC] if self.guard.objective else [])
-
-    @property
-    def budget_mib(self) -> float | None:
-        return self.max_memory_bytes / MIB if self.max_memory_bytes else None
-
-    @property
-    def study_dir(self) -> Path:
-        """This study's folder: trial logs, guard runs and ``pareto.yaml``."""
-        from autotune.study.studies import study_folder
-
-        return study_folder(self.studies_dir, self.study_name, self.storage)
 
 
 @dataclass
@@ -254,7 +207,7 @@ def _enqueue_priors(opts: SearchOptions, study: optuna.Study, baseline: TrialCon
     when the trial budget ends first."""
     from autotune.study.priors import prior_configs, this_machine
 
-    done = study.user_attrs.get(rec.STUDY_PRIORS, [])
+    done = list(StudyRecord.from_study(study).priors)
     if not opts.priors or study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         return
     for name, config in prior_configs(baseline, opts.space, this_machine(opts.device)):
@@ -309,7 +262,7 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
         return _reuse(opts, study, trial, previous, outcome)
     trial_dir = opts.study_dir / "trials" / str(trial.number)
     measure = _measure_spec(opts, study, trial)
-    with Heartbeat(_optuna.storage(study), trial._trial_id), \
+    with Heartbeat(_optuna.storage(study), _optuna.trial_id(trial)), \
             file_lock(measurement_lock_path(opts.device)) as waited:
         limits, budget_bound = _limits(opts, clock)
         measured_from = time.time()
@@ -370,7 +323,7 @@ def _guard_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tria
     """Trains the trial for the accuracy guard where it must, sets the constraints and
     tells the objectives."""
     try:
-        with Heartbeat(_optuna.storage(study), trial._trial_id):  # guard training is long
+        with Heartbeat(_optuna.storage(study), _optuna.trial_id(trial)):  # guard training is long
             verdict = _guard(opts, study, trial, config, values, outcome)
     except GuardError as exc:
         outcome.failed += 1
@@ -398,15 +351,17 @@ def _guard(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
     if not guard.active:
         return None
     if trial.user_attrs.get(rec.BASELINE):
-        verdict = guards.reference(opts, study, trial.number, config, guard)
+        verdict, ref = guards.reference(opts, trial.number, config, guard)
+        study.set_user_attr(rec.STUDY_GUARD, ref)
     else:
         feasible = opts.budget_mib is None or values[1] <= opts.budget_mib
         candidate = Point(trial.number, values[0], values[1])
         if not guard.objective and (not feasible or any(
                 p.feasible and p.dominates(candidate) for p in rec.points(study))):
             return None
-        ref = guards.budget(study, lambda: _baseline_pending(study))
-        verdict = guards.check(opts, study, trial.number, config, guard, ref)
+        ref = guards.budget(lambda: StudyRecord.from_study(study).guard,
+                            lambda: _baseline_pending(study))
+        verdict = guards.check(opts, trial.number, config, guard, ref)
     for key, value in verdict.attrs().items():
         trial.set_user_attr(key, value)
     outcome.guarded += 1

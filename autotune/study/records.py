@@ -1,9 +1,13 @@
-"""``TrialRecord``: a trial as the study stores it, read back typed.
+"""``TrialRecord`` and ``StudyRecord``: a trial and a study as the storage keeps
+them, read back typed.
 
-Every attribute key a trial carries is a constant here, written by
-:meth:`TrialRecord.to_attrs` and read by :meth:`TrialRecord.from_frozen`; the
-readers (``show``, export, progress lines, the report, the dashboard note) see only
-``TrialRecord``. Imports neither torch nor PyG.
+Every attribute key a trial or a study carries is a constant here. A trial's are
+written by :meth:`TrialRecord.to_attrs` and read by :meth:`TrialRecord.from_frozen`;
+a study's are written when it is created (:mod:`autotune.study.identity`) or as the
+search learns them (the baseline's number, the prior rows queued, the guard's
+reference) and read by :meth:`StudyRecord.from_study`. The readers (``show``,
+export, progress lines, the report, the dashboard note, ``studies``) see only the
+records. Imports neither torch nor PyG.
 """
 from __future__ import annotations
 
@@ -11,12 +15,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from autotune.pareto import Point
-from autotune.result import PARTS, CompileStats, MemoryStats, Observed, TrialResult, \
+from autotune.taskinfo import TaskInfo, task_info
+from autotune.result import MIB, PARTS, CompileStats, MemoryStats, Observed, TrialResult, \
     WindowStats, ratio_half_width
 
-DIRECTIONS = ["maximize", "minimize"]
-METRIC_NAMES = ["throughput (seed nodes/s)", "peak memory (MiB)"]
-ACCURACY_METRIC = "validation accuracy"
+DIRECTIONS = ["maximize", "minimize"]  # throughput, peak memory (+ accuracy: maximize)
 
 # Trial attribute keys (Optuna user attrs).
 STATUS, CONFIG, CONFIG_KEY = "status", "config", "config_key"
@@ -34,7 +37,7 @@ WINDOW, PRIOR, DEFERRED, TWIN = "window", "prior", "deferred", "eager_twin"
 STUDY_BASELINE, STUDY_DATASET, STUDY_DATASET_REF = "baseline_trial", "dataset", "dataset_ref"
 STUDY_ENV, STUDY_SPACE, STUDY_DEVICE = "env", "space", "device"
 STUDY_MAX_MEMORY, STUDY_GUARD_OPTS, STUDY_GUARD = "max_memory_bytes", "accuracy_guard", "guard"
-STUDY_FOLDER, STUDY_PRIORS = "studies_folder", "priors"
+STUDY_PRIORS = "priors"
 
 # Fail reasons of trials that never finished: they count against no budget.
 NOT_MEASURED = ("interrupted", "stale", "orphan", "budget")
@@ -210,3 +213,49 @@ def points(study) -> list[Point]:
     from optuna.trial import TrialState
 
     return [r.point() for r in records(study, (TrialState.COMPLETE,)) if not r.screened]
+
+
+@dataclass(frozen=True)
+class StudyRecord:
+    """A study's own attributes, typed: what it was created with (its identity:
+    space, dataset, device, memory budget, guard options) and what its search has
+    written since (the baseline's trial number, the prior rows queued, the guard's
+    reference)."""
+
+    name: str
+    baseline: int | None = None
+    dataset_ref: dict[str, Any] = field(default_factory=dict)  # DatasetRef.identity()
+    dataset: dict[str, Any] = field(default_factory=dict)  # Dataset.stats()
+    env: dict[str, Any] = field(default_factory=dict)
+    space: dict[str, Any] = field(default_factory=dict)
+    device: str | None = None
+    max_memory_bytes: int | None = None
+    guard_options: dict[str, Any] | None = None  # ratio, epochs
+    guard: dict[str, Any] | None = None  # budget_s, baseline_val_acc, baseline_trial, ...
+    priors: tuple[str, ...] = ()
+
+    @classmethod
+    def from_study(cls, study) -> StudyRecord:
+        """From an ``optuna.Study`` (or anything with ``study_name`` and ``user_attrs``)."""
+        a = study.user_attrs
+        return cls(name=study.study_name, baseline=a.get(STUDY_BASELINE),
+                   dataset_ref=a.get(STUDY_DATASET_REF) or {},
+                   dataset=a.get(STUDY_DATASET) or {}, env=a.get(STUDY_ENV) or {},
+                   space=a.get(STUDY_SPACE) or {}, device=a.get(STUDY_DEVICE),
+                   max_memory_bytes=a.get(STUDY_MAX_MEMORY),
+                   guard_options=a.get(STUDY_GUARD_OPTS), guard=a.get(STUDY_GUARD),
+                   priors=tuple(a.get(STUDY_PRIORS) or ()))
+
+    @property
+    def task(self) -> TaskInfo:
+        """The study's task (node for a study from before tasks existed)."""
+        return task_info(self.dataset_ref)
+
+    @property
+    def budget_mib(self) -> float | None:
+        return self.max_memory_bytes / MIB if self.max_memory_bytes else None
+
+    @property
+    def num_train(self) -> int | None:
+        """The training seeds of its dataset (nodes, or edges for link)."""
+        return self.dataset.get("num_train")

@@ -6,9 +6,8 @@ from __future__ import annotations
 import optuna
 
 from autotune.errors import ConfigError
+from autotune.study.options import DEFAULT_SAMPLER, SAMPLERS  # noqa: F401
 
-SAMPLERS = ("gp", "tpe", "nsga2", "random")
-DEFAULT_SAMPLER = "gp"  # the best in benchmarks/search_efficiency.py
 STARTUP_TRIALS = 4
 
 

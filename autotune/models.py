@@ -1,0 +1,155 @@
+"""The built-in models (``--model sage|gcn|gat``), a user's factory by import path,
+and the heterogeneous form of SAGE that ``to_hetero`` lifts. A task
+(:mod:`autotune.tasks`) decides what a model's output is; the pipeline wraps it in
+the knobs (:mod:`autotune.pipeline`)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from autotune.config import GAT_HEADS, TrialConfig
+from autotune.errors import ConfigError
+
+
+class GNN(nn.Module):
+    """A stack of conv layers with ReLU and dropout between them, as in PyG's
+    examples/reddit.py. Subclasses say which conv each layer is."""
+
+    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
+                 num_layers: int = 2, dropout: float = 0.5) -> None:
+        super().__init__()
+        sizes = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
+        last = len(sizes) - 2
+        self.convs = nn.ModuleList(self.conv(a, b, i == last)
+                                   for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])))
+        self.dropout = dropout
+
+    def conv(self, in_channels: int, out_channels: int, last: bool) -> nn.Module:
+        raise NotImplementedError
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        for i, conv in enumerate(self.convs):
+            x = conv(x, _in_dtype_of(edge_index, x))
+            if i < len(self.convs) - 1:
+                x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
+        return x
+
+
+def _in_dtype_of(edges: Tensor, x: Tensor) -> Tensor:
+    """A sparse adjacency (``aggregation: sparse``) with ``x``'s dtype: under autocast
+    the second layer's input is bfloat16 while the adjacency holds float32 ones, which
+    torch.sparse refuses to multiply. ``edge_index`` passes through."""
+    if edges.layout == torch.strided or edges.dtype == x.dtype:
+        return edges
+    return edges.to(x.dtype)
+
+
+class SAGE(GNN):
+    """GraphSAGE with mean aggregation (PyG's examples/reddit.py, the default)."""
+
+    def conv(self, in_channels: int, out_channels: int, last: bool) -> nn.Module:
+        from torch_geometric.nn import SAGEConv
+
+        return SAGEConv(in_channels, out_channels)
+
+
+class GCN(GNN):
+    """GCN (Kipf and Welling) with self-loops and symmetric normalisation."""
+
+    def conv(self, in_channels: int, out_channels: int, last: bool) -> nn.Module:
+        return GCNLayer(in_channels, out_channels)
+
+
+class GCNLayer(nn.Module):
+    """``GCNConv`` that stays in the autocast dtype. GCNConv builds its normalisation
+    weights in its input's dtype and adds a float32 bias, so under bfloat16 autocast
+    its output came back as float32 although its linear layer ran in bfloat16. Here
+    the input is cast to the autocast dtype and the bias is added in it, as autocast
+    does for a linear layer's bias."""
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__()
+        from torch_geometric.nn import GCNConv
+
+        self.conv = GCNConv(in_channels, out_channels, bias=False)
+        self.bias = nn.Parameter(torch.zeros(out_channels))
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        device = x.device.type
+        if torch.is_autocast_enabled(device):
+            x = x.to(torch.get_autocast_dtype(device))
+        out = self.conv(x, edge_index)
+        return out + self.bias.to(out.dtype)
+
+
+class GAT(GNN):
+    """GAT with ``GAT_HEADS`` concatenated heads per hidden layer (hidden_channels is
+    split over them) and one head in the output layer. Under autocast its linear
+    layers run in the autocast dtype; its attention and messages stay float32 (the
+    attention vectors are float32 parameters), which the trial's probe reports."""
+
+    def conv(self, in_channels: int, out_channels: int, last: bool) -> nn.Module:
+        from torch_geometric.nn import GATConv
+
+        if last:
+            return GATConv(in_channels, out_channels, heads=1)
+        return GATConv(in_channels, out_channels // GAT_HEADS, heads=GAT_HEADS)
+
+
+BUILT_IN = {"sage": SAGE, "gcn": GCN, "gat": GAT}  # one class per config.MODELS name
+
+
+def make_model(config: TrialConfig, in_channels: int, out_channels: int) -> nn.Module:
+    """The model ``config.model`` names: a built-in (sage, gcn, gat) or a user's
+    factory ``(in_channels, out_channels, config) -> nn.Module`` by import path."""
+    if config.model in BUILT_IN:
+        return BUILT_IN[config.model](in_channels, config.hidden_channels, out_channels,
+                                    config.num_layers, config.dropout)
+    from autotune.imports import import_object
+
+    factory = import_object(config.model, what="model factory", option="--model (model=)")
+    model = factory(in_channels, out_channels, config)
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model factory {config.model!r} returned a "
+                          f"{type(model).__name__}; it must return a torch.nn.Module")
+    return model
+
+
+class HeteroEncoder(nn.Module):
+    """The SAGE model of :class:`SAGE` in a form ``to_hetero`` can
+    trace: lazy input sizes (node types differ) and dropout as a module."""
+
+    def __init__(self, hidden_channels: int, out_channels: int, num_layers: int,
+                 dropout: float) -> None:
+        from torch_geometric.nn import SAGEConv
+
+        super().__init__()
+        sizes = [hidden_channels] * (num_layers - 1) + [out_channels]
+        self.convs = nn.ModuleList(SAGEConv((-1, -1), size) for size in sizes)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            if i < len(self.convs) - 1:
+                x = self.dropout(x.relu())
+        return x
+
+
+def lift_to_hetero(model: nn.Module, data) -> nn.Module:
+    """``to_hetero(model, data.metadata(), aggr="sum")``, its lazy sizes set by one
+    forward pass over one node of each type."""
+    from torch_geometric.nn import to_hetero
+
+    try:
+        hetero = to_hetero(model, data.metadata(), aggr="sum")
+    except Exception as exc:  # torch.fx could not trace the model
+        raise ConfigError(f"to_hetero could not lift the model ({type(exc).__name__}: "
+                          f"{str(exc)[:160]}); a heterogeneous dataset needs a model that "
+                          "torch.fx can trace") from exc
+    x = {t: data[t].x[:1].float() for t in data.node_types}
+    edges = {t: torch.empty(2, 0, dtype=torch.long) for t in data.edge_types}
+    with torch.no_grad():
+        hetero(x, edges)
+    return hetero

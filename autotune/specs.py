@@ -1,0 +1,111 @@
+"""The option records of a measurement, a trial's limits and the accuracy guard:
+frozen, validated on construction, and the one place each default is written.
+:class:`autotune.study.options.SearchOptions` holds them for a search, and the CLI
+takes its flags' defaults from them. Imports neither torch, PyG nor Optuna, so
+``autotune --help`` stays fast.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from autotune.errors import ConfigError
+
+SCREEN_PRECISION = 0.10  # racing: a new config is measured to this precision first
+DEFAULT_TIMEOUT_S = 900.0  # a trial is killed after this long
+HEARTBEAT_S = 10  # Optuna's heartbeat interval for a running trial
+GRACE_S = 60  # a trial whose heartbeat is older than this is failed as stale
+
+
+@dataclass(frozen=True)
+class Screen:
+    """Racing: measure to ``precision`` first, and go on to the full precision only
+    if the optimistic bound (throughput times one plus the half-width, memory as
+    measured so far) could join ``front``, the (seed nodes/s, MiB) points of the
+    study's current feasible front, within ``budget_mib``."""
+
+    precision: float = SCREEN_PRECISION
+    front: tuple[tuple[float, float], ...] = ()
+    budget_mib: float | None = None
+
+    def rules_out(self, rate: float, half_width: float, memory_mib: float) -> bool:
+        if self.budget_mib is not None and memory_mib > self.budget_mib:
+            return True
+        best_case = rate * (1 + half_width)
+        return any(t >= best_case and m <= memory_mib for t, m in self.front)
+
+
+@dataclass(frozen=True)
+class MeasureSpec:
+    """How long to warm up and measure. The timed window runs in blocks of steps
+    until the throughput's relative 95% confidence half-width is at most
+    ``precision`` (and at least ``min_steps`` steps, ``min_window_s`` seconds and
+    4 blocks have run), or until ``max_window_s``, which wins over the minimums."""
+
+    warmup_steps: int = 5
+    min_steps: int = 10
+    min_window_s: float = 1.0
+    max_window_s: float = 60.0
+    precision: float = 0.03
+    settle_steps: int = 3
+    max_warmup_steps: int = 60
+    memory_interval_s: float = 0.005
+    screen: Screen | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("warmup_steps", "min_steps", "settle_steps", "max_warmup_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < (0 if name == "warmup_steps" else 1):
+                raise ConfigError(f"{name.replace('_', '-')} must be a positive int "
+                                  f"(got {value!r})")
+        if not self.max_window_s > 0:
+            raise ConfigError(f"max-seconds must be positive (got {self.max_window_s!r})")
+        if not self.min_window_s >= 0:
+            raise ConfigError(f"min_window_s must be >= 0 (got {self.min_window_s!r})")
+        for value in (self.precision, self.screen.precision if self.screen else 0.5):
+            if not 0 < value < 1:
+                raise ConfigError("--precision (precision=) must be a fraction in (0, 1), "
+                                  f"such as 3% or 0.03 (got {value!r})")
+        if not 0 < self.memory_interval_s <= 0.01:
+            raise ConfigError("the memory sampling interval must be in (0, 10 ms] "
+                              f"(got {self.memory_interval_s!r})")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> MeasureSpec:
+        screen = values.get("screen")
+        if screen is not None:
+            screen = Screen(precision=screen["precision"], budget_mib=screen["budget_mib"],
+                            front=tuple(map(tuple, screen["front"])))
+        return cls(**{**values, "screen": screen})
+
+
+@dataclass(frozen=True)
+class TrialLimits:
+    """What the watchdog enforces."""
+
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    memory_limit_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class GuardOptions:
+    """``ratio``: --accuracy-guard (None: no constraint); ``objective``: accuracy is
+    the third objective; ``epochs``: the baseline's epochs that set the budget."""
+
+    ratio: float | None = None
+    epochs: int = 3
+    objective: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ratio is not None and not 0 < self.ratio <= 1:
+            raise ConfigError(f"--accuracy-guard must be in (0, 1], e.g. 0.99 "
+                              f"(got {self.ratio!r})")
+        if not (isinstance(self.epochs, int) and self.epochs > 0):
+            raise ConfigError(f"--guard-epochs must be a positive int (got {self.epochs!r})")
+
+    @property
+    def active(self) -> bool:
+        return self.ratio is not None or self.objective

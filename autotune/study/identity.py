@@ -1,0 +1,63 @@
+"""Creating a study, or joining one to resume it or to share it with other workers:
+a study keeps the identity it was created with (objectives, space, dataset, device,
+memory budget, guard) and refuses a search that differs. Imports neither torch nor
+PyG."""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import optuna
+
+from autotune.errors import ConfigError, StorageError
+from autotune.study import records as rec
+from autotune.study.options import SearchOptions
+from autotune.storage import masked, open_storage, study_lock
+
+
+def open_study(opts: SearchOptions, *, dataset_stats: dict, env: dict) -> optuna.Study:
+    """Creates the study or loads it to resume or to join it from another worker;
+    refuses one made for other objectives, another search space or another budget."""
+    storage = open_storage(opts.storage, heartbeat_s=opts.heartbeat_s, grace_s=opts.grace_s)
+    name = opts.study_name
+    with study_lock(opts.storage, name):  # two workers starting together write attrs once
+        try:
+            study = optuna.create_study(study_name=name, storage=storage,
+                                        directions=opts.directions, load_if_exists=True)
+        except ValueError as exc:
+            raise StorageError(f"study {name!r} in {masked(opts.storage)} cannot be reused: "
+                               f"{exc}; pass a new --study-name (study_name=)") from exc
+        directions = [d.name.lower() for d in study.directions]
+        if directions != opts.directions:
+            raise ConfigError(f"study {name!r} has directions {directions} (expected "
+                              f"{opts.directions}: check --objectives); pass a new "
+                              "--study-name (study_name=)")
+        _check_or_set_attrs(study, opts, dataset_stats, env)
+    return study
+
+
+def _check_or_set_attrs(study: optuna.Study, opts: SearchOptions, dataset_stats: dict,
+                        env: dict) -> None:
+    attrs = study.user_attrs
+    checks: dict[str, Any] = {
+        rec.STUDY_SPACE: opts.space.to_dict(), rec.STUDY_MAX_MEMORY: opts.max_memory_bytes,
+        rec.STUDY_DATASET_REF: opts.dataset.identity(), rec.STUDY_DEVICE: opts.device,
+        rec.STUDY_GUARD_OPTS: ({"ratio": opts.guard.ratio, "epochs": opts.guard.epochs}
+                               if opts.guard.active else None)}
+    if rec.STUDY_SPACE in attrs:
+        was, now = attrs[rec.STUDY_SPACE].get("fixed", {}), opts.space.fixed
+        if attrs[rec.STUDY_SPACE].get("name") == opts.space.name and was != now:
+            raise ConfigError(f"study {study.study_name!r} was created with the pipeline facts "
+                              f"{was} (now {now}); pass the same --model/--hidden/--layers "
+                              "or a new --study-name")
+        for key, value in checks.items():
+            if attrs.get(key) != value:
+                raise ConfigError(f"study {study.study_name!r} was created with another {key} "
+                                  f"({attrs.get(key)!r}, now {value!r}); pass a new "
+                                  "--study-name or the original flags")
+        return
+    with warnings.catch_warnings():  # stable in practice; experimental in name
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(opts.metric_names)
+    for key, value in {**checks, rec.STUDY_DATASET: dataset_stats, rec.STUDY_ENV: env}.items():
+        study.set_user_attr(key, value)

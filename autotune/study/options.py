@@ -1,0 +1,91 @@
+"""``SearchOptions``: everything a search needs, checked before its first trial by
+:func:`autotune.study.api.prepare_search` and read by the loop. Its defaults are
+the search's defaults: the CLI's flags and :func:`autotune.search` take theirs from
+here."""
+from __future__ import annotations
+
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autotune.result import MIB
+from autotune.specs import GRACE_S, HEARTBEAT_S, SCREEN_PRECISION, GuardOptions, MeasureSpec, \
+    TrialLimits
+from autotune.study.records import DIRECTIONS
+from autotune.taskinfo import task_info
+
+if TYPE_CHECKING:
+    from autotune.datasets import DatasetRef
+    from autotune.space import SearchSpace
+
+SAMPLERS = ("gp", "tpe", "nsga2", "random")  # made by autotune.study.samplers
+DEFAULT_SAMPLER = "gp"  # the best in benchmarks/search_efficiency.py
+
+
+def default_study_name(dataset: str, device: str) -> str:
+    stem = Path(dataset).stem if dataset.endswith(".pt") else dataset
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{stem}-{device}-{socket.gethostname()}")
+
+
+def default_storage(studies_dir: str | Path, study_name: str) -> str:
+    return f"sqlite:///{(Path(studies_dir) / f'{study_name}.db').resolve()}"
+
+
+def study_folder(studies_dir: str | Path, study_name: str, storage: str) -> Path:
+    """A study's folder under ``studies_dir`` (trial logs, guard runs, pareto.yaml):
+    ``NAME`` for the default SQLite file ``NAME.db`` beside it, ``NAME@HASH`` for any
+    other storage (a hash of its URL without the password), so two studies of one
+    name in two storages never write into each other's folder."""
+    import hashlib
+
+    from autotune.storage import masked  # imports Optuna: only when asked
+
+    if storage == default_storage(studies_dir, study_name):
+        return Path(studies_dir) / study_name
+    digest = hashlib.sha1(masked(storage).encode()).hexdigest()[:8]
+    return Path(studies_dir) / f"{study_name}@{digest}"
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Everything a search needs, checked before the first trial."""
+
+    dataset: DatasetRef
+    space: SearchSpace
+    storage: str
+    study_name: str
+    device: str = "cpu"
+    n_trials: int = 20
+    timeout_s: float | None = None
+    sampler: str = DEFAULT_SAMPLER
+    seed: int = 0
+    max_memory_bytes: int | None = None
+    studies_dir: Path = Path("studies")
+    measure: MeasureSpec = field(default_factory=MeasureSpec)
+    limits: TrialLimits = field(default_factory=TrialLimits)
+    heartbeat_s: int = HEARTBEAT_S
+    grace_s: int = GRACE_S
+    guard: GuardOptions = field(default_factory=GuardOptions)
+    budget_s: float | None = None  # wall clock: the running trial is finished or failed
+    racing: bool = True  # a new config is screened at screen_precision first
+    screen_precision: float = SCREEN_PRECISION
+    priors: bool = True  # enqueue the prior table right after the baseline
+
+    @property
+    def directions(self) -> list[str]:
+        return DIRECTIONS + (["maximize"] if self.guard.objective else [])
+
+    @property
+    def metric_names(self) -> list[str]:
+        return task_info(self.dataset.task).metric_names(accuracy=self.guard.objective)
+
+    @property
+    def budget_mib(self) -> float | None:
+        return self.max_memory_bytes / MIB if self.max_memory_bytes else None
+
+    @property
+    def study_dir(self) -> Path:
+        """This study's folder: trial logs, guard runs and ``pareto.yaml``."""
+        return study_folder(self.studies_dir, self.study_name, self.storage)
