@@ -430,8 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     debug = getattr(args, "debug", False)
     try:
-        if args.command not in ("trial", "train"):  # those never import optuna
-            _quiet_optuna()
+        _quiet_optuna()
         return args.func(args)
     except GuardError as exc:  # the input was fine; the baseline's guard training was not
         if debug:

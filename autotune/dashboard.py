@@ -1,9 +1,9 @@
 """``autotune dashboard``: optuna-dashboard's WSGI app served for a study's storage.
 
-optuna-dashboard's own ``run_server`` serves one storage with wsgiref but prints a
-request line per request and binds before it can say where; this wraps the same
-``optuna_dashboard.wsgi`` app in a threaded, quiet wsgiref server that reports the
-port it bound (port 0 picks a free one) and the URL of the study's page.
+optuna-dashboard's own ``run_server`` blocks in its web framework's ``run`` and
+never tells its caller the port it bound (port 0 picks a free one, as the tests
+do) nor the study's page; this serves the same ``optuna_dashboard.wsgi`` app in a
+threaded wsgiref server that logs no line per request and reports both.
 """
 from __future__ import annotations
 

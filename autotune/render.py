@@ -122,18 +122,24 @@ FRONT_COLUMNS = (("trial", 5), ("{unit}", 13), ("±95%", 6), ("peak MiB", 9),
                  ("marks", 0))
 
 
+def _shown(rows) -> list[int]:
+    """The indices of :data:`FRONT_COLUMNS` the front shows: all but the metric's
+    unless a row has one."""
+    metric = any(r.val_acc is not None for r in rows)
+    return [i for i, (name, _) in enumerate(FRONT_COLUMNS)
+            if metric or not name.startswith("val ")]
+
+
 def front_columns(rows, task) -> tuple[list[str], list[list[str]]]:
     """The front's header and cells, formatted; ``task`` names the unit and metric
     (a :class:`autotune.taskinfo.TaskInfo`)."""
-    metric = any(r.val_acc is not None for r in rows)
-    header = [name.format(unit=task.unit, metric=task.metric) for name, _ in FRONT_COLUMNS]
+    shown = _shown(rows)
+    header = [FRONT_COLUMNS[i][0].format(unit=task.unit, metric=task.metric) for i in shown]
     cells = [[str(r.trial), f"{r.throughput:,.0f}", pm(r.precision), f"{r.memory_mib:,.0f}",
               ratio(r.speedup, r.speedup_precision), ratio(r.memory_ratio),
               "-" if r.val_acc is None else f"{r.val_acc:.4f}", short(r.config),
               ", ".join(r.marks)] for r in rows]
-    if not metric:
-        header, cells = header[:6] + header[7:], [c[:6] + c[7:] for c in cells]
-    return header, cells
+    return header, [[row[i] for i in shown] for row in cells]
 
 
 def front_table(rows, task) -> str:
@@ -141,14 +147,13 @@ def front_table(rows, task) -> str:
     if not rows:
         return "Pareto front: no completed trial yet"
     header, cells = front_columns(rows, task)
-    widths = [w for name, w in FRONT_COLUMNS
-              if any(r.val_acc is not None for r in rows) or not name.startswith("val ")]
+    widths = [FRONT_COLUMNS[i][1] for i in _shown(rows)]
 
-    def line(row: list[str]) -> str:
+    def line(row: list[str], marks: str) -> str:
         fixed = " ".join(f"{c:>{w}}" for c, w in zip(row, widths) if w)
-        return f"{fixed}  {row[-2]}" + (f"  <- {row[-1]}" if row[-1] and row is not header
-                                        else "")
-    return "\n".join(["Pareto front (fastest first):", line(header)] + [line(c) for c in cells])
+        return f"{fixed}  {row[-2]}" + (f"  <- {marks}" if marks else "")
+    return "\n".join(["Pareto front (fastest first):", line(header, "")] +
+                     [line(c, c[-1]) for c in cells])
 
 
 def trials_table(trials, task) -> str:

@@ -138,7 +138,11 @@ for _api in optuna.storages.RDBStorage.__mro__[1:]:
 def retried(call: Callable, *args: Any) -> Any:
     """``call(*args)`` retried like the storage's own methods (for a storage call
     outside its public API, made in :mod:`autotune.study._optuna`)."""
-    return _retrying(lambda _self, *a: call(*a))(None, *args)
+    @functools.wraps(call)  # its retries are reported under its own name
+    def method(_self, *a: Any) -> Any:
+        return call(*a)
+
+    return _retrying(method)(None, *args)
 
 
 def open_storage(url: str, *, heartbeat_s: int | None = None,

@@ -289,4 +289,4 @@ def task_for(config, data):
     return _BY_NAME[info.name]()
 
 
-_BY_NAME = {"node": NodeTask, "link": LinkTask}  # one class per taskinfo.TASKS row
+_BY_NAME = {cls.info.name: cls for cls in (NodeTask, LinkTask)}  # a Data's task, by name
