@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -17,8 +19,8 @@ from autotune.errors import AutotuneError, ConfigError, GuardError
 from autotune.specs import GuardOptions, MeasureSpec, TrialLimits
 from autotune.study.options import SAMPLERS, SearchOptions
 from autotune.taskinfo import TASKS, task_info
-from autotune.render import FORMATS, clock, emit, front_table, profile_text, progress_line, \
-    result_text, short, trial_row, trials_table
+from autotune.render import FORMATS, Ticker, emit, front_table, profile_text, result_text, \
+    short, trial_row, trials_table
 
 EXIT_BAD_INPUT = 2
 EXIT_TRIAL_FAILED = 1
@@ -428,10 +430,24 @@ def _add_search_parser(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _current_folder_on_path()
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _run(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import warnings
+
     debug = getattr(args, "debug", False)
     try:
         _quiet_optuna()
-        return args.func(args)
+        with warnings.catch_warnings():
+            if not debug:  # a library's warning as one line, not a site-packages path
+                warnings.showwarning = _one_line_warning
+            return args.func(args)
     except GuardError as exc:  # the input was fine; the baseline's guard training was not
         if debug:
             raise
@@ -442,12 +458,39 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"autotune: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("autotune: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted_exit(exc)
     except BrokenPipeError:  # `autotune show | head`: the reader left, as with any CLI tool
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, a scheduler, ``kill``), handled as Ctrl-C is: the running
+    trial is stopped, recorded and queued again; the command exits 143."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def _interrupted_exit(exc: KeyboardInterrupt) -> int:
+    return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+
+
+def _current_folder_on_path() -> None:
+    """``--model mymodels:factory`` and ``--dataset mydata:load`` import from the folder
+    the command runs in, as ``python -m`` would: the ``autotune`` script's own path
+    holds only its bin folder. Trial processes inherit the path (runner._child_path)."""
+    here = os.getcwd()
+    if not any(os.path.abspath(p or os.curdir) == here for p in sys.path):
+        sys.path.insert(0, here)
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"autotune: warning: {_one_line(str(message))} ({category.__name__})",
+          file=sys.stderr)
 
 
 def _quiet_optuna() -> None:
@@ -611,10 +654,15 @@ def _train_summary(args, result, measured: dict | None) -> tuple[dict, list[str]
                  f"{ratio:.2f}x")
     else:
         line += f"; no measurement of {args.config} on this dataset and device to compare with"
-    if ratio is not None and not CARRY_LOW <= ratio <= CARRY_HIGH:
-        lines.append(f"why {ratio:.2f}x: a trial times training steps only, after a warm-up; "
-                     f"an epoch here ({best.steps} steps) also holds loader start-up, the last "
-                     "partial batch and the epoch's end, and short epochs are noisy")
+    if ratio is not None and ratio < CARRY_LOW:
+        lines.append(f"why {ratio:.2f}x (slower): a trial times training steps only, after a "
+                     f"warm-up; an epoch here ({best.steps} steps) also holds loader start-up, "
+                     "the last partial batch and the epoch's end, and short epochs are noisy")
+    elif ratio is not None and ratio > CARRY_HIGH:
+        lines.append(f"why {ratio:.2f}x (faster): the trial was measured under other "
+                     "conditions: other processes on the machine then, drift over the "
+                     "minutes between, or a screened window; measure both now, side by side, "
+                     "to compare (autotune trial --config of each)")
     lines.append(line)
     blob = {**result.to_dict(), "measured": measured, "achieved_over_measured": ratio}
     return blob, lines
@@ -645,29 +693,22 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from autotune.report import save_study_note
-    from autotune.study.api import prepare_search
+    from autotune.study.api import baseline_record, prepare_search
 
-    plan = prepare_search(**_search_options(args), on_trial_done=save_study_note)
+    plan = prepare_search(**_search_options(args), progress=False,  # the ticker's, below
+                          on_trial_done=save_study_note)
     if args.format == "table":
         print(_search_header(plan))
-        ticker = _Ticker(sys.stdout.isatty(), _baseline_record(plan.study))
+        ticker = Ticker(sys.stdout, baseline_record(plan.study))
         plan = dataclasses.replace(plan, progress=ticker.done, on_trial_start=ticker.start)
     try:
         result = plan.run()
-    except KeyboardInterrupt:
-        print(f"autotune: interrupted; run the same command again to resume study "
-              f"{plan.options.study_name}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"autotune: interrupted; the running trial is queued again: run the same "
+              f"command again to resume study {plan.options.study_name}", file=sys.stderr)
+        return _interrupted_exit(exc)
     print(emit(_search_blob(result), args.format, lambda: _search_summary(plan, result, args)))
     return _over_budget(plan, result)
-
-
-def _baseline_record(study):
-    """The study's measured baseline (resuming a search), else None."""
-    from autotune.study import records as rec
-
-    number = rec.StudyRecord.from_study(study).baseline
-    return next((r for r in rec.records(study) if r.number == number and r.complete), None)
 
 
 def _over_budget(plan, result) -> int:
@@ -681,31 +722,6 @@ def _over_budget(plan, result) -> int:
           f"leanest took {leanest:,.0f} MiB); raise the budget or search leaner configs",
           file=sys.stderr)
     return EXIT_TRIAL_FAILED
-
-
-class _Ticker:
-    """Progress of a search: a line when a trial starts, rewritten in place by its
-    result on a terminal; both as plain lines when the output is not a terminal."""
-
-    CLEAR = "\r\x1b[2K"
-
-    def __init__(self, terminal: bool, base=None) -> None:
-        self.terminal, self.estimated, self.base = terminal, False, base
-
-    def start(self, number: int, config) -> None:
-        line = f"  -> #{number:<3} measuring {short(config.to_dict())} ..."
-        print(line, end="" if self.terminal else "\n", flush=True)
-
-    def done(self, n: int, total: int, record, elapsed: float, eta: float) -> None:
-        if record.baseline and record.complete:
-            self.base = record
-        print((self.CLEAR if self.terminal else "") +
-              progress_line(n, total, record, elapsed, eta, self.base), flush=True)
-        if record.baseline and not self.estimated and n < total:  # before the first search
-            print(f"estimate: the baseline took {clock(elapsed)}; {total - n} more trials like "
-                  f"it take about {clock(eta)} (compiling and guard training take longer)",
-                  flush=True)
-        self.estimated = True
 
 
 def _search_header(plan) -> str:
@@ -755,22 +771,38 @@ def _search_summary(plan, result, args: argparse.Namespace) -> str:
                      f"{o.guard_violations} below the guard; guard time {o.guard_s:.0f} s "
                      f"= {100 * share:.0f}% of this search's {o.elapsed_s:.0f} s")
     lines.append(front_table(result.front, task_info(plan.options.dataset.task)))
-    where = _study_flags(args)
-    lines.append(f"\npareto.yaml: {result.pareto_path}\nexport: autotune export "
-                 f"--study-name {result.study_name}{where} --pick knee --out best.yaml")
+    lines.append(f"\npareto.yaml: {result.pareto_path}\nexport: " + _command(
+        "autotune", "export", "--study-name", result.study_name, *_study_flags(args),
+        "--pick", "knee", "--out", "best.yaml"))
     return "\n".join(lines)
 
 
-def _study_flags(args: argparse.Namespace) -> str:
+class _StorageVariable(str):
+    """A storage URL holding a password, in a printed command: never printed, read
+    from $AUTOTUNE_STORAGE instead (see :func:`_command`)."""
+
+
+def _study_flags(args: argparse.Namespace) -> list[str]:
     """The flags that find this study again, for a printed command."""
     from autotune.storage import masked
 
-    flags = ""
     if args.storage:
-        flags += f" --storage '{masked(args.storage)}'"
-    elif args.studies_dir != DEFAULT_STUDIES:
-        flags += f" --studies-dir {args.studies_dir}"
-    return flags
+        secret = masked(args.storage) != args.storage
+        return ["--storage", _StorageVariable(masked(args.storage)) if secret else args.storage]
+    if args.studies_dir != DEFAULT_STUDIES:
+        return ["--studies-dir", str(args.studies_dir)]
+    return []
+
+
+def _command(*argv: str) -> str:
+    """A command as it pastes into a shell: every argument quoted (``shlex.quote``),
+    and a storage URL with a password as ``"$AUTOTUNE_STORAGE"``, with a word saying
+    so."""
+    words = [f'"${STORAGE_ENV}"' if isinstance(a, _StorageVariable) else shlex.quote(a)
+             for a in argv]
+    note = f"  (set {STORAGE_ENV} to the storage URL: its password is never printed)" \
+        if any(isinstance(a, _StorageVariable) for a in argv) else ""
+    return " ".join(words) + note
 
 
 def _search_blob(result) -> dict[str, Any]:
@@ -859,18 +891,20 @@ def cmd_studies(args: argparse.Namespace) -> int:
                      "trials": len(trials), "best": max(done) if done else None,
                      "unit": task.unit,
                      "last_trial": max(starts).strftime("%Y-%m-%d %H:%M") if starts else None})
-    print(emit(rows, args.format, lambda: _studies_table(rows)))
+    where = masked(args.storage) if args.storage else f"'{args.studies_dir}'"
+    print(emit(rows, args.format, lambda: _studies_table(rows, where)))
     return 0
 
 
-def _studies_table(rows: list[dict]) -> str:
+def _studies_table(rows: list[dict], where: str) -> str:
     lines = [f"{'study':<28} {'task':<4} {'trials':>6} {'best throughput':>28} "
              f"{'last trial':<16}  storage"]
     for r in rows:
         best = f"{r['best']:,.0f} {r['unit']}" if r["best"] else "-"
         lines.append(f"{r['study']:<28} {r['task']:<4} {r['trials']:>6} {best:>28} "
                      f"{r['last_trial'] or '-':<16}  {r['storage']}")
-    return "\n".join(lines) if rows else "no studies"
+    return "\n".join(lines) if rows else (f"no studies in {where} (pass --studies-dir or "
+                                          f"--storage, or ${STUDIES_ENV}/${STORAGE_ENV})")
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
@@ -892,10 +926,32 @@ def cmd_delete(args: argparse.Namespace) -> int:
     optuna.delete_study(study_name=study.study_name, storage=storage_of(study))
     if folder.exists():
         shutil.rmtree(folder)
+    removed = _remove_own_file(args.studies_dir, study.study_name, url)
+    if removed:
+        what += f" and its file '{removed}'"
     blob = {"deleted": study.study_name, "storage": masked(url), "trials": n_trials,
-            "folder": str(folder)}
+            "folder": str(folder), "file": str(removed) if removed else None}
     print(emit(blob, args.format, lambda: f"deleted {what}"))
     return 0
+
+
+def _remove_own_file(studies_dir: str, name: str, url: str) -> Path | None:
+    """The study's own SQLite file (``STUDIES_DIR/NAME.db``, the default storage)
+    removed with its -wal, -shm and .lock once it holds no study: a file named for
+    another study, or one still holding a study, is kept."""
+    import optuna
+
+    from autotune.storage import open_storage
+    from autotune.study.studies import default_storage
+
+    if url != default_storage(studies_dir, name):
+        return None
+    if optuna.get_all_study_summaries(open_storage(url)):
+        return None
+    db = Path(studies_dir) / f"{name}.db"
+    for path in (db, *(Path(f"{db}{end}") for end in ("-wal", "-shm", ".lock"))):
+        path.unlink(missing_ok=True)
+    return db
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:

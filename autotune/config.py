@@ -9,7 +9,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Callable, Literal, get_args
 
 from autotune.errors import ConfigError
 from autotune.taskinfo import TASKS
@@ -85,35 +85,15 @@ class TrialConfig:
         self._validate()
 
     def _validate(self) -> None:
-        _positive_int("batch_size", self.batch_size)
-        _positive_int("hidden_channels", self.hidden_channels)
-        _positive_int("num_layers", self.num_layers)
-        _positive_int("prefetch_factor", self.prefetch_factor)
+        for name, check in FIELD_CHECKS.items():
+            check(name, getattr(self, name))
         if self.recompile_limit is not None:
             _positive_int("recompile_limit", self.recompile_limit)
-        if not isinstance(self.num_workers, int) or isinstance(self.num_workers, bool) \
-                or self.num_workers < 0:
-            raise ConfigError(f"num_workers must be an int >= 0 (got {self.num_workers!r})")
         fanout = self.num_neighbors
-        if not (isinstance(fanout, tuple) and fanout
-                and all(isinstance(k, int) and (k > 0 or k == -1) for k in fanout)):
-            raise ConfigError("num_neighbors must be a non-empty list of positive ints or -1 "
-                              f"(got {fanout!r})")
         if len(fanout) != self.num_layers:
             raise ConfigError(f"num_neighbors needs one entry per layer: {self.num_layers} "
                               f"layers (got {len(fanout)} entries {list(fanout)})")
         self._validate_edge_fanouts()
-        for name, allowed in (("compile_mode", COMPILE_MODES), ("shapes", SHAPES),
-                              ("amp_dtype", AMP_DTYPES), ("sampler", SAMPLERS),
-                              ("pad_ladder", PAD_LADDERS), ("device", DEVICES),
-                              ("aggregation", AGGREGATIONS), ("task", TASKS)):
-            _choice(name, getattr(self, name), allowed)
-        if self.model not in MODELS and not is_import_path(self.model):
-            raise ConfigError(f"model must be one of {', '.join(MODELS)} or an import path "
-                              f"'package.module:factory' (got {self.model!r})")
-        for name in ("checkpointing", "gpu_sampling"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be true or false (got {getattr(self, name)!r})")
         if self.gpu_sampling and (self.device != "cuda" or self.num_workers
                                   or self.sampler != "builtin"):
             raise ConfigError("gpu_sampling needs device cuda, num_workers 0 and sampler "
@@ -126,15 +106,9 @@ class TrialConfig:
         if self.shapes == "padded" and self.compile_mode == "none":
             raise ConfigError("shapes 'padded' only helps a compiled model; set compile_mode "
                               "(got compile_mode 'none')")
-        for name in ("loader_cores", "compute_cores"):
-            _cores(name, getattr(self, name))
         if self.loader_cores is not None and self.num_workers == 0:
             raise ConfigError(f"loader_cores needs num_workers > 0 (got loader_cores "
                               f"{list(self.loader_cores)} with num_workers 0)")
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
-            raise ConfigError(f"lr must be a positive number (got {self.lr!r})")
-        if not (isinstance(self.dropout, (int, float)) and 0 <= self.dropout < 1):
-            raise ConfigError(f"dropout must be in [0, 1) (got {self.dropout!r})")
 
     def _validate_edge_fanouts(self) -> None:
         if self.edge_fanouts is None:
@@ -215,9 +189,48 @@ def _positive_int(name: str, value: Any) -> None:
         raise ConfigError(f"{name} must be a positive int (got {value!r})")
 
 
+def _non_negative_int(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"{name} must be an int >= 0 (got {value!r})")
+
+
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ConfigError(f"{name} must be one of {', '.join(allowed)} (got {value!r})")
+
+
+def _one_of(allowed: tuple[str, ...]) -> Callable[[str, Any], None]:
+    return lambda name, value: _choice(name, value, allowed)
+
+
+def _fanout(name: str, value: Any) -> None:
+    if not (isinstance(value, tuple) and value and all(
+            isinstance(k, int) and not isinstance(k, bool) and (k > 0 or k == -1)
+            for k in value)):
+        raise ConfigError(f"{name} must be a non-empty list of positive ints or -1 "
+                          f"(got {list(value) if isinstance(value, tuple) else value!r})")
+
+
+def _flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false (got {value!r})")
+
+
+def _model(name: str, value: Any) -> None:
+    if value not in MODELS and not is_import_path(value):
+        raise ConfigError(f"{name} must be one of {', '.join(MODELS)} or an import path "
+                          f"'package.module:factory' (got {value!r})")
+
+
+def _rate(name: str, value: Any) -> None:
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
+        raise ConfigError(f"{name} must be a positive number (got {value!r})")
+
+
+def _dropout(name: str, value: Any) -> None:
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and 0 <= value < 1):
+        raise ConfigError(f"{name} must be in [0, 1) (got {value!r})")
 
 
 def _cores(name: str, value: Any) -> None:
@@ -229,6 +242,29 @@ def _cores(name: str, value: Any) -> None:
                           f"(got {value!r})")
     if len(set(value)) != len(value):
         raise ConfigError(f"{name} lists a core twice (got {list(value)})")
+
+
+# The checks of each field on its own, in TrialConfig's order; those between fields
+# (a fanout per layer, padded shapes need a compiled model, ...) are TrialConfig's.
+FIELD_CHECKS: dict[str, Callable[[str, Any], None]] = {
+    "batch_size": _positive_int, "num_neighbors": _fanout, "num_workers": _non_negative_int,
+    "prefetch_factor": _positive_int, "loader_cores": _cores, "compute_cores": _cores,
+    "compile_mode": _one_of(COMPILE_MODES), "shapes": _one_of(SHAPES),
+    "pad_ladder": _one_of(PAD_LADDERS), "amp_dtype": _one_of(AMP_DTYPES),
+    "checkpointing": _flag, "sampler": _one_of(SAMPLERS), "gpu_sampling": _flag,
+    "aggregation": _one_of(AGGREGATIONS), "task": _one_of(TASKS), "model": _model,
+    "hidden_channels": _positive_int, "num_layers": _positive_int, "lr": _rate,
+    "dropout": _dropout, "device": _one_of(DEVICES),
+}
+
+
+def check_field(name: str, value: Any) -> None:
+    """One field's own checks (:data:`FIELD_CHECKS`), as TrialConfig makes them: what
+    every value of a search space's knob passes before the first trial. ``value`` as
+    TrialConfig holds it (a fanout a tuple)."""
+    check = FIELD_CHECKS.get(name)
+    if check is not None:
+        check(name, value)
 
 
 def fit_fanout(fanout: tuple[int, ...], layers: int) -> tuple[int, ...]:
@@ -273,7 +309,10 @@ def load_config(path: str | Path) -> TrialConfig:
             raise ConfigError(f"config '{path}' has format {fmt!r}; this autotune reads "
                               f"format {CONFIG_FORMAT}")
         blob = blob["config"]
-    return TrialConfig.from_dict(blob if blob is not None else {}, source=f"config '{path}'")
+    if blob is None:
+        raise ConfigError(f"config '{path}' is empty; give the knobs to change (batch_size: "
+                          "512, ...), or leave out --config to measure the default config")
+    return TrialConfig.from_dict(blob, source=f"config '{path}'")
 
 
 def recorded_dataset(path: str | Path) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -265,13 +265,14 @@ def _materialise(name: str, root: Path, scale: float, seed: int):
 
 def _from_function(path: str):
     """A user's dataset function, ``package.module:function`` returning a ``Data``."""
-    from autotune.imports import import_object
+    from autotune.imports import import_object, user_code
 
     try:
         function = import_object(path, what="dataset function", option="--dataset (dataset=)")
     except ConfigError as exc:
         raise DatasetError(str(exc)) from None
-    return _checked(function(), f"dataset function '{path}' returned a")
+    return _checked(user_code("dataset function", path, function),
+                    f"dataset function '{path}' returned a")
 
 
 def _from_pyg(spec: DatasetSpec, root: Path):
@@ -389,10 +390,23 @@ class DatasetRef:
     seed: int = 0
     task: str = "node"
 
-    def identity(self) -> dict:
-        """What makes two refs the same dataset: the root compared as a resolved path
-        (``--root data`` and ``--root /abs/data`` are one folder)."""
+    def record(self) -> dict:
+        """Every field, the root as a resolved path: what a study stores, from which an
+        export's reproducing command names the data's folder."""
         return {**vars(self), "root": str(Path(self.root).resolve())}
+
+    def identity(self) -> dict:
+        """What defines the data, and nothing else: the name (a ``.pt`` file's resolved
+        path), the task, and the scale and seed where they shape it (a generated graph;
+        the seed draws a link split too). The root only says where the files lie: a
+        study resumed from another folder, or with another ``--root``, is the same."""
+        name = str(Path(self.name).resolve()) if self.name.endswith(".pt") else self.name
+        out: dict[str, Any] = {"name": name, "task": self.task}
+        if self.name in SYNTHETIC:
+            out["scale"] = self.scale
+        if self.name in SYNTHETIC or task_info(self.task).split:
+            out["seed"] = self.seed
+        return out
 
     def check(self) -> None:
         """Refuses an unknown name or a missing file at once, before anything is

@@ -34,6 +34,12 @@ class StudyNotFoundError(StorageError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class UserCodeError(AutotuneError):
+    """A user's own model factory or dataset function raised while autotune checked
+    it, before any trial: one line names the function and its error (the traceback
+    under ``--debug``, chained)."""
+
+
 class GuardError(AutotuneError):
     """The accuracy guard cannot go on: the baseline's guard training failed."""
 

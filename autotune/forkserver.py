@@ -19,7 +19,7 @@ Runner to server: ``{"argv": [...], "stdout": PATH, "stderr": PATH, "env": {...}
 The server serves one child at a time and exits at the end of its stdin; it asks
 Linux to kill it when the runner dies, and each child asks the same of the server.
 
-    python -m autotune.forkserver [--cuda-canary]
+    python -m autotune.forkserver [--cuda-canary] [--no-compile]
 """
 from __future__ import annotations
 
@@ -29,13 +29,14 @@ import signal
 import sys
 import time
 
-# What a trial imports: everything before its dataset load. torch._inductor is
-# preloaded too, since compiled trials import it (about a second) and importing it
-# neither compiles nor starts a thread.
+# What a trial imports: everything before its dataset load.
 PRELOAD = ("torch", "torch_geometric", "torch_geometric.loader", "torch_geometric.nn",
-           "torch._dynamo", "torch._inductor.compile_fx", "autotune.worker", "autotune.pipeline",
-           "autotune.measure", "autotune.sampler", "autotune.datasets", "autotune.training",
-           "autotune.env")
+           "torch._dynamo", "autotune.worker", "autotune.pipeline", "autotune.measure",
+           "autotune.sampler", "autotune.datasets", "autotune.training", "autotune.env")
+# What a compiled trial imports besides (about a second, on a 2-core EPYC: 0.9 s of
+# the server's 3.7 s): preloaded too unless the search compiles nothing
+# (``--no-compile``), since importing it neither compiles nor starts a thread.
+PRELOAD_COMPILE = ("torch._inductor.compile_fx",)
 
 
 _PROTOCOL = None  # the runner's pipe; fd 1 itself points at stderr, for stray prints
@@ -53,12 +54,13 @@ def _threads() -> int:
         return -1
 
 
-def preload() -> dict:
-    """Imports :data:`PRELOAD`; what a runner must know before it trusts the server."""
+def preload(compiles: bool = True) -> dict:
+    """Imports :data:`PRELOAD` (and :data:`PRELOAD_COMPILE` for a search that may
+    compile); what a runner must know before it trusts the server."""
     import importlib
 
     started = time.time()
-    for name in PRELOAD:
+    for name in PRELOAD + (PRELOAD_COMPILE if compiles else ()):
         importlib.import_module(name)
     import torch
 
@@ -132,7 +134,7 @@ def _child(request: dict) -> None:
         os._exit(code)
 
 
-def serve(cuda_canary: bool) -> int:
+def serve(cuda_canary: bool, compiles: bool = True) -> int:
     global _PROTOCOL
     _PROTOCOL = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # an import that prints must not corrupt the protocol
@@ -140,7 +142,7 @@ def serve(cuda_canary: bool) -> int:
 
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner ends it, by closing stdin
-    ready = preload()
+    ready = preload(compiles)
     unusable = None
     if ready["cuda_initialized"]:
         unusable = "importing torch and PyG initialised CUDA in the fork server"
@@ -161,4 +163,4 @@ def serve(cuda_canary: bool) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(serve("--cuda-canary" in sys.argv[1:]))
+    sys.exit(serve("--cuda-canary" in sys.argv[1:], "--no-compile" not in sys.argv[1:]))

@@ -20,7 +20,7 @@ from autotune.errors import ConfigError, GuardError
 from autotune.result import TrialResult
 from autotune.runner import inductor_cache_dir, run_trial
 from autotune.specs import GuardOptions
-from autotune.storage import file_lock, measurement_lock_path
+from autotune.storage import measurement_lock
 from autotune.training import TrainSpec
 
 OBJECTIVES = ("throughput", "memory", "accuracy")
@@ -68,7 +68,8 @@ def _train(opts, number: int, config: TrialConfig,
     cores from a trial measured beside it)."""
     trial_dir = opts.study_dir / "guard" / str(number)
     start = time.monotonic()
-    with file_lock(measurement_lock_path(opts.device)):
+    with measurement_lock(opts.device, f"guard training of trial {number} of study "
+                                       f"{opts.study_name}"):
         result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir,
                            limits=opts.limits, train=spec,
                            inductor_cache=inductor_cache_dir(opts.studies_dir))

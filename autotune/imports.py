@@ -8,10 +8,12 @@ the process boundary as the path that imports it there, the way entry points and
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from autotune.config import is_import_path
-from autotune.errors import ConfigError
+from autotune.errors import AutotuneError, ConfigError, UserCodeError
+
+T = TypeVar("T")
 
 
 def import_path_of(obj: Any, *, what: str, option: str) -> str:
@@ -49,6 +51,9 @@ def import_object(path: str, *, what: str, option: str) -> Any:
     except ImportError as exc:
         raise ConfigError(f"{option} {path!r}: cannot import module {module_name!r} ({exc}); "
                           "is it on PYTHONPATH?") from exc
+    except Exception as exc:  # the user's module raised while it was imported
+        raise UserCodeError(f"{option} {path!r}: importing module {module_name!r} raised "
+                            f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -58,3 +63,17 @@ def import_object(path: str, *, what: str, option: str) -> Any:
     if not callable(obj):
         raise ConfigError(f"{option} {path!r} is not callable (got {type(obj).__name__})")
     return obj
+
+
+def user_code(what: str, path: str, call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)``, a call of the user's own ``path`` (a model factory, a dataset
+    function): an error it raises becomes one line naming the function
+    (:class:`UserCodeError`, the original chained: ``--debug`` shows its traceback).
+    autotune's own errors pass through unchanged."""
+    try:
+        return call(*args)
+    except AutotuneError:
+        raise
+    except Exception as exc:
+        message = " ".join(str(exc).split())[:300]
+        raise UserCodeError(f"{what} {path!r} raised {type(exc).__name__}: {message}") from exc

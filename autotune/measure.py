@@ -216,9 +216,14 @@ class _StepClock:
         self.sync = device_sync(device)
         self.marks: list = []
 
-    def start(self) -> None:
+    def start(self) -> float:
+        """Starts after a sync; returns the host's clock at the first mark, the
+        window's start: on CPU that mark itself, so the steps' times never sum to
+        more than the window's wall time."""
         self.sync()
-        self.marks = [self._mark()]
+        now = time.perf_counter()
+        self.marks = [now if not self.cuda else self._mark()]
+        return now
 
     def _mark(self):
         if not self.cuda:
@@ -321,9 +326,8 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
     target = screen.precision if screen is not None else spec.precision
     blocks: list[list[float]] = []
     clock = _StepClock(stepper.pipe.device)
-    clock.start()
     started_at = time.time()
-    start = block_start = time.perf_counter()
+    start = block_start = clock.start()
     block_seeds, stopped, precision = 0, "", None
     while not stopped:
         batch, loss = stepper.run()

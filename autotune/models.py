@@ -106,10 +106,10 @@ def make_model(config: TrialConfig, in_channels: int, out_channels: int) -> nn.M
     if config.model in BUILT_IN:
         return BUILT_IN[config.model](in_channels, config.hidden_channels, out_channels,
                                     config.num_layers, config.dropout)
-    from autotune.imports import import_object
+    from autotune.imports import import_object, user_code
 
     factory = import_object(config.model, what="model factory", option="--model (model=)")
-    model = factory(in_channels, out_channels, config)
+    model = user_code("model factory", config.model, factory, in_channels, out_channels, config)
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model factory {config.model!r} returned a "
                           f"{type(model).__name__}; it must return a torch.nn.Module")

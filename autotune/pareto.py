@@ -89,7 +89,12 @@ def pick(points: list[Point], how: str, budget_mib: float | None = None) -> Poin
         raise ConfigError(f"--pick {how}: no completed trial {number} in the study "
                           f"(completed: {known or 'none'})")
     if how not in PICKS:
-        raise ConfigError(f"--pick must be one of {', '.join(PICKS)} or trial:N (got {how!r})")
+        import difflib
+
+        near = difflib.get_close_matches(how, PICKS, n=1, cutoff=0.6)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise ConfigError(f"--pick must be one of {', '.join(PICKS)} or trial:N (got "
+                          f"{how!r}){hint}")
     pts = front(points)
     chosen = {"knee": lambda: knee(points),
               "max-throughput": lambda: best_under(points, budget_mib),

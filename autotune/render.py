@@ -5,7 +5,7 @@ nor PyG."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TextIO
 
 from autotune.files import dump
 from autotune.taskinfo import task_info
@@ -77,6 +77,35 @@ def progress_line(n: int, total: int, record, elapsed: float, eta: float,
     return (f"[{n:>3}/{total}] #{record.number:<3} {short(record.config or {}):<52} "
             f"{figures} | {_status(record)}{_split(record)} | {clock(elapsed)} "
             f"ETA {clock(eta)}")
+
+
+class Ticker:
+    """A search's progress: a line when a trial starts, rewritten in place by its
+    result on a terminal; both as plain lines elsewhere (``stream``: the CLI's
+    stdout, the Python API's stderr). ``base``: the baseline's record, for the
+    speed-ups, when a resumed search has one already."""
+
+    CLEAR = "\r\x1b[2K"
+
+    def __init__(self, stream: TextIO, base=None) -> None:
+        self.stream, self.base, self.estimated = stream, base, False
+        self.terminal = stream.isatty()
+
+    def start(self, number: int, config) -> None:
+        line = f"  -> #{number:<3} measuring {short(config.to_dict())} ..."
+        print(line, end="" if self.terminal else "\n", file=self.stream, flush=True)
+
+    def done(self, n: int, total: int, record, elapsed: float, eta: float) -> None:
+        if record.baseline and record.complete:
+            self.base = record
+        print((self.CLEAR if self.terminal else "") +
+              progress_line(n, total, record, elapsed, eta, self.base), file=self.stream,
+              flush=True)
+        if record.baseline and not self.estimated and n < total:  # before the first search
+            print(f"estimate: the baseline took {clock(elapsed)}; {total - n} more trials like "
+                  f"it take about {clock(eta)} (compiling and guard training take longer)",
+                  file=self.stream, flush=True)
+        self.estimated = True
 
 
 def _edges(summary: dict) -> str:
@@ -165,7 +194,7 @@ def trials_table(trials, task) -> str:
     for r in trials:
         tp = f"{r.throughput:,.0f}" if r.throughput is not None else "-"
         mem = f"{r.memory_mib:,.0f}" if r.memory_mib is not None else "-"
-        prec = pm(r.precision) if r.complete and r.precision is not None else "-"
+        prec = pm(r.precision) if r.complete else "-"  # ±? as in the front: unknown
         what = short(r.config) if r.config else ""
         extra = " (baseline)" if r.baseline else ""
         extra += f" (prior {r.prior})" if r.prior else ""

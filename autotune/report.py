@@ -57,6 +57,7 @@ class Report:
     html: Path
     images: dict[str, Path] = field(default_factory=dict)
     not_drawn: dict[str, str] = field(default_factory=dict)  # picture -> why
+    notes: dict[str, str] = field(default_factory=dict)  # picture -> what it rests on
 
 
 def write_report(study: optuna.Study, out: Path, *, url: str) -> Report:
@@ -72,7 +73,8 @@ def write_report(study: optuna.Study, out: Path, *, url: str) -> Report:
     else:
         report.images["pareto"] = _pareto_png(study, pts, out / "pareto.png")
         try:
-            report.images["importance"] = _importance_png(study, out / "importance.png")
+            report.images["importance"], report.notes["importance"] = _importance_png(
+                study, out / "importance.png")
         except (ValueError, RuntimeError) as exc:  # too few trials, nothing varied
             report.not_drawn["importance"] = f"{type(exc).__name__}: {exc}"
         report.images["step_times"] = _step_times_png(study, out / "step_times.png")
@@ -111,24 +113,33 @@ def _pareto_png(study: optuna.Study, pts: list[Point], path: Path) -> Path:
     return _save(fig, path)
 
 
-def _importance_png(study: optuna.Study, path: Path) -> Path:
+def _importance_png(study: optuna.Study, path: Path) -> tuple[Path, str]:
     """PED-ANOVA importances (Optuna's default evaluator, needing no scikit-learn) of
-    each knob for reaching the good end of each objective: high throughput, low memory."""
+    each knob for reaching the good end of each objective: high throughput, low memory.
+    Knobs that never changed are left out, and said so; returns the picture and a
+    line saying what it rests on."""
     import warnings
 
     import matplotlib.pyplot as plt
     import numpy as np
 
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    varied, constant = _varied_knobs(done)
+    if not varied:
+        raise ValueError(f"no knob varied across the {len(done)} completed trials")
     evaluator = optuna.importance.PedAnovaImportanceEvaluator()
-    with warnings.catch_warnings():  # it warns that it looks at low values: we negate
+    with warnings.catch_warnings(record=True) as caught:  # said in the note, not printed
+        warnings.simplefilter("always")
         warnings.filterwarnings("ignore", message="PedAnovaImportanceEvaluator computes")
         per_metric = [optuna.importance.get_param_importances(
-            study, evaluator=evaluator, target=lambda t, i=i, s=sign: s * t.values[i])
-            for i, sign in enumerate((-1.0, 1.0))]
-    names = sorted({n for imp in per_metric for n in imp},
-                   key=lambda n: -sum(imp.get(n, 0.0) for imp in per_metric))
-    if not names:
-        raise ValueError("no knob varied across the completed trials")
+            study, evaluator=evaluator, params=varied,
+            target=lambda t, i=i, s=sign: s * t.values[i]) for i, sign in enumerate((-1.0, 1.0))]
+    names = sorted(varied, key=lambda n: -sum(imp.get(n, 0.0) for imp in per_metric))
+    note = f"{len(done)} completed trials"
+    if constant:
+        note += f"; left out, never changed: {', '.join(constant)}"
+    for said in dict.fromkeys(" ".join(str(w.message).split()) for w in caught):
+        note += f"; Optuna: {said}"  # few trials: "... may be inaccurate"
     fig, ax = plt.subplots(figsize=(FIGSIZE[0], 1.2 + 0.45 * len(names)))
     y = np.arange(len(names))
     names_ = StudyRecord.from_study(study).task.metric_names()
@@ -136,11 +147,22 @@ def _importance_png(study: optuna.Study, path: Path) -> Path:
         ax.barh(y + (i - 0.5) * 0.38, [imp.get(n, 0.0) for n in names], height=0.38, label=name)
     ax.set_yticks(y, names)
     ax.invert_yaxis()
-    ax.set_xlabel("importance for reaching the best 10% (PED-ANOVA, normalised)")
-    ax.set_title("Effect of each knob")
+    ax.set_xlabel(f"importance for reaching the best 10% (PED-ANOVA, normalised)\n{note}")
+    ax.set_title(f"Effect of each knob that changed ({len(done)} trials)")
     ax.legend(fontsize=8)
     ax.grid(axis="x", alpha=0.3)
-    return _save(fig, path)
+    return _save(fig, path), note
+
+
+def _varied_knobs(trials: list) -> tuple[list[str], list[str]]:
+    """The knobs that took two values or more across ``trials``, and those that never
+    changed (an importance credited to a constant knob is noise: PED-ANOVA's)."""
+    seen: dict[str, set[str]] = {}
+    for t in trials:
+        for name, value in t.params.items():
+            seen.setdefault(name, set()).add(repr(value))
+    varied = sorted(n for n, values in seen.items() if len(values) > 1)
+    return varied, sorted(set(seen) - set(varied))
 
 
 def _step_times_png(study: optuna.Study, path: Path) -> Path:
@@ -185,7 +207,9 @@ def _html(study: optuna.Study, report: Report, url: str) -> str:
     captions = {"pareto": "Pareto front: throughput against peak memory",
                 "importance": "Effect of each knob", "step_times": "Step-time distributions"}
     figures = "".join(f'<figure><a href="{p.name}"><img src="{p.name}" alt="{captions[k]}"></a>'
-                      f"<figcaption>{captions[k]}</figcaption></figure>"
+                      f"<figcaption>{captions[k]}"
+                      f"{': ' + e(report.notes[k]) if k in report.notes else ''}"
+                      f"</figcaption></figure>"
                       for k, p in report.images.items())
     missing = "".join(f"<p class=warn>{e(k)} not drawn: {e(why)}</p>"
                       for k, why in report.not_drawn.items())

@@ -96,10 +96,12 @@ class ForkServer:
     failed, it died) is not used again: trials then start fresh interpreters and
     their ``observed.trial_start`` says why."""
 
-    def __init__(self, folder: Path | None = None) -> None:
+    def __init__(self, folder: Path | None = None, *, compiles: bool = True) -> None:
         # FOLDER/forkserver.log: the server's stderr (None: this process's);
-        # FOLDER/forkserver.json: its pid, import interval and checks, once ready
+        # FOLDER/forkserver.json: its pid, import interval and checks, once ready.
+        # compiles: whether a trial may compile (else inductor is left to the child)
         self.folder = Path(folder) if folder is not None else None
+        self.compiles = compiles
         self.proc: subprocess.Popen | None = None
         self.ready: dict | None = None
         self.unusable: str | None = None
@@ -126,6 +128,8 @@ class ForkServer:
         argv = [sys.executable, "-m", "autotune.forkserver"]
         if device == "cuda":
             argv.append("--cuda-canary")
+        if not self.compiles:
+            argv.append("--no-compile")
         err = None
         if self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -229,7 +233,8 @@ class _Forked:
 def _child_path(pythonpath: str | None) -> str:
     """This process's import path for the child, so that a user's model factory or
     dataset function imports there as it did here (a test module's folder, say)."""
-    parts = [p for p in sys.path if p and os.path.isdir(p)]
+    parts = [os.path.abspath(p or os.curdir) for p in sys.path]  # "" is the current folder
+    parts = [p for p in parts if os.path.isdir(p)]
     if pythonpath:
         parts.append(pythonpath)
     return os.pathsep.join(dict.fromkeys(parts))

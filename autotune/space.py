@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune.config import (AGGREGATIONS, AMP_DTYPES, COMPILE_MODES, PAD_LADDERS, SAMPLERS,
-                             SHAPES, TrialConfig, fit_fanout)
+                             SHAPES, TrialConfig, check_field, fit_fanout)
 from autotune.errors import ConfigError, SearchSpaceError
 from autotune.topology import STRATEGIES, Topology, affinity_sets, this_machine
 
@@ -51,6 +51,9 @@ INT_RANGE_KNOBS = ("batch_size", "num_workers", "prefetch_factor")
 # The knobs PyG's examples/reddit.py fixes: the space is widened to hold its values.
 BASELINE_KNOBS = ("batch_size", "num_neighbors", "num_workers", "affinity", "compile_mode",
                   "amp_dtype", "checkpointing")
+# Of those, the ones the prior rows take from the space where the baseline's value is
+# outside it (compile stays off in every row, and affinity goes with the workers).
+FITTED_KNOBS = ("batch_size", "num_neighbors", "num_workers", "amp_dtype", "checkpointing")
 # Left out on CPU: CUDA graphs need a GPU; float16 autocast on CPU is slow and partial.
 CPU_EXCLUDED = {"compile_mode": ("reduce-overhead", "default"),
                 "amp_dtype": ("float16", "bfloat16"),
@@ -87,6 +90,22 @@ class Knob:
             return Knob(self.name, (*self.choices, value))
         return Knob(self.name, None, min(self.low, value), max(self.high, value), 1, self.log)
 
+    def nearest(self, value: Any) -> Any:
+        """The knob's own value nearest to ``value``: a range's bound, the closest
+        number (a fanout: the closest per layer, summed), else the first choice."""
+        if self.choices is None:
+            return min(max(value, self.low), self.high)
+
+        def distance(choice: Any) -> float:
+            if isinstance(choice, (int, float)) and not isinstance(choice, bool) and \
+                    isinstance(value, (int, float)):
+                return abs(choice - value)
+            if isinstance(choice, tuple) and isinstance(value, tuple) and \
+                    len(choice) == len(value):
+                return sum(abs(c - v) for c, v in zip(choice, value))
+            return float("inf")
+        return min(self.choices, key=distance)  # ties and non-numbers: the first
+
     def to_dict(self) -> dict:
         if self.choices is not None:
             return {"choices": [list(c) if isinstance(c, tuple) else c for c in self.choices]}
@@ -102,6 +121,9 @@ class SearchSpace:
     fixed: dict[str, Any] = field(default_factory=dict)
     description: str = ""
     notes: tuple[str, ...] = ()
+    # The baseline's values the file's knobs do not hold (the space was widened to
+    # hold them), each with the file's nearest value: the prior rows take those.
+    outside: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "knobs": {k: v.to_dict() for k, v in self.knobs.items()},
@@ -180,13 +202,30 @@ def load_space(space: str | dict, *, device: str = "cpu", cores: int | None = No
     if "affinity" in knobs:
         knobs["affinity"] = _buildable(path, knobs["affinity"], topology or this_machine(),
                                        notes)
+    outside: dict[str, tuple[Any, Any]] = {}
     if baseline is not None:  # a per-edge-type knob holds the baseline's shared fanout
-        knobs = {name: knob.widened(_baseline_value(baseline, name))
-                 if name in BASELINE_KNOBS else knob.widened(baseline.num_neighbors)
-                 if _edge_knob(name) else knob for name, knob in knobs.items()}
-    space = SearchSpace(path.stem, knobs, fixed, str(blob.get("description", "")), tuple(notes))
+        for name, knob in list(knobs.items()):
+            value = _baseline_value(baseline, name) if name in BASELINE_KNOBS else \
+                baseline.num_neighbors if _edge_knob(name) else None
+            if value is None or knob.contains(value):
+                continue
+            if name in FITTED_KNOBS:
+                outside[name] = (value, knob.nearest(value))
+            knobs[name] = knob.widened(value)
+        if outside:
+            notes.append(_outside_note(outside))
+    space = SearchSpace(path.stem, knobs, fixed, str(blob.get("description", "")), tuple(notes),
+                        outside)
     _check_fixed(path, space)
     return space
+
+
+def _outside_note(outside: dict[str, tuple[Any, Any]]) -> str:
+    values = ", ".join(f"{name} {_thaw(was)}" for name, (was, _) in outside.items())
+    fitted = ", ".join(f"{name} {_thaw(near)}" for name, (_, near) in outside.items())
+    return (f"the baseline (PyG's examples/reddit.py) has {values}, outside this space: it "
+            f"is measured as the reference for speed-ups, and the prior rows take the "
+            f"space's nearest values ({fitted})")
 
 
 def _model_aggregations(path: Path, knob: Knob, fixed: dict[str, Any],
@@ -273,9 +312,21 @@ def _parse_knob(path: Path, name: str, spec: Any, cores: int) -> Knob:
     if bad:
         raise SearchSpaceError(f"{where}: {bad[0]!r} is not allowed; use "
                                f"{', '.join(map(str, allowed))}")
+    _check_values(where, name, choices)
     if len(set(choices)) != len(choices):
         raise SearchSpaceError(f"{where}: a choice is listed twice (got {choices})")
     return Knob(name, tuple(choices))
+
+
+def _check_values(where: str, name: str, values: list) -> None:
+    """Every value of the knob through TrialConfig's own checks of its field, before
+    anything is created (a trial would otherwise fail on it mid-search)."""
+    for value in values:
+        try:
+            check_field(name, value)
+        except ConfigError as exc:
+            raise SearchSpaceError(f"{where}: {_thaw(value)!r} is not a valid value: "
+                                   f"{exc}") from None
 
 
 def _edge_knob(name: str) -> bool:
@@ -313,6 +364,7 @@ def _parse_range(where: str, name: str, spec: dict, cores: int) -> Knob:
         raise SearchSpaceError(f"{where}: low {low} > high {high}; low must not exceed high")
     if step < 1 or (log and low < 1):
         raise SearchSpaceError(f"{where}: step must be >= 1 and a log range needs low >= 1")
+    _check_values(where, name, [low, high])
     return Knob(name, None, low, high, step, log)
 
 

@@ -25,7 +25,7 @@ import sqlite3
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -44,6 +44,8 @@ SCHEMA_RACE_RETRIES = 3
 POOL = {"pool_size": 2, "max_overflow": 2}  # per search process: see README, PostgreSQL
 LOCK_DIR_ENV = "AUTOTUNE_LOCK_DIR"
 DEFAULT_LOCK_DIR = Path("/tmp/autotune-locks")
+LOCK_NOTICE_S = 15.0  # a process waiting for a lock says who holds it this often
+LOCK_POLL_S = 0.05
 _DIALECTS = ("sqlite", "postgresql")
 
 
@@ -179,6 +181,33 @@ def open_storage(url: str, *, heartbeat_s: int | None = None,
                                f"{' '.join(str(cause).split())[:200]}") from exc
 
 
+def check_storage(url: str) -> None:
+    """That ``url`` opens, creating nothing: a SQLite file that does not exist yet only
+    needs a writable folder (the study creates it once every other check has passed,
+    so a refused search leaves no empty ``.db`` behind); an existing file must be a
+    database; a server is connected to."""
+    from sqlalchemy.engine import make_url
+
+    url = normalise_url(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database:
+        open_storage(url)
+        return
+    from autotune.env import writable_dir
+
+    path = Path(parsed.database)
+    if path.exists():
+        try:
+            read_only = f"{path.resolve().as_uri()}?mode=ro"
+            with closing(sqlite3.connect(read_only, uri=True)) as conn:
+                conn.execute("PRAGMA schema_version")
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"cannot open storage sqlite:///{path}: {exc}") from exc
+    elif not writable_dir(path.parent):
+        raise StorageError(f"cannot write the study database in '{path.parent}'; pass a "
+                           "writable --studies-dir or another --storage")
+
+
 def _prepare_sqlite(path: Path) -> None:
     """Creates the folder and switches the file to WAL, in which readers never block
     the writer (the setting is kept in the file, so optuna-dashboard gets it too)."""
@@ -258,17 +287,73 @@ def study_lock(url: str, study_name: str) -> Iterator[None]:
 
 
 @contextmanager
-def file_lock(path: Path) -> Iterator[float]:
+def file_lock(path: Path, *, holder: str | None = None,
+              on_wait: Callable[[str, float], None] | None = None,
+              every_s: float = LOCK_NOTICE_S) -> Iterator[float]:
     """An exclusive flock on ``path``; yields the seconds spent waiting. The kernel
-    drops the lock when its holder dies, so a killed worker never leaves it held."""
+    drops the lock when its holder dies, so a killed worker never leaves it held.
+
+    ``holder``: who takes it (say ``pid 123, study X``), written into the file with
+    the time it was taken, so that a process waiting for it can say who holds it:
+    ``on_wait(who, waited_s)`` is called when the lock is found taken and every
+    ``every_s`` seconds of waiting after that."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         start = time.monotonic()
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield time.monotonic() - start
+        if on_wait is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            _wait_for(fd, path, start, on_wait, every_s)
+        waited = time.monotonic() - start
+        if holder is not None:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{holder}\t{time.time():.3f}\n".encode(), 0)
+        yield waited
     finally:
+        if holder is not None:
+            with suppress(OSError):
+                os.ftruncate(fd, 0)  # no stale name for the next waiter to read
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def _wait_for(fd: int, path: Path, start: float, on_wait: Callable[[str, float], None],
+              every_s: float) -> None:
+    notice = start
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            now = time.monotonic()
+            if now >= notice:
+                on_wait(_holder_of(path), now - start)
+                notice = now + every_s
+            time.sleep(LOCK_POLL_S)
+
+
+def _holder_of(path: Path) -> str:
+    """Who holds a lock, as its holder wrote it: ``pid 123, study X for 41 s``."""
+    try:
+        who, _, since = path.read_text().strip().rpartition("\t")
+        return f"{who} for {max(0.0, time.time() - float(since)):.0f} s"
+    except (OSError, ValueError):
+        return "an unknown process"
+
+
+@contextmanager
+def measurement_lock(device: str, who: str) -> Iterator[float]:
+    """The host's measurement lock of ``device`` (:func:`measurement_lock_path`): one
+    timed window at a time. ``who`` (``trial 4 of study X``) is what another process
+    waiting for it prints, on stderr, with the holder's pid and how long it has
+    held the lock; yields the seconds waited."""
+    def say(holder: str, waited: float) -> None:
+        print(f"autotune: {who} waits for the {device} measurement lock, held by {holder} "
+              f"(waited {waited:.0f} s)", file=sys.stderr, flush=True)
+
+    with file_lock(measurement_lock_path(device), holder=f"pid {os.getpid()}, {who}",
+                   on_wait=say) as waited:
+        yield waited
 
 
 def measurement_lock_path(device: str) -> Path:

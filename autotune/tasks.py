@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from autotune.config import MODELS, TrialConfig
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, DatasetError
 from autotune.models import HeteroEncoder, lift_to_hetero, make_model
 from autotune.taskinfo import TASKS, task_info
 
@@ -260,14 +260,23 @@ def _accuracy(pipe, loader, run) -> float:
 
 def check_dataset(config: TrialConfig, dataset) -> None:
     """What ``config`` asks of a prepared dataset, checked before any trial starts:
-    the task fits the graph, the model and knobs fit the task, and every edge type
-    the fanouts name exists."""
+    the task fits the graph, the model and knobs fit the task, there are training
+    seeds, every edge type the fanouts name exists, and a user's model factory
+    builds a model for it (one that raises is a ``UserCodeError``)."""
     task = task_for(config, dataset.data)
     task.check(config)
+    info = task_info(config)
+    seeds = dataset.target_store()[info.seeds_attr]
+    if not (int(seeds.sum()) if seeds.dtype == torch.bool else seeds.size(-1)):
+        raise DatasetError(f"dataset {dataset.name} has no training {info.seeds} (its "
+                           f"{info.seeds_attr} selects none): a trial would have nothing to "
+                           f"train on; give it a non-empty {info.seeds_attr}")
     if task.hetero:
         from autotune.sampler import fanouts_per_edge_type
 
         fanouts_per_edge_type(task.fanouts(config, dataset.data), dataset.data.edge_types)
+    elif config.model not in MODELS:  # a user's factory builds here, before any trial
+        task.model(config, dataset.data, dataset.num_classes)
 
 
 def task_for(config, data):

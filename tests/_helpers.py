@@ -2,17 +2,22 @@
 from __future__ import annotations
 
 
-def cli(*args, env=None, timeout=900, cwd=None, background=False):
+def cli(*args, env=None, timeout=900, cwd=None, background=False, script=False):
     """``python -m autotune ARGS`` in a fresh interpreter, as a user would run it: the
-    one way the tests run the command. ``env`` adds to this process's environment.
+    one way the tests run the command. ``env`` adds to this process's environment
+    (a value None removes the variable). ``script``: the installed ``autotune``
+    script instead, whose import path, unlike ``-m``'s, lacks the current folder.
     Returns the finished process, or with ``background`` the running ``Popen`` (its
     stdout and stderr piped, as text)."""
     import os
     import subprocess
     import sys
+    from pathlib import Path
 
-    command = [sys.executable, "-m", "autotune", *args]
-    env = {**os.environ, **(env or {})}
+    command = [str(Path(sys.executable).with_name("autotune"))] if script else \
+        [sys.executable, "-m", "autotune"]
+    command += list(args)
+    env = {k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None}
     if background:
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=env, cwd=cwd)

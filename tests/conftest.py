@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import collections
 import os
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,13 +28,74 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject's addopts): a worker per core, at most 4. Every test
+    runs trials that want the cores; past that, workers only wait on each other."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
+@pytest.fixture(autouse=True)
+def _machine_share(request):
+    """In a parallel run (pytest-xdist), tests share the machine, but a test marked
+    ``exclusive`` runs alone: its assertions compare timings, or accuracy after equal
+    wall-clock training, which a test beside it would skew. A readers-writer lock
+    across the workers: each test shares the "room" (LOCK_SH); an exclusive
+    one shuts the "gate", so that no new test comes in, and waits for the room to
+    empty (LOCK_EX). A module fixture runs before the lock is taken: one whose
+    measurements its tests assert on takes the machine itself (:func:`alone`)."""
+    exclusive = request.node.get_closest_marker("exclusive") is not None
+    with _share(exclusive):
+        yield
+
+
+@contextmanager
+def _share(exclusive: bool):
+    import fcntl
+
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:  # a serial run: every test runs alone anyway
+        yield
+        return
+    base = Path(tempfile.gettempdir()) / f"autotune-tests-{run}"
+    # POSIX record locks (lockf), not flock: a process forked during a test (a loader
+    # worker outliving it) does not inherit them, so it cannot hold the room shut
+    gate = os.open(f"{base}.gate", os.O_RDWR | os.O_CREAT, 0o600)
+    room = os.open(f"{base}.room", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.lockf(gate, fcntl.LOCK_EX)
+        fcntl.lockf(room, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        if not exclusive:
+            fcntl.lockf(gate, fcntl.LOCK_UN)
+        yield
+    finally:
+        os.close(room)  # closing the file drops this process's locks on it
+        os.close(gate)
+
+
+@pytest.fixture(scope="session")
+def alone():
+    """``with alone():`` the machine alone, as for an ``exclusive`` test: for a module
+    fixture whose measurements its tests assert on."""
+    return lambda: _share(True)
+
+
 def pytest_collection_modifyitems(config, items):
+    _heaviest_modules_first(items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="no CUDA device")
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+def _heaviest_modules_first(items) -> None:
+    """Modules with the most ``slow`` tests first, each module's tests in their own
+    order: a parallel run hands whole modules to its workers in this order, and one
+    that started a long module last would finish alone."""
+    weight = collections.Counter(item.path for item in items if "slow" in item.keywords)
+    first_seen = {path: i for i, path in enumerate(dict.fromkeys(i.path for i in items))}
+    items.sort(key=lambda item: (-weight[item.path], first_seen[item.path]))
 
 
 @pytest.fixture

@@ -1,7 +1,16 @@
 """The bad-input catalogue: each case exits 2 with one line that names the problem
-and the fix, shows no traceback, and leaves the stored study exactly as it was."""
+and the fix, shows no traceback, and leaves the stored study and every file of the
+studies folder exactly as they were.
+
+The cases run in this process, through ``autotune.cli.main`` (all that ``python -m
+autotune`` adds is ``sys.exit``): a fresh interpreter per case cost 4 s of imports
+each. The study they must not touch is made by a real ``autotune search``, and
+``test_debug_shows_the_traceback`` runs the command as a user does."""
 from __future__ import annotations
 
+
+import os
+from pathlib import Path
 
 import optuna
 import pytest
@@ -32,7 +41,11 @@ def base(tmp_path_factory):
              "gcn-sparse.yaml": "knobs:\n  aggregation: sparse\nfixed:\n  model: gcn\n",
              "sparse-compiled.yaml": "aggregation: sparse\ncompile_mode: default\n",
              "edge-type.yaml": "knobs:\n  num_neighbors.paper__reads__paper: {choices: [[5, 5]]}\n",
-             "edge-fanouts.yaml": "edge_fanouts: {paper__reads__paper: [5, 5]}\n"}
+             "edge-fanouts.yaml": "edge_fanouts: {paper__reads__paper: [5, 5]}\n",
+             "word-batch.yaml": "knobs:\n  batch_size: {choices: [big, 512]}\n",
+             "negative-batch.yaml": "knobs:\n  batch_size: {choices: [-5, -6]}\n",
+             "empty-config.yaml": ""}
+    _no_training_nodes(tmp / "no-train.pt")
     (tmp / "profiled").mkdir()
     (tmp / "profiled" / "trace.json").write_text("{}")
     for name, text in files.items():
@@ -45,8 +58,54 @@ def base(tmp_path_factory):
     return tmp, common, storage
 
 
+def _no_training_nodes(path):
+    import torch
+
+    from autotune.synthetic import synthetic_reddit
+
+    data = synthetic_reddit(scale=0.003, seed=0, mean_degree=8, num_features=8, num_classes=2)
+    data.train_mask = torch.zeros_like(data.train_mask)
+    torch.save(data, path)
+
+
 def _cli(*args):
-    return cli(*args, timeout=300)
+    # tests/ on the path: user_models' broken factories and dataset function
+    path = [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+    return cli(*args, timeout=300, env={"PYTHONPATH": os.pathsep.join(filter(None, path))})
+
+
+def _main(args, capsys) -> tuple[int, str, str]:
+    """``autotune ARGS`` in this process: its exit code, stdout and stderr."""
+    from autotune.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _files(folder):
+    """Every file under ``folder`` with the digest of its bytes, a SQLite database's
+    of its content (its -wal and -shm are SQLite's journal, which a mere reader's
+    checkpoint rewrites): a bad input adds, removes or changes none."""
+    import hashlib
+    import sqlite3
+
+    def content(path):
+        if path.suffix != ".db":
+            return path.read_bytes()
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return "\n".join(db.iterdump()).encode()
+        finally:
+            db.close()
+
+    return {str(p.relative_to(folder)): hashlib.sha256(content(p)).hexdigest()
+            for p in sorted(folder.rglob("*"))
+            if p.is_file() and not p.name.endswith(("-wal", "-shm"))}
 
 
 def _state(storage):
@@ -146,27 +205,52 @@ CASES = {
                                                  ["--task link splits a homogeneous graph"]),
     "gat on a heterogeneous graph": (["trial", *HETERO, "--model", "gat"],
                                      ["model gat", "use model sage"]),
+    "a word among the batch sizes": (["search", "--space", "{tmp}/word-batch.yaml"],
+                                     ["knob 'batch_size'", "'big'", "positive int"]),
+    "negative batch sizes": (["search", "--space", "{tmp}/negative-batch.yaml"],
+                             ["knob 'batch_size'", "-5", "positive int"]),
+    "a model factory that raises": (["search", "--model", "user_models:raising"],
+                                    ["model factory 'user_models:raising' raised ValueError",
+                                     "hidden size must be even"]),
+    "a model factory of the wrong signature": (
+        ["search", "--model", "user_models:nofeat"],
+        ["model factory 'user_models:nofeat' raised TypeError", "takes 0 positional"]),
+    "a model factory that raises (trial)": (
+        ["trial", "--model", "user_models:raising"],
+        ["model factory 'user_models:raising' raised ValueError"]),
+    "a dataset function that raises": (
+        ["search", "--dataset", "user_models:broken_data"],
+        ["dataset function 'user_models:broken_data' raised FileNotFoundError", "edges.csv"]),
+    "no training nodes": (["search", "--dataset", "{tmp}/no-train.pt"],
+                          ["no training nodes", "train_mask selects none"]),
+    "a study name too long for a file": (["search", "--study-name", "s" * 300],
+                                         ["--study-name", "300 bytes", "at most 200"]),
+    "an empty config file": (["trial", "--config", "{tmp}/empty-config.yaml"],
+                             ["empty-config.yaml' is empty", "leave out --config"]),
+    "misspelt pick": (["export", "--study-name", "base", "--pick", "knie", "--out",
+                       "{tmp}/x.yaml"], ["--pick", "did you mean 'knee'"]),
 }
 
 
 @pytest.mark.bad_input
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_input(base, case):
+def test_bad_input(base, case, capsys):
     tmp, common, storage = base
     args, needles = CASES[case]
     command, *rest = [a.format(tmp=tmp, storage=storage) for a in args]
     defaults = [*TINY, *common] if command in ("search", "trial") else common[2:]
     args = [command, *defaults, *rest]  # argparse keeps the last of a repeated flag
-    before = _state(storage)
-    proc = _cli(*args)
-    assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("autotune: error:"), proc.stderr
-    assert "Traceback" not in proc.stderr
+    before, files = _state(storage), _files(tmp / "studies")
+    code, out, err = _main(args, capsys)
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autotune: error:"), err
+    assert "Traceback" not in err
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
-    assert "s3cret" not in proc.stderr + proc.stdout
+    assert "s3cret" not in err + out
     assert _state(storage) == before, "a bad input changed the stored study"
+    assert _files(tmp / "studies") == files, "a bad input left a file behind or changed one"
 
 
 @pytest.mark.bad_input
@@ -186,3 +270,11 @@ def test_float16_where_the_build_lacks_it(monkeypatch, capsys, tmp_path):
 def test_debug_shows_the_traceback():
     proc = _cli("--debug", "search", "--dataset", "Redit")
     assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_debug_shows_where_a_users_factory_failed(base):
+    tmp, common, _ = base
+    proc = _cli("--debug", "search", *TINY, *common, "--model", "user_models:raising")
+    assert proc.returncode != 0
+    assert "Traceback" in proc.stderr and 'user_models.py", line' in proc.stderr
+    assert "in raising" in proc.stderr and "UserCodeError" in proc.stderr

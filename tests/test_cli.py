@@ -149,14 +149,21 @@ def test_study_management_lists_picks_the_only_one_and_deletes_on_yes(tmp_path):
     assert two.returncode == 2 and "2 studies in" in two.stderr and "--study-name" in two.stderr
 
 
-def test_a_root_given_relative_or_absolute_is_one_dataset(tmp_path, monkeypatch):
+def test_a_datasets_identity_is_what_defines_its_data(tmp_path, monkeypatch):
+    """Not where its files lie: a generated graph is the same at any root, a real one
+    under any folder, a .pt file by any path to it; its scale and seed define it."""
     from autotune.datasets import DatasetRef
 
     monkeypatch.chdir(tmp_path)
     relative = DatasetRef("synthetic", root="data", scale=0.5)
     absolute = DatasetRef("synthetic", root=str(tmp_path / "data"), scale=0.5)
     assert relative.identity() == absolute.identity()
-    assert relative.identity() != DatasetRef("synthetic", root="other", scale=0.5).identity()
+    assert relative.identity() == DatasetRef("synthetic", root="other", scale=0.5).identity()
+    assert relative.identity() != DatasetRef("synthetic", root="data", scale=0.4).identity()
+    assert relative.identity() != DatasetRef("synthetic", root="data", scale=0.5,
+                                             seed=1).identity()
+    assert DatasetRef("Cora", root="a").identity() == DatasetRef("Cora", root="b").identity()
+    assert DatasetRef("g.pt").identity() == DatasetRef(str(tmp_path / "g.pt")).identity()
 
 
 def test_debug_after_the_command_shows_the_traceback():

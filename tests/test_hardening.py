@@ -42,6 +42,26 @@ def _study(tmp_path, name):
                              storage=f"sqlite:///{tmp_path / 'studies' / f'{name}.db'}")
 
 
+# A trial of FAULT_SPACE takes 2-3 s; a hung one is killed after this many seconds.
+TRIAL_TIMEOUT = "10"
+
+
+def _fault_args(data, studies, space):
+    return ["search", *FAST, "--root", str(data), "--studies-dir", str(studies), "--space",
+            str(space), "--study-name", "f", "--steps", "3", "--max-seconds", "0.5"]
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """A study whose trial 0 is stored, made once: each fault runs on a copy of it."""
+    tmp = tmp_path_factory.mktemp("stored")
+    (tmp / "space.yaml").write_text(FAULT_SPACE)
+    first = _cli(*_fault_args(tmp / "data", tmp / "studies", tmp / "space.yaml"),
+                 "--n-trials", "1", "--trial-timeout", TRIAL_TIMEOUT)
+    assert first.returncode == 0, first.stderr
+    return tmp / "studies", tmp / "data", tmp / "space.yaml"
+
+
 @pytest.mark.slow
 @pytest.mark.fault
 @pytest.mark.parametrize("fault, status, reason", [
@@ -53,22 +73,22 @@ def _study(tmp_path, name):
     ("alloc", "oom", r"exceeded --memory-limit"),
     pytest.param("cuda-oom", "oom", r"OutOfMemoryError", marks=pytest.mark.cuda),
 ])
-def test_fault_in_a_study_becomes_a_failed_trial(tmp_path, fault, status, reason):
+def test_fault_in_a_study_becomes_a_failed_trial(tmp_path, stored, fault, status, reason):
     import re
+    import shutil
 
-    space = tmp_path / "space.yaml"
-    space.write_text(FAULT_SPACE)
+    folder, data, space = stored  # a study holding trial 0, stored before the fault
     device = ["--device", "cuda"] if fault == "cuda-oom" else []
     # A CUDA process holds ~2.4 GiB of host memory before it trains (the CUDA runtime
     # and its kernels): a 2 GiB host limit would fire before the CUDA OOM under test.
     # Its first trial also imports torch in 11-13 s on the GPU machine.
-    host_limit, timeout = ("16GiB", "120") if fault == "cuda-oom" else ("2GiB", "20")
-    args = ["search", *FAST, *device, "--root", str(tmp_path / "data"), "--studies-dir",
-            str(tmp_path / "studies"), "--space", str(space), "--study-name", "f",
-            "--steps", "3", "--max-seconds", "0.5", "--trial-timeout", timeout, "--memory-limit",
-            host_limit]
-    first = _cli(*args, "--n-trials", "1")  # trial 0, stored before the fault
-    assert first.returncode == 0, first.stderr
+    host_limit, timeout = ("16GiB", "120") if fault == "cuda-oom" else ("2GiB", TRIAL_TIMEOUT)
+    args = [*_fault_args(data, tmp_path / "studies", space), *device, "--trial-timeout",
+            timeout, "--memory-limit", host_limit]
+    if device:  # a CUDA study of its own
+        assert _cli(*args, "--n-trials", "1").returncode == 0
+    else:
+        shutil.copytree(folder, tmp_path / "studies")
     before = _snapshot(_study(tmp_path, "f"))
     proc = _cli(*args, "--n-trials", "3", env={"AUTOTUNE_TEST_FAULT": f"{fault}@1"})
     assert proc.returncode == 0, proc.stderr
@@ -117,7 +137,8 @@ def _wait_for_trial(tmp_path, proc, number):
 @pytest.mark.slow
 @pytest.mark.fault
 def test_kill_9_of_the_search_loses_nothing(tmp_path):
-    first = _cli(*_search_args(tmp_path, 1), "--steps", "3")  # a completed trial to protect
+    quick = ["--steps", "3", "--max-seconds", "1"]
+    first = _cli(*_search_args(tmp_path, 1), *quick)  # a completed trial to protect
     assert first.returncode == 0, first.stderr
     before = _snapshot(_study(tmp_path, "s"))
     pareto = tmp_path / "studies" / "s" / "pareto.yaml"
@@ -133,7 +154,7 @@ def test_kill_9_of_the_search_loses_nothing(tmp_path):
     assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     db.close()
     assert pareto.read_text() == pareto_before and yaml.safe_load(pareto_before)["front"]
-    resumed = _cli(*args, "--steps", "3")
+    resumed = _cli(*args, *quick)
     assert resumed.returncode == 0, resumed.stderr
     assert "marked interrupted trials [1] as failed" in resumed.stdout
     study = _study(tmp_path, "s")
@@ -148,13 +169,27 @@ def test_kill_9_of_the_search_loses_nothing(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.fault
-def test_ctrl_c_fails_the_running_trial_and_exits_130(tmp_path):
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["ctrl-c", "sigterm"])
+def test_an_interrupt_requeues_the_running_trial_and_exits_128_plus_signal(tmp_path, sig,
+                                                                          code):
+    """Ctrl-C, or SIGTERM from ``timeout``, a scheduler or ``kill``: the running trial
+    is stopped, recorded as interrupted and queued again (the README's promise); the
+    resumed search measures it, as the same kind of trial."""
     proc = _start_long_search(_search_args(tmp_path, 2))
     trial_dir = _wait_for_trial(tmp_path, proc, 0)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130
+    assert proc.returncode == code, stderr
     assert "run the same command again to resume" in stderr
-    assert not _survivors(trial_dir), "the trial's process tree survived Ctrl-C"
-    t0 = _study(tmp_path, "s").trials[0]
+    assert not _survivors(trial_dir), "the trial's process tree survived the interrupt"
+    t0, *rest = _study(tmp_path, "s").trials
     assert (t0.state.name, t0.user_attrs["fail_reason"]) == ("FAIL", "interrupted")
+    assert [(t.state.name, t.user_attrs.get("retry_of"), t.user_attrs.get("baseline"))
+            for t in rest] == [("WAITING", 0, True)], "the interrupted config was not re-queued"
+    if sig == signal.SIGINT:  # one resume shows the queued config measured (the same code)
+        resumed = _cli(*_search_args(tmp_path, 1), "--steps", "3", "--max-seconds", "1")
+        assert resumed.returncode == 0, resumed.stderr
+        retry = _study(tmp_path, "s").trials[1]
+        assert (retry.state.name, retry.params) == ("COMPLETE", t0.params)
+        assert retry.user_attrs["baseline"] and retry.user_attrs["retry_of"] == 0

@@ -98,7 +98,7 @@ def test_a_dataset_function_is_checked(tmp_path):
 
 
 @pytest.mark.slow
-def test_search_a_user_model_and_data_from_python(tmp_path):
+def test_search_a_user_model_and_data_from_python(tmp_path, capsys):
     result = autotune.search(dataset=user_models.tiny_graph, model=user_models.graphconv,
                              space=SPACE, n_trials=3, sampler="random", root=str(tmp_path / "d"),
                              studies_dir=tmp_path / "studies", study_name="mine",
@@ -115,6 +115,11 @@ def test_search_a_user_model_and_data_from_python(tmp_path):
     out = result.export(tmp_path / "best.yaml")
     assert load_config(out).model == MODEL
     assert yaml.safe_load(out.read_text())["model"] == MODEL
+    err = capsys.readouterr().err  # the default progress: the CLI's lines, on stderr
+    assert [f"[  {n}/3] #{n - 1}" in err for n in (1, 2, 3)] == [True] * 3, err
+    assert "-> #0   measuring" in err
+    assert len(repr(result.knee)) < 200 and len(repr(result)) < 400, repr(result)
+    assert repr(result.knee).startswith(f"<TrialRecord #{result.knee.number} complete")
 
 
 @pytest.mark.slow

@@ -22,16 +22,18 @@ def autotune(*args, cwd=None):
 
 
 @pytest.fixture(scope="module")
-def searched(tmp_path_factory):
-    """One 5-trial search on the quick space, then a resumed run to 7 trials."""
+def searched(tmp_path_factory, alone):
+    """One 5-trial search on the quick space, then a resumed run to 7 trials, alone on
+    the machine: the precision of their windows is asserted."""
     tmp = tmp_path_factory.mktemp("search")
     common = [*FAST, "--root", str(tmp / "data"), "--studies-dir", str(tmp / "studies"),
               "--space", "quick", "--study-name", "e2e"]
-    first = autotune("search", *common, "--n-trials", "5")
     storage = f"sqlite:///{tmp / 'studies' / 'e2e.db'}"
-    numbers_after_first = [t.number for t in optuna.load_study(study_name="e2e",
-                                                                storage=storage).trials]
-    second = autotune("search", *common, "--n-trials", "7")
+    with alone():
+        first = autotune("search", *common, "--n-trials", "5")
+        numbers_after_first = [t.number for t in optuna.load_study(study_name="e2e",
+                                                                    storage=storage).trials]
+        second = autotune("search", *common, "--n-trials", "7")
     return tmp, first, second, storage, numbers_after_first
 
 

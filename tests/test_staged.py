@@ -51,6 +51,7 @@ def test_half_width_of_a_rate():
     assert rate_half_width([[100, 1.0], [300, 3.0], [200, 2.0]]) == 0.0
 
 
+@pytest.mark.exclusive
 def test_a_steady_workload_stops_early_at_its_precision():
     spec = MeasureSpec(min_steps=10, min_window_s=0.2, max_window_s=10.0, precision=0.05)
     window = _window(_FakeStepper(lambda: 0.004), spec, [0.004] * 3, lambda: 0.0)
@@ -61,6 +62,7 @@ def test_a_steady_workload_stops_early_at_its_precision():
     assert 0.2 <= stats.wall_s < 3.0, "a steady workload must not run to --max-seconds"
 
 
+@pytest.mark.exclusive
 def test_a_jittery_workload_runs_to_max_seconds_flagged_imprecise():
     rng = random.Random(0)
     spec = MeasureSpec(min_steps=10, min_window_s=0.2, max_window_s=1.0, precision=0.01)
@@ -74,6 +76,7 @@ def test_a_jittery_workload_runs_to_max_seconds_flagged_imprecise():
     assert stats.wall_s >= sum(window.times)
 
 
+@pytest.mark.exclusive
 def test_racing_screens_out_a_config_whose_best_case_is_dominated():
     spec = MeasureSpec(min_steps=10, min_window_s=0.2, max_window_s=10.0, precision=0.01,
                        screen=Screen(precision=0.2, front=((1e9, 1.0),)))
@@ -200,6 +203,7 @@ def test_a_compile_variant_waits_for_its_eager_twin(tmp_path):
     assert not defer_compiled(opts, study, again, config), "its twin is measured now"
 
 
+@pytest.mark.exclusive
 @pytest.mark.slow
 def test_forked_trials_start_in_a_second_isolated_and_never_overlap(tmp_path):
     """After the first trial, a trial is ready to build within 1 s (median); each
@@ -231,6 +235,7 @@ def test_forked_trials_start_in_a_second_isolated_and_never_overlap(tmp_path):
         assert before.measured_at[1] <= start, (before.number, after.number)
 
 
+@pytest.mark.exclusive
 @pytest.mark.slow
 def test_budget_stops_the_search_within_one_trial(tmp_path):
     common = [*FAST, "--root", str(tmp_path / "data"), "--studies-dir", str(tmp_path / "s")]

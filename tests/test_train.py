@@ -80,6 +80,7 @@ def test_train_refuses_a_foreign_config(tmp_path, text, needle):
     assert not (tmp_path / "data").exists(), "nothing may be prepared for a refused config"
 
 
+@pytest.mark.exclusive
 @pytest.mark.slow
 def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path):
     """On a homophilous graph with weak features, fanout [1, 1] with batch 16 learns
@@ -104,15 +105,12 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
                               guard=GuardOptions(ratio=0.99, epochs=2))
     study = identity.open_study(opts, dataset_stats=dataset.stats(), env={})
 
-    def run(n: int, config: TrialConfig | None = None):
-        if config is not None:
-            study.enqueue_trial(params_for(config, space))
-        return loop.run_search(dataclasses.replace(opts, n_trials=n), study, baseline)
-
-    run(1)
+    # the baseline, then the two configs, in order, in one run (one fork server)
+    study.enqueue_trial(params_for(baseline, space), user_attrs={records.BASELINE: True})
     damaging = baseline.replace(batch_size=16, num_neighbors=(1, 1))
-    run(2, damaging)
-    run(3, baseline.replace(amp_dtype="bfloat16"))
+    for config in (damaging, baseline.replace(amp_dtype="bfloat16")):
+        study.enqueue_trial(params_for(config, space))
+    loop.run_search(dataclasses.replace(opts, n_trials=3, priors=False), study, baseline)
     trials = study.trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3, [t.user_attrs for t in trials]
     guard = study.user_attrs["guard"]
@@ -141,10 +139,10 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
 def test_accuracy_as_a_third_objective_trains_every_trial(tmp_path):
     studies = tmp_path / "studies"
     run = cli("search", *FAST, "--root", str(tmp_path / "data"), "--studies-dir",
-              str(studies), "--space", "quick", "--study-name", "acc", "--n-trials", "3",
+              str(studies), "--space", "quick", "--study-name", "acc", "--n-trials", "2",
               "--objectives", "throughput,memory,accuracy", "--guard-epochs", "1")
     assert run.returncode == 0, run.stderr
-    assert "val acc" in run.stdout and "accuracy guard: 3 configs trained" in run.stdout
+    assert "val acc" in run.stdout and "accuracy guard: 2 configs trained" in run.stdout
     study = optuna.load_study(study_name="acc", storage=f"sqlite:///{studies / 'acc.db'}")
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE", "MAXIMIZE"]
     assert study.metric_names[2] == "validation accuracy"
@@ -152,7 +150,7 @@ def test_accuracy_as_a_third_objective_trains_every_trial(tmp_path):
         assert t.state.name == "COMPLETE" and len(t.values) == 3
         assert t.values[2] == t.user_attrs["val_acc"]
     again = cli("search", *FAST, "--root", str(tmp_path / "data"), "--studies-dir",
-                str(studies), "--space", "quick", "--study-name", "acc", "--n-trials", "4",
+                str(studies), "--space", "quick", "--study-name", "acc", "--n-trials", "3",
                 timeout=120)
     assert again.returncode == 2 and "--objectives" in again.stderr, again.stderr
 

@@ -66,3 +66,18 @@ def leaky(in_channels: int, out_channels: int, config) -> nn.Module:
                            f"{torch._autotune_test_mark}")
     torch._autotune_test_mark = os.getpid()
     return graphconv(in_channels, out_channels, config)
+
+
+def raising(in_channels: int, out_channels: int, config) -> nn.Module:
+    """A factory with a bug in it."""
+    raise ValueError("hidden size must be even")
+
+
+def nofeat():
+    """A factory with the wrong signature: takes none of (in, out, config)."""
+    return nn.Linear(1, 1)
+
+
+def broken_data():
+    """A dataset function with a bug in it."""
+    raise FileNotFoundError("/data/mine/edges.csv")

@@ -13,7 +13,7 @@ import inspect
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ParamSpec, Sequence
+from typing import Any, Callable, ParamSpec, Sequence, TypeVar
 
 import optuna
 
@@ -24,18 +24,18 @@ from autotune.study import records as rec
 from autotune.study.front import FrontRow, study_front, write_export, write_pareto
 from autotune.study.identity import open_study
 from autotune.study.loop import Progress, SearchOutcome, run_search
-from autotune.study.options import SearchOptions
+from autotune.study.options import SearchOptions, check_study_name
 from autotune.study.records import TrialRecord
 from autotune.study.studies import default_storage, default_study_name
 from autotune.specs import GuardOptions, MeasureSpec, TrialLimits
-from autotune.storage import masked, open_storage, study_lock
+from autotune.storage import check_storage, masked, study_lock
 from autotune.taskinfo import task_info
 
 DatasetArg = Any  # a name, a .pt path, 'package.module:function', a Data or a function
 ModelArg = Any  # None, sage/gcn/gat, 'package.module:factory' or a factory
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SearchResult:
     """A study's state after a search: every trial typed, the front fastest first,
     the baseline and the knee, and what this run did."""
@@ -50,6 +50,10 @@ class SearchResult:
     pareto_path: Path
     guard: dict[str, Any] | None = None
     _url: str = field(default="", repr=False)
+
+    def __repr__(self) -> str:
+        return (f"<SearchResult study {self.study_name!r}: {len(self.trials)} trials, "
+                f"{len(self.front)} on the front, knee {self.knee!r}>")
 
     def export(self, path: str | os.PathLike, *, pick: str = "knee") -> Path:
         """Writes the picked trial (knee, max-throughput, min-memory or trial:N) as an
@@ -110,8 +114,42 @@ class SearchPlan:
 
 
 _O, _G = SearchOptions, GuardOptions  # the defaults below are theirs
+P = ParamSpec("P")
+R = TypeVar("R")
+# The CLI's flags, or a guess at them, that are no keyword of search(): what to pass.
+KEYWORD_FOR = {"max_seconds": "measure=MeasureSpec(max_window_s=...)",
+               "precision": "measure=MeasureSpec(precision=...)",
+               "warmup": "measure=MeasureSpec(warmup_steps=...)",
+               "steps": "measure=MeasureSpec(min_steps=...)",
+               "timeout": "timeout_s= (seconds)",
+               "trial_timeout": "limits=TrialLimits(timeout_s=...)",
+               "memory_limit": "limits=TrialLimits(memory_limit_bytes=...)",
+               "heartbeat": "heartbeat_s=", "grace_period": "grace_s=",
+               "hidden_channels": "hidden=", "num_layers": "layers=", "study": "study_name="}
 
 
+def _keywords_checked(function: Callable[P, R]) -> Callable[P, R]:
+    """``function``, refusing a keyword it does not take with one line that names the
+    one to use (``max_seconds=`` is ``measure=MeasureSpec(max_window_s=...)``),
+    rather than Python's bare TypeError."""
+    import difflib
+
+    known = list(inspect.signature(function).parameters)
+
+    @functools.wraps(function)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        for key in kwargs:
+            if key in known:
+                continue
+            near = difflib.get_close_matches(key, known, n=1, cutoff=0.7)
+            use = KEYWORD_FOR.get(key) or (f"{near[0]}=" if near else None)
+            raise ConfigError(f"autotune.search() takes no keyword {key}=" +
+                              (f"; use {use}" if use else f"; it takes {', '.join(known)}"))
+        return function(*args, **kwargs)
+    return checked
+
+
+@_keywords_checked
 def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None,
                    scale: float = 1.0, data_seed: int = 0, task: str = "node",
                    model: ModelArg = None, hidden: int | None = None, layers: int | None = None,
@@ -127,7 +165,7 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
                    studies_dir: str | os.PathLike = _O.studies_dir,
                    heartbeat_s: int = _O.heartbeat_s, grace_s: int = _O.grace_s,
                    measure: MeasureSpec | None = None, limits: TrialLimits | None = None,
-                   progress: Progress | None = None,
+                   progress: Progress | bool = True,
                    on_trial_start: Callable[[int, TrialConfig], None] | None = None,
                    on_trial_done: Callable[[optuna.Study], None] | None = None) -> SearchPlan:
     """Checks everything a search needs before its first trial and opens its study.
@@ -143,8 +181,11 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     at ``screen_precision`` first; ``priors``: the prior table runs first.
 
     Callbacks: ``on_trial_start(number, config)`` as a trial starts;
-    ``progress(n, total, record, elapsed_s, eta_s)`` as it ends (``record`` a
-    :class:`autotune.TrialRecord`); ``on_trial_done(study)`` after ``pareto.yaml`` is
+    ``progress(n, total, record, elapsed_s, eta_s)`` as it ends: ``n`` trials of the
+    ``total`` budget counted, ``record`` the finished trial's
+    :class:`autotune.TrialRecord`, the seconds since the search started and the
+    estimated seconds left. ``progress=True`` (the default) prints the CLI's lines to
+    stderr, ``False`` nothing. ``on_trial_done(study)`` after ``pareto.yaml`` is
     rewritten (the CLI publishes the dashboard's note there:
     :func:`autotune.report.save_study_note`)."""
     import torch
@@ -155,7 +196,8 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     space_, baseline = _space_and_baseline(
         space, device, _facts(model, hidden, layers, recompile_limit, task), seed)
     ref = _dataset_ref(dataset, root, scale, data_seed, studies, task)
-    name = study_name or default_study_name(_study_stem(ref), device)
+    name = check_study_name(study_name) if study_name is not None else \
+        default_study_name(_study_stem(ref), device)
     opts = SearchOptions(dataset=ref, space=space_, storage=storage or default_storage(
         studies, name), study_name=name, device=device, n_trials=n_trials, timeout_s=timeout_s,
         **_time_and_memory(budget, screen_precision, max_memory, racing=bool(racing),
@@ -165,8 +207,28 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
         guard=_guard(accuracy_guard, guard_epochs, objectives))
     study, prepared, stats = _open(opts, baseline)
     notes = space_.notes + _meaningless_knobs(space_, baseline, prepared, stats)
+    progress, on_trial_start = _printed(study, progress, on_trial_start)
     return SearchPlan(opts, baseline, study, stats, notes, progress, on_trial_start,
                       on_trial_done)
+
+
+def _printed(study: optuna.Study, progress: Progress | bool | None, on_trial_start):
+    """The callbacks: ``progress=True`` the CLI's lines on stderr, ``False`` none, a
+    function itself."""
+    if progress is not True:
+        return progress or None, on_trial_start
+    import sys
+
+    from autotune.render import Ticker
+
+    ticker = Ticker(sys.stderr, baseline_record(study))
+    return ticker.done, on_trial_start or ticker.start
+
+
+def baseline_record(study: optuna.Study) -> TrialRecord | None:
+    """The study's measured baseline (resuming a search), else None."""
+    number = rec.StudyRecord.from_study(study).baseline
+    return next((r for r in rec.records(study) if r.number == number and r.complete), None)
 
 
 def _studies_folder(studies_dir: str | os.PathLike) -> Path:
@@ -193,15 +255,12 @@ def _open(opts: SearchOptions, baseline: TrialConfig):
     from autotune.env import fingerprint, make_writable_dir
 
     _check_machine(baseline)
-    make_writable_dir(opts.studies_dir, "--studies-dir (studies_dir=)")  # checked: created now
-    open_storage(opts.storage)  # fails fast on a bad URL or an unreachable server
+    check_storage(opts.storage)  # a bad URL, an unreachable server: at once, creating nothing
     prepared = opts.dataset.prepare()
     _check_data(baseline, opts.space, prepared, opts.guard)
     stats = prepared.stats()
+    make_writable_dir(opts.studies_dir, "--studies-dir (studies_dir=)")  # every check passed
     return open_study(opts, dataset_stats=stats, env=fingerprint(opts.device)), prepared, stats
-
-
-P = ParamSpec("P")
 
 
 def _and_run(prepare: Callable[P, SearchPlan]) -> Callable[P, SearchResult]:
@@ -357,12 +416,10 @@ def _check_data(baseline: TrialConfig, space, prepared, guard) -> None:
     that the model factory builds a model for it, and that the dataset has what the
     accuracy guard needs."""
     from autotune.space import edge_knobs
-    from autotune.tasks import check_dataset, task_for
+    from autotune.tasks import check_dataset
 
     named = {t: knob.choices[0] for t, knob in edge_knobs(space).items()}
     check_dataset(baseline.replace(edge_fanouts=named or None), prepared)
-    if baseline.model not in MODELS and not prepared.hetero:  # the factory builds
-        task_for(baseline, prepared.data).model(baseline, prepared.data, prepared.num_classes)
     split = task_info(baseline).val_split
     store = prepared.target_store()
     if guard.active and split not in store:
@@ -377,10 +434,14 @@ def _dataset_ref(dataset: DatasetArg, root: str | None, scale: float, seed: int,
     from autotune.datasets import DatasetRef, root_default
     from autotune.imports import import_path_of
 
-    if callable(dataset) and not isinstance(dataset, str):
+    if _is_graph(dataset):  # first: PyG's Data and HeteroData are callable too
+        dataset = str(_saved(dataset, studies / ".data"))
+    elif callable(dataset) and not isinstance(dataset, str):
         dataset = import_path_of(dataset, what="dataset function", option="dataset=")
     elif not isinstance(dataset, str):
-        dataset = str(_saved(dataset, studies / ".data"))
+        raise ConfigError("dataset= must be a name, a path, an import path, a "
+                          "torch_geometric.data.Data or HeteroData, or a function (got "
+                          f"{type(dataset).__name__})")
     if not isinstance(scale, (int, float)) or not scale > 0:
         raise ConfigError(f"--scale (scale=) must be a positive number (got {scale!r})")
     ref = DatasetRef(dataset, root=root or root_default(), scale=scale, seed=seed, task=task)
@@ -388,14 +449,15 @@ def _dataset_ref(dataset: DatasetArg, root: str | None, scale: float, seed: int,
     return ref
 
 
-def _saved(data, folder: Path) -> Path:
-    from torch import Tensor
+def _is_graph(obj: Any) -> bool:
     from torch_geometric.data import Data, HeteroData
 
-    if not isinstance(data, (Data, HeteroData)):
-        raise ConfigError("dataset= must be a name, a path, an import path, a "
-                          "torch_geometric.data.Data or HeteroData, or a function (got "
-                          f"{type(data).__name__})")
+    return isinstance(obj, (Data, HeteroData))
+
+
+def _saved(data, folder: Path) -> Path:
+    from torch import Tensor
+
     digest = hashlib.sha1()
     for store in data.stores:
         for key, value in sorted(store.items(), key=lambda kv: kv[0]):

@@ -3,6 +3,7 @@ baseline, ``pareto.yaml`` and the export file, each rewritten atomically so a cr
 never loses the current answer. Imports neither torch nor PyG."""
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -120,8 +121,9 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
     t = trials[chosen.number]
     config = TrialConfig.from_dict(t.config)
     ref = s.dataset_ref
-    reproduce = (f"autotune trial --dataset {ref.get('name')} --root {ref.get('root')} "
-                 f"--scale {ref.get('scale')} --data-seed {ref.get('seed')} --config {out}")
+    reproduce = shlex.join(["autotune", "trial", "--dataset", str(ref.get("name")), "--root",
+                            str(ref.get("root")), "--scale", str(ref.get("scale")),
+                            "--data-seed", str(ref.get("seed")), "--config", str(out)])
     measured = {"trial": t.number, "measured_in_trial": t.reused_from if t.reused_from
                 is not None else t.number, s.task.throughput_key: t.throughput,
                 "throughput": t.throughput, "unit": s.task.unit,

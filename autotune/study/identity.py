@@ -41,7 +41,7 @@ def _check_or_set_attrs(study: optuna.Study, opts: SearchOptions, dataset_stats:
     attrs = study.user_attrs
     checks: dict[str, Any] = {
         rec.STUDY_SPACE: opts.space.to_dict(), rec.STUDY_MAX_MEMORY: opts.max_memory_bytes,
-        rec.STUDY_DATASET_REF: opts.dataset.identity(), rec.STUDY_DEVICE: opts.device,
+        rec.STUDY_DATASET_REF: opts.dataset.record(), rec.STUDY_DEVICE: opts.device,
         rec.STUDY_GUARD_OPTS: ({"ratio": opts.guard.ratio, "epochs": opts.guard.epochs}
                                if opts.guard.active else None)}
     if rec.STUDY_SPACE in attrs:
@@ -51,13 +51,36 @@ def _check_or_set_attrs(study: optuna.Study, opts: SearchOptions, dataset_stats:
                               f"{was} (now {now}); pass the same --model/--hidden/--layers "
                               "or a new --study-name")
         for key, value in checks.items():
-            if attrs.get(key) != value:
-                raise ConfigError(f"study {study.study_name!r} was created with another {key} "
-                                  f"({attrs.get(key)!r}, now {value!r}); pass a new "
-                                  "--study-name or the original flags")
+            was = attrs.get(key)
+            if key == rec.STUDY_DATASET_REF:  # the same data, wherever its files lie
+                was, value = _dataset_identity(type(opts.dataset), was), opts.dataset.identity()
+            if was != value:
+                raise ConfigError(f"study {study.study_name!r} was created with another "
+                                  f"{_difference(key, was, value)}; pass a new --study-name "
+                                  "or the original flags")
         return
     with warnings.catch_warnings():  # stable in practice; experimental in name
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(opts.metric_names)
     for key, value in {**checks, rec.STUDY_DATASET: dataset_stats, rec.STUDY_ENV: env}.items():
         study.set_user_attr(key, value)
+
+
+def _dataset_identity(ref_type: type, stored: Any) -> Any:
+    """What defines the data a study was created with (``DatasetRef.identity``), from
+    its stored record; the record itself where it is not one."""
+    try:
+        return ref_type(**stored).identity()
+    except TypeError:
+        return stored
+
+
+def _difference(key: str, was: Any, now: Any) -> str:
+    """The field that differs between two stored values, named: ``dataset_ref scale
+    (0.02, now 0.05)``, the first of them where more differ; the whole values where
+    they are not both mappings."""
+    if isinstance(was, dict) and isinstance(now, dict):
+        fields = [k for k in dict.fromkeys([*was, *now]) if was.get(k) != now.get(k)]
+        more = f" and {len(fields) - 1} more field(s)" if len(fields) > 1 else ""
+        return f"{key} {fields[0]} ({was.get(fields[0])!r}, now {now.get(fields[0])!r}){more}"
+    return f"{key} ({was!r}, now {now!r})"

@@ -34,8 +34,7 @@ from autotune.study.options import SearchOptions
 from autotune.study.records import StudyRecord, TrialRecord
 from autotune.study.samplers import make_sampler
 from autotune.space import params_for, suggest_config
-from autotune.storage import Heartbeat, file_lock, measurement_lock_path, \
-    study_lock
+from autotune.storage import Heartbeat, measurement_lock, study_lock
 
 POLL_S = 2.0  # how often a worker whose budget is taken by running trials looks again
 
@@ -71,7 +70,9 @@ def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, 
     :class:`ForkServer` for the whole run."""
     outcome, clock = SearchOutcome(), _Clock(opts, _counted(study))
     worker = _this_worker()
-    with ForkServer(folder=opts.study_dir) as server:
+    knob = opts.space.knobs.get("compile_mode")
+    modes = {baseline.compile_mode, *(knob.choices if knob is not None else ())}
+    with ForkServer(folder=opts.study_dir, compiles=modes != {"none"}) as server:
         while clock.may_start():
             asked_at = time.monotonic()
             trial = _reserve(opts, study, baseline, worker, outcome)
@@ -134,9 +135,10 @@ def _measure_or_fail(opts: SearchOptions, study: optuna.Study, trial: optuna.Tri
                      clock: _Clock):
     try:
         return _measure_and_tell(opts, study, trial, config, outcome, server, clock)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (the CLI raises it for both)
         trial.set_user_attr(rec.FAIL_REASON, "interrupted")
         study.tell(trial, state=TrialState.FAIL)
+        recovery.requeue_once(study, study.get_trials(deepcopy=False)[trial.number])  # resumed
         raise
 
 
@@ -263,7 +265,8 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
     trial_dir = opts.study_dir / "trials" / str(trial.number)
     measure = _measure_spec(opts, study, trial)
     with Heartbeat(_optuna.storage(study), _optuna.trial_id(trial)), \
-            file_lock(measurement_lock_path(opts.device)) as waited:
+            measurement_lock(opts.device, f"trial {trial.number} of study "
+                             f"{study.study_name}") as waited:
         limits, budget_bound = _limits(opts, clock)
         measured_from = time.time()
         result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir,

@@ -29,6 +29,26 @@ def default_study_name(dataset: str, device: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{stem}-{device}-{socket.gethostname()}")
 
 
+MAX_NAME_BYTES = 200  # a file name holds 255 bytes: NAME.db-wal and NAME@HASH fit
+
+
+def check_study_name(name: object) -> str:
+    """A study name that can name its SQLite file and its folder: any characters but
+    ``/`` and NUL, at most :data:`MAX_NAME_BYTES` bytes in UTF-8."""
+    from autotune.errors import ConfigError
+
+    if not isinstance(name, str) or not name.strip() or name in (".", ".."):
+        raise ConfigError(f"--study-name (study_name=) must be a non-empty name (got {name!r})")
+    if "/" in name or "\0" in name:
+        raise ConfigError(f"--study-name (study_name=) {name!r} names a file and a folder: "
+                          "leave out '/' and NUL")
+    size = len(name.encode())
+    if size > MAX_NAME_BYTES:
+        raise ConfigError(f"--study-name (study_name=) is {size} bytes long; its file and "
+                          f"folder names hold at most {MAX_NAME_BYTES} (got {name[:40]!r}...)")
+    return name
+
+
 def default_storage(studies_dir: str | Path, study_name: str) -> str:
     return f"sqlite:///{(Path(studies_dir) / f'{study_name}.db').resolve()}"
 

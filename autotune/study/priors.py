@@ -77,14 +77,18 @@ def this_machine(device: str) -> Machine:
 
 def prior_configs(baseline: TrialConfig, space: SearchSpace,
                   machine: Machine) -> list[tuple[str, TrialConfig]]:
-    """The rows of :data:`PRIORS` that apply here, as configs the space holds."""
+    """The rows of :data:`PRIORS` that apply here, as configs the space holds: where
+    the baseline's value of a knob lies outside the space's file (``space.outside``),
+    a row takes the space's nearest value instead, so that even a search of a few
+    trials measures the user's space."""
     out, seen = [], {baseline.replace(loader_cores=None, compute_cores=None).key()}
+    inside = {name: near for name, (_, near) in space.outside.items()}
     for prior in PRIORS:
         if not prior.applies(machine):
             continue
         try:
             config = baseline.replace(compile_mode="none", loader_cores=None,
-                                      compute_cores=None, **prior.change(machine))
+                                      compute_cores=None, **{**inside, **prior.change(machine)})
         except ConfigError:  # the study's model refuses the change (gcn: sparse aggregation)
             continue
         if in_space(config, space) and config.key() not in seen:

@@ -46,7 +46,7 @@ NOT_REUSED = (WORKER, BASELINE, CONFIG_KEY, PRIOR)
 
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class TrialRecord:
     """One trial of a study: its state, objectives, config and measured figures."""
 
@@ -129,6 +129,14 @@ class TrialRecord:
     @property
     def complete(self) -> bool:
         return self.state == "complete"
+
+    def __repr__(self) -> str:  # the fields hold step times and stderr: thousands of chars
+        from autotune.render import short
+
+        figures = f", {self.throughput:,.0f}/s, {self.memory_mib:,.0f} MiB" if self.values \
+            else ""
+        config = f", {short(self.config)!r}" if self.config else ""
+        return f"<TrialRecord #{self.number} {self.state}{figures}{config}>"
 
     @property
     def throughput(self) -> float | None:
@@ -224,7 +232,7 @@ class StudyRecord:
 
     name: str
     baseline: int | None = None
-    dataset_ref: dict[str, Any] = field(default_factory=dict)  # DatasetRef.identity()
+    dataset_ref: dict[str, Any] = field(default_factory=dict)  # DatasetRef.record()
     dataset: dict[str, Any] = field(default_factory=dict)  # Dataset.stats()
     env: dict[str, Any] = field(default_factory=dict)
     space: dict[str, Any] = field(default_factory=dict)

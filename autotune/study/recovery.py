@@ -67,8 +67,9 @@ def requeue_once(study: optuna.Study, t: FrozenTrial) -> None:
     if rec.RETRY_OF in t.user_attrs or not t.params:
         return
     attrs: dict[str, Any] = {rec.RETRY_OF: t.number}
-    if t.user_attrs.get(rec.BASELINE):
-        attrs[rec.BASELINE] = True
+    for role in (rec.BASELINE, rec.PRIOR):  # the baseline or a prior row stays one
+        if t.user_attrs.get(role):
+            attrs[role] = t.user_attrs[role]
     study.enqueue_trial(t.params, user_attrs=attrs, skip_if_exists=False)
 
 

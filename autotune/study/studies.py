@@ -16,6 +16,10 @@ def load_study(study_name: str, *, storage: str | None = None,
     """An existing study and its storage URL; a missing one is a
     ``StudyNotFoundError`` naming the studies that exist."""
     url = storage or default_storage(studies_dir, study_name)
+    if url.startswith("sqlite:///") and storage and not Path(url[len("sqlite:///"):]).exists():
+        raise StudyNotFoundError(f"no study {study_name!r}: {url} does not exist (reading a "
+                                 "study creates no database); pass the --storage the search "
+                                 "used")
     if url.startswith("sqlite:///") and not storage:
         path = Path(url[len("sqlite:///"):])
         if not path.exists():
