@@ -155,14 +155,19 @@ class Dataset:
 
         return self.data[target_type(self.data)] if self.hetero else self.data
 
+    @property
+    def num_train(self) -> int:
+        """The training seeds of its task: nodes of a mask, or edges of a link split."""
+        seeds = self.target_store()[task_info(self.task).seeds_attr]
+        return int(seeds.sum()) if seeds.dtype == torch.bool else int(seeds.size(-1))
+
     def stats(self) -> dict:
         data = self.data
         edges = sum(int(s.edge_index.size(1)) for s in data.edge_stores if "edge_index" in s)
         out = {"name": self.name, "num_nodes": int(data.num_nodes), "num_edges": edges,
                "num_features": self.num_features, "num_classes": self.num_classes,
                "bytes": int(sum(v.numel() * v.element_size() for v in _tensors(data)))}
-        seeds = self.target_store()[task_info(self.task).seeds_attr]
-        out["num_train"] = int(seeds.sum()) if seeds.dtype == torch.bool else int(seeds.size(-1))
+        out["num_train"] = self.num_train
         out["task"] = self.task
         if self.hetero:
             from autotune.graphs import target_type

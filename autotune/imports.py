@@ -53,7 +53,7 @@ def import_object(path: str, *, what: str, option: str) -> Any:
                           "is it on PYTHONPATH?") from exc
     except Exception as exc:  # the user's module raised while it was imported
         raise UserCodeError(f"{option} {path!r}: importing module {module_name!r} raised "
-                            f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from exc
+                            f"{_said(exc)}") from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -75,5 +75,9 @@ def user_code(what: str, path: str, call: Callable[..., T], *args: Any) -> T:
     except AutotuneError:
         raise
     except Exception as exc:
-        message = " ".join(str(exc).split())[:300]
-        raise UserCodeError(f"{what} {path!r} raised {type(exc).__name__}: {message}") from exc
+        raise UserCodeError(f"{what} {path!r} raised {_said(exc)}") from exc
+
+
+def _said(exc: Exception) -> str:
+    """What a user's code raised, on one line: ``ValueError: its message``."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"

@@ -193,8 +193,6 @@ def check_storage(url: str) -> None:
     if parsed.get_backend_name() != "sqlite" or not parsed.database:
         open_storage(url)
         return
-    from autotune.env import writable_dir
-
     path = Path(parsed.database)
     if path.exists():
         try:
@@ -203,7 +201,15 @@ def check_storage(url: str) -> None:
                 conn.execute("PRAGMA schema_version")
         except sqlite3.DatabaseError as exc:
             raise StorageError(f"cannot open storage sqlite:///{path}: {exc}") from exc
-    elif not writable_dir(path.parent):
+    else:
+        _check_folder(path)
+
+
+def _check_folder(path: Path) -> None:
+    """That the study database ``path`` can be written into its folder."""
+    from autotune.env import writable_dir
+
+    if not writable_dir(path.parent):
         raise StorageError(f"cannot write the study database in '{path.parent}'; pass a "
                            "writable --studies-dir or another --storage")
 
@@ -211,11 +217,7 @@ def check_storage(url: str) -> None:
 def _prepare_sqlite(path: Path) -> None:
     """Creates the folder and switches the file to WAL, in which readers never block
     the writer (the setting is kept in the file, so optuna-dashboard gets it too)."""
-    from autotune.env import writable_dir
-
-    if not writable_dir(path.parent):
-        raise StorageError(f"cannot write the study database in '{path.parent}'; pass a "
-                           "writable --studies-dir or another --storage")
+    _check_folder(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S) as conn:

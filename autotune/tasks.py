@@ -266,8 +266,7 @@ def check_dataset(config: TrialConfig, dataset) -> None:
     task = task_for(config, dataset.data)
     task.check(config)
     info = task_info(config)
-    seeds = dataset.target_store()[info.seeds_attr]
-    if not (int(seeds.sum()) if seeds.dtype == torch.bool else seeds.size(-1)):
+    if not dataset.num_train:
         raise DatasetError(f"dataset {dataset.name} has no training {info.seeds} (its "
                            f"{info.seeds_attr} selects none): a trial would have nothing to "
                            f"train on; give it a non-empty {info.seeds_attr}")
