@@ -56,8 +56,9 @@ class LinkNeighborLoader(pyg_loader.LinkNeighborLoader):
     """PyG's :class:`~torch_geometric.loader.LinkNeighborLoader` on
     :class:`autotune.NeighborSampler`, as :class:`NeighborLoader` is for nodes:
     binary and triplet negatives (drawn on the sampler's device, none on an edge of
-    the graph), ``disjoint`` and ``weight_attr`` work; temporal sampling needs
-    ``sampler="pyg"``.
+    the graph), ``disjoint``, ``weight_attr``, ``subgraph_type`` and temporal sampling
+    (``time_attr`` with ``edge_label_time``) work; a custom feature and graph store
+    needs ``sampler="pyg"``.
 
     Example::
 
@@ -101,18 +102,11 @@ def _neighbor_sampler(args: dict, sampler: str, options: dict[str, Any] | None):
     if sampler == "pyg":
         resolve_backend("pyg")  # a clear error where neither pyg-lib nor torch-sparse imports
         return None
-    subgraph_type = getattr(args["subgraph_type"], "value", args["subgraph_type"])
-    unsupported = [f"{name}={args.get(name)!r}" for name, fine in (
-        ("time_attr", args["time_attr"] is None),
-        ("input_time", args.get("input_time") is None),
-        ("edge_label_time", args.get("edge_label_time") is None),
-        ("subgraph_type", subgraph_type == "directional"),
-        ("directed", args["directed"] is True)) if not fine]
-    if unsupported:
-        raise ConfigError("the built-in sampler does directional, non-temporal sampling (got "
-                          f"{', '.join(unsupported)}); pass sampler='pyg'")
+    subgraph_type = "induced" if args["directed"] is False else args["subgraph_type"]
     return NeighborSampler(args["data"], args["num_neighbors"], replace=args["replace"],
-                           disjoint=args["disjoint"], weight_attr=args["weight_attr"],
+                           subgraph_type=subgraph_type, disjoint=args["disjoint"],
+                           temporal_strategy=args["temporal_strategy"],
+                           time_attr=args["time_attr"], weight_attr=args["weight_attr"],
                            **(options or {}))
 
 

@@ -32,7 +32,15 @@ from torch_geometric.sampler import (
 
 from autotune.errors import AutotuneError, BackendUnavailableError, ConfigError
 from autotune.files import atomic_write
-from autotune.subgraph import UNSET, KeyMap, NodeMap, Relation, sample_typed
+from autotune.subgraph import (
+    UNSET,
+    KeyMap,
+    NodeMap,
+    Relation,
+    Temporal,
+    induced_edges,
+    sample_typed,
+)
 
 SamplerBackend = Literal["builtin", "pyg", "auto"]
 SAMPLER_BACKENDS: tuple[str, ...] = ("builtin", "pyg", "auto")
@@ -261,6 +269,11 @@ class NeighborSampler(BaseSampler):
     * the output is not disjoint (seeds first, then new nodes in hop order) unless
       ``disjoint=True``: then each seed has its own subgraph and ``batch`` says whose;
     * ``row``/``col`` are local ids, ``row`` the source, ``col`` the target;
+    * ``subgraph_type="bidirectional"`` adds every sampled edge's reverse (PyG's
+      ``to_bidirectional``), ``"induced"`` returns every edge of the graph among the
+      sampled nodes; ``num_neighbors=[]`` samples the seeds alone;
+    * with ``time_attr`` the sampling is temporal (:mod:`autotune.temporal`): every
+      sampled node or edge is no later than its seed's time;
     * ``sample_from_edges`` serves PyG's ``LinkLoader`` (see :mod:`autotune.links`).
 
     Example::
@@ -281,7 +294,12 @@ class NeighborSampler(BaseSampler):
             heterogeneous graph, one list for every edge type or a dict per edge type
             (or a PyG ``NumNeighbors``).
         replace: Draw with replacement.
-        disjoint: One subgraph per seed (the output's ``batch`` maps nodes to seeds).
+        subgraph_type: ``"directional"`` (the sampled edges), ``"bidirectional"`` or
+            ``"induced"``, as in PyG.
+        disjoint: One subgraph per seed (the output's ``batch`` maps nodes to seeds);
+            temporal sampling is always disjoint.
+        temporal_strategy: ``"uniform"`` or ``"last"`` (the latest neighbours).
+        time_attr: A node or edge attribute of times; makes the sampling temporal.
         weight_attr: An edge attribute of non-negative weights to sample by.
         cache_dir: Folder for the graph's CSC cache file (memory-mapped and shared
             with loader workers), named by a hash of the graph; ``None`` with no
@@ -303,16 +321,29 @@ class NeighborSampler(BaseSampler):
     """
 
     def __init__(self, data: Data | HeteroData, num_neighbors, *, replace: bool = False,
-                 disjoint: bool = False, weight_attr: str | None = None,
+                 subgraph_type: str = "directional", disjoint: bool = False,
+                 temporal_strategy: str = "uniform", time_attr: str | None = None,
+                 weight_attr: str | None = None,
                  cache_dir: str | os.PathLike | None = None,
                  cache_file: str | os.PathLike | None = None,
                  device: torch.device | str | None = None, seed: int | None = None,
                  kernel: SamplerKernel = "auto") -> None:
         if not isinstance(data, (Data, HeteroData)):
             raise ConfigError("autotune.NeighborSampler samples Data and HeteroData graphs "
-                              f"(got {type(data).__name__}); use PyG's NeighborSampler")
+                              f"(got {type(data).__name__}: a custom feature and graph "
+                              "store); pass sampler='pyg' to use PyG's NeighborSampler")
         self.is_hetero = isinstance(data, HeteroData)
-        self.replace, self.disjoint, self.weight_attr = bool(replace), bool(disjoint), weight_attr
+        self.replace, self.weight_attr = bool(replace), weight_attr
+        self.subgraph_type = _subgraph_type(subgraph_type)
+        self._set_time(data, time_attr, temporal_strategy)
+        self.disjoint = bool(disjoint) or self.temporal
+        if self.disjoint and self.subgraph_type == "induced":
+            raise ValueError("'disjoint' sampling not supported for neighbor sampling with "
+                             "`subgraph_type='induced'`" + (" (temporal sampling is "
+                             "disjoint)" if self.temporal else ""))
+        if self.temporal and weight_attr is not None:
+            raise ConfigError("temporal sampling does not take edge weights, as in PyG (got "
+                              f"time_attr {time_attr!r} and weight_attr {weight_attr!r})")
         self.seed = seed
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.false_negatives = 0  # negatives left on an edge after every redraw (links.py)
@@ -328,14 +359,49 @@ class NeighborSampler(BaseSampler):
         # slots: whole batches drawn by the kernel in fixed shapes (launch/finish, CUDA
         # graphs), for homogeneous uniform non-disjoint sampling; otherwise the torch
         # path, whose uniform hops the kernel draws when kernel is triton
-        plain = not (self.is_hetero or disjoint or weight_attr)
+        plain = not (self.is_hetero or self.disjoint or weight_attr) and \
+            self.subgraph_type != "induced" and bool(self.num_neighbors)
         self.kernel = _resolve_kernel(kernel, self.device,
                                       self.num_neighbors if plain else None)
         self.slots = plain and self.kernel == "triton"
         self.cscs = {t: c.to(self.device) if self.device.type != "cpu" else c
                      for t, c in cscs.items()}
         self.weights = _csc_weights(data, weight_attr, self.cscs, self.device)
+        self.times = self._time_order()
         self._reset_process_state()
+
+    def _set_time(self, data, time_attr: str | None, strategy: str) -> None:
+        from autotune.temporal import check_strategy, time_attribute
+
+        self.time_attr, self.temporal_strategy = time_attr, check_strategy(strategy)
+        self.node_time: dict = {}
+        self.edge_time: dict = {}
+        if time_attr is not None:
+            node, edge = time_attribute(data, time_attr)
+            self.node_time = {HOMOGENEOUS if t is None else t: v for t, v in node.items()}
+            self.edge_time = {_HOMOGENEOUS_EDGE if t is None else t: v
+                              for t, v in edge.items()}
+
+    @property
+    def temporal(self) -> bool:
+        return self.time_attr is not None
+
+    def node_time_of(self, node_type: str | None = None) -> Tensor | None:
+        """The node-level times of ``node_type`` (``None``: a homogeneous graph's)."""
+        return self.node_time.get(HOMOGENEOUS if node_type is None else node_type)
+
+    def _time_order(self) -> dict:
+        """Each timed edge type's ``(time, order, steps)`` (:func:`time_ordered`)."""
+        from autotune.temporal import time_ordered
+
+        out = {}
+        for edge_type, csc in self.cscs.items():
+            src_time = self.node_time.get(edge_type[0])
+            edge_time = self.edge_time.get(edge_type)
+            if src_time is not None or edge_time is not None:
+                out[edge_type] = time_ordered(csc.colptr, csc.row, csc.perm,
+                                              src_time=src_time, edge_time=edge_time)
+        return out
 
     @property
     def csc(self) -> CSCGraph:
@@ -515,9 +581,13 @@ class NeighborSampler(BaseSampler):
             slots = self._draw(static_seeds, static_hop_seeds)
         return graph, static_seeds, static_hop_seeds, slots
 
-    def _sample(self, seeds: Tensor | dict[str, Tensor]) -> SamplerOutput | HeteroSamplerOutput:
-        """The torch path: seeds as a tensor (homogeneous) or a dict per node type; its
-        uniform hops go to the Triton kernel when the kernel is triton."""
+    def _sample(self, seeds: Tensor | dict[str, Tensor],
+                seed_time: Tensor | dict | None = None) -> SamplerOutput | HeteroSamplerOutput:
+        """The torch path: seeds as a tensor (homogeneous) or a dict per node type, with
+        their times when temporal (``None``: each seed node's own); its uniform hops go
+        to the Triton kernel when the kernel is triton."""
+        from autotune.temporal import seed_times
+
         if self.slots:
             return self.sample(seeds)
         if not isinstance(seeds, dict):
@@ -529,9 +599,19 @@ class NeighborSampler(BaseSampler):
         fanouts = self.num_neighbors if self.is_hetero else \
             {_HOMOGENEOUS_EDGE: self.num_neighbors}
         relations = {t: Relation(c.colptr, c.row, None if self.weights is None
-                                 else self.weights[t]) for t, c in self.cscs.items()}
+                                 else self.weights[t], *self.times.get(t, (None, None, 0)))
+                     for t, c in self.cscs.items()}
+        temporal = None
+        if self.temporal:
+            if isinstance(seed_time, Tensor) and self.is_hetero:
+                seed_time = {t: seed_time for t in seeds}
+            temporal = Temporal(seed_times(self, seeds, seed_time), self.temporal_strategy)
         typed = sample_typed(relations, fanouts, seeds, maps, replace=self.replace,
-                             generator=self._rng(), kernel=self.kernel == "triton")
+                             generator=self._rng(), kernel=self.kernel == "triton",
+                             temporal=temporal)
+        if self.subgraph_type == "induced":
+            typed.row, typed.col, typed.edge = induced_edges(relations, typed.node)
+            typed.num_sampled_edges = None
         if self.is_hetero:
             return HeteroSamplerOutput(
                 node=typed.node, row=typed.row, col=typed.col, edge=typed.edge,
@@ -543,23 +623,31 @@ class NeighborSampler(BaseSampler):
             edge=typed.edge[edge], batch=None if typed.batch is None
             else typed.batch[HOMOGENEOUS],
             num_sampled_nodes=typed.num_sampled_nodes[HOMOGENEOUS],
-            num_sampled_edges=typed.num_sampled_edges[edge])
+            num_sampled_edges=None if typed.num_sampled_edges is None
+            else typed.num_sampled_edges[edge])
 
     def _num(self, node_type: str) -> int:
         return self.num_nodes[node_type] if self.is_hetero else self.num_nodes
 
     def sample_from_nodes(self, index: NodeSamplerInput,
                           **kwargs) -> SamplerOutput | HeteroSamplerOutput:
-        if index.time is not None:
-            raise ConfigError("autotune.NeighborSampler does not do temporal sampling "
-                              "(got seed times); use PyG's NeighborSampler")
+        if index.time is not None and not self.temporal:
+            raise ConfigError("seed times (input_time) need temporal sampling: pass "
+                              "time_attr, the node or edge attribute that holds times")
         if self.is_hetero != (index.input_type is not None):
             raise ConfigError("seed nodes need a node type on a heterogeneous graph and "
                               f"none on a homogeneous one (got input type "
                               f"{index.input_type!r})")
         seeds = index.node if index.input_type is None else {index.input_type: index.node}
-        out = self._sample(seeds)
+        out = self._sample(seeds, index.time)
         out.metadata = (index.input_id, index.time)
+        return self.directed(out)
+
+    def directed(self, out):
+        """``out`` with every sampled edge's reverse added under
+        ``subgraph_type="bidirectional"`` (PyG's ``to_bidirectional``)."""
+        if self.subgraph_type == "bidirectional":
+            return out.to_bidirectional(keep_orig_edges=False)
         return out
 
     def sample_from_edges(self, index: EdgeSamplerInput,
@@ -568,10 +656,15 @@ class NeighborSampler(BaseSampler):
         """PyG's ``LinkLoader`` semantics: see :mod:`autotune.links`."""
         from autotune.links import sample_from_edges
 
-        return sample_from_edges(self, index, neg_sampling)
+        return self.directed(sample_from_edges(self, index, neg_sampling))
 
     def __repr__(self) -> str:
         extra = "".join(f", {name}=True" for name in ("disjoint",) if getattr(self, name))
+        if self.subgraph_type != "directional":
+            extra += f", subgraph_type={self.subgraph_type!r}"
+        if self.temporal:
+            extra += (f", time_attr={self.time_attr!r}, "
+                      f"temporal_strategy={self.temporal_strategy!r}")
         weight = f", weight_attr={self.weight_attr!r}" if self.weight_attr else ""
         return (f"{self.__class__.__name__}(num_neighbors={self.num_neighbors}, "
                 f"replace={self.replace}{extra}{weight}, device={self.device}, "
@@ -606,9 +699,9 @@ def fanouts_per_edge_type(num_neighbors, edge_types: list[EdgeType]
                                   "and no default; give every edge type a list")
             out[edge_type] = _check_num_neighbors(default)
     hops = {len(v) for v in out.values()}
-    if len(hops) > 1:
-        raise ConfigError("num_neighbors needs the same number of hops for every edge type "
-                          f"(got {sorted(hops)})")
+    if len(hops) > 1:  # PyG's wording, which its users' code may match
+        raise ConfigError("Number of hops must be the same across all edge types (got "
+                          f"{len(hops)} different number of hops: {sorted(hops)})")
     return {t: out[t] for t in edge_types}
 
 
@@ -661,11 +754,23 @@ def _output(num_seeds: int, slots: Slots, sizes: list[int], hops: int) -> Sample
 
 
 def _check_num_neighbors(num_neighbors: Sequence[int]) -> list[int]:
-    values = list(num_neighbors) if not isinstance(num_neighbors, (str, bytes)) else None
-    if not values or not all(isinstance(k, int) and (k >= 0 or k == -1) for k in values):
-        raise ConfigError("num_neighbors must be a non-empty list of ints >= 0 or -1 "
+    """One int per hop, each >= 0 or -1 (all); ``[]`` is zero hops, the seeds alone."""
+    values = list(num_neighbors) if not isinstance(num_neighbors, (str, bytes, int)) \
+        else None
+    if values is None or not all(isinstance(k, int) and (k >= 0 or k == -1)
+                                 for k in values):
+        raise ConfigError("num_neighbors must be a list of ints >= 0 or -1, one per hop "
                           f"(got {num_neighbors!r})")
     return values
+
+
+def _subgraph_type(value) -> str:
+    """PyG's ``SubgraphType`` (or its name) as a plain string."""
+    name = getattr(value, "value", value)
+    if name not in ("directional", "bidirectional", "induced"):
+        raise ConfigError("subgraph_type must be one of directional, bidirectional, "
+                          f"induced (got {value!r})")
+    return name
 
 
 def native_backend() -> str | None:

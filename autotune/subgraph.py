@@ -57,8 +57,15 @@ def draw_hop(colptr: Tensor, row: Tensor | None, frontier: Tensor, k: int, repla
     frontier node, in frontier order. (``row`` is unused: the signature is
     :func:`kernel_hop`'s.)"""
     start = colptr[frontier]
-    deg = colptr[frontier + 1] - start
-    m, device = frontier.numel(), frontier.device
+    return draw_range(start, colptr[frontier + 1] - start, k, replace, generator)
+
+
+def draw_range(start: Tensor, deg: Tensor, k: int, replace: bool,
+               generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """:func:`draw_hop` over any window of positions: row ``i`` draws from
+    ``start[i] .. start[i] + deg[i] - 1`` (a temporal hop's window of neighbours no
+    later than the seed)."""
+    m, device = start.numel(), start.device
     if k < 0:
         return _every_neighbour(start, deg)
     if k == 0 or m == 0:
@@ -188,9 +195,10 @@ class KeyMap:
         self.nodes: list[Tensor] = []
         self.total = 0
 
-    def seed(self, ids: Tensor) -> Tensor:
-        """Seed ``i`` opens subgraph ``i``."""
-        keys = ids + torch.arange(ids.numel(), device=ids.device) * self.n
+    def seed(self, ids: Tensor, first: int = 0) -> Tensor:
+        """Seed ``i`` opens subgraph ``first + i`` (``first``: the seeds of the node
+        types before this one, as PyG numbers them)."""
+        keys = ids + torch.arange(first, first + ids.numel(), device=ids.device) * self.n
         self.add(keys)
         return keys
 
@@ -240,30 +248,70 @@ class Typed:
 
 @dataclass(frozen=True)
 class Relation:
-    """One edge type's CSC arrays (and edge weights in CSC order, if weighted)."""
+    """One edge type's CSC arrays (and edge weights in CSC order, if weighted). A
+    temporal relation has ``time``, each neighbour's time (its node's or its edge's),
+    sorted within every column, and ``order``, the CSC position each sorted entry
+    came from (:mod:`autotune.temporal` builds them); ``steps`` binary-search steps
+    cover the largest column."""
 
     colptr: Tensor
     row: Tensor
     weight: Tensor | None = None
+    time: Tensor | None = None
+    order: Tensor | None = None
+    steps: int = 0
+
+
+@dataclass(frozen=True)
+class Temporal:
+    """A temporal draw: each subgraph's seed time (subgraph ``b`` of a disjoint batch
+    is ``seed_time[b]``) and PyG's ``temporal_strategy``: ``"uniform"`` draws among
+    the neighbours no later than the seed, ``"last"`` takes the latest of them."""
+
+    seed_time: Tensor
+    strategy: str = "uniform"
+
+
+def not_later(time: Tensor, start: Tensor, end: Tensor, limit: Tensor, steps: int) -> Tensor:
+    """Per row, the end of the run of ``time[start:end]`` (sorted) that is ``<= limit``:
+    a binary search over every row at once, ``steps`` rounds."""
+    if time.numel() == 0:
+        return start
+    lo, hi = start.clone(), end.clone()
+    for _ in range(steps):
+        active = lo < hi
+        mid = torch.div(lo + hi, 2, rounding_mode="floor").clamp(max=time.numel() - 1)
+        later = time[mid] > limit
+        hi = torch.where(active & later, mid, hi)
+        lo = torch.where(active & ~later, mid + 1, lo)
+    return lo
 
 
 def sample_typed(relations: dict[EdgeType, Relation], fanouts: dict[EdgeType, list[int]],
                  seeds: dict[str, Tensor], maps: dict[str, NodeMap | KeyMap], *,
                  replace: bool, generator: torch.Generator | None,
-                 kernel: bool = False) -> Typed:
+                 kernel: bool = False, temporal: Temporal | None = None) -> Typed:
     """Samples ``len(fanout)`` hops from ``seeds`` (global ids per node type). Each
     hop draws, for every edge type, from the frontier of its target type: the nodes
     that type gained in the hop before. ``maps`` holds one empty map per node type;
     this function releases them. ``kernel``: uniform hops of 1..256 draws go to the
-    Triton hop kernel."""
+    Triton hop kernel. ``temporal`` (disjoint maps only) keeps every relation that
+    has times to the neighbours no later than their subgraph's seed."""
     out = Typed()
+    draw = _HopDraw(replace, generator, kernel, temporal)
     try:
-        frontier = {t: (maps[t].seed(ids), 0) for t, ids in seeds.items()}
+        frontier, first = {}, 0
+        for t, ids in seeds.items():
+            if isinstance(maps[t], KeyMap):
+                frontier[t] = (maps[t].seed(ids, first), 0)
+                first += ids.numel()
+            else:
+                frontier[t] = (maps[t].seed(ids), 0)
         for hop in range(len(next(iter(fanouts.values()))) if fanouts else 0):
             starts = {t: (m.total, len(m.nodes)) for t, m in maps.items()}
             for edge_type, rel in relations.items():
                 _one_relation(out, edge_type, rel, fanouts[edge_type][hop], frontier, maps,
-                              replace, generator, kernel)
+                              draw)
             frontier = {t: (torch.cat(m.nodes[starts[t][1]:]), starts[t][0])
                         for t, m in maps.items() if m.total > starts[t][0]}
             for t, m in maps.items():
@@ -275,21 +323,47 @@ def sample_typed(relations: dict[EdgeType, Relation], fanouts: dict[EdgeType, li
     return out
 
 
+@dataclass(frozen=True)
+class _HopDraw:
+    """How every hop of one batch draws."""
+
+    replace: bool
+    generator: torch.Generator | None
+    kernel: bool
+    temporal: Temporal | None
+
+    def __call__(self, rel: Relation, keys: Tensor, dst_map, k: int) -> tuple[Tensor, Tensor]:
+        """Per drawn edge, its frontier entry and its CSC position."""
+        nodes = dst_map.node_of(keys)
+        if rel.time is not None and self.temporal is not None:
+            return self._temporal(rel, keys, nodes, dst_map, k)
+        if rel.weight is not None:
+            return draw_weighted_hop(rel.colptr, rel.weight, nodes, k, self.replace,
+                                     self.generator)
+        uniform = kernel_hop if self.kernel and 0 < k <= MAX_K else draw_hop
+        return uniform(rel.colptr, rel.row, nodes, k, self.replace, self.generator)
+
+    def _temporal(self, rel: Relation, keys: Tensor, nodes: Tensor, dst_map,
+                  k: int) -> tuple[Tensor, Tensor]:
+        # as pyg-lib: the window is the column's neighbours no later than the seed
+        # ("last": its k latest), and the draw is uniform within it
+        start, end = rel.colptr[nodes], rel.colptr[nodes + 1]
+        limit = self.temporal.seed_time[dst_map.subgraph_of(keys)]
+        end = not_later(rel.time, start, end, limit, rel.steps)
+        if self.temporal.strategy == "last" and k >= 0:
+            start = torch.maximum(start, end - k)
+        owner, at = draw_range(start, end - start, k, self.replace, self.generator)
+        return owner, rel.order[at]
+
+
 def _one_relation(out: Typed, edge_type: EdgeType, rel: Relation, k: int,
-                  frontier: dict, maps: dict, replace: bool,
-                  generator: torch.Generator | None, kernel: bool) -> None:
+                  frontier: dict, maps: dict, draw: _HopDraw) -> None:
     src_type, _, dst_type = edge_type
     keys, start = frontier.get(dst_type, (rel.row.new_empty(0), 0))
     if k == 0 or keys.numel() == 0:
         owner = pos = rel.row.new_empty(0)
     else:
-        nodes = maps[dst_type].node_of(keys)
-        if rel.weight is None:
-            uniform = kernel_hop if kernel and 0 < k <= MAX_K else draw_hop
-            owner, pos = uniform(rel.colptr, rel.row, nodes, k, replace, generator)
-        else:
-            owner, pos = draw_weighted_hop(rel.colptr, rel.weight, nodes, k, replace,
-                                           generator)
+        owner, pos = draw(rel, keys, maps[dst_type], k)
     src = rel.row[pos]
     if isinstance(maps[src_type], KeyMap):  # a source joins its target's subgraph
         src = src + maps[dst_type].subgraph_of(keys[owner]) * maps[src_type].n
@@ -315,3 +389,26 @@ def _finish(out: Typed, maps: dict, seeds: dict, relations: dict) -> None:
             parts = getattr(out, name).get(edge_type, [])
             getattr(out, name)[edge_type] = torch.cat(parts) if parts else some.new_empty(0)
         out.num_sampled_edges.setdefault(edge_type, [])
+
+
+def induced_edges(relations: dict[EdgeType, Relation], node: dict[str, Tensor]
+                  ) -> tuple[dict, dict, dict]:
+    """``subgraph_type="induced"``: every edge of the graph among the sampled nodes
+    (distinct per type: a shared batch), as ``row``, ``col`` (local ids) and ``edge``
+    (CSC positions) per edge type."""
+    rows, cols, edges = {}, {}, {}
+    for edge_type, rel in relations.items():
+        src_nodes, dst_nodes = node[edge_type[0]], node[edge_type[-1]]
+        start = rel.colptr[dst_nodes]
+        col, pos = _every_neighbour(start, rel.colptr[dst_nodes + 1] - start)
+        src = rel.row[pos]
+        if src_nodes.numel() == 0:
+            at, where = torch.zeros_like(src), src_nodes
+            keep = torch.zeros_like(src, dtype=torch.bool)
+        else:
+            sorted_src, where = torch.sort(src_nodes)
+            at = torch.searchsorted(sorted_src, src).clamp(max=src_nodes.numel() - 1)
+            keep = sorted_src[at] == src
+        rows[edge_type] = where[at[keep]]
+        cols[edge_type], edges[edge_type] = col[keep], pos[keep]
+    return rows, cols, edges

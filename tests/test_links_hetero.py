@@ -301,9 +301,11 @@ def test_conflicting_num_neighbors_is_an_error(random_graph):
     assert loader.node_sampler is sampler
 
 
-def test_temporal_and_induced_sampling_need_pyg(random_graph):
-    with pytest.raises(ConfigError, match="sampler='pyg'"):
-        NeighborLoader(random_graph, [5], subgraph_type="induced")
+def test_a_custom_store_needs_pyg(random_graph):
+    from torch_geometric.testing import MyFeatureStore, MyGraphStore
+
+    with pytest.raises(ConfigError, match="custom feature and graph store.*sampler='pyg'"):
+        NeighborLoader((MyFeatureStore(), MyGraphStore()), [5])
 
 
 def test_a_graph_without_edges_samples_as_an_empty_graph():

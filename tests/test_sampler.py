@@ -238,7 +238,7 @@ def test_backend_choice():
         sampler_mod.resolve_backend("fast")
 
 
-@pytest.mark.parametrize("bad", [[], [2, -3], "25,10", [2.5]])
+@pytest.mark.parametrize("bad", [5, [2, -3], "25,10", [2.5]])
 def test_bad_num_neighbors(random_graph, bad):
     with pytest.raises(ConfigError, match="num_neighbors"):
         autotune.NeighborSampler(random_graph, bad)
