@@ -198,6 +198,10 @@ def _add_dataset_flags(p: argparse.ArgumentParser, *, from_export: bool = False)
                    help="node: classify nodes (seeds are nodes); link: predict edges on the "
                         "dataset's link split with the model as encoder and a dot-product "
                         f"decoder (seeds are edges) (default: {config}node)")
+    p.add_argument("--link-edge-type", default=None, metavar="SRC__REL__DST",
+                   help="with --task link on a heterogeneous graph: the edge type to predict, "
+                        "as src__rel__dst or a relation name, e.g. author__writes__paper "
+                        f"(default: {where}none)")
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -522,7 +526,7 @@ def _dataset_ref(args: argparse.Namespace, recorded: dict | None, task: str):
     return DatasetRef(pick(args.dataset, "name", "synthetic"),
                       root=pick(args.root, "root", None) or root_default(),
                       scale=pick(args.scale, "scale", 1.0), seed=pick(args.data_seed, "seed", 0),
-                      task=task)
+                      task=task, edge_type=pick(args.link_edge_type, "edge_type", None))
 
 
 def _exported(path: str | None) -> tuple[dict | None, dict | None]:
@@ -678,7 +682,8 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
     measure, limits = _measure_and_limits(args)
     return dict(dataset=args.dataset or "synthetic", root=args.root,
                 scale=1.0 if args.scale is None else args.scale,
-                data_seed=args.data_seed or 0, task=args.task or "node", model=args.model,
+                data_seed=args.data_seed or 0, task=args.task or "node",
+                link_edge_type=args.link_edge_type, model=args.model,
                 hidden=args.hidden,
                 layers=args.layers, recompile_limit=args.recompile_limit, space=args.space,
                 n_trials=args.n_trials, timeout_s=args.timeout, budget=args.budget,

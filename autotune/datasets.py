@@ -148,12 +148,26 @@ class Dataset:
 
     @property
     def num_features(self) -> int:
-        return int(self.target_store().x.size(1))
+        return int(self.feature_store().x.size(1))
 
     def target_store(self):
-        from autotune.graphs import target_type
+        """Where the task's seeds and splits live: the graph, the target node type's
+        store, or a heterogeneous link split's edge type."""
+        from autotune.graphs import LINK_ATTR, link_edge_type, target_type
 
-        return self.data[target_type(self.data)] if self.hetero else self.data
+        if not self.hetero:
+            return self.data
+        if LINK_ATTR in self.data:
+            return self.data[link_edge_type(self.data)]
+        return self.data[target_type(self.data)]
+
+    def feature_store(self):
+        """The node store whose features the model's input width is read from."""
+        from autotune.graphs import LINK_ATTR, link_edge_type
+
+        if self.hetero and LINK_ATTR in self.data:
+            return self.data[link_edge_type(self.data)[0]]
+        return self.target_store()
 
     @property
     def num_train(self) -> int:
@@ -170,9 +184,10 @@ class Dataset:
         out["num_train"] = self.num_train
         out["task"] = self.task
         if self.hetero:
-            from autotune.graphs import target_type
+            from autotune.graphs import LINK_ATTR, target_type
 
-            out.update(target=target_type(data), node_types=len(data.node_types),
+            target = data[LINK_ATTR] if LINK_ATTR in data else target_type(data)
+            out.update(target=target, node_types=len(data.node_types),
                        edge_types=len(data.edge_types))
         return out
 
@@ -183,34 +198,46 @@ def _tensors(data) -> list[Tensor]:
 
 
 def load_dataset(name: str, *, root: str | os.PathLike | None = None, scale: float = 1.0,
-                 seed: int = 0, task: str = "node") -> Dataset:
+                 seed: int = 0, task: str = "node", edge_type: str | None = None) -> Dataset:
     """Loads ``name`` (a PyG/OGB name, ``synthetic``, ``synthetic-hetero`` or a path to
     a ``.pt`` file), processing it into the memory-mapped cache on first use. ``task``
-    link: the graph's link split (:func:`autotune.graphs.link_split`), cached too."""
+    link: the graph's link split (:func:`autotune.graphs.link_split`; of ``edge_type``
+    on a heterogeneous graph, :func:`autotune.graphs.hetero_link_split`), cached too."""
     root = Path(root if root is not None else root_default())
-    cache = working_root(root) / ".autotune" / f"{_cache_key(name, scale, seed, task)}.pt"
+    key = _cache_key(name, scale, seed, task, edge_type)
+    cache = working_root(root) / ".autotune" / f"{key}.pt"
     if not cache.exists():
         if task_info(task).split:
-            from autotune.graphs import link_split
+            from autotune.graphs import edge_type_named, hetero_link_split, link_split
 
             base = load_dataset(name, root=root, scale=scale, seed=seed)
             if base.hetero:
-                raise DatasetError(f"--task {task} splits a homogeneous graph; {name} is "
-                                   "heterogeneous (use --task node)")
-            data = link_split(base.data, seed)
+                data = hetero_link_split(base.data, seed, edge_type_named(base.data,
+                                                                          edge_type))
+            elif edge_type is not None:
+                raise DatasetError(f"--link-edge-type names an edge type of a "
+                                   f"heterogeneous graph (got {edge_type!r}); {name} is "
+                                   "homogeneous: leave it out")
+            else:
+                data = link_split(base.data, seed)
         else:
             data = _materialise(name, root, scale, seed)
         _write_cache(data, cache)
     return _read_cache(name, cache, task)
 
 
-def _cache_key(name: str, scale: float, seed: int, task: str = "node") -> str:
+def _cache_key(name: str, scale: float, seed: int, task: str = "node",
+               edge_type: str | None = None) -> str:
     try:
         info = task_info(task)
     except ConfigError as exc:
         raise DatasetError(str(exc)) from None
+    if edge_type is not None and not info.split:
+        raise DatasetError(f"--link-edge-type picks the edge type of --task link (got task "
+                           f"{task!r}); leave it out or use --task link")
     if info.split:
-        return _cache_key(name, scale, seed) + info.suffix
+        typed = "" if edge_type is None else "-" + edge_type.replace("/", "_")
+        return _cache_key(name, scale, seed) + info.suffix + typed
     if name in SYNTHETIC:
         return f"{name}-scale{scale:g}-seed{seed}"
     if name in NAMED:
@@ -348,9 +375,12 @@ def _write_cache(data, path: Path) -> None:
 
     blob = {"format": CACHE_FORMAT, "num_classes": int(data.num_classes)}
     if isinstance(data, HeteroData):
-        from autotune.graphs import target_type
+        from autotune.graphs import LINK_ATTR, target_type
 
-        blob["target"] = target_type(data)
+        if LINK_ATTR in data:
+            blob["link"] = data[LINK_ATTR]
+        else:
+            blob["target"] = target_type(data)
         blob["hetero"] = {"__".join(s._key) if isinstance(s._key, tuple) else s._key:
                           {k: v.contiguous() for k, v in s.items() if isinstance(v, Tensor)}
                           for s in data.node_stores + data.edge_stores}
@@ -377,7 +407,12 @@ def _read_cache(name: str, path: Path, task: str = "node") -> Dataset:
                 store[attr] = value
         for node_type, count in blob["num_nodes"].items():
             data[node_type].num_nodes = count
-        data[TARGET_ATTR] = blob["target"]
+        if "link" in blob:
+            from autotune.graphs import LINK_ATTR
+
+            data[LINK_ATTR] = blob["link"]
+        else:
+            data[TARGET_ATTR] = blob["target"]
     else:
         data = Data(**blob["tensors"])
         data.num_nodes = blob["num_nodes"]
@@ -394,6 +429,7 @@ class DatasetRef:
     scale: float = 1.0
     seed: int = 0
     task: str = "node"
+    edge_type: str | None = None  # the supervised edge type of a heterogeneous link task
 
     def record(self) -> dict:
         """Every field, the root as a resolved path: what a study stores, from which an
@@ -411,23 +447,25 @@ class DatasetRef:
             out["scale"] = self.scale
         if self.name in SYNTHETIC or task_info(self.task).split:
             out["seed"] = self.seed
+        if self.edge_type is not None:
+            out["edge_type"] = self.edge_type
         return out
 
     def check(self) -> None:
         """Refuses an unknown name or a missing file at once, before anything is
         created (the full check, a download included, is :meth:`prepare`)."""
-        _cache_key(self.name, self.scale, self.seed, self.task)
+        _cache_key(self.name, self.scale, self.seed, self.task, self.edge_type)
         if self.name.endswith(".pt") and not Path(self.name).exists():
             raise DatasetError(f"dataset file '{self.name}' does not exist")
 
     def load(self) -> Dataset:
         return load_dataset(self.name, root=self.root, scale=self.scale, seed=self.seed,
-                            task=self.task)
+                            task=self.task, edge_type=self.edge_type)
 
     def csc_path(self) -> Path:
         """The built-in sampler's CSC cache file, beside the dataset's cache (of the
         first edge type's, for a heterogeneous graph: the others lie beside it)."""
-        key = _cache_key(self.name, self.scale, self.seed, self.task)
+        key = _cache_key(self.name, self.scale, self.seed, self.task, self.edge_type)
         return working_root(self.root) / ".autotune" / f"{key}.csc.pt"
 
     def prepare(self) -> Dataset:

@@ -9,6 +9,7 @@ import torch
 from autotune.errors import DatasetError
 
 TARGET_ATTR = "target_node_type"  # a HeteroData's global attribute naming its target type
+LINK_ATTR = "link_edge_type"  # a split HeteroData's global attribute: its supervised type
 LINK_SPLIT = (0.05, 0.10)  # validation and test shares of the edges, RandomLinkSplit's
 # the share of training edges used for supervision only, not for message passing
 # (RandomLinkSplit's disjoint_train_ratio): a model that sees the very edge it must
@@ -115,3 +116,71 @@ def masks_from_split(data, split: dict) -> None:
         mask = torch.zeros(data.num_nodes, dtype=torch.bool)
         mask[split[key]] = True
         data[mask_name] = mask
+
+
+def edge_type_named(data, name: str | None) -> tuple[str, str, str]:
+    """The edge type ``name`` picks on a heterogeneous graph: ``src__rel__dst`` or a
+    relation name that one edge type has."""
+    names = ["__".join(t) for t in data.edge_types]
+    if name is None:
+        raise DatasetError("--task link on a heterogeneous graph needs the edge type to "
+                           "predict: --link-edge-type (link_edge_type=), one of "
+                           f"{', '.join(names)}")
+    by_rel = [t for t in data.edge_types if t[1] == name]
+    if name in names:
+        return data.edge_types[names.index(name)]
+    if len(by_rel) == 1:
+        return by_rel[0]
+    raise DatasetError(f"--link-edge-type {name!r} is not an edge type of the graph; its edge "
+                       f"types: {', '.join(names)}")
+
+
+def link_edge_type(data) -> tuple[str, str, str]:
+    """The supervised edge type of a heterogeneous link split."""
+    return tuple(data[LINK_ATTR].split("__"))
+
+
+def hetero_link_split(data, seed: int, edge_type: tuple[str, str, str]):
+    """:func:`link_split` for one edge type of a heterogeneous graph: ``RandomLinkSplit``
+    with ``edge_types`` and, where the graph has it, the reverse type
+    (``rev_<rel>``, :func:`add_reverse`) in ``rev_edge_types``, so a held-out edge
+    leaves both directions of the message-passing graph. The split lands on the edge
+    type's store (``train_edge_label_index``, ``val_edge_label_index``, ...) and
+    :data:`LINK_ATTR` names it."""
+    import torch_geometric.transforms as T
+
+    src, rel, dst = edge_type
+    if data[edge_type].edge_index.size(1) < 20:
+        raise DatasetError(f"--task link needs edges of {src}__{rel}__{dst} to split (got "
+                           f"{data[edge_type].edge_index.size(1)})")
+    reverse = (dst, f"rev_{rel}", src)
+    base = data.__class__()
+    for node_type in data.node_types:
+        base[node_type].x = data[node_type].x
+        base[node_type].num_nodes = data[node_type].num_nodes
+    for et in data.edge_types:
+        base[et].edge_index = data[et].edge_index
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        split = T.RandomLinkSplit(num_val=LINK_SPLIT[0], num_test=LINK_SPLIT[1],
+                                  disjoint_train_ratio=DISJOINT_TRAIN,
+                                  add_negative_train_samples=False, edge_types=[edge_type],
+                                  rev_edge_types=[reverse] if reverse in data.edge_types
+                                  else None)
+        train, val, test = split(base)
+    finally:
+        torch.random.set_rng_state(state)
+    out = base.__class__()
+    for node_type in data.node_types:
+        out[node_type].x = data[node_type].x
+        out[node_type].num_nodes = data[node_type].num_nodes
+    for et in data.edge_types:
+        out[et].edge_index = train[et].edge_index
+    out[edge_type].train_edge_label_index = train[edge_type].edge_label_index
+    for name, part in (("val", val), ("test", test)):
+        out[edge_type][f"{name}_edge_label_index"] = part[edge_type].edge_label_index
+        out[edge_type][f"{name}_edge_label"] = part[edge_type].edge_label
+    out[LINK_ATTR] = "__".join(edge_type)
+    out.num_classes = 1
+    return out

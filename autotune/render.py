@@ -137,7 +137,8 @@ def _status(record) -> str:
     if record.prior:
         status += f", prior {record.prior}"
     if record.val_acc is not None:
-        status += f", val acc {record.val_acc:.3f} ({record.accuracy_ratio:.3f}x)"
+        status += (f", val {_metric_short(task_info(record.config))} {record.val_acc:.3f} "
+                   f"({record.accuracy_ratio:.3f}x)")
         if record.below_guard:
             status += " BELOW GUARD"
     return status
@@ -203,7 +204,7 @@ def trials_table(trials, task) -> str:
         extra += f" [{r.fail_reason[:70]}]" if r.fail_reason else ""
         extra += f" [deferred: {r.deferred}]" if r.deferred else ""
         if r.val_acc is not None:
-            extra += f" (val acc {r.val_acc:.4f}" + \
+            extra += f" (val {_metric_short(task)} {r.val_acc:.4f}" + \
                 (", below the accuracy guard)" if r.below_guard else ")")
         lines.append(f"{r.number:>5} {r.state:<8} {tp:>13} {prec:>6} {mem:>9}  {what}{extra}")
     return "\n".join(lines)
@@ -295,3 +296,8 @@ def _measured_lines(result, format_bytes) -> list[str]:
         f"{', '.join(o.aggregation_ops) or 'no scatter or sparse op'}",
     ]
     return lines + [f"warning         {w}" for w in result.warnings]
+
+
+def _metric_short(task) -> str:
+    """``acc`` for accuracy, else the metric's name (``ROC-AUC``)."""
+    return "acc" if task.metric == "accuracy" else task.metric

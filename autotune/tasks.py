@@ -12,6 +12,11 @@ node, ``HeteroData``   ``NodeLoader`` on the target type's    accuracy on the ta
 link, ``Data``         ``LinkLoader`` on the training edges,  ROC-AUC on the split's
                        one random negative per positive       edges and negatives
                        (binary); dot-product decoder, BCE
+link, ``HeteroData``   the same on the supervised edge type   ROC-AUC on that type's
+                       (``--link-edge-type``); the encoder    split
+                       lifted with ``to_hetero``, the dot
+                       product of a source-type and a
+                       target-type embedding
 =====================  =====================================  ==========================
 
 A step's seeds are the seed nodes (node tasks) or the positive supervision edges
@@ -203,6 +208,76 @@ class LinkTask:
         return roc_auc(torch.cat(scores), torch.cat(labels))
 
 
+class HeteroLinkTask(LinkTask):
+    """Link prediction of one edge type ``(src, rel, dst)`` of a heterogeneous graph's
+    link split (:func:`autotune.graphs.hetero_link_split`)."""
+
+    hetero = True
+
+    def __init__(self, edge_type: tuple[str, str, str]) -> None:
+        self.edge_type = edge_type
+
+    def check(self, config: TrialConfig) -> None:
+        HeteroNodeTask.check(self, config)
+
+    fanouts = HeteroNodeTask.fanouts
+
+    def model(self, config: TrialConfig, data, num_classes: int | None) -> nn.Module:
+        """The encoder into ``hidden_channels``, lifted with ``to_hetero``."""
+        if config.model in MODELS:
+            base = HeteroEncoder(config.hidden_channels, config.hidden_channels,
+                                 config.num_layers, config.dropout)
+        else:
+            base = make_model(config, -1, config.hidden_channels)
+        return lift_to_hetero(base, data)
+
+    def loader(self, loader_cls, data, sampler, seeds_from, **kwargs):
+        from torch_geometric.loader import LinkLoader
+        from torch_geometric.sampler import NegativeSampling
+
+        index = (self.edge_type, seeds_from[self.edge_type].train_edge_label_index)
+        return LinkLoader(data, link_sampler=sampler, edge_label_index=index,
+                          neg_sampling=NegativeSampling("binary", LINK_NEGATIVES), **kwargs)
+
+    def _scores(self, model, batch) -> Tensor:
+        z = model(batch.x_dict, batch.edge_index_dict)
+        pairs = batch[self.edge_type].edge_label_index
+        src, dst = z[self.edge_type[0]], z[self.edge_type[-1]]
+        return (src[pairs[0]] * dst[pairs[1]]).sum(-1)
+
+    def loss(self, pipe, batch) -> Tensor:
+        return F.binary_cross_entropy_with_logits(
+            self._scores(pipe.model, batch), batch[self.edge_type].edge_label.float())
+
+    def seeds(self, batch) -> int:
+        return int(batch[self.edge_type].input_id.numel())
+
+    @torch.no_grad()
+    def evaluate(self, pipe, data, split: str) -> float:
+        from torch_geometric.loader import LinkLoader
+
+        store, name = data[self.edge_type], f"{split}_edge_label"
+        if f"{name}_index" not in store:
+            raise ConfigError(f"the dataset's {'__'.join(self.edge_type)} has no "
+                              f"{name}_index; a link split has one")
+        loader = LinkLoader(pipe.loader.data, link_sampler=pipe.loader.link_sampler,
+                            edge_label_index=(self.edge_type, store[f"{name}_index"]),
+                            edge_label=store[name], batch_size=pipe.config.batch_size,
+                            transform=pipe.loader.transform)
+        scores, labels = [], []
+        model = pipe.eager_model
+        model.eval()
+        try:
+            for batch in loader:
+                batch = batch.to(pipe.device, non_blocking=True)
+                with pipe.autocast():
+                    scores.append(self._scores(model, batch).float().cpu())
+                labels.append(batch[self.edge_type].edge_label.cpu())
+        finally:
+            model.train()
+        return roc_auc(torch.cat(scores), torch.cat(labels))
+
+
 def _no_gpu_sampling(config: TrialConfig, got: str) -> None:
     if config.gpu_sampling:
         raise ConfigError("gpu_sampling samples homogeneous node batches with the Triton "
@@ -285,11 +360,16 @@ def task_for(config, data):
 
     info = task_info(config)
     if isinstance(data, HeteroData):
-        if info.split:
-            raise ConfigError(f"task {info.name!r} needs a homogeneous graph (got a "
-                              "HeteroData); use task node")
-        from autotune.graphs import target_type
+        from autotune.graphs import LINK_ATTR, link_edge_type, target_type
 
+        if info.split:
+            if LINK_ATTR not in data:
+                raise ConfigError(f"task {info.name!r} on a HeteroData trains on its link "
+                                  f"split; load it with task={info.name!r} and an edge type")
+            return HeteroLinkTask(link_edge_type(data))
+        if LINK_ATTR in data:
+            raise ConfigError(f"task {info.name!r} needs labelled nodes (got a link split "
+                              f"of {data[LINK_ATTR]}); use task link")
         return HeteroNodeTask(target_type(data))
     if info.seeds_attr not in data:
         raise ConfigError(f"task {info.name!r} needs a dataset with {info.seeds_attr} (got "

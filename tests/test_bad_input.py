@@ -201,8 +201,19 @@ CASES = {
     "edge type the graph lacks (config)": (
         ["trial", *HETERO, "--config", "{tmp}/edge-fanouts.yaml"],
         ["edge type 'paper__reads__paper'", "its edge types: ('author', 'writes', 'paper')"]),
-    "link prediction on a heterogeneous graph": (["search", *HETERO, "--task", "link"],
-                                                 ["--task link splits a homogeneous graph"]),
+    "link prediction on a heterogeneous graph, no edge type": (
+        ["search", *HETERO, "--task", "link"],
+        ["--task link on a heterogeneous graph needs", "--link-edge-type",
+         "author__writes__paper"]),
+    "link prediction of an edge type the graph lacks": (
+        ["search", *HETERO, "--task", "link", "--link-edge-type", "paper__reads__paper"],
+        ["--link-edge-type 'paper__reads__paper' is not an edge type", "paper__cites__paper"]),
+    "a link edge type on a node task": (
+        ["trial", *HETERO, "--link-edge-type", "writes"],
+        ["--link-edge-type picks the edge type of --task link", "task 'node'"]),
+    "a link edge type on a homogeneous graph": (
+        ["search", "--task", "link", "--link-edge-type", "writes"],
+        ["--link-edge-type names an edge type of a heterogeneous graph", "homogeneous"]),
     "gat on a heterogeneous graph": (["trial", *HETERO, "--model", "gat"],
                                      ["model gat", "use model sage"]),
     "a word among the batch sizes": (["search", "--space", "{tmp}/word-batch.yaml"],

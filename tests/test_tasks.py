@@ -179,11 +179,46 @@ def test_link_prediction_on_real_cora_reaches_auc_085(cora_root):
     assert best[2] >= 0.85, checked
 
 
+def test_hetero_link_split_holds_out_both_directions(tmp_path):
+    from autotune.graphs import LINK_ATTR
+
+    writes, reverse = ("author", "writes", "paper"), ("paper", "rev_writes", "author")
+    base = load_dataset("synthetic-hetero", root=tmp_path, scale=0.004).data
+    split = load_dataset("synthetic-hetero", root=tmp_path, scale=0.004, task="link",
+                         edge_type="writes").data  # a relation name that one type has
+    assert split[LINK_ATTR] == "author__writes__paper"
+    store = split[writes]
+    held = [int((store[f"{name}_edge_label"] == 1).sum()) for name in ("val", "test")]
+    supervised = store.train_edge_label_index.size(1)
+    assert all(held) and supervised > 0
+    # every edge is in exactly one part: message passing, supervision, val or test
+    total = base[writes].edge_index.size(1)
+    assert store.edge_index.size(1) + supervised + sum(held) == total
+    # the reverse type is the message-passing edges reversed: held-out ones left out
+    assert torch.equal(split[reverse].edge_index, store.edge_index.flip(0))
+
+
+@pytest.mark.slow
+def test_hetero_link_prediction_beats_chance(tmp_path):
+    ref = DatasetRef("synthetic-hetero", root=str(tmp_path), scale=0.01, task="link",
+                     edge_type="author__writes__paper")
+    dataset = ref.prepare()
+    config = TrialConfig(task="link", batch_size=256, num_neighbors=(10, 5),
+                         hidden_channels=64, lr=0.01)
+    pipe = build(config, dataset.data, cache_file=ref.csc_path())
+    training = fit(pipe, dataset.data, TrainSpec(epochs=3))
+    assert training.epochs[-1].seeds == dataset.num_train
+    auc = accuracy(pipe, dataset.data, "val")
+    assert auc > 0.6, [e.val_acc for e in training.epochs]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("args", [
     ["--task", "link", "--dataset", "Cora", "--root", "CORA_ROOT"],
     ["--dataset", "synthetic-hetero", "--scale", "0.02"],
-], ids=["cora-link", "synthetic-hetero"])
+    ["--task", "link", "--link-edge-type", "author__writes__paper", "--dataset",
+     "synthetic-hetero", "--scale", "0.01"],
+], ids=["cora-link", "synthetic-hetero", "synthetic-hetero-link"])
 def test_search_end_to_end(tmp_path, args, request):
     if "CORA_ROOT" in args:
         args = [request.getfixturevalue("cora_root") if a == "CORA_ROOT" else a for a in args]

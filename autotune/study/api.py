@@ -152,7 +152,7 @@ def _keywords_checked(function: Callable[P, R]) -> Callable[P, R]:
 @_keywords_checked
 def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None,
                    scale: float = 1.0, data_seed: int = 0, task: str = "node",
-                   model: ModelArg = None, hidden: int | None = None, layers: int | None = None,
+                   link_edge_type: str | None = None, model: ModelArg = None, hidden: int | None = None, layers: int | None = None,
                    recompile_limit: int | None = None, space: str | Path | dict = "default",
                    n_trials: int = _O.n_trials, timeout_s: float | None = None,
                    budget: float | str | None = None, racing: bool = _O.racing,
@@ -172,7 +172,8 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
 
     ``dataset``: a name (Reddit, Cora, synthetic, synthetic-hetero, ogbn-mag, ...), a ``.pt``
     path, an import path, a ``Data``/``HeteroData`` or a function returning one. ``task``: node
-    or link (on the dataset's link split). ``model``: sage (default), gcn, gat, an import path
+    or link (on the dataset's link split; ``link_edge_type`` picks the edge type of a
+    ``HeteroData``, ``"src__rel__dst"`` or a relation name). ``model``: sage (default), gcn, gat, an import path
     or a factory ``(in_channels, out_channels, config) -> nn.Module`` taking ``(x,
     edge_index)``, lifted by ``to_hetero`` on a HeteroData. ``space``: a shipped space's name, a
     YAML path or a dict of the same schema. ``max_memory``: bytes or a size such as ``'8GiB'``.
@@ -195,7 +196,7 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     studies = _studies_folder(studies_dir)
     space_, baseline = _space_and_baseline(
         space, device, _facts(model, hidden, layers, recompile_limit, task), seed)
-    ref = _dataset_ref(dataset, root, scale, data_seed, studies, task)
+    ref = _dataset_ref(dataset, root, scale, data_seed, studies, task, link_edge_type)
     name = check_study_name(study_name) if study_name is not None else \
         default_study_name(_study_stem(ref), device)
     opts = SearchOptions(dataset=ref, space=space_, storage=storage or default_storage(
@@ -428,7 +429,7 @@ def _check_data(baseline: TrialConfig, space, prepared, guard) -> None:
 
 
 def _dataset_ref(dataset: DatasetArg, root: str | None, scale: float, seed: int,
-                 studies: Path, task: str = "node"):
+                 studies: Path, task: str = "node", edge_type: str | None = None):
     """A ``DatasetRef`` for any form of ``dataset``: a Data object is saved once under
     ``STUDIES_DIR/.data/`` (named by its content) for the trial processes to load."""
     from autotune.datasets import DatasetRef, root_default
@@ -444,7 +445,8 @@ def _dataset_ref(dataset: DatasetArg, root: str | None, scale: float, seed: int,
                           f"{type(dataset).__name__})")
     if not isinstance(scale, (int, float)) or not scale > 0:
         raise ConfigError(f"--scale (scale=) must be a positive number (got {scale!r})")
-    ref = DatasetRef(dataset, root=root or root_default(), scale=scale, seed=seed, task=task)
+    ref = DatasetRef(dataset, root=root or root_default(), scale=scale, seed=seed, task=task,
+                     edge_type=edge_type)
     ref.check()
     return ref
 
