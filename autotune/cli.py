@@ -35,6 +35,8 @@ SEARCH_EXAMPLE = """examples:
   autotune search --dataset mypkg.data:load --model mypkg.models:factory --n-trials 20
   autotune search --task link --dataset Cora --root data --hidden 128 --n-trials 20
   autotune search --dataset synthetic-hetero --scale 0.05 --space quick --n-trials 8
+  autotune search --task link --dataset synthetic-hetero --link-edge-type author__writes__paper
+  autotune search --task graph --dataset synthetic-molecules --scale 0.1 --n-trials 8
 
 Running the same command again resumes the study: finished trials are kept, an
 interrupted one is marked failed, and --n-trials counts the study's total."""
@@ -92,8 +94,10 @@ MODEL_HELP = ("sage (default, as PyG's examples/reddit.py), gcn, gat, or your ow
               "and returning an nn.Module whose forward takes (x, edge_index)")
 DATASET_HELP = ("Reddit, Reddit2, Flickr, Yelp, Cora, CiteSeer, PubMed, ogbn-products, "
                 "ogbn-arxiv, ogbn-mag, synthetic (Reddit-shaped), synthetic-hetero "
-                "(ogbn-mag-shaped), a path to a .pt Data or HeteroData file, or your own "
-                "function 'package.module:function' returning one (default: synthetic)")
+                "(ogbn-mag-shaped), synthetic-molecules (graph-level, --task graph), a "
+                "path to a .pt Data or HeteroData file, a TU-format folder (--task graph), "
+                "or your own function 'package.module:function' returning one (default: "
+                "synthetic)")
 
 
 STUDIES_EXAMPLE = """examples:
@@ -197,7 +201,16 @@ def _add_dataset_flags(p: argparse.ArgumentParser, *, from_export: bool = False)
     p.add_argument("--task", choices=list(TASKS), default=None,
                    help="node: classify nodes (seeds are nodes); link: predict edges on the "
                         "dataset's link split with the model as encoder and a dot-product "
-                        f"decoder (seeds are edges) (default: {config}node)")
+                        "decoder (seeds are edges); graph: classify whole small graphs "
+                        "(synthetic-molecules, a TU-format folder; throughput in graphs/s) "
+                        f"(default: {config}node)")
+    p.add_argument("--time-attr", default=None, metavar="ATTR",
+                   help="a node attribute of times: temporal sampling, every sampled node no "
+                        "later than its seed's time (default: "
+                        f"{config}none)")
+    p.add_argument("--temporal-strategy", choices=["uniform", "last"], default=None,
+                   help="with --time-attr: draw among the neighbours in time, or take the "
+                        f"latest (default: {config}uniform)")
     p.add_argument("--link-edge-type", default=None, metavar="SRC__REL__DST",
                    help="with --task link on a heterogeneous graph: the edge type to predict, "
                         "as src__rel__dst or a relation name, e.g. author__writes__paper "
@@ -568,8 +581,7 @@ def cmd_trial(args: argparse.Namespace) -> int:
     config = with_model(config, model=args.model, hidden=args.hidden, layers=args.layers)
     if args.recompile_limit is not None:
         config = config.replace(recompile_limit=args.recompile_limit)
-    if args.task:
-        config = config.replace(task=args.task)
+    config = _with_task(config, args)
     check_config(config)
     measure, limits = _measure_and_limits(args)
     profile = _profile_spec(args)
@@ -587,6 +599,13 @@ def cmd_trial(args: argparse.Namespace) -> int:
         "\n" + profile_text(result.profile) if result.profile else "")))
     profiled = profile is None or not result.ok or "error" not in result.profile
     return 0 if result.ok and profiled else EXIT_TRIAL_FAILED
+
+
+def _with_task(config, args: argparse.Namespace):
+    """``config`` with the task flags given (--task, --time-attr, --temporal-strategy)."""
+    changes = {"task": args.task, "time_attr": args.time_attr,
+               "temporal_strategy": args.temporal_strategy}
+    return config.replace(**{k: v for k, v in changes.items() if v is not None})
 
 
 def _profile_spec(args: argparse.Namespace):
@@ -612,8 +631,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     measured_on = config.device
     if args.device:
         config = config.replace(device=args.device)
-    if args.task:
-        config = config.replace(task=args.task)
+    config = _with_task(config, args)
     check_config(config)
     if args.save:
         _writable_dir(Path(args.save).parent, "--save")
@@ -683,7 +701,8 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
     return dict(dataset=args.dataset or "synthetic", root=args.root,
                 scale=1.0 if args.scale is None else args.scale,
                 data_seed=args.data_seed or 0, task=args.task or "node",
-                link_edge_type=args.link_edge_type, model=args.model,
+                link_edge_type=args.link_edge_type, time_attr=args.time_attr,
+                temporal_strategy=args.temporal_strategy or "uniform", model=args.model,
                 hidden=args.hidden,
                 layers=args.layers, recompile_limit=args.recompile_limit, space=args.space,
                 n_trials=args.n_trials, timeout_s=args.timeout, budget=args.budget,
@@ -742,6 +761,8 @@ def _search_header(plan) -> str:
     task = task_info(opts.dataset.task)
     if task.split:
         kind = f" ({task.name} split: {stats['num_train']:,} training {task.seeds})"
+    if "num_graphs" in stats:
+        kind = f" in {stats['num_graphs']:,} graphs ({stats['num_train']:,} for training)"
     line = (f"dataset {opts.dataset.name}: {stats['num_nodes']:,} nodes, "
             f"{stats['num_edges']:,} edges{kind}, {stats['num_features']} features; space "
             f"{opts.space.name}; sampler {opts.sampler}; device {opts.device}")

@@ -21,9 +21,10 @@ AmpDtype = Literal["float32", "bfloat16", "float16"]
 SamplerName = Literal["builtin", "pyg", "auto"]
 PadLadder = Literal["pow2", "geometric"]
 Device = Literal["cpu", "cuda"]
-ModelName = Literal["sage", "gcn", "gat"]  # or an import path, see is_import_path
+ModelName = Literal["sage", "gcn", "gat", "gin"]  # or an import path, see is_import_path
 Aggregation = Literal["scatter", "sparse"]
-Task = Literal["node", "link"]  # the names of autotune.taskinfo.TASKS
+Task = Literal["node", "link", "graph"]  # the names of autotune.taskinfo.TASKS
+TemporalStrategy = Literal["uniform", "last"]  # PyG's temporal_strategy
 
 COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 SHAPES: tuple[str, ...] = get_args(Shapes)
@@ -33,6 +34,7 @@ PAD_LADDERS: tuple[str, ...] = get_args(PadLadder)
 DEVICES: tuple[str, ...] = get_args(Device)
 MODELS: tuple[str, ...] = get_args(ModelName)
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
+TEMPORAL_STRATEGIES: tuple[str, ...] = get_args(TemporalStrategy)
 
 CONFIG_FORMAT = 1
 GAT_HEADS = 4
@@ -64,6 +66,10 @@ class TrialConfig:
     recompile_limit: int | None = None  # torch._dynamo's per frame; None: torch's (8)
     # pipeline facts
     task: Task = "node"
+    # temporal sampling (node tasks): the node attribute holding times, and how
+    # neighbours no later than the seed are drawn; it changes what trains, so a fact
+    time_attr: str | None = None
+    temporal_strategy: TemporalStrategy = "uniform"
     model: ModelName | str = "sage"
     hidden_channels: int = 256
     num_layers: int = 2
@@ -103,6 +109,10 @@ class TrialConfig:
             raise ConfigError(f"model gat splits hidden_channels over {GAT_HEADS} heads; use a "
                               f"multiple of {GAT_HEADS} (got {self.hidden_channels})")
         self._validate_aggregation()
+        if self.time_attr is not None and self.task != "node":
+            raise ConfigError(f"time_attr samples node batches in time (got task {self.task} "
+                              "with time_attr); leave it out, or use the temporal loaders "
+                              "of autotune.loader directly")
         if self.shapes == "padded" and self.compile_mode == "none":
             raise ConfigError("shapes 'padded' only helps a compiled model; set compile_mode "
                               "(got compile_mode 'none')")
@@ -244,6 +254,12 @@ def _cores(name: str, value: Any) -> None:
         raise ConfigError(f"{name} lists a core twice (got {list(value)})")
 
 
+def _attribute_name(name: str, value: Any) -> None:
+    if value is not None and not (isinstance(value, str) and value.isidentifier()):
+        raise ConfigError(f"{name} must be null or an attribute name such as 'time' "
+                          f"(got {value!r})")
+
+
 # The checks of each field on its own, in TrialConfig's order; those between fields
 # (a fanout per layer, padded shapes need a compiled model, ...) are TrialConfig's.
 FIELD_CHECKS: dict[str, Callable[[str, Any], None]] = {
@@ -254,7 +270,8 @@ FIELD_CHECKS: dict[str, Callable[[str, Any], None]] = {
     "checkpointing": _flag, "sampler": _one_of(SAMPLERS), "gpu_sampling": _flag,
     "aggregation": _one_of(AGGREGATIONS), "task": _one_of(TASKS), "model": _model,
     "hidden_channels": _positive_int, "num_layers": _positive_int, "lr": _rate,
-    "dropout": _dropout, "device": _one_of(DEVICES),
+    "dropout": _dropout, "device": _one_of(DEVICES), "time_attr": _attribute_name,
+    "temporal_strategy": _one_of(TEMPORAL_STRATEGIES),
 }
 
 

@@ -1,4 +1,6 @@
-"""Datasets: PyG's own dataset classes, OGB, a ``.pt`` file, or a Reddit-shaped generator.
+"""Datasets: PyG's own dataset classes, OGB, a ``.pt`` file, a function, Reddit- and
+mag-shaped generators, and graph-level sets of many small graphs
+(:mod:`autotune.graphsets`: ``synthetic-molecules`` or a TU-format folder).
 
 Every dataset is processed once into a cache file of plain tensors under
 ``<root>/.autotune/``; trials memory-map that file (``torch.load(mmap=True)``), so a
@@ -124,7 +126,9 @@ NAMED: dict[str, DatasetSpec] = {
         _ogb("ogbn-products"), _ogb("ogbn-arxiv"), _ogbn_mag(),
     )
 }
-SYNTHETIC = ("synthetic", "synthetic-hetero")  # Reddit-shaped and ogbn-mag-shaped
+# the generated datasets: Reddit-shaped, ogbn-mag-shaped and molecule-shaped
+SYNTHETIC = ("synthetic", "synthetic-hetero", "synthetic-molecules")
+GRAPH_LEVEL = ("synthetic-molecules",)  # the named datasets of many small graphs
 DATASET_NAMES = [*NAMED, *SYNTHETIC]
 
 
@@ -145,6 +149,12 @@ class Dataset:
         from torch_geometric.data import HeteroData
 
         return isinstance(self.data, HeteroData)
+
+    @property
+    def graph_level(self) -> bool:
+        from autotune.graphsets import GraphSet
+
+        return isinstance(self.data, GraphSet)
 
     @property
     def num_features(self) -> int:
@@ -177,6 +187,13 @@ class Dataset:
 
     def stats(self) -> dict:
         data = self.data
+        if self.graph_level:
+            return {"name": self.name, "num_graphs": data.num_graphs,
+                    "num_nodes": data.num_nodes, "num_edges": data.num_edges,
+                    "num_features": self.num_features, "num_classes": self.num_classes,
+                    "bytes": int(sum(v.numel() * v.element_size()
+                                     for v in data.tensors()["tensors"].values())),
+                    "num_train": self.num_train, "task": self.task}
         edges = sum(int(s.edge_index.size(1)) for s in data.edge_stores if "edge_index" in s)
         out = {"name": self.name, "num_nodes": int(data.num_nodes), "num_edges": edges,
                "num_features": self.num_features, "num_classes": self.num_classes,
@@ -223,7 +240,21 @@ def load_dataset(name: str, *, root: str | os.PathLike | None = None, scale: flo
         else:
             data = _materialise(name, root, scale, seed)
         _write_cache(data, cache)
-    return _read_cache(name, cache, task)
+    return _fits_task(_read_cache(name, cache, task))
+
+
+def _fits_task(dataset: Dataset) -> Dataset:
+    """A graph-level dataset for task graph, one graph for the others."""
+    info = task_info(dataset.task)
+    if dataset.graph_level and not info.whole_graphs:
+        raise DatasetError(f"dataset {dataset.name} is graph-level ({dataset.data.num_graphs:,} "
+                           f"small graphs, one label each); use --task graph (got --task "
+                           f"{info.name})")
+    if info.whole_graphs and not dataset.graph_level:
+        raise DatasetError(f"--task graph needs many small graphs with a label each (got "
+                           f"dataset {dataset.name}, one graph): use synthetic-molecules, a "
+                           "TU-format folder or a function returning an InMemoryDataset")
+    return dataset
 
 
 def _cache_key(name: str, scale: float, seed: int, task: str = "node",
@@ -235,20 +266,31 @@ def _cache_key(name: str, scale: float, seed: int, task: str = "node",
     if edge_type is not None and not info.split:
         raise DatasetError(f"--link-edge-type picks the edge type of --task link (got task "
                            f"{task!r}); leave it out or use --task link")
+    if name in GRAPH_LEVEL and not info.whole_graphs:
+        raise DatasetError(f"dataset {name} is graph-level (many small graphs, one label "
+                           f"each); use --task graph (got --task {info.name})")
     if info.split:
         typed = "" if edge_type is None else "-" + edge_type.replace("/", "_")
         return _cache_key(name, scale, seed) + info.suffix + typed
+    if name == "synthetic":  # "-timed": its caches from before node times were added
+        return f"{name}-scale{scale:g}-seed{seed}-timed"  # are not read again
     if name in SYNTHETIC:
         return f"{name}-scale{scale:g}-seed{seed}"
     if name in NAMED:
         return name
-    if is_import_path(name):
-        return f"func-{name.replace(':', '-')}-{_source_tag(name)}"
+    if is_import_path(name):  # the seed draws a graph-level dataset's split
+        seeded = f"-seed{seed}" if info.whole_graphs else ""
+        return f"func-{name.replace(':', '-')}-{_source_tag(name)}{seeded}"
     path = Path(name)
+    if path.is_dir():  # a TU-format folder: its split is drawn by the seed
+        from autotune.graphsets import tu_prefix
+
+        stat = (path / f"{tu_prefix(path)}_graph_indicator.txt").stat()
+        return f"tu-{path.resolve().name}-{stat.st_size}-{int(stat.st_mtime)}-seed{seed}"
     if path.suffix == ".pt":
         stat = path.stat() if path.exists() else None
         tag = f"{stat.st_size}-{int(stat.st_mtime)}" if stat else "missing"
-        return f"file-{path.stem}-{tag}"
+        return f"file-{path.stem}-{tag}" + (f"-seed{seed}" if info.whole_graphs else "")
     raise DatasetError(_unknown_dataset(name))
 
 
@@ -288,14 +330,22 @@ def _materialise(name: str, root: Path, scale: float, seed: int):
         from autotune.synthetic import synthetic_mag
 
         return synthetic_mag(scale=scale, seed=seed)
+    if name == "synthetic-molecules":
+        from autotune.graphsets import synthetic_molecules
+
+        return synthetic_molecules(scale=scale, seed=seed)
+    if Path(name).is_dir():
+        from autotune.graphsets import read_tu_folder
+
+        return read_tu_folder(Path(name), seed)
     if name in NAMED:
         return _from_pyg(NAMED[name], root)
     if is_import_path(name):
-        return _from_function(name)
-    return _from_file(Path(name))
+        return _from_function(name, seed)
+    return _from_file(Path(name), seed)
 
 
-def _from_function(path: str):
+def _from_function(path: str, seed: int = 0):
     """A user's dataset function, ``package.module:function`` returning a ``Data``."""
     from autotune.imports import import_object, user_code
 
@@ -304,7 +354,7 @@ def _from_function(path: str):
     except ConfigError as exc:
         raise DatasetError(str(exc)) from None
     return _checked(user_code("dataset function", path, function),
-                    f"dataset function '{path}' returned a")
+                    f"dataset function '{path}' returned a", seed)
 
 
 def _from_pyg(spec: DatasetSpec, root: Path):
@@ -340,17 +390,23 @@ def _from_pyg(spec: DatasetSpec, root: Path):
     return data
 
 
-def _from_file(path: Path):
+def _from_file(path: Path, seed: int = 0):
     if not path.exists():
         raise DatasetError(f"dataset file '{path}' does not exist")
-    return _checked(torch.load(path, weights_only=False), f"dataset file '{path}' holds a")
+    return _checked(torch.load(path, weights_only=False), f"dataset file '{path}' holds a",
+                    seed)
 
 
-def _checked(obj, what: str):
+def _checked(obj, what: str, seed: int = 0):
     """``obj`` if it is a Data (or HeteroData) with what a trial needs; ``num_classes``
-    set."""
-    from torch_geometric.data import Data, HeteroData
+    set. Many small graphs (an ``InMemoryDataset`` or a list) become a
+    :class:`autotune.graphsets.GraphSet`, split by ``seed``."""
+    from torch_geometric.data import Data, HeteroData, InMemoryDataset
 
+    if isinstance(obj, (InMemoryDataset, list, tuple)):  # many small graphs
+        from autotune.graphsets import graph_set
+
+        return graph_set(obj, seed)
     if isinstance(obj, HeteroData):
         from autotune.graphs import check_hetero, target_type
 
@@ -373,8 +429,12 @@ def _checked(obj, what: str):
 def _write_cache(data, path: Path) -> None:
     from torch_geometric.data import HeteroData
 
+    from autotune.graphsets import GraphSet
+
     blob = {"format": CACHE_FORMAT, "num_classes": int(data.num_classes)}
-    if isinstance(data, HeteroData):
+    if isinstance(data, GraphSet):
+        blob["graphs"] = data.tensors()
+    elif isinstance(data, HeteroData):
         from autotune.graphs import LINK_ATTR, target_type
 
         if LINK_ATTR in data:
@@ -397,7 +457,13 @@ def _read_cache(name: str, path: Path, task: str = "node") -> Dataset:
     blob = torch.load(path, mmap=True, weights_only=True)
     if blob.get("format") != CACHE_FORMAT:
         raise DatasetError(f"dataset cache '{path}' has an old format; delete it to rebuild")
-    if "hetero" in blob:
+    if "graphs" in blob:
+        from autotune.graphsets import GraphSet
+
+        graphs = blob["graphs"]
+        data = GraphSet(Data(**graphs["tensors"]), graphs["slices"], graphs["masks"],
+                        int(blob["num_classes"]))
+    elif "hetero" in blob:
         from autotune.graphs import TARGET_ATTR
 
         data = HeteroData()
@@ -441,12 +507,14 @@ class DatasetRef:
         path), the task, and the scale and seed where they shape it (a generated graph;
         the seed draws a link split too). The root only says where the files lie: a
         study resumed from another folder, or with another ``--root``, is the same."""
-        name = str(Path(self.name).resolve()) if self.name.endswith(".pt") else self.name
+        local = self.name.endswith(".pt") or Path(self.name).is_dir()
+        name = str(Path(self.name).resolve()) if local else self.name
         out: dict[str, Any] = {"name": name, "task": self.task}
         if self.name in SYNTHETIC:
             out["scale"] = self.scale
-        if self.name in SYNTHETIC or task_info(self.task).split:
-            out["seed"] = self.seed
+        info = task_info(self.task)
+        if self.name in SYNTHETIC or info.split or info.whole_graphs:
+            out["seed"] = self.seed  # it draws a link split or a split of the graphs
         if self.edge_type is not None:
             out["edge_type"] = self.edge_type
         return out
@@ -481,7 +549,8 @@ class DatasetRef:
             dataset = self.load()
             bar.update()
             bar.set_postfix_str("the sampler's CSC")
-            build = load_or_build_cscs if dataset.hetero else load_or_build_csc
-            build(dataset.data, cache_file=self.csc_path())
+            if not dataset.graph_level:  # whole graphs are not sampled
+                build = load_or_build_cscs if dataset.hetero else load_or_build_csc
+                build(dataset.data, cache_file=self.csc_path())
             bar.update()
         return dataset

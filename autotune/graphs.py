@@ -154,12 +154,7 @@ def hetero_link_split(data, seed: int, edge_type: tuple[str, str, str]):
         raise DatasetError(f"--task link needs edges of {src}__{rel}__{dst} to split (got "
                            f"{data[edge_type].edge_index.size(1)})")
     reverse = (dst, f"rev_{rel}", src)
-    base = data.__class__()
-    for node_type in data.node_types:
-        base[node_type].x = data[node_type].x
-        base[node_type].num_nodes = data[node_type].num_nodes
-    for et in data.edge_types:
-        base[et].edge_index = data[et].edge_index
+    base = _skeleton(data, {et: data[et].edge_index for et in data.edge_types})
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
@@ -171,16 +166,23 @@ def hetero_link_split(data, seed: int, edge_type: tuple[str, str, str]):
         train, val, test = split(base)
     finally:
         torch.random.set_rng_state(state)
-    out = base.__class__()
-    for node_type in data.node_types:
-        out[node_type].x = data[node_type].x
-        out[node_type].num_nodes = data[node_type].num_nodes
-    for et in data.edge_types:
-        out[et].edge_index = train[et].edge_index
+    out = _skeleton(data, {et: train[et].edge_index for et in data.edge_types})
     out[edge_type].train_edge_label_index = train[edge_type].edge_label_index
     for name, part in (("val", val), ("test", test)):
         out[edge_type][f"{name}_edge_label_index"] = part[edge_type].edge_label_index
         out[edge_type][f"{name}_edge_label"] = part[edge_type].edge_label
     out[LINK_ATTR] = "__".join(edge_type)
     out.num_classes = 1
+    return out
+
+
+def _skeleton(data, edges: dict):
+    """A HeteroData with ``data``'s node features and counts and the given edges only
+    (no labels or masks: a link split does not use them)."""
+    out = data.__class__()
+    for node_type in data.node_types:
+        out[node_type].x = data[node_type].x
+        out[node_type].num_nodes = data[node_type].num_nodes
+    for edge_type, edge_index in edges.items():
+        out[edge_type].edge_index = edge_index
     return out

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 from torch.utils.data import DataLoader
 from torch_geometric import loader as pyg_loader
 from torch_geometric.loader import NodeLoader
+from torch_geometric.loader.mixin import AffinityMixin
 
 from autotune.errors import ConfigError
 
@@ -130,6 +131,35 @@ def _check_same_fanout(sampler, num_neighbors) -> None:
         raise ConfigError(f"num_neighbors {num_neighbors!r} conflicts with the "
                           f"neighbor_sampler's {have!r}; the loader would sample with the "
                           "sampler's: pass the same num_neighbors, or leave out one of them")
+
+
+class GraphLoader(AffinityMixin, pyg_loader.DataLoader):
+    """PyG's :class:`~torch_geometric.loader.DataLoader` over whole graphs (a
+    graph-level task's batches), with a ``transform`` applied to each collated batch
+    (in the worker that collates it: the padding of ``shapes: padded``) and PyG's
+    ``enable_cpu_affinity`` for its workers, as ``NodeLoader`` has.
+
+    Example::
+
+        loader = GraphLoader(graphs, batch_size=128, shuffle=True, num_workers=1)
+    """
+
+    def __init__(self, dataset, *, transform: Callable | None = None, **kwargs) -> None:
+        super().__init__(dataset, **kwargs)
+        self.data = dataset  # what enable_cpu_affinity inspects (NodeLoader's graph)
+        self.transform = transform
+        if transform is not None:
+            self.collate_fn = _Then(self.collate_fn, transform)
+
+
+class _Then:
+    """``second(first(items))``: a picklable composition for spawned workers."""
+
+    def __init__(self, first: Callable, second: Callable) -> None:
+        self.first, self.second = first, second
+
+    def __call__(self, items):
+        return self.second(self.first(items))
 
 
 class LookaheadNodeLoader(NodeLoader):

@@ -1,5 +1,6 @@
-"""The built-in models (``--model sage|gcn|gat``), a user's factory by import path,
-and the heterogeneous form of SAGE that ``to_hetero`` lifts. A task
+"""The built-in models (``--model sage|gcn|gat|gin``), a user's factory by import
+path, the heterogeneous form of SAGE that ``to_hetero`` lifts, and the graph-level
+form of each (a readout after the layers: :class:`GraphClassifier`). A task
 (:mod:`autotune.tasks`) decides what a model's output is; the pipeline wraps it in
 the knobs (:mod:`autotune.pipeline`)."""
 from __future__ import annotations
@@ -97,7 +98,43 @@ class GAT(GNN):
         return GATConv(in_channels, out_channels // GAT_HEADS, heads=GAT_HEADS)
 
 
-BUILT_IN = {"sage": SAGE, "gcn": GCN, "gat": GAT}  # one class per config.MODELS name
+class GIN(GNN):
+    """GIN (Xu et al.): each layer a ``GINConv`` around a two-layer MLP, the most
+    expressive of the sum-aggregating convolutions; with sum pooling for graph-level
+    tasks, as in the paper."""
+
+    def conv(self, in_channels: int, out_channels: int, last: bool) -> nn.Module:
+        from torch_geometric.nn import GINConv
+
+        return GINConv(nn.Sequential(nn.Linear(in_channels, out_channels), nn.ReLU(),
+                                     nn.Linear(out_channels, out_channels)))
+
+
+BUILT_IN = {"sage": SAGE, "gcn": GCN, "gat": GAT, "gin": GIN}  # one per config.MODELS name
+POOLING = {"gin": "add"}  # a graph-level model's readout: global mean pool but for these
+
+
+class GraphClassifier(nn.Module):
+    """A graph-level model: the built-in GNN into ``hidden_channels``, a global
+    pooling of each graph's nodes (sum for GIN, mean otherwise) and a linear layer,
+    one row per graph. ``num_graphs`` fixes the output's row count (a padded batch
+    passes its real graphs plus one padding graph), so no host sync reads it."""
+
+    def __init__(self, config: TrialConfig, in_channels: int, num_classes: int) -> None:
+        super().__init__()
+        self.gnn = BUILT_IN[config.model](in_channels, config.hidden_channels,
+                                          config.hidden_channels, config.num_layers,
+                                          config.dropout)
+        self.pool = POOLING.get(config.model, "mean")
+        self.head = nn.Linear(config.hidden_channels, num_classes)
+
+    def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor,
+                num_graphs: int | None = None) -> Tensor:
+        from torch_geometric.nn import global_add_pool, global_mean_pool
+
+        h = F.relu(self.gnn(x, edge_index))
+        pool = global_add_pool if self.pool == "add" else global_mean_pool
+        return self.head(pool(h, batch, size=num_graphs))
 
 
 def make_model(config: TrialConfig, in_channels: int, out_channels: int) -> nn.Module:

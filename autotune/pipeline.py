@@ -23,8 +23,11 @@ checkpointing      :class:`CheckpointedConv` around every MessagePassing layer
 aggregation        :meth:`Pipeline.edges`: ``edge_index`` (scatter) or a CSR ``adj_t``
                    (a sparse matrix product), built per batch on its device
 edge_fanouts       the sampler's fanout of named edge types (heterogeneous graphs)
+time_attr          the sampler's ``time_attr`` (temporal sampling, each seed at its
+                   node's time) and ``temporal_strategy``
 task               :mod:`autotune.tasks`: node classification (``Data`` or
-                   ``HeteroData``, the model lifted by ``to_hetero``) or link prediction
+                   ``HeteroData``, the model lifted by ``to_hetero``), link prediction
+                   or graph classification (whole graphs, no sampler)
 =================  ===============================================================
 
 The trial worker and a user's own training loop (``autotune.build``) use this
@@ -126,10 +129,12 @@ class PadToBucket:
         self.ladder = ladder
 
     def __call__(self, batch):
-        from torch_geometric.data import HeteroData
+        from torch_geometric.data import Batch, HeteroData
 
         if isinstance(batch, HeteroData):
             return self._hetero(batch)
+        if isinstance(batch, Batch):
+            return self._graphs(batch)
         n, e = batch.num_nodes, batch.edge_index.size(1)
         self._pad_nodes(batch, n)
         batch.edge_index = self._pad_edges(batch.edge_index, n, n)
@@ -148,6 +153,23 @@ class PadToBucket:
         pad = torch.tensor([[src_pad], [dst_pad]], dtype=edge_index.dtype,
                            device=edge_index.device).expand(2, bucket(e, self.ladder) - e)
         return torch.cat([edge_index, pad], dim=1)
+
+    def _graphs(self, batch):
+        """A batch of whole graphs: the padding nodes form one more graph (the
+        ``batch`` vector says so), so pooling each real graph is unchanged; edge
+        attributes get zero rows for the padding edges."""
+        n, e, graphs = batch.num_nodes, batch.edge_index.size(1), batch.num_graphs
+        n_pad = bucket(n + 1, self.ladder) - n
+        batch.x = torch.cat([batch.x, batch.x.new_zeros(n_pad, batch.x.size(1))])
+        batch.batch = torch.cat([batch.batch, batch.batch.new_full((n_pad,), graphs)])
+        batch.edge_index = self._pad_edges(batch.edge_index, n, n)
+        if "edge_attr" in batch and batch.edge_attr is not None:
+            extra = batch.edge_index.size(1) - e
+            batch.edge_attr = torch.cat([batch.edge_attr, batch.edge_attr.new_zeros(
+                extra, *batch.edge_attr.shape[1:])])
+        batch.num_real_nodes, batch.num_real_edges = n, e
+        batch.num_real_graphs = graphs
+        return batch
 
     def _hetero(self, batch):
         """Per node type: each type's nodes padded to its own bucket, each edge type's
@@ -321,10 +343,14 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
     device = torch.device(config.device)
     if config.gpu_sampling:
         check_gpu_fit(gpu_resident_bytes(data), *torch.cuda.mem_get_info(device))
-    backend = resolve_backend(config.sampler)
-    sampler = make_sampler(data, task.fanouts(config, data), backend=backend, seed=config.seed,
-                           cache_file=cache_file, cache_dir=cache_dir,
-                           device=device if config.gpu_sampling else None)
+    sampler = None
+    if task.samples:  # a graph-level task batches whole graphs
+        sampler = make_sampler(data, task.fanouts(config, data),
+                               backend=resolve_backend(config.sampler), seed=config.seed,
+                               cache_file=cache_file, cache_dir=cache_dir,
+                               device=device if config.gpu_sampling else None,
+                               time_attr=config.time_attr,
+                               temporal_strategy=config.temporal_strategy)
     loader_data = _gpu_resident(data, device) if config.gpu_sampling else data
     workers = config.num_workers
     loader = task.loader(
@@ -353,7 +379,9 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
 
 def _describe(sampler) -> str:
     """``autotune.NeighborSampler`` (with its hop kernel where it is not the torch
-    path) or ``torch_geometric.NeighborSampler``."""
+    path), ``torch_geometric.NeighborSampler``, or none (whole graphs)."""
+    if sampler is None:
+        return "none (whole graphs)"
     name = type(sampler).__module__.split(".")[0] + "." + type(sampler).__name__
     kernel = getattr(sampler, "kernel", "torch")
     return name if kernel == "torch" else f"{name} ({kernel} kernel)"
@@ -361,7 +389,10 @@ def _describe(sampler) -> str:
 
 def _loader_class(sampler) -> type:
     """``NodeLoader``, or the GPU-resident pipeline's loader, which samples one batch
-    ahead on the GPU (:class:`autotune.loader.LookaheadNodeLoader`)."""
+    ahead on the GPU (:class:`autotune.loader.LookaheadNodeLoader`); none for
+    whole graphs."""
+    if sampler is None:
+        return None
     if getattr(sampler, "slots", False) and sampler.device.type == "cuda":
         from autotune.loader import LookaheadNodeLoader
 

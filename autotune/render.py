@@ -24,15 +24,18 @@ def short(config: dict) -> str:
     """A config in one short line: batch, fanout, workers/affinity, compile/shapes,
     dtype, checkpointing, sampler (``@gpu`` with GPU sampling) and ``+spmm`` for the
     sparse aggregation (see the README's "Reading a config code"); a named edge
-    type's fanout follows the shared one as ``REL[k, ...]``."""
+    type's fanout follows the shared one as ``REL[k, ...]``. A graph-level config
+    (task graph) has no fanout and no sampler: ``graphs`` stands for both."""
     affinity = "pin" if config.get("loader_cores") else "-"
     shapes = "pad" if config.get("shapes") == "padded" else "dyn"
-    sampler = config["sampler"] + ("@gpu" if config.get("gpu_sampling") else "") + \
+    whole = config.get("task") == "graph"
+    sampler = ("graphs" if whole else config["sampler"]) + \
+        ("@gpu" if config.get("gpu_sampling") else "") + \
         ("+spmm" if config.get("aggregation") == "sparse" else "")
-    fanout = f"f{list(config['num_neighbors'])}" + "".join(
+    fanout = "" if whole else f"f{list(config['num_neighbors'])}" + "".join(
         f" {edge_type.split('__')[1]}{list(k)}"  # a named edge type's own fanout
-        for edge_type, k in (config.get("edge_fanouts") or {}).items())
-    return (f"b{config['batch_size']} {fanout} "
+        for edge_type, k in (config.get("edge_fanouts") or {}).items()) + " "
+    return (f"b{config['batch_size']} {fanout}"
             f"w{config['num_workers']}/{affinity} {config['compile_mode']}/{shapes} "
             f"{config['amp_dtype'].replace('float', 'f')} "
             f"ck{'+' if config['checkpointing'] else '-'} {sampler}")

@@ -806,17 +806,21 @@ def make_sampler(data: Data | HeteroData, num_neighbors, *, backend: str = "auto
                  weight_attr: str | None = None, cache_dir: str | os.PathLike | None = None,
                  cache_file: str | os.PathLike | None = None,
                  device: torch.device | str | None = None,
-                 seed: int | None = None, kernel: SamplerKernel = "auto") -> BaseSampler:
+                 seed: int | None = None, kernel: SamplerKernel = "auto",
+                 time_attr: str | None = None,
+                 temporal_strategy: str = "uniform") -> BaseSampler:
     """The neighbour sampler for ``backend``: "builtin", "pyg" or "auto"."""
     if resolve_backend(backend) == "pyg":
         from torch_geometric.sampler import NeighborSampler as PyGNeighborSampler
 
         fanout = num_neighbors if isinstance(num_neighbors, dict) else list(num_neighbors)
         return PyGNeighborSampler(data, num_neighbors=fanout, replace=replace,
-                                  disjoint=disjoint, weight_attr=weight_attr)
+                                  disjoint=disjoint, weight_attr=weight_attr,
+                                  time_attr=time_attr, temporal_strategy=temporal_strategy)
     return NeighborSampler(data, num_neighbors, replace=replace, disjoint=disjoint,
                            weight_attr=weight_attr, cache_dir=cache_dir,
-                           cache_file=cache_file, device=device, seed=seed, kernel=kernel)
+                           cache_file=cache_file, device=device, seed=seed, kernel=kernel,
+                           time_attr=time_attr, temporal_strategy=temporal_strategy)
 
 
 def star_forest(num_stars: int, leaves: int) -> Data:

@@ -34,7 +34,7 @@ KNOBS = ("batch_size", "num_neighbors", "num_workers", "prefetch_factor", "affin
          "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing", "sampler",
          "gpu_sampling", "aggregation")
 FIXED = ("model", "hidden_channels", "num_layers", "lr", "dropout", "seed", "recompile_limit",
-         "task")
+         "task", "time_attr", "temporal_strategy")
 # A heterogeneous graph's fanout of one edge type, searched apart from the shared
 # num_neighbors: a knob named "num_neighbors.<src>__<rel>__<dst>".
 EDGE_FANOUT = "num_neighbors."
@@ -195,6 +195,8 @@ def load_space(space: str | dict, *, device: str = "cpu", cores: int | None = No
                                            name)
     if baseline is not None and "num_layers" in fixed:
         baseline = fitted(baseline, fixed["num_layers"])
+    if fixed.get("task") == "graph":
+        knobs = _whole_graph_knobs(path, knobs, notes)
     if device == "cpu":
         knobs = _cpu_only(path, knobs, notes)
     if "aggregation" in knobs:
@@ -218,6 +220,20 @@ def load_space(space: str | dict, *, device: str = "cpu", cores: int | None = No
                         outside)
     _check_fixed(path, space)
     return space
+
+
+SAMPLING_KNOBS = ("num_neighbors", "sampler", "gpu_sampling")  # act on neighbour sampling
+
+
+def _whole_graph_knobs(path: Path, knobs: dict[str, Knob], notes: list[str]
+                       ) -> dict[str, Knob]:
+    """A graph-level study batches whole graphs: its fanout and sampler knobs would
+    change nothing, so they are left out, with a note."""
+    dropped = [name for name in knobs if name in SAMPLING_KNOBS or _edge_knob(name)]
+    if dropped:
+        notes.append(f"{path.name}: {', '.join(dropped)} left out: task graph batches whole "
+                     "graphs, nothing is sampled")
+    return {name: knob for name, knob in knobs.items() if name not in dropped}
 
 
 def _outside_note(outside: dict[str, tuple[Any, Any]]) -> str:

@@ -7,7 +7,9 @@ The Reddit-shaped graph has ``round(232,965 * scale)`` nodes, Pareto (alpha 2.2)
 in-degrees rescaled to Reddit's mean degree (492) and capped at 9.3% of the nodes
 like Reddit's largest, homophilous sources (a ``homophily`` share of each node's
 in-neighbours share its class), 602 class-informative Gaussian features, 41 classes
-and Reddit's 66/10/24% train/val/test split at random.
+and Reddit's 66/10/24% train/val/test split at random. Each node has a ``time``
+(uniform in 0..999), for temporal sampling (``--time-attr time``); it is drawn last,
+so every other tensor is what it was before times were added.
 
 The synthetic heterogeneous graph has ogbn-mag's four node types and four relations
 (Wang et al., 2020; sizes as OGB ships them, times ``scale``), each with its reverse
@@ -37,6 +39,8 @@ import math
 
 import torch
 from torch import Tensor
+
+TIME_STEPS = 1000  # a synthetic node's time is uniform in 0 .. TIME_STEPS - 1
 
 from autotune.errors import DatasetError
 from autotune.graphs import TARGET_ATTR, add_reverse
@@ -79,6 +83,7 @@ def synthetic_reddit(*, scale: float = 1.0, seed: int = 0,
     x += centroids[y]
     data = Data(x=x, y=y, edge_index=edge_index, num_nodes=num_nodes)
     random_masks(data, num_nodes, gen)
+    data.time = torch.randint(0, TIME_STEPS, (num_nodes,), generator=gen)
     data.num_classes = num_classes
     return data
 

@@ -7,6 +7,8 @@ task   throughput   metric   the dataset holds
 node   seed nodes/s accuracy ``train_mask`` (seeds), ``val_mask`` (the guard's split)
 link   seed edges/s ROC-AUC  its link split: ``train_edge_label_index`` (seeds),
                              ``val_edge_label_index``/``val_edge_label``
+graph  graphs/s     accuracy many small graphs (:mod:`autotune.graphsets`): a
+                             per-graph ``train_mask`` (seeds) and ``val_mask``
 =====  ===========  =======  =====================================================
 
 The torch side of a task (its loader, loss, model and evaluation) is
@@ -33,16 +35,17 @@ class TaskInfo:
     val_split: str  # the dataset attribute a validation (the guard) needs
     split: bool = False  # trains on a link split of the dataset, cached apart
     metric_direction: str = "maximize"
+    whole_graphs: bool = False  # batches of whole graphs: no neighbour sampling
 
     @property
     def unit(self) -> str:
-        """The throughput's unit: ``seed nodes/s`` or ``seed edges/s``."""
-        return f"seed {self.seeds}/s"
+        """The throughput's unit: ``seed nodes/s``, ``seed edges/s`` or ``graphs/s``."""
+        return f"{self.seeds}/s" if self.whole_graphs else f"seed {self.seeds}/s"
 
     @property
     def throughput_key(self) -> str:
         """The key of the throughput in exports and JSON output."""
-        return f"seed_{self.seeds}_per_s"
+        return f"{self.seeds}_per_s" if self.whole_graphs else f"seed_{self.seeds}_per_s"
 
     @property
     def suffix(self) -> str:
@@ -60,6 +63,7 @@ TASKS: dict[str, TaskInfo] = {info.name: info for info in (
     TaskInfo("node", "nodes", "accuracy", "train_mask", "val_mask"),
     TaskInfo("link", "edges", "ROC-AUC", "train_edge_label_index", "val_edge_label_index",
              split=True),
+    TaskInfo("graph", "graphs", "accuracy", "train_mask", "val_mask", whole_graphs=True),
 )}
 
 

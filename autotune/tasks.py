@@ -17,10 +17,14 @@ link, ``HeteroData``   the same on the supervised edge type   ROC-AUC on that ty
                        lifted with ``to_hetero``, the dot
                        product of a source-type and a
                        target-type embedding
+graph, ``GraphSet``    PyG's ``DataLoader`` over the          accuracy on the split's
+                       training graphs (whole graphs, no      graphs
+                       sampler); a readout per graph,
+                       cross-entropy on the graphs
 =====================  =====================================  ==========================
 
-A step's seeds are the seed nodes (node tasks) or the positive supervision edges
-(link): throughput is seed nodes/s or seed edges/s.
+A step's seeds are the seed nodes (node tasks), the positive supervision edges
+(link) or the graphs (graph): throughput is seed nodes/s, seed edges/s or graphs/s.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from torch import Tensor, nn
 
 from autotune.config import MODELS, TrialConfig
 from autotune.errors import ConfigError, DatasetError
-from autotune.models import HeteroEncoder, lift_to_hetero, make_model
+from autotune.models import GraphClassifier, HeteroEncoder, lift_to_hetero, make_model
 from autotune.taskinfo import TASKS, task_info
 
 LINK_NEGATIVES = 1.0  # binary negatives per positive edge in training
@@ -41,6 +45,7 @@ class NodeTask:
 
     info = TASKS["node"]
     hetero = False
+    samples = True  # its batches come from the neighbour sampler
 
     def check(self, config: TrialConfig) -> None:
         """The knobs this task (on this kind of graph) cannot take: a ConfigError."""
@@ -154,6 +159,7 @@ class LinkTask:
 
     info = TASKS["link"]
     hetero = False
+    samples = True
 
     def check(self, config: TrialConfig) -> None:
         _no_gpu_sampling(config, "task link")
@@ -193,19 +199,9 @@ class LinkTask:
         loader = LinkLoader(pipe.loader.data, link_sampler=pipe.loader.link_sampler,
                             edge_label_index=data[f"{name}_index"], edge_label=data[name],
                             batch_size=pipe.config.batch_size, transform=pipe.loader.transform)
-        scores, labels = [], []
-        model = pipe.eager_model
-        model.eval()
-        try:
-            for batch in loader:
-                batch = batch.to(pipe.device, non_blocking=True)
-                with pipe.autocast():
-                    z = model(batch.x, pipe.edges(batch))
-                scores.append(score(z, batch.edge_label_index).float().cpu())
-                labels.append(batch.edge_label.cpu())
-        finally:
-            model.train()
-        return roc_auc(torch.cat(scores), torch.cat(labels))
+        return _link_auc(pipe, loader, lambda model, batch: score(
+            model(batch.x, pipe.edges(batch)), batch.edge_label_index),
+            lambda batch: batch.edge_label)
 
 
 class HeteroLinkTask(LinkTask):
@@ -264,18 +260,97 @@ class HeteroLinkTask(LinkTask):
                             edge_label_index=(self.edge_type, store[f"{name}_index"]),
                             edge_label=store[name], batch_size=pipe.config.batch_size,
                             transform=pipe.loader.transform)
-        scores, labels = [], []
-        model = pipe.eager_model
-        model.eval()
-        try:
-            for batch in loader:
-                batch = batch.to(pipe.device, non_blocking=True)
-                with pipe.autocast():
-                    scores.append(self._scores(model, batch).float().cpu())
-                labels.append(batch[self.edge_type].edge_label.cpu())
-        finally:
-            model.train()
-        return roc_auc(torch.cat(scores), torch.cat(labels))
+        return _link_auc(pipe, loader, self._scores,
+                         lambda batch: batch[self.edge_type].edge_label)
+
+
+class GraphTask:
+    """Graph classification (:mod:`autotune.graphsets`): batches of whole graphs from
+    PyG's ``DataLoader``, a model that returns one row per graph. A user's factory
+    is called as ``forward(x, edge_index, batch)``, with ``edge_attr=`` too when its
+    forward takes an ``edge_attr`` argument."""
+
+    info = TASKS["graph"]
+    hetero = False
+    samples = False
+
+    def check(self, config: TrialConfig) -> None:
+        _no_gpu_sampling(config, "task graph")
+        if config.edge_fanouts:
+            raise ConfigError("edge_fanouts names edge types of a heterogeneous graph (got a "
+                              "graph-level dataset); leave it out")
+
+    def fanouts(self, config: TrialConfig, data):
+        return []  # whole graphs: nothing is sampled
+
+    def model(self, config: TrialConfig, data, num_classes: int | None) -> nn.Module:
+        classes = num_classes if num_classes is not None else data.num_classes
+        if config.model in MODELS:
+            return GraphClassifier(config, data.num_features, classes)
+        return make_model(config, data.num_features, classes)
+
+    def loader(self, loader_cls, data, sampler, seeds_from, **kwargs):
+        from autotune.loader import GraphLoader
+
+        return GraphLoader(data.split("train"), **kwargs)
+
+    def _forward(self, pipe, model, batch) -> tuple[Tensor, int]:
+        """The model's rows for the batch's real graphs, and how many there are."""
+        graphs = int(getattr(batch, "num_real_graphs", batch.num_graphs))
+        kwargs = {}
+        if isinstance(model, GraphClassifier) or isinstance(
+                getattr(model, "_orig_mod", None), GraphClassifier):
+            kwargs["num_graphs"] = graphs + ("num_real_graphs" in batch)
+        elif _takes_edge_attr(model):
+            kwargs["edge_attr"] = batch.edge_attr
+        out = model(batch.x, pipe.edges(batch), batch.batch, **kwargs)
+        return out[:graphs], graphs
+
+    def loss(self, pipe, batch) -> Tensor:
+        out, graphs = self._forward(pipe, pipe.model, batch)
+        return F.cross_entropy(out.float(), batch.y[:graphs])
+
+    def seeds(self, batch) -> int:
+        return int(getattr(batch, "num_real_graphs", batch.num_graphs))
+
+    def evaluate(self, pipe, data, split: str) -> float:
+        """Share of the split's graphs classified right, in the config's autocast."""
+        from autotune.loader import GraphLoader
+
+        if f"{split}_mask" not in data:
+            raise ConfigError(f"the dataset has no {split}_mask; accuracy needs one")
+        loader = GraphLoader(data.split(split), batch_size=pipe.config.batch_size,
+                             transform=pipe.loader.transform)
+
+        def run(batch):
+            out, graphs = self._forward(pipe, pipe.eager_model, batch)
+            return out, batch.y, graphs
+
+        return _accuracy(pipe, loader, run)
+
+
+def _takes_edge_attr(model: nn.Module) -> bool:
+    import inspect
+
+    forward = getattr(model, "_orig_mod", model).forward
+    return "edge_attr" in inspect.signature(forward).parameters
+
+
+def _link_auc(pipe, loader, scores_of, labels_of) -> float:
+    """ROC-AUC over a link loader's batches: ``scores_of(model, batch)`` in the config's
+    autocast, ``labels_of(batch)`` the batch's 1/0 labels."""
+    scores, labels = [], []
+    model = pipe.eager_model
+    model.eval()
+    try:
+        for batch in loader:
+            batch = batch.to(pipe.device, non_blocking=True)
+            with pipe.autocast():
+                scores.append(scores_of(model, batch).float().cpu())
+            labels.append(labels_of(batch).cpu())
+    finally:
+        model.train()
+    return roc_auc(torch.cat(scores), torch.cat(labels))
 
 
 def _no_gpu_sampling(config: TrialConfig, got: str) -> None:
@@ -341,6 +416,8 @@ def check_dataset(config: TrialConfig, dataset) -> None:
     task = task_for(config, dataset.data)
     task.check(config)
     info = task_info(config)
+    if config.time_attr is not None:
+        _check_time(config, dataset)
     if not dataset.num_train:
         raise DatasetError(f"dataset {dataset.name} has no training {info.seeds} (its "
                            f"{info.seeds_attr} selects none): a trial would have nothing to "
@@ -353,12 +430,37 @@ def check_dataset(config: TrialConfig, dataset) -> None:
         task.model(config, dataset.data, dataset.num_classes)
 
 
+def _check_time(config: TrialConfig, dataset) -> None:
+    """A search's temporal sampling needs node-level times: each seed trains at its
+    own node's time (edge-level times need seed times the dataset does not give)."""
+    from autotune.temporal import time_attribute
+
+    try:
+        node, _ = time_attribute(dataset.data, config.time_attr)
+    except ValueError as exc:
+        raise DatasetError(f"--time-attr (time_attr=): {exc}") from None
+    if not node:
+        raise DatasetError(f"--time-attr '{config.time_attr}' is an edge attribute of "
+                           f"dataset {dataset.name}; a search needs a node attribute (each "
+                           "seed trains at its own node's time)")
+
+
 def task_for(config, data):
     """The task object a config's ``task`` and its dataset's graph call for: the one
     place a task's name picks its code."""
     from torch_geometric.data import HeteroData
 
+    from autotune.graphsets import GraphSet
+
     info = task_info(config)
+    if isinstance(data, GraphSet) != info.whole_graphs:
+        raise ConfigError(f"task {info.name!r} does not fit the dataset (got " + (
+            "a graph-level dataset of many small graphs); use task graph" if
+            isinstance(data, GraphSet) else "one graph); task graph needs many small "
+            "graphs: synthetic-molecules, a TU-format folder or a function returning an "
+            "InMemoryDataset"))
+    if info.whole_graphs:
+        return GraphTask()
     if isinstance(data, HeteroData):
         from autotune.graphs import LINK_ATTR, link_edge_type, target_type
 
@@ -377,4 +479,4 @@ def task_for(config, data):
     return _BY_NAME[info.name]()
 
 
-_BY_NAME = {cls.info.name: cls for cls in (NodeTask, LinkTask)}  # a Data's task, by name
+_BY_NAME = {cls.info.name: cls for cls in (NodeTask, LinkTask, GraphTask)}  # a Data's task, by name

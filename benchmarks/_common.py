@@ -26,8 +26,8 @@ def parser(doc: str, out: str) -> argparse.ArgumentParser:
     return p
 
 
-def prepare(args) -> tuple[DatasetRef, dict, float]:
-    ref = DatasetRef("synthetic", root=args.root, scale=args.scale)
+def prepare(args, name: str = "synthetic", task: str = "node") -> tuple[DatasetRef, dict, float]:
+    ref = DatasetRef(name, root=args.root, scale=args.scale, task=task)
     start = time.perf_counter()
     stats = ref.prepare().stats()
     return ref, stats, time.perf_counter() - start

@@ -9,8 +9,13 @@ Triton sampler, features on the GPU) alone and with bfloat16 and the sparse
 aggregation: the best of those is the end-to-end figure (target: 150,000 seed
 nodes/s at batch 1024, [25, 10], SAGE 2x256 on the full-scale graph).
 
+With ``--task graph`` the rows run on ``synthetic-molecules`` (batches of whole
+graphs, no fanout; the baseline is the same config with task graph, throughput in
+graphs/s), with two batch sizes added.
+
     python benchmarks/knobs.py --out benchmarks/results/knobs.json
     python benchmarks/knobs.py --device cuda --out benchmarks/results/knobs-cuda.json
+    python benchmarks/knobs.py --task graph --scale 0.1 --out benchmarks/results/knobs-graph.json
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from _common import baseline, measure_spec, parser, prepare, write
 from autotune.runner import ForkServer, TrialLimits, run_trial
 from autotune.sampler import resolve_backend
 from autotune.errors import AutotuneError, ConfigError
+from autotune.taskinfo import task_info
 from autotune.topology import STRATEGIES, affinity_sets, this_machine
 
 
@@ -53,6 +59,11 @@ def variants(base) -> list[tuple[str, str, dict]]:
                 ("gpu_sampling", "true + bfloat16 + reduce-overhead, padded geometric",
                  {**GPU_RESIDENT, "amp_dtype": "bfloat16", "compile_mode": "reduce-overhead",
                   "shapes": "padded", "pad_ladder": "geometric"})]
+    if base.task == "graph":
+        out += [("batch_size", str(b), {"batch_size": b}) for b in (256, 4096)]
+    else:  # temporal sampling: what training in time costs (the node times of synthetic)
+        out += [("time_attr", f"time, {s}", {"time_attr": "time", "temporal_strategy": s})
+                for s in ("uniform", "last")]
     return out
 
 
@@ -75,34 +86,37 @@ def main() -> None:
     p.add_argument("--trial-timeout", type=float, default=600.0)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--only", default=None, help="measure only the rows of this knob")
+    p.add_argument("--task", choices=["node", "graph"], default="node")
     args = p.parse_args()
-    ref, stats, _ = prepare(args)
-    base = baseline().replace(sampler="builtin", device=args.device)
+    name = "synthetic-molecules" if args.task == "graph" else "synthetic"
+    ref, stats, _ = prepare(args, name, args.task)
+    base = baseline().replace(sampler="builtin", device=args.device, task=args.task)
+    key = task_info(base).throughput_key
     # Trials fork from one server (as a search's do): 11-13 s of torch and PyG imports
     # per trial on the GPU machine are paid once.
     with ForkServer(folder=Path(args.workdir) / "knobs-server") as server:
-        measure = _measurer(args, ref, server)
+        measure = _measurer(args, ref, server, key)
         first = measure("baseline-first", base)
         rows, skipped = _rows(args, base, measure)
         last = measure("baseline-last", base)
     if not (first["status"] == last["status"] == "ok"):
         raise SystemExit(f"the baseline failed: {first} {last}")
-    base_tp = statistics.median([first["seed_nodes_per_s"], last["seed_nodes_per_s"]])
+    base_tp = statistics.median([first[key], last[key]])
     base_mem = statistics.median([first["peak_mib"], last["peak_mib"]])
     for row in rows:
         if row["status"] == "ok":
-            row["throughput_ratio"] = row["seed_nodes_per_s"] / base_tp
+            row["throughput_ratio"] = row[key] / base_tp
             row["memory_ratio"] = row["peak_mib"] / base_mem
     write(args.out, {
-        "benchmark": "knobs", "device": args.device, "dataset": stats, "scale": args.scale,
-        "gpu_end_to_end": _end_to_end(rows),
+        "benchmark": "knobs", "device": args.device, "task": args.task, "dataset": stats,
+        "scale": args.scale, "gpu_end_to_end": _end_to_end(rows),
         "baseline": base.to_dict(), "steps": args.steps, "warmup": args.warmup,
-        "baseline_runs": [first, last], "baseline_seed_nodes_per_s": base_tp,
+        "baseline_runs": [first, last], f"baseline_{key}": base_tp,
         "baseline_peak_mib": base_mem, "rows": rows, "skipped": skipped,
     })
 
 
-def _measurer(args, ref, server):
+def _measurer(args, ref, server, key: str):
     spec, limits = measure_spec(args), TrialLimits(timeout_s=args.trial_timeout)
     cache = f"{args.workdir}/knobs-inductor"
 
@@ -112,7 +126,7 @@ def _measurer(args, ref, server):
         row = {"status": result.status, "reason": result.reason}
         if result.ok:
             throughput, memory = result.objectives()
-            row.update(seed_nodes_per_s=throughput, peak_mib=memory,
+            row.update({key: throughput}, peak_mib=memory,
                        compile_time_s=result.compile.compile_time_s,
                        recompiles=result.compile.recompiles,
                        fell_back_to_eager=result.compile.fell_back_to_eager,
@@ -124,7 +138,7 @@ def _measurer(args, ref, server):
                            "conv_output_dtypes", "checkpointed_layers",
                            "saved_tensor_bytes", "batch_shapes", "sampler_backend",
                            "aggregation_ops", "trial_start")})
-        print(name, row.get("seed_nodes_per_s"), row.get("peak_mib"), row["status"],
+        print(name, row.get(key), row.get("peak_mib"), row["status"],
               row["reason"] or "", flush=True)
         return row
 
@@ -143,6 +157,8 @@ def _rows(args, base, measure) -> tuple[list[dict], list[dict]]:
             continue
         rows.append({"knob": knob, "value": value, **measure(f"{i}", config)})
     try:
+        if base.task == "graph":
+            raise ConfigError("task graph samples nothing")
         if args.only not in (None, "sampler"):
             raise ConfigError("--only leaves the sampler rows out")
         resolve_backend("pyg")

@@ -17,12 +17,20 @@ Two more cases, on CPU and (where there is one) on the GPU:
   nodes, fanout [25, 10], through ``sample_from_edges`` as PyG's ``LinkLoader`` calls it;
 * hetero: the ogbn-mag-shaped synthetic graph at full size (1.94M nodes of 4 types,
   7 edge types with the reverse ones, about 42M edges), 1024 paper seeds, fanout
-  [25, 10] on every edge type, through ``sample_from_nodes``.
+  [25, 10] on every edge type, through ``sample_from_nodes``;
+* temporal: the Reddit-shaped graph with a random time per node (0..999), 1024 seeds
+  at their own times, fanout [25, 10]: disjoint sampling without time (each seed its
+  own subgraph, as temporal sampling is), against temporal "uniform" and "last";
+* graphs: a graph-level batch is collated, not sampled: PyG's ``DataLoader`` over
+  ``synthetic-molecules`` (scale 0.1, 4,000 graphs), ms per batch of 1024 graphs,
+  unpadded and padded (pow2).
 
 torch-sparse is optional: install it (with torch-scatter) in a throw-away virtual
 environment to get the side-by-side figures; the project never depends on it.
 
     python benchmarks/sampler.py --out benchmarks/results/sampler.json
+    python benchmarks/sampler.py --only temporal --only graphs \
+        --out benchmarks/results/sampler-workloads.json
 """
 from __future__ import annotations
 
@@ -104,6 +112,8 @@ def measure_speed(data, batches: int, warmup: int, cuda: bool) -> dict:
 def _edge_count(out) -> int:
     if isinstance(out, tuple):  # torch-sparse's op: (node, row, col, edge)
         return int(out[1].numel())
+    if not hasattr(out, "row"):  # a collated batch of whole graphs
+        return int(getattr(out, "num_real_edges", out.edge_index.size(1)))
     if isinstance(out.row, dict):
         return sum(int(r.numel()) for r in out.row.values())
     return int(out.row.numel())
@@ -185,6 +195,58 @@ def measure_hetero(batches: int, warmup: int, cuda: bool) -> dict:
     return result
 
 
+def measure_temporal(data, batches: int, warmup: int, cuda: bool) -> dict:
+    """Temporal node sampling against disjoint sampling without time."""
+    gen = torch.Generator().manual_seed(4)
+    timed = data.clone()
+    timed.time = torch.randint(0, 1000, (data.num_nodes,), generator=gen)
+    contenders = {}
+    for device, sync in (("cpu", lambda: None), *((("cuda", torch.cuda.synchronize),)
+                                                   if cuda else ())):
+        plain = NeighborSampler(data, FANOUT, seed=0, device=device, disjoint=True)
+        contenders[f"disjoint_{device}"] = (plain.sample_from_nodes, sync)
+        for strategy in ("uniform", "last"):
+            started = time.perf_counter()
+            sampler = NeighborSampler(timed, FANOUT, seed=0, device=device, time_attr="time",
+                                      temporal_strategy=strategy)
+            built = time.perf_counter() - started
+            contenders[f"temporal_{strategy}_{device}"] = (sampler.sample_from_nodes, sync)
+
+    def inputs():
+        return NodeSamplerInput(None, torch.randint(0, data.num_nodes, (BATCH,), generator=gen))
+
+    result = _interleaved(contenders, inputs, batches, warmup)
+    result["time_order_built_s"] = built
+    return result
+
+
+def measure_graph_batches(batches: int, warmup: int) -> dict:
+    """Collating 1024 whole graphs per batch, unpadded and padded."""
+    from autotune.graphsets import synthetic_molecules
+    from autotune.loader import GraphLoader
+    from autotune.pipeline import PadToBucket
+
+    graphs = synthetic_molecules(scale=0.1, seed=0).split("train")
+    loaders = {"graphs_cpu": GraphLoader(graphs, batch_size=BATCH, shuffle=True),
+               "graphs_padded_cpu": GraphLoader(graphs, batch_size=BATCH, shuffle=True,
+                                                transform=PadToBucket("pow2"))}
+    iters = {name: iter(loader) for name, loader in loaders.items()}
+
+    def next_batch(name):
+        try:
+            return next(iters[name])
+        except StopIteration:
+            iters[name] = iter(loaders[name])
+            return next(iters[name])
+
+    contenders = {name: (lambda _, name=name: next_batch(name), lambda: None)
+                  for name in loaders}
+    result = _interleaved(contenders, lambda: None, batches, warmup)
+    for name in loaders:
+        result[name]["graphs_per_s"] = BATCH / (result[name]["median_ms"] / 1e3)
+    return result
+
+
 def measure_uniformity() -> dict:
     """Chi-square of drawing 5 of a star's 40 in-neighbours 20,000 times (39 dof)."""
     stars = star_forest(2000, 40)
@@ -222,12 +284,15 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", default="benchmarks/results/sampler.json")
-    parser.add_argument("--only", choices=["nodes", "link", "hetero"], action="append",
+    parser.add_argument("--only", choices=["nodes", "link", "hetero", "temporal", "graphs"],
+                        action="append",
                         help="run these cases only (default: all)")
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
-    only = set(args.only or ["nodes", "link", "hetero"])
-    data = synthetic_reddit(scale=1.0, seed=0, mean_degree=MEAN_DEGREE, num_features=1)
+    only = set(args.only or ["nodes", "link", "hetero", "temporal", "graphs"])
+    data = None
+    if only & {"nodes", "link", "temporal"}:
+        data = synthetic_reddit(scale=1.0, seed=0, mean_degree=MEAN_DEGREE, num_features=1)
     report = {
         "benchmark": "sampler", "batch_size": BATCH, "fanout": FANOUT,
         "torch": torch.__version__, "threads": torch.get_num_threads(),
@@ -241,6 +306,10 @@ def main() -> None:
         report["link"] = measure_link(data, args.batches, args.warmup, cuda)
     if "hetero" in only:
         report["hetero"] = measure_hetero(args.batches, args.warmup, cuda)
+    if "temporal" in only:
+        report["temporal"] = measure_temporal(data, args.batches, args.warmup, cuda)
+    if "graphs" in only:
+        report["graphs"] = measure_graph_batches(args.batches, args.warmup)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))

@@ -20,9 +20,10 @@ def _verdict(ok: bool) -> str:
 
 
 def rows() -> list[tuple[str, str, str, str]]:
-    parts = (_sampler, _sampler_cuda, _sampler_links, _trial_overhead, _noise, _time_to_best,
+    parts = (_sampler, _sampler_cuda, _sampler_links, _sampler_workloads, _trial_overhead,
+             _noise, _time_to_best,
              _search_efficiency,
-             _distributed, _knobs, _speedup, _carryover, _guard)
+             _distributed, _knobs, _speedup, _graph_search, _carryover, _guard)
     return [row for part in parts for row in part()]
 
 
@@ -99,6 +100,38 @@ def _sampler_links() -> list[tuple[str, str, str, str]]:
                 out.append(("sampler.py", f"{case}: CPU ms / CUDA ms, the same run",
                             f"{runs['cpu']['median_ms'] / runs['cuda']['median_ms']:.1f}x",
                             "reported"))
+    return out
+
+
+def _sampler_workloads() -> list[tuple[str, str, str, str]]:
+    """The temporal and graph-level rows (``--only temporal --only graphs``)."""
+    s = _load("sampler-workloads")
+    if not s:
+        return []
+    out, where = [], f"CPU ({s['threads']} threads, {s['cpu']})"
+    t = s.get("temporal")
+    if t:
+        base = t["disjoint_cpu"]
+        for name in ("temporal_uniform_cpu", "temporal_last_cpu"):
+            r = t[name]
+            out.append(("sampler.py", f"temporal {name.split('_')[1]}: 1024 seeds at their "
+                        f"node times, [25, 10], 23.5M edges, {where}, ms/batch, median of "
+                        f"{r['n']}, against disjoint sampling without time in the same run",
+                        f"{r['median_ms']:.1f} vs {base['median_ms']:.1f} "
+                        f"({r['median_ms'] / base['median_ms']:.2f}x); "
+                        f"{r['edges_per_s'] / 1e6:.1f}M sampled edges/s",
+                        "reported"))
+        out.append(("sampler.py", "temporal: putting every CSC column in time order, once "
+                    "per sampler (23.5M edges)", f"{t['time_order_built_s']:.1f} s",
+                    "reported"))
+    g = s.get("graphs")
+    if g:
+        for name, what in (("graphs_cpu", "unpadded"), ("graphs_padded_cpu", "padded pow2")):
+            r = g[name]
+            out.append(("sampler.py", f"graph-level: collating 1024 synthetic molecules per "
+                        f"batch ({what}), {where}, ms/batch, median of {r['n']}",
+                        f"{r['median_ms']:.1f} ({r['graphs_per_s']:,.0f} graphs/s)",
+                        "reported"))
     return out
 
 
@@ -187,12 +220,17 @@ def _distributed() -> list[tuple[str, str, str, str]]:
 
 def _knobs() -> list[tuple[str, str, str, str]]:
     out = []
-    k = _load("knobs")
-    if k:
+    for name, what in (("knobs", "knobs.py"), ("knobs-graph", "knobs.py --task graph"),
+                       ("knobs-temporal", "knobs.py --only time_attr")):
+        k = _load(name)
+        if not k:
+            continue
         ok = [r for r in k["rows"] if r["status"] == "ok"]
         top = max(ok, key=lambda r: r["throughput_ratio"])
-        out.append(("knobs.py", f"each knob alone vs the baseline (scale {k['scale']}, "
-                    f"{len(ok)} changes): the largest throughput gain",
+        figure = "the cost of training in time (temporal sampling, disjoint): the " \
+            "cheaper strategy" if name == "knobs-temporal" else "the largest throughput gain"
+        out.append((what, f"each knob alone vs the baseline (scale {k['scale']}, "
+                    f"{len(ok)} changes; {k['env'].get('cpu', '?')}): {figure}",
                     f"{top['knob']} {top['value']}: {top['throughput_ratio']:.2f}x",
                     "reported (knob table below)"))
     g = _load("knobs-cuda")
@@ -227,6 +265,19 @@ def _speedup() -> list[tuple[str, str, str, str]]:
                     if epochs is not None else "never (no time saved)",
                     f"<= {sp['target_break_even_epochs']}: {_verdict(sp['meets_break_even'])}"))
     return out
+
+
+def _graph_search() -> list[tuple[str, str, str, str]]:
+    g = _load("graph-search")
+    if not g:
+        return []
+    half = g["precision"].get("speedup")
+    return [("graph_search.py", f"graph-level search: best / baseline graphs/s, default space, "
+             f"batch pinned ({g['n_trials']} trials, synthetic-molecules scale {g['scale']}, "
+             f"{g['device']}, {g['env'].get('cpu', '?')})",
+             f"{g['speedup']:.2f}x" + (f" ±{g['speedup'] * half:.2f}" if half else "") +
+             f" ({g['best']['graphs_per_s']:,.0f} vs {g['baseline']['graphs_per_s']:,.0f} "
+             f"graphs/s; {g['search_wall_s'] / 60:.1f} min)", "reported")]
 
 
 def _carryover() -> list[tuple[str, str, str, str]]:
@@ -264,9 +315,11 @@ def knob_rows(name: str = "knobs") -> str:
     k = _load(name)
     if not k:
         return ""
-    lines = ["| knob | value | seed nodes/s | throughput | peak MiB | memory | note |",
+    key = "graphs_per_s" if k.get("task") == "graph" else "seed_nodes_per_s"
+    unit = key.replace("_per_s", "/s").replace("_", " ")
+    lines = [f"| knob | value | {unit} | throughput | peak MiB | memory | note |",
              "|---|---|---|---|---|---|---|",
-             f"| baseline | | {k['baseline_seed_nodes_per_s']:,.0f} | 1.00x | "
+             f"| baseline | | {k[f'baseline_{key}']:,.0f} | 1.00x | "
              f"{k['baseline_peak_mib']:,.0f} | 1.00x | median of first and last run "
              f"({', '.join(_pm(r) for r in k['baseline_runs'])}) |"]
     for r in k["rows"]:
@@ -278,7 +331,7 @@ def knob_rows(name: str = "knobs") -> str:
         note = ", ".join(n for n in (_pm(r), note) if n)
         if r["fell_back_to_eager"]:
             note += " EAGER (recompile limit)"
-        lines.append(f"| {r['knob']} | {r['value']} | {r['seed_nodes_per_s']:,.0f} | "
+        lines.append(f"| {r['knob']} | {r['value']} | {r[key]:,.0f} | "
                      f"{r['throughput_ratio']:.2f}x | {r['peak_mib']:,.0f} | "
                      f"{r['memory_ratio']:.2f}x | {note} |")
     for r in k["skipped"]:
@@ -296,7 +349,7 @@ def main() -> None:
     print("|---|---|---|---|")
     for row in rows():
         print("| " + " | ".join(row) + " |")
-    for name in ("knobs", "knobs-cuda"):
+    for name in ("knobs", "knobs-cuda", "knobs-graph", "knobs-temporal"):
         knobs = knob_rows(name)
         if knobs:
             print(f"\n{name}.json:\n\n" + knobs)

@@ -211,6 +211,16 @@ CASES = {
     "a link edge type on a node task": (
         ["trial", *HETERO, "--link-edge-type", "writes"],
         ["--link-edge-type picks the edge type of --task link", "task 'node'"]),
+    "a time attribute the graph lacks": (
+        ["search", "--time-attr", "when"],
+        ["--time-attr (time_attr=)", "'when' is neither a node-level or edge-level",
+         "train_mask"]),
+    "a graph-level dataset with --task node": (
+        ["search", "--dataset", "synthetic-molecules", "--scale", "0.002"],
+        ["dataset synthetic-molecules is graph-level", "use --task graph"]),
+    "one graph with --task graph": (
+        ["trial", "--task", "graph"],
+        ["--task graph needs many small graphs", "synthetic-molecules"]),
     "a link edge type on a homogeneous graph": (
         ["search", "--task", "link", "--link-edge-type", "writes"],
         ["--link-edge-type names an edge type of a heterogeneous graph", "homogeneous"]),

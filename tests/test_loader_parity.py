@@ -3,6 +3,8 @@ zero hops, PyG's wording, and temporal sampling (node and edge time, "uniform" a
 "last", links with edge_label_time), each checked against the graph itself."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch_geometric.data import Data, HeteroData
@@ -230,3 +232,64 @@ def test_temporal_bad_input(timed_graph):
     untimed = autotune.NeighborSampler(timed_graph, [2])
     with pytest.raises(ConfigError, match="need temporal sampling"):
         untimed.sample_from_nodes(NodeSamplerInput(None, torch.arange(3), torch.zeros(3)))
+
+
+@pytest.mark.slow
+def test_a_temporal_search(tmp_path):
+    """--time-attr: a search runs with temporal sampling, and every trial's config
+    carries the time attribute and the strategy (the pipeline test below checks
+    that such a config samples in time)."""
+    import json
+
+    from _helpers import cli
+
+    common = ["--dataset", "user_models:timed_graph", "--root", str(tmp_path / "data"),
+              "--time-attr", "time", "--temporal-strategy", "last"]
+    tests = str(Path(__file__).parent)
+    env = {"PYTHONPATH": tests}
+    proc = cli("search", *common, "--n-trials", "2", "--space", "quick", "--studies-dir",
+               str(tmp_path / "studies"), "--steps", "3", "--warmup", "1", "--max-seconds",
+               "1", "--no-priors", "-f", "json", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    done = [t for t in json.loads(proc.stdout)["trials"] if t["state"] == "complete"]
+    assert len(done) == 2
+    assert all(t["config"]["time_attr"] == "time" and
+               t["config"]["temporal_strategy"] == "last" for t in done)
+
+
+def test_the_pipeline_samples_in_time(timed_graph):
+    from autotune.config import TrialConfig
+    from autotune.pipeline import build
+
+    data = Data(x=torch.randn(timed_graph.num_nodes, 8), edge_index=timed_graph.edge_index,
+                y=torch.randint(0, 3, (timed_graph.num_nodes,)), time=timed_graph.time,
+                train_mask=torch.ones(timed_graph.num_nodes, dtype=torch.bool))
+    config = TrialConfig(batch_size=16, num_workers=0, time_attr="time",
+                         temporal_strategy="last", hidden_channels=8)
+    pipe = build(config, data, num_classes=3)
+    for batch, _ in zip(pipe.loader, range(4)):
+        seed_time = batch.time[:batch.batch_size]
+        assert bool((batch.time <= seed_time[batch.batch]).all())
+        pipe.train_step(batch)
+    with pytest.raises(ConfigError, match="time_attr samples node batches"):
+        TrialConfig(task="link", time_attr="time")
+
+
+@pytest.mark.cuda
+def test_temporal_and_induced_sampling_on_cuda(timed_graph):
+    """The torch path on the GPU: the same constraints hold for tensors on CUDA."""
+    from torch_geometric.sampler import NodeSamplerInput
+
+    data = Data(edge_index=timed_graph.edge_index, num_nodes=timed_graph.num_nodes,
+                time=timed_graph.time)
+    sampler = autotune.NeighborSampler(data, [5, 3], time_attr="time", device="cuda", seed=0)
+    out = sampler.sample_from_nodes(NodeSamplerInput(None, torch.arange(32)))
+    seed_time = data.time[:32].cuda()
+    assert out.node.is_cuda
+    assert bool((data.time.cuda()[out.node] <= seed_time[out.batch]).all())
+    induced = autotune.NeighborSampler(data, [3, 2], subgraph_type="induced", device="cuda")
+    out = induced.sample_from_nodes(NodeSamplerInput(None, torch.arange(16)))
+    inside = torch.zeros(data.num_nodes, dtype=torch.bool)
+    inside[out.node.cpu()] = True
+    graph = data.edge_index
+    assert out.row.numel() == int((inside[graph[0]] & inside[graph[1]]).sum())

@@ -200,13 +200,13 @@ def test_hetero_link_split_holds_out_both_directions(tmp_path):
 
 @pytest.mark.slow
 def test_hetero_link_prediction_beats_chance(tmp_path):
-    ref = DatasetRef("synthetic-hetero", root=str(tmp_path), scale=0.01, task="link",
+    ref = DatasetRef("synthetic-hetero", root=str(tmp_path), scale=0.005, task="link",
                      edge_type="author__writes__paper")
     dataset = ref.prepare()
     config = TrialConfig(task="link", batch_size=256, num_neighbors=(10, 5),
                          hidden_channels=64, lr=0.01)
     pipe = build(config, dataset.data, cache_file=ref.csc_path())
-    training = fit(pipe, dataset.data, TrainSpec(epochs=3))
+    training = fit(pipe, dataset.data, TrainSpec(epochs=2))  # 0.72 here (one run)
     assert training.epochs[-1].seeds == dataset.num_train
     auc = accuracy(pipe, dataset.data, "val")
     assert auc > 0.6, [e.val_acc for e in training.epochs]

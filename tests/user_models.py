@@ -81,3 +81,18 @@ def nofeat():
 def broken_data():
     """A dataset function with a bug in it."""
     raise FileNotFoundError("/data/mine/edges.csv")
+
+
+def timed_graph():
+    """A dataset function for temporal sampling: tiny_graph with a time per node."""
+    data = tiny_graph()
+    data.time = torch.randint(0, 50, (data.num_nodes,), generator=torch.Generator()
+                              .manual_seed(5))
+    return data
+
+
+def molecules_by_function():
+    """A graph-level dataset function: a list of small graphs with a label each."""
+    from autotune.graphsets import synthetic_molecules
+
+    return [synthetic_molecules(scale=0.002, seed=2).graphs[i] for i in range(80)]

@@ -152,7 +152,9 @@ def _keywords_checked(function: Callable[P, R]) -> Callable[P, R]:
 @_keywords_checked
 def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None,
                    scale: float = 1.0, data_seed: int = 0, task: str = "node",
-                   link_edge_type: str | None = None, model: ModelArg = None, hidden: int | None = None, layers: int | None = None,
+                   link_edge_type: str | None = None, time_attr: str | None = None,
+                   temporal_strategy: str = "uniform", model: ModelArg = None,
+                   hidden: int | None = None, layers: int | None = None,
                    recompile_limit: int | None = None, space: str | Path | dict = "default",
                    n_trials: int = _O.n_trials, timeout_s: float | None = None,
                    budget: float | str | None = None, racing: bool = _O.racing,
@@ -170,13 +172,17 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
                    on_trial_done: Callable[[optuna.Study], None] | None = None) -> SearchPlan:
     """Checks everything a search needs before its first trial and opens its study.
 
-    ``dataset``: a name (Reddit, Cora, synthetic, synthetic-hetero, ogbn-mag, ...), a ``.pt``
-    path, an import path, a ``Data``/``HeteroData`` or a function returning one. ``task``: node
-    or link (on the dataset's link split; ``link_edge_type`` picks the edge type of a
-    ``HeteroData``, ``"src__rel__dst"`` or a relation name). ``model``: sage (default), gcn, gat, an import path
-    or a factory ``(in_channels, out_channels, config) -> nn.Module`` taking ``(x,
-    edge_index)``, lifted by ``to_hetero`` on a HeteroData. ``space``: a shipped space's name, a
-    YAML path or a dict of the same schema. ``max_memory``: bytes or a size such as ``'8GiB'``.
+    ``dataset``: a name (Reddit, Cora, synthetic, synthetic-hetero, synthetic-molecules,
+    ogbn-mag, ...), a ``.pt`` path, a TU-format folder, an import path, a
+    ``Data``/``HeteroData`` or a function returning one. ``task``: node, link (on the
+    dataset's link split; ``link_edge_type`` picks the edge type of a ``HeteroData``,
+    ``"src__rel__dst"`` or a relation name) or graph (whole small graphs).
+    ``time_attr``: a node attribute of times that makes the node task's sampling
+    temporal (``temporal_strategy`` uniform or last). ``model``: sage (default), gcn,
+    gat, gin, an import path or a factory ``(in_channels, out_channels, config) ->
+    nn.Module`` taking ``(x, edge_index)``, lifted by ``to_hetero`` on a HeteroData.
+    ``space``: a shipped space's name, a YAML path or a dict of the same schema.
+    ``max_memory``: bytes or a size such as ``'8GiB'``.
     ``measure``/``limits``: a :class:`autotune.MeasureSpec` and :class:`autotune.TrialLimits`.
     ``budget``: wall clock of this run, seconds or '20m'. ``racing``: a new config is screened
     at ``screen_precision`` first; ``priors``: the prior table runs first.
@@ -195,7 +201,8 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     _check_budgets(sampler, n_trials, timeout_s, heartbeat_s, grace_s)
     studies = _studies_folder(studies_dir)
     space_, baseline = _space_and_baseline(
-        space, device, _facts(model, hidden, layers, recompile_limit, task), seed)
+        space, device, _facts(model, hidden, layers, recompile_limit, task,
+                              time_attr=time_attr, temporal_strategy=temporal_strategy), seed)
     ref = _dataset_ref(dataset, root, scale, data_seed, studies, task, link_edge_type)
     name = check_study_name(study_name) if study_name is not None else \
         default_study_name(_study_stem(ref), device)
@@ -313,6 +320,8 @@ def _meaningless_knobs(space, baseline: TrialConfig, prepared,
     if min(sizes) >= stats["num_train"]:
         notes.append(f"warning: every batch size searched (>= {min(sizes)}) holds all "
                      f"{stats['num_train']:,} {seeds}: batch_size changes nothing here")
+    if prepared.graph_level:
+        return tuple(notes)  # nothing is sampled
     most = max((int(torch.bincount(s.edge_index[1]).max()) for s in prepared.data.edge_stores
                 if "edge_index" in s and s.edge_index.numel()), default=0)
     knob = space.knobs.get("num_neighbors")
@@ -369,7 +378,8 @@ def _time_and_memory(budget: float | str | None, screen_precision: float | str,
 
 
 def _facts(model: ModelArg, hidden: int | None, layers: int | None,
-           recompile_limit: int | None, task: str = "node") -> dict[str, Any]:
+           recompile_limit: int | None, task: str = "node", *, time_attr: str | None = None,
+           temporal_strategy: str = "uniform") -> dict[str, Any]:
     """The pipeline facts given for this search: fixed for its study."""
     from autotune.imports import import_path_of
 
@@ -377,7 +387,9 @@ def _facts(model: ModelArg, hidden: int | None, layers: int | None,
         model = import_path_of(model, what="model factory", option="model=")
     named = {"model": model, "hidden_channels": hidden, "num_layers": layers,
              "recompile_limit": recompile_limit,
-             "task": None if task_info(task).name == TrialConfig.task else task}
+             "task": None if task_info(task).name == TrialConfig.task else task,
+             "time_attr": time_attr, "temporal_strategy": None
+             if temporal_strategy == TrialConfig.temporal_strategy else temporal_strategy}
     return {k: v for k, v in named.items() if v is not None}
 
 

@@ -26,6 +26,11 @@ in-process-sampling    always                              no loader workers (sa
 
 Compile is off in every row: a compiled variant is tried only after its eager twin
 was measured (see ``loop.defer_compiled``).
+
+Graph-level searches (task graph) take the same rows: the GPU-resident ones drop out
+(a graph space has no ``gpu_sampling``), and the rest are what pays for whole-graph
+batches too: on a 2-core EPYC, bfloat16 1.70x and the sparse aggregation 1.09x, while
+loader workers tie (``benchmarks/results/knobs-graph.json``; docs/tasks.md).
 """
 from __future__ import annotations
 
