@@ -17,6 +17,7 @@ autotune's memory-mapped cache beside the node datasets, and the split travels w
 """
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
@@ -98,6 +99,7 @@ def graph_set(graphs, seed: int = 0, num_classes: int | None = None) -> GraphSet
         raise DatasetError(f"graph {bad} of the graph-level dataset is not a Data with x and y "
                            f"(got {type(items[bad]).__name__}); each graph needs node features "
                            "x and a graph label y")
+    items = [copy.copy(g) for g in items]  # the caller's graphs stay as they were
     for g in items:
         if "edge_index" not in g:
             g.edge_index = torch.empty(2, 0, dtype=torch.long)

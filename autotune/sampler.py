@@ -641,9 +641,9 @@ class NeighborSampler(BaseSampler):
         seeds = index.node if index.input_type is None else {index.input_type: index.node}
         out = self._sample(seeds, index.time)
         out.metadata = (index.input_id, index.time)
-        return self.directed(out)
+        return self._bidirected(out)
 
-    def directed(self, out):
+    def _bidirected(self, out):
         """``out`` with every sampled edge's reverse added under
         ``subgraph_type="bidirectional"`` (PyG's ``to_bidirectional``)."""
         if self.subgraph_type == "bidirectional":
@@ -656,7 +656,7 @@ class NeighborSampler(BaseSampler):
         """PyG's ``LinkLoader`` semantics: see :mod:`autotune.links`."""
         from autotune.links import sample_from_edges
 
-        return self.directed(sample_from_edges(self, index, neg_sampling))
+        return self._bidirected(sample_from_edges(self, index, neg_sampling))
 
     def __repr__(self) -> str:
         extra = "".join(f", {name}=True" for name in ("disjoint",) if getattr(self, name))

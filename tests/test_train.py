@@ -102,7 +102,10 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
                               storage=f"sqlite:///{tmp_path / 'g.db'}", study_name="g",
                               studies_dir=tmp_path, measure=MeasureSpec(warmup_steps=1, min_steps=3,
                                                                         max_window_s=0.5),
-                              guard=GuardOptions(ratio=0.99, epochs=2))
+                              # 0.98, not 0.99: the guard trains each config for the
+                              # baseline's wall time, and on a loaded CI machine bfloat16
+                              # fell 0.04% short of 0.99 once; [1, 1] stays below 0.1
+                              guard=GuardOptions(ratio=0.98, epochs=2))
     study = identity.open_study(opts, dataset_stats=dataset.stats(), env={})
 
     # the baseline, then the two configs, in order, in one run (one fork server)
