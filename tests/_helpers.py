@@ -20,9 +20,21 @@ def cli(*args, env=None, timeout=900, cwd=None, background=False, script=False):
     env = {k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None}
     if background:
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=env, cwd=cwd)
+                                text=True, env=env, cwd=cwd, preexec_fn=_as_from_a_terminal)
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
-                          cwd=cwd)
+                          cwd=cwd, preexec_fn=_as_from_a_terminal)
+
+
+def _as_from_a_terminal() -> None:
+    """In the child before it runs: Ctrl-C's default disposition, unblocked, as a
+    command typed at a terminal has it. A child inherits an ignored SIGINT, and
+    Python then never raises KeyboardInterrupt: a test run started in the background
+    of a non-interactive shell (``bash .ci/run &``) ignores SIGINT in every process,
+    and the interrupt test's search then ran on through Ctrl-C."""
+    import signal
+
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def loss_and_grads(model, batch):
