@@ -90,7 +90,10 @@ def test_fault_in_a_study_becomes_a_failed_trial(tmp_path, stored, fault, status
     else:
         shutil.copytree(folder, tmp_path / "studies")
     before = _snapshot(_study(tmp_path, "f"))
-    proc = _cli(*args, "--n-trials", "3", env={"AUTOTUNE_TEST_FAULT": f"{fault}@1"})
+    # at step 1, the window's first (step 0 is the warm-up, before the loader's workers
+    # exist): under load a 0.5 s window once ran one step only, so a fault at step 2
+    # (the default) never fired and the trial completed
+    proc = _cli(*args, "--n-trials", "3", env={"AUTOTUNE_TEST_FAULT": f"{fault}:1@1"})
     assert proc.returncode == 0, proc.stderr
     study = _study(tmp_path, "f")
     assert len(study.trials) == 3, "the search must go on to its budget"
