@@ -188,18 +188,17 @@ class Dataset:
     def stats(self) -> dict:
         data = self.data
         if self.graph_level:
-            return {"name": self.name, "num_graphs": data.num_graphs,
-                    "num_nodes": data.num_nodes, "num_edges": data.num_edges,
-                    "num_features": self.num_features, "num_classes": self.num_classes,
-                    "bytes": int(sum(v.numel() * v.element_size()
-                                     for v in data.tensors()["tensors"].values())),
-                    "num_train": self.num_train, "task": self.task}
-        edges = sum(int(s.edge_index.size(1)) for s in data.edge_stores if "edge_index" in s)
+            edges, tensors = data.num_edges, data.tensors()["tensors"].values()
+        else:
+            edges = sum(int(s.edge_index.size(1)) for s in data.edge_stores
+                        if "edge_index" in s)
+            tensors = _tensors(data)
         out = {"name": self.name, "num_nodes": int(data.num_nodes), "num_edges": edges,
                "num_features": self.num_features, "num_classes": self.num_classes,
-               "bytes": int(sum(v.numel() * v.element_size() for v in _tensors(data)))}
-        out["num_train"] = self.num_train
-        out["task"] = self.task
+               "bytes": int(sum(v.numel() * v.element_size() for v in tensors)),
+               "num_train": self.num_train, "task": self.task}
+        if self.graph_level:
+            out["num_graphs"] = data.num_graphs
         if self.hetero:
             from autotune.graphs import LINK_ATTR, target_type
 

@@ -5,6 +5,7 @@ any homogeneous graph. The mag-shaped generator is in :mod:`autotune.synthetic`.
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from autotune.errors import DatasetError
 
@@ -112,10 +113,20 @@ def link_split(data, seed: int):
 
 
 def masks_from_split(data, split: dict) -> None:
-    for mask_name, key in (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test")):
-        mask = torch.zeros(data.num_nodes, dtype=torch.bool)
-        mask[split[key]] = True
-        data[mask_name] = mask
+    for name, mask in split_masks(data.num_nodes, split["train"], split["valid"],
+                                  split["test"]).items():
+        data[name] = mask
+
+
+def split_masks(count: int, train: Tensor, val: Tensor, test: Tensor) -> dict[str, Tensor]:
+    """``train_mask``, ``val_mask`` and ``test_mask`` over ``count`` items, each
+    selecting the given ids: one split, whether nodes or whole graphs."""
+    out = {}
+    for name, ids in (("train", train), ("val", val), ("test", test)):
+        mask = torch.zeros(count, dtype=torch.bool)
+        mask[ids] = True
+        out[f"{name}_mask"] = mask
+    return out
 
 
 def edge_type_named(data, name: str | None) -> tuple[str, str, str]:

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from autotune.errors import DatasetError
+from autotune.graphs import split_masks
 
 GRAPH_SPLIT = (0.8, 0.1)  # train and validation shares of the graphs; the rest is test
 MOLECULES = 40_000  # graphs of synthetic-molecules at scale 1 (ogbg-molhiv has 41,127)
@@ -113,13 +114,7 @@ def random_split(count: int, seed: int) -> dict[str, Tensor]:
     order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
     train_end = int(round(GRAPH_SPLIT[0] * count))
     val_end = train_end + max(1, int(round(GRAPH_SPLIT[1] * count)))
-    masks = {}
-    for name, part in (("train", order[:train_end]), ("val", order[train_end:val_end]),
-                       ("test", order[val_end:])):
-        mask = torch.zeros(count, dtype=torch.bool)
-        mask[part] = True
-        masks[f"{name}_mask"] = mask
-    return masks
+    return split_masks(count, order[:train_end], order[train_end:val_end], order[val_end:])
 
 
 def read_tu_folder(folder: Path, seed: int = 0) -> GraphSet:

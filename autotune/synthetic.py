@@ -43,7 +43,7 @@ from torch import Tensor
 TIME_STEPS = 1000  # a synthetic node's time is uniform in 0 .. TIME_STEPS - 1
 
 from autotune.errors import DatasetError
-from autotune.graphs import TARGET_ATTR, add_reverse
+from autotune.graphs import TARGET_ATTR, add_reverse, split_masks
 
 # Reddit (Hamilton et al., 2017) as PyG ships it.
 REDDIT_NODES = 232_965
@@ -92,11 +92,8 @@ def random_masks(store, num: int, gen: torch.Generator) -> None:
     """Train/val/test masks of ``num`` nodes in :data:`SPLIT_FRACTIONS`, at random."""
     order = torch.randperm(num, generator=gen)
     n_train, n_val = int(SPLIT_FRACTIONS[0] * num), int(SPLIT_FRACTIONS[1] * num)
-    for name, ids in (("train_mask", order[:n_train]),
-                      ("val_mask", order[n_train:n_train + n_val]),
-                      ("test_mask", order[n_train + n_val:])):
-        mask = torch.zeros(num, dtype=torch.bool)
-        mask[ids] = True
+    for name, mask in split_masks(num, order[:n_train], order[n_train:n_train + n_val],
+                                  order[n_train + n_val:]).items():
         store[name] = mask
 
 

@@ -45,6 +45,14 @@ def baseline():
     return default_config()
 
 
+def write_space(space: dict, path: Path) -> Path:
+    """A benchmark's search space as the YAML file a search reads."""
+    import yaml
+
+    path.write_text(yaml.safe_dump(space, sort_keys=False))
+    return path
+
+
 def write(path: str, report: dict) -> None:
     report["env"] = fingerprint(report.get("device", "cpu"))
     Path(path).parent.mkdir(parents=True, exist_ok=True)

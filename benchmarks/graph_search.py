@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from _common import baseline, measure_spec, parser, prepare, timed_search, write
+from _common import baseline, measure_spec, parser, prepare, timed_search, write, write_space
 
 from autotune.result import ratio_half_width
 from autotune.runner import TrialLimits
@@ -26,9 +26,7 @@ def space_file(base, folder: Path) -> Path:
     space = yaml.safe_load(resolve_space_path("default").read_text())
     space["knobs"]["batch_size"] = base.batch_size
     space["description"] = "benchmarks/graph_search.py: the default space, batch size pinned"
-    path = folder / "graph-search-space.yaml"
-    path.write_text(yaml.safe_dump(space, sort_keys=False))
-    return path
+    return write_space(space, folder / "graph-search-space.yaml")
 
 
 def main() -> None:

@@ -13,9 +13,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import yaml
-
-from _common import baseline, measure_spec, parser, prepare, timed_search, write
+from _common import baseline, measure_spec, parser, prepare, timed_search, write, write_space
 
 from autotune.result import ratio_half_width
 from autotune.runner import TrialLimits
@@ -41,9 +39,7 @@ def space_file(base, folder: Path) -> Path:
             "sampler": "builtin", "gpu_sampling": {"choices": [False, True]},
         },
     }
-    path = folder / "speedup-space.yaml"
-    path.write_text(yaml.safe_dump(space, sort_keys=False))
-    return path
+    return write_space(space, folder / "speedup-space.yaml")
 
 
 def main() -> None:
