@@ -25,6 +25,7 @@ from torch import Tensor
 from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
 from autotune.errors import ConfigError
+from autotune.subgraph import csc_columns
 
 MAX_REDRAWS = 8
 TIME_REDRAWS = 5  # PyG's rounds for a negative later than its positive
@@ -35,8 +36,7 @@ class EdgeSet:
     ``dst * num_src + src`` per edge (built once per process, on the CSC's device)."""
 
     def __init__(self, colptr: Tensor, row: Tensor, num_src: int) -> None:
-        dst = torch.repeat_interleave(torch.arange(colptr.numel() - 1, device=row.device),
-                                      colptr[1:] - colptr[:-1])
+        dst = csc_columns(colptr)
         self.num_src = num_src
         self.keys = torch.sort(dst * num_src + row).values
 

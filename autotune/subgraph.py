@@ -42,6 +42,12 @@ def floyd_offsets(deg: Tensor, k: int, generator: torch.Generator | None) -> Ten
     return out
 
 
+def csc_columns(colptr: Tensor) -> Tensor:
+    """The column (target node) of every CSC position."""
+    return torch.repeat_interleave(torch.arange(colptr.numel() - 1, device=colptr.device),
+                                   colptr[1:] - colptr[:-1])
+
+
 def _every_neighbour(start: Tensor, deg: Tensor) -> tuple[Tensor, Tensor]:
     m = deg.numel()
     owner = torch.repeat_interleave(torch.arange(m, device=deg.device), deg)

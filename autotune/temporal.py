@@ -19,6 +19,7 @@ from torch import Tensor
 import torch
 
 from autotune.errors import ConfigError
+from autotune.subgraph import csc_columns
 
 TEMPORAL_STRATEGIES = ("uniform", "last")
 EdgeType = tuple[str, str, str]
@@ -72,8 +73,7 @@ def time_ordered(colptr: Tensor, row: Tensor, perm: Tensor | None, *,
         times = edge_time.to(row.device).view(-1)
         times = times if perm is None else times[perm]
     num_cols = colptr.numel() - 1
-    column = torch.repeat_interleave(torch.arange(num_cols, device=row.device),
-                                     colptr[1:] - colptr[:-1])
+    column = csc_columns(colptr)
     by_time = torch.argsort(times, stable=True)
     order = by_time[torch.argsort(column[by_time], stable=True)]
     widest = int((colptr[1:] - colptr[:-1]).max()) if num_cols else 0
