@@ -19,8 +19,8 @@ from autotune.errors import AutotuneError, ConfigError, GuardError
 from autotune.specs import GuardOptions, MeasureSpec, TrialLimits
 from autotune.study.options import SAMPLERS, SearchOptions
 from autotune.taskinfo import TASKS, task_info
-from autotune.render import FORMATS, Ticker, emit, front_table, profile_text, result_text, \
-    short, trial_row, trials_table
+from autotune.render import FORMATS, Ticker, drift_lines, emit, front_table, profile_text, \
+    result_text, short, trial_row, trials_table
 
 EXIT_BAD_INPUT = 2
 EXIT_TRIAL_FAILED = 1
@@ -31,6 +31,7 @@ SEARCH_EXAMPLE = """examples:
   autotune search --dataset synthetic --scale 0.02 --space quick --n-trials 8
   autotune search --dataset Reddit --root data --max-memory 8GiB --n-trials 40
   autotune search --dataset Reddit --root data --budget 20m --precision 5%
+  autotune search --dataset Reddit --root data --confirm 5 --confirm-rounds 5
   autotune search --dataset Reddit --space reddit --model gat --layers 3 --n-trials 40
   autotune search --dataset mypkg.data:load --model mypkg.models:factory --n-trials 20
   autotune search --task link --dataset Cora --root data --hidden 128 --n-trials 20
@@ -39,7 +40,8 @@ SEARCH_EXAMPLE = """examples:
   autotune search --task graph --dataset synthetic-molecules --scale 0.1 --n-trials 8
 
 Running the same command again resumes the study: finished trials are kept, an
-interrupted one is marked failed, and --n-trials counts the study's total."""
+interrupted one is marked failed, and --n-trials counts the study's total (repeats
+of a measured config, controls and the confirmation count against nothing)."""
 
 SHOW_EXAMPLE = """example:
   autotune show --study-name synthetic-cpu-myhost
@@ -162,6 +164,17 @@ _fraction = _argument(parse_fraction, "a fraction in (0, 1) such as 3% or 0.03")
 _positive_int = _number(int, "positive integer")
 
 
+def _count(text: str) -> int:
+    """A whole number >= 0 (``--confirm 0`` turns the confirmation off)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0 (got {text!r})")
+    return value
+
+
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -236,10 +249,11 @@ def _add_measure_flags(p: argparse.ArgumentParser, timeout_flag: str = "--timeou
     m = MeasureSpec
     p.add_argument("--steps", type=_positive_int, default=m.min_steps,
                    help=f"timed steps per trial at least (default: {m.min_steps})")
-    p.add_argument("--precision", type=_fraction, default=m.precision,
+    p.add_argument("--precision", type=_fraction, default=None,
                    help="time blocks of steps until the throughput's 95%% confidence "
                         f"half-width is within this, e.g. 3%% or 0.05 (default: "
-                        f"{100 * m.precision:g}%%; at least {m.min_window_s:g} s and 4 blocks)")
+                        f"{100 * m.precision:g}%%, or what the search space states; at "
+                        f"least {m.min_window_s:g} s and 4 blocks)")
     p.add_argument("--warmup", type=_positive_int, default=m.warmup_steps,
                    help="warm-up steps at least (compiled modes go on until no recompile "
                         f"for {m.settle_steps} steps; default: {m.warmup_steps})")
@@ -274,7 +288,8 @@ def _measure_and_limits(args: argparse.Namespace):
     limits = TrialLimits(timeout_s=args.trial_timeout, memory_limit_bytes=None if limit is None
                          else parse_bytes(limit, option="--memory-limit"))
     measure = MeasureSpec(warmup_steps=args.warmup, min_steps=args.steps,
-                          max_window_s=args.max_seconds, precision=args.precision)
+                          max_window_s=args.max_seconds, precision=args.precision or
+                          MeasureSpec.precision)
     return measure, limits
 
 
@@ -385,6 +400,27 @@ def _add_train_parser(sub) -> None:
     _add_format(train)
 
 
+def _add_pairing_flags(search: argparse.ArgumentParser) -> None:
+    """The confirmation's and the controls' flags of ``search``."""
+    search.add_argument("--confirm", type=_count, default=SearchOptions.confirm, metavar="N",
+                        help="end with a confirmation: the front's N fastest configs, its "
+                             "knee and the baseline measured again, interleaved in rounds; "
+                             "the front and the export use those paired figures (default: "
+                             f"{SearchOptions.confirm}; 0: off)")
+    search.add_argument("--confirm-rounds", type=_positive_int,
+                        default=SearchOptions.confirm_rounds,
+                        help="the confirmation's rounds, at least 3 (default: "
+                             f"{SearchOptions.confirm_rounds})")
+    search.add_argument("--control-every", type=_duration, default=SearchOptions.control_every_s,
+                        help="measure the baseline again (a control) after this long, so "
+                             "each speed-up is paired with a baseline measured close in time "
+                             f"(default: {SearchOptions.control_every_s / 60:g}m) ...")
+    search.add_argument("--control-every-trials", type=_positive_int,
+                        default=SearchOptions.control_every_trials,
+                        help="... or after this many measured trials (default: "
+                             f"{SearchOptions.control_every_trials})")
+
+
 def _add_search_parser(sub) -> None:
     search = _sub(sub, "search", "search the Pareto front of throughput and memory",
                   "Optuna multi-objective search: maximise throughput ("
@@ -411,6 +447,7 @@ def _add_search_parser(sub) -> None:
     search.add_argument("--no-priors", dest="priors", action="store_false",
                         help="do not queue the prior table (device-aware first configs) "
                              "after the baseline")
+    _add_pairing_flags(search)
     search.add_argument("--sampler", default=SearchOptions.sampler, choices=SAMPLERS,
                         help=f"Optuna sampler (default: {SearchOptions.sampler}, the best in "
                              "benchmarks/search_efficiency.py)")
@@ -698,7 +735,7 @@ def short_config(config) -> str:
 def _search_options(args: argparse.Namespace) -> dict[str, Any]:
     """The flags of ``autotune search`` as :func:`autotune.search`'s options."""
     measure, limits = _measure_and_limits(args)
-    return dict(dataset=args.dataset or "synthetic", root=args.root,
+    return dict(dataset=args.dataset or "synthetic", root=args.root, precision=args.precision,
                 scale=1.0 if args.scale is None else args.scale,
                 data_seed=args.data_seed or 0, task=args.task or "node",
                 link_edge_type=args.link_edge_type, time_attr=args.time_attr,
@@ -707,7 +744,9 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
                 layers=args.layers, recompile_limit=args.recompile_limit, space=args.space,
                 n_trials=args.n_trials, timeout_s=args.timeout, budget=args.budget,
                 racing=args.racing, screen_precision=args.screen_precision,
-                priors=args.priors, sampler=args.sampler,
+                priors=args.priors, confirm=args.confirm, confirm_rounds=args.confirm_rounds,
+                control_every=args.control_every,
+                control_every_trials=args.control_every_trials, sampler=args.sampler,
                 seed=args.seed, max_memory=args.max_memory, device=args.device,
                 accuracy_guard=args.accuracy_guard, guard_epochs=args.guard_epochs,
                 objectives=args.objectives, study_name=args.study_name, storage=args.storage,
@@ -723,8 +762,10 @@ def cmd_search(args: argparse.Namespace) -> int:
                           on_trial_done=save_study_note)
     if args.format == "table":
         print(_search_header(plan))
-        ticker = Ticker(sys.stdout, baseline_record(plan.study))
-        plan = dataclasses.replace(plan, progress=ticker.done, on_trial_start=ticker.start)
+        ticker = Ticker(sys.stdout, baseline_record(plan.study),
+                        plan.options.confirmation_size(), plan.options.budget_s)
+        plan = dataclasses.replace(plan, progress=ticker.done, on_trial_start=ticker.start,
+                                   on_note=ticker.note)
     try:
         result = plan.run()
     except KeyboardInterrupt as exc:
@@ -778,6 +819,8 @@ def _search_header(plan) -> str:
 
 
 def _search_summary(plan, result, args: argparse.Namespace) -> str:
+    from autotune.study.paired import drifts
+
     o, guard = result.outcome, plan.options.guard
     lines = []
     if o.interrupted:
@@ -786,8 +829,14 @@ def _search_summary(plan, result, args: argparse.Namespace) -> str:
         lines.append(f"marked stale trials {o.stale} (no heartbeat) as failed; configs re-queued")
     if o.orphans:
         lines.append(f"marked orphan trials {o.orphans} (no worker) as failed")
-    lines.append(f"\n{o.measured} measured, {o.reused} reused, {o.failed} failed; "
-                 f"{len(result.trials)} trials in the study")
+    lines.append(f"\n{o.measured} measured, {o.reused} repeats (counted against nothing), "
+                 f"{o.failed} failed, {o.controls} controls, {o.confirmed} confirmation "
+                 f"measurements; {len(result.trials)} trials in the study")
+    if o.explored:
+        lines.append(f"the sampler repeated itself: {o.explored} proposals were drawn at random")
+    if o.stopped:
+        lines.append(o.stopped)
+    lines += drift_lines(drifts(result.trials))
     if guard.active:
         ref = result.guard or {}
         share = o.guard_s / max(o.elapsed_s, 1e-9)
@@ -832,12 +881,17 @@ def _command(*argv: str) -> str:
 
 
 def _search_blob(result) -> dict[str, Any]:
+    from autotune.study.paired import drifts
+
     o = result.outcome
     return {"study": result.study_name, "storage": result.storage,
             "baseline_trial": result.baseline.number if result.baseline else None,
             "knee_trial": result.knee.number if result.knee else None,
             "measured": o.measured, "reused": o.reused, "failed": o.failed,
-            "elapsed_s": o.elapsed_s, "pareto": [r.to_dict() for r in result.front],
+            "controls": o.controls, "confirmation_measurements": o.confirmed,
+            "confirmation_cut": o.confirm_cut or None, "explored": o.explored,
+            "stopped": o.stopped or None, "elapsed_s": o.elapsed_s,
+            "pareto": [r.to_dict() for r in result.front], "drift": drifts(result.trials),
             "trials": [trial_row(t) for t in result.trials]}
 
 
@@ -853,14 +907,19 @@ def cmd_show(args: argparse.Namespace) -> int:
     from autotune.storage import masked
     from autotune.study import records as rec
     from autotune.study.front import study_front
+    from autotune.study.paired import drifts
 
     study, url = _load(args)
     front, trials, s = study_front(study), rec.records(study), rec.StudyRecord.from_study(study)
+    references = drifts(trials)
     blob = {"study": study.study_name, "storage": masked(url), "task": s.task.name,
             "unit": s.task.unit, "baseline_trial": s.baseline,
-            "pareto": [r.to_dict() for r in front], "trials": [trial_row(t) for t in trials]}
-    print(emit(blob, args.format, lambda: f"study {study.study_name} in {masked(url)} (task "
-               f"{s.task.name})\n{front_table(front, s.task)}\n\n{trials_table(trials, s.task)}"))
+            "pareto": [r.to_dict() for r in front], "controls": references,
+            "trials": [trial_row(t) for t in trials]}
+    print(emit(blob, args.format, lambda: "\n".join(
+        [f"study {study.study_name} in {masked(url)} (task {s.task.name})",
+         front_table(front, s.task), *drift_lines(references), "",
+         trials_table(trials, s.task)])))
     return 0
 
 
@@ -881,8 +940,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 0
     blob, t = write_export(study, args.pick, url, out)
     print(emit({"trial": t.number, "pick": args.pick, "out": str(out), **blob}, args.format,
-               lambda: f"exported trial {t.number} ({args.pick}): {t.throughput:,.0f} "
-                       f"{blob['measured']['unit']}, {t.memory_mib:,.0f} MiB -> {out}\n"
+               lambda: f"exported trial {t.number} ({args.pick}): "
+                       f"{blob['measured']['throughput']:,.0f} {blob['measured']['unit']}, "
+                       f"{blob['measured']['peak_memory_mib']:,.0f} MiB"
+                       f"{' (confirmed)' if blob['measured']['confirmed'] else ''} -> {out}\n"
                        f"reproduce: {blob['reproduce']}"))
     return 0
 

@@ -23,6 +23,7 @@ PadLadder = Literal["pow2", "geometric"]
 Device = Literal["cpu", "cuda"]
 ModelName = Literal["sage", "gcn", "gat", "gin"]  # or an import path, see is_import_path
 Aggregation = Literal["scatter", "sparse"]
+DropoutMasks = Literal["bernoulli", "bits"]
 Task = Literal["node", "link", "graph"]  # the names of autotune.taskinfo.TASKS
 TemporalStrategy = Literal["uniform", "last"]  # PyG's temporal_strategy
 
@@ -34,6 +35,7 @@ PAD_LADDERS: tuple[str, ...] = get_args(PadLadder)
 DEVICES: tuple[str, ...] = get_args(Device)
 MODELS: tuple[str, ...] = get_args(ModelName)
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
+DROPOUT_MASKS: tuple[str, ...] = get_args(DropoutMasks)
 TEMPORAL_STRATEGIES: tuple[str, ...] = get_args(TemporalStrategy)
 
 CONFIG_FORMAT = 1
@@ -60,6 +62,9 @@ class TrialConfig:
     sampler: SamplerName = "auto"
     gpu_sampling: bool = False
     aggregation: Aggregation = "scatter"
+    # how the built-in models draw dropout masks: torch's bernoulli_, or 16-bit draws
+    # cut from raw random words (the same masks in law, a fraction of the time on CPU)
+    dropout_masks: DropoutMasks = "bernoulli"
     # fanouts of named edge types of a heterogeneous graph ("src__rel__dst": [k, ...]);
     # the others take num_neighbors
     edge_fanouts: dict[str, tuple[int, ...]] | None = None
@@ -109,6 +114,10 @@ class TrialConfig:
             raise ConfigError(f"model gat splits hidden_channels over {GAT_HEADS} heads; use a "
                               f"multiple of {GAT_HEADS} (got {self.hidden_channels})")
         self._validate_aggregation()
+        if self.dropout_masks == "bits" and self.model not in MODELS:
+            raise ConfigError(f"dropout_masks 'bits' is how the built-in models ({', '.join(MODELS)}) "
+                              f"draw dropout masks; a user's model draws its own (got model "
+                              f"{self.model}); use dropout_masks bernoulli")
         if self.time_attr is not None and self.task != "node":
             raise ConfigError(f"time_attr samples node batches in time (got task {self.task} "
                               "with time_attr); leave it out, or use the temporal loaders "
@@ -268,7 +277,8 @@ FIELD_CHECKS: dict[str, Callable[[str, Any], None]] = {
     "compile_mode": _one_of(COMPILE_MODES), "shapes": _one_of(SHAPES),
     "pad_ladder": _one_of(PAD_LADDERS), "amp_dtype": _one_of(AMP_DTYPES),
     "checkpointing": _flag, "sampler": _one_of(SAMPLERS), "gpu_sampling": _flag,
-    "aggregation": _one_of(AGGREGATIONS), "task": _one_of(TASKS), "model": _model,
+    "aggregation": _one_of(AGGREGATIONS), "dropout_masks": _one_of(DROPOUT_MASKS),
+    "task": _one_of(TASKS), "model": _model,
     "hidden_channels": _positive_int, "num_layers": _positive_int, "lr": _rate,
     "dropout": _dropout, "device": _one_of(DEVICES), "time_attr": _attribute_name,
     "temporal_strategy": _one_of(TEMPORAL_STRATEGIES),

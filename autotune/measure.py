@@ -492,7 +492,8 @@ def probe_model(pipe: Pipeline, batch) -> dict:
             "checkpointed_layers": calls[0] - len(convs),
             "conv_layers": len(convs), "conv_types": sorted({type(c).__name__ for c in convs}),
             "model": pipe.config.model, "saved_tensor_bytes": saved[0],
-            "aggregation_ops": aggregation_ops(prof)}
+            "aggregation_ops": profiled_ops(prof, AGGREGATION_OPS),
+            "dropout_ops": profiled_ops(prof, DROPOUT_OPS)}
 
 
 def _stored_bytes(tensor: torch.Tensor) -> int:
@@ -506,12 +507,14 @@ def _stored_bytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
+# The aten ops that aggregate messages (scatter_add_, scatter_reduce_, index_add_, a
+# sparse matrix product), and those that draw dropout masks (bernoulli_, random_).
 AGGREGATION_OPS = re.compile(r"sparse|scatter|index_add|segment", re.IGNORECASE)
+DROPOUT_OPS = re.compile(r"bernoulli|random_|dropout")
 
 
-def aggregation_ops(prof) -> list[str]:
-    """The aten ops that aggregated messages in a profiled step (scatter_add_,
-    scatter_reduce_, index_add_, or a sparse matrix product), read from the profile:
-    what ran, not what the config asked for."""
+def profiled_ops(prof, pattern: re.Pattern) -> list[str]:
+    """The aten ops of a profiled step that ``pattern`` matches, read from the
+    profile: what ran, not what the config asked for."""
     names = {event.key for event in prof.key_averages()}
-    return sorted(n for n in names if n.startswith("aten::") and AGGREGATION_OPS.search(n))
+    return sorted(n for n in names if n.startswith("aten::") and pattern.search(n))

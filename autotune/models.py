@@ -13,18 +13,42 @@ from autotune.config import GAT_HEADS, TrialConfig
 from autotune.errors import ConfigError
 
 
+def bits_dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
+    """Dropout whose mask is cut from raw random words: each int64 ``random_()`` draw
+    (63 uniform bits), doubled, is four 16-bit words, each uniform (the first over
+    the even numbers only), and an element is kept when its word is at least an even
+    threshold ``p`` of the way up: kept with probability ``1 - p`` (``p`` rounded to
+    1/32768, exact for 0.5), independently, and scaled by ``1 / (1 - p)``, as
+    ``F.dropout``'s masks are. On
+    CPU torch's ``bernoulli_`` draws each element on its own; this reads a quarter of
+    an int64 draw per element (see ``tests/test_paired.py`` for the law, knobs.py and
+    speedup.py for the time)."""
+    if not training or p == 0.0:
+        return x
+    if p >= 1.0:
+        return x * 0.0
+    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64, device=x.device).random_()
+    draws = words.mul_(2).view(torch.int16)[:x.numel()].view(x.shape)
+    out = x * (draws >= int(round(p * 32768)) * 2 - 32768)
+    return out.mul_(1.0 / (1.0 - p))
+
+
+DROPOUT = {"bernoulli": F.dropout, "bits": bits_dropout}  # by TrialConfig.dropout_masks
+
+
 class GNN(nn.Module):
     """A stack of conv layers with ReLU and dropout between them, as in PyG's
-    examples/reddit.py. Subclasses say which conv each layer is."""
+    examples/reddit.py. Subclasses say which conv each layer is; ``masks`` how
+    dropout draws its masks (``TrialConfig.dropout_masks``)."""
 
     def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
-                 num_layers: int = 2, dropout: float = 0.5) -> None:
+                 num_layers: int = 2, dropout: float = 0.5, masks: str = "bernoulli") -> None:
         super().__init__()
         sizes = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
         last = len(sizes) - 2
         self.convs = nn.ModuleList(self.conv(a, b, i == last)
                                    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])))
-        self.dropout = dropout
+        self.dropout, self.drop = dropout, DROPOUT[masks]
 
     def conv(self, in_channels: int, out_channels: int, last: bool) -> nn.Module:
         raise NotImplementedError
@@ -33,7 +57,7 @@ class GNN(nn.Module):
         for i, conv in enumerate(self.convs):
             x = conv(x, _in_dtype_of(edge_index, x))
             if i < len(self.convs) - 1:
-                x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
+                x = self.drop(F.relu(x), p=self.dropout, training=self.training)
         return x
 
 
@@ -124,7 +148,7 @@ class GraphClassifier(nn.Module):
         super().__init__()
         self.gnn = BUILT_IN[config.model](in_channels, config.hidden_channels,
                                           config.hidden_channels, config.num_layers,
-                                          config.dropout)
+                                          config.dropout, config.dropout_masks)
         self.pool = POOLING.get(config.model, "mean")
         self.head = nn.Linear(config.hidden_channels, num_classes)
 
@@ -142,7 +166,7 @@ def make_model(config: TrialConfig, in_channels: int, out_channels: int) -> nn.M
     factory ``(in_channels, out_channels, config) -> nn.Module`` by import path."""
     if config.model in BUILT_IN:
         return BUILT_IN[config.model](in_channels, config.hidden_channels, out_channels,
-                                    config.num_layers, config.dropout)
+                                    config.num_layers, config.dropout, config.dropout_masks)
     from autotune.imports import import_object, user_code
 
     factory = import_object(config.model, what="model factory", option="--model (model=)")

@@ -22,8 +22,8 @@ def emit(blob: Any, fmt: str, table: Callable[[], str]) -> str:
 
 def short(config: dict) -> str:
     """A config in one short line: batch, fanout, workers/affinity, compile/shapes,
-    dtype, checkpointing, sampler (``@gpu`` with GPU sampling) and ``+spmm`` for the
-    sparse aggregation (see the README's "Reading a config code"); a named edge
+    dtype, checkpointing, sampler (``@gpu`` with GPU sampling), ``+spmm`` for the
+    sparse aggregation and ``+bits`` for dropout masks from random bits (see the README's "Reading a config code"); a named edge
     type's fanout follows the shared one as ``REL[k, ...]``. A graph-level config
     (task graph) has no fanout and no sampler: ``graphs`` stands for both."""
     affinity = "pin" if config.get("loader_cores") else "-"
@@ -31,7 +31,8 @@ def short(config: dict) -> str:
     whole = config.get("task") == "graph"
     sampler = ("graphs" if whole else config["sampler"]) + \
         ("@gpu" if config.get("gpu_sampling") else "") + \
-        ("+spmm" if config.get("aggregation") == "sparse" else "")
+        ("+spmm" if config.get("aggregation") == "sparse" else "") + \
+        ("+bits" if config.get("dropout_masks") == "bits" else "")
     fanout = "" if whole else f"f{list(config['num_neighbors'])}" + "".join(
         f" {edge_type.split('__')[1]}{list(k)}"  # a named edge type's own fanout
         for edge_type, k in (config.get("edge_fanouts") or {}).items()) + " "
@@ -73,13 +74,37 @@ def progress_line(n: int, total: int, record, elapsed: float, eta: float,
         figures = (f"{record.values[0]:>9,.0f} {seeds_per_s(record.config)} "
                    f"{pm(record.precision):>6} "
                    f"{_edges(record.summary)}{record.values[1]:>7,.0f} MiB")
-        if base is not None and not record.baseline:
-            figures += f" {ratio(*record.speedup(base)):>12}"
+        if record.control and record.paired:
+            figures += f" drift {_drift(record.paired['speedup'] - 1, record.paired['interval'])}"
+        elif not record.baseline and record.confirm is None:
+            figures += f" {ratio(*record.paired_speedup(base)):>12}"
     else:
         figures = f"{'-':>29} {'-':>11}"
-    return (f"[{n:>3}/{total}] #{record.number:<3} {short(record.config or {}):<52} "
+    where = f"[{n:>3}/{total}]"
+    if record.control:
+        where = "[control]"
+    elif record.confirm is not None:
+        where = f"[round {record.confirm['round'] + 1}] of #{record.confirm['of']}"
+    return (f"{where} #{record.number:<3} {short(record.config or {}):<52} "
             f"{figures} | {_status(record)}{_split(record)} | {clock(elapsed)} "
             f"ETA {clock(eta)}")
+
+
+def _drift(change: float, interval: float | None) -> str:
+    return f"{100 * change:+.1f}%" + ("" if interval is None else f" ±{100 * interval:.1f}%")
+
+
+def drift_lines(references: list[dict]) -> list[str]:
+    """The baseline's measurements in time order and the drift between them (from
+    :func:`autotune.study.paired.drifts`): one line, or none with a single one."""
+    if len(references) < 2:
+        return []
+    steps = ", ".join(f"#{r['trial']} {r['throughput']:,.0f}" + (
+        "" if r["drift"] is None else f" ({_drift(r['drift'], r['interval'])})")
+        for r in references)
+    rates = [r["throughput"] for r in references]
+    return [f"drift: the baseline measured {len(references)} times: {steps}; spread "
+            f"{100 * (max(rates) / min(rates) - 1):.1f}%"]
 
 
 class Ticker:
@@ -90,9 +115,12 @@ class Ticker:
 
     CLEAR = "\r\x1b[2K"
 
-    def __init__(self, stream: TextIO, base=None) -> None:
+    def __init__(self, stream: TextIO, base=None, confirmation: int = 0,
+                 budget_s: float | None = None) -> None:
         self.stream, self.base, self.estimated = stream, base, False
         self.terminal = stream.isatty()
+        self.confirmation = confirmation  # the confirmation's measurements at most
+        self.budget_s = budget_s
 
     def start(self, number: int, config) -> None:
         line = f"  -> #{number:<3} measuring {short(config.to_dict())} ..."
@@ -105,10 +133,18 @@ class Ticker:
               progress_line(n, total, record, elapsed, eta, self.base), file=self.stream,
               flush=True)
         if record.baseline and not self.estimated and n < total:  # before the first search
+            confirm = f", then a confirmation of up to {self.confirmation} measurements " \
+                if self.confirmation else " "
+            kept = f"; --budget {clock(self.budget_s)} keeps about " \
+                f"{clock(self.confirmation * elapsed)} of it for the confirmation" \
+                if self.budget_s and self.confirmation else ""
             print(f"estimate: the baseline took {clock(elapsed)}; {total - n} more trials like "
-                  f"it take about {clock(eta)} (compiling and guard training take longer)",
-                  file=self.stream, flush=True)
+                  f"it{confirm}take about {clock(eta)} (compiling and guard training take "
+                  f"longer){kept}", file=self.stream, flush=True)
         self.estimated = True
+
+    def note(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
 
 
 def _edges(summary: dict) -> str:
@@ -139,6 +175,8 @@ def _status(record) -> str:
         status += ", IMPRECISE"
     if record.prior:
         status += f", prior {record.prior}"
+    if record.explored:
+        status += ", drawn at random (the sampler repeated itself)"
     if record.val_acc is not None:
         status += (f", val {_metric_short(task_info(record.config))} {record.val_acc:.3f} "
                    f"({record.accuracy_ratio:.3f}x)")
@@ -200,7 +238,10 @@ def trials_table(trials, task) -> str:
         mem = f"{r.memory_mib:,.0f}" if r.memory_mib is not None else "-"
         prec = pm(r.precision) if r.complete else "-"  # ±? as in the front: unknown
         what = short(r.config) if r.config else ""
-        extra = " (baseline)" if r.baseline else ""
+        extra = " (baseline)" if r.baseline else " (control)" if r.control else ""
+        if r.confirm is not None:
+            extra += f" (confirmation {r.confirm['run']}, round {r.confirm['round'] + 1}, " \
+                f"of #{r.confirm['of']})"
         extra += f" (prior {r.prior})" if r.prior else ""
         extra += f" (repeat of #{r.reused_from})" if r.reused_from is not None else ""
         extra += " SCREENED OUT" if r.screened else " IMPRECISE" if r.imprecise else ""
@@ -219,7 +260,8 @@ def trial_row(r) -> dict[str, Any]:
             "memory_mib": r.memory_mib, "baseline": r.baseline, "reused_from": r.reused_from,
             "reason": r.fail_reason, "val_acc": r.val_acc, "below_guard": r.below_guard,
             "precision": r.precision, "screened": r.screened, "imprecise": r.imprecise,
-            "prior": r.prior, "deferred": r.deferred,
+            "prior": r.prior, "deferred": r.deferred, "control": r.control,
+            "paired": r.paired, "confirm": r.confirm, "measured_at": r.measured_at,
             "config": r.config}
 
 
@@ -296,7 +338,8 @@ def _measured_lines(result, format_bytes) -> list[str]:
         f"sampler {o.sampler_backend}, threads {o.torch_threads}, conv dtype "
         f"{','.join(o.conv_output_dtypes)}, checkpointed layers {o.checkpointed_layers}, "
         f"saved for backward {format_bytes(o.saved_tensor_bytes)}, aggregated by "
-        f"{', '.join(o.aggregation_ops) or 'no scatter or sparse op'}",
+        f"{', '.join(o.aggregation_ops) or 'no scatter or sparse op'}, dropout masks by "
+        f"{', '.join(o.dropout_ops) or 'no op (no dropout)'}",
     ]
     return lines + [f"warning         {w}" for w in result.warnings]
 

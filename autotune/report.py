@@ -12,10 +12,11 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.pareto import Point, knee
-from autotune.render import front_columns, short
+from autotune.render import drift_lines, front_columns, short
 from autotune.storage import masked
 from autotune.study import records as rec
 from autotune.study.front import study_front
+from autotune.study.paired import drifts
 from autotune.study.records import StudyRecord, points
 
 FIGSIZE = (7.0, 4.5)
@@ -40,6 +41,7 @@ def study_note(study: optuna.Study) -> str:
               "|" + "---:|" * (len(header) - 2) + "---|---|"]
     for row in cells:
         lines.append("| " + " | ".join(row[:-2] + [f"`{row[-2]}`", row[-1]]) + " |")
+    lines += ["", *drift_lines(drifts(rec.records(study)))]
     n_done = sum(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
     lines += ["", f"Updated {time.strftime('%Y-%m-%d %H:%M:%S')} after {n_done} completed "
               "trials. autotune rewrites this note after every trial."]
@@ -87,13 +89,14 @@ def _pareto_png(study: optuna.Study, pts: list[Point], path: Path) -> Path:
 
     s = StudyRecord.from_study(study)
     budget, names = s.budget_mib, s.task.metric_names()
-    front_no = {r.trial for r in study_front(study)}
+    rows = study_front(study)  # confirmed figures where the confirmation measured them
+    front_no = {r.trial for r in rows}
     fig, ax = plt.subplots(figsize=FIGSIZE)
     others = [p for p in pts if p.number not in front_no]
     ax.scatter([p.memory_mib for p in others], [p.throughput for p in others], c="0.7",
                s=18, label="other trials")
-    line = sorted((p for p in pts if p.number in front_no), key=lambda p: p.memory_mib)
-    ax.plot([p.memory_mib for p in line], [p.throughput for p in line], "o-", c="tab:blue",
+    line = sorted(rows, key=lambda r: r.memory_mib)
+    ax.plot([r.memory_mib for r in line], [r.throughput for r in line], "o-", c="tab:blue",
             ms=5, label="Pareto front")
     base = next((p for p in pts if p.number == s.baseline), None)
     if base is not None:
@@ -227,6 +230,7 @@ torch {e(str(env.get('torch', '')))}.</p>
 <p>Task {e(s.task.name)}; objectives {e(" up, ".join(s.task.metric_names()))} down; quality
 metric {e(s.task.metric)}.</p>
 <table><tr>{head}</tr>{table}</table>
+{"".join(f"<p>{e(line)}</p>" for line in drift_lines(drifts(rec.records(study))))}
 {missing}{figures}
 </body></html>
 """

@@ -5,13 +5,15 @@ is documented in ``search_spaces/README.md``.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from autotune.config import (AGGREGATIONS, AMP_DTYPES, COMPILE_MODES, PAD_LADDERS, SAMPLERS,
-                             SHAPES, TrialConfig, check_field, fit_fanout)
+from autotune.config import (AGGREGATIONS, AMP_DTYPES, COMPILE_MODES, DROPOUT_MASKS, MODELS,
+                             PAD_LADDERS, SAMPLERS, SHAPES, TrialConfig, check_field,
+                             fit_fanout)
 from autotune.errors import ConfigError, SearchSpaceError
 from autotune.topology import STRATEGIES, Topology, affinity_sets, this_machine
 
@@ -32,20 +34,20 @@ SPACES_DIR = _spaces_dir()
 AFFINITY_STRATEGIES = STRATEGIES
 KNOBS = ("batch_size", "num_neighbors", "num_workers", "prefetch_factor", "affinity",
          "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing", "sampler",
-         "gpu_sampling", "aggregation")
+         "gpu_sampling", "aggregation", "dropout_masks")
 FIXED = ("model", "hidden_channels", "num_layers", "lr", "dropout", "seed", "recompile_limit",
          "task", "time_attr", "temporal_strategy")
 # A heterogeneous graph's fanout of one edge type, searched apart from the shared
 # num_neighbors: a knob named "num_neighbors.<src>__<rel>__<dst>".
 EDGE_FANOUT = "num_neighbors."
-TOP_LEVEL = ("description", "knobs", "fixed")
+TOP_LEVEL = ("description", "knobs", "fixed", "precision")
 # What each categorical knob may take (None: any value TrialConfig accepts).
 ALLOWED: dict[str, tuple | None] = {
     "batch_size": None, "num_neighbors": None, "affinity": AFFINITY_STRATEGIES,
     "compile_mode": COMPILE_MODES, "shapes": SHAPES, "pad_ladder": PAD_LADDERS,
     "amp_dtype": AMP_DTYPES, "checkpointing": (False, True), "sampler": SAMPLERS,
     "num_workers": None, "prefetch_factor": None, "gpu_sampling": (False, True),
-    "aggregation": AGGREGATIONS,
+    "aggregation": AGGREGATIONS, "dropout_masks": DROPOUT_MASKS,
 }
 INT_RANGE_KNOBS = ("batch_size", "num_workers", "prefetch_factor")
 # The knobs PyG's examples/reddit.py fixes: the space is widened to hold its values.
@@ -124,6 +126,7 @@ class SearchSpace:
     # The baseline's values the file's knobs do not hold (the space was widened to
     # hold them), each with the file's nearest value: the prior rows take those.
     outside: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    precision: float | None = None  # the precision it states for its trials, if any
 
     def to_dict(self) -> dict:
         return {"name": self.name, "knobs": {k: v.to_dict() for k, v in self.knobs.items()},
@@ -132,6 +135,13 @@ class SearchSpace:
     @property
     def pinned(self) -> bool:
         return all(knob.pinned for knob in self.knobs.values())
+
+    def size(self) -> int:
+        """How many configs it holds at most: the product of its knobs' sizes (a knob
+        that is inactive for some values, such as affinity without loader workers,
+        makes the true count smaller)."""
+        return math.prod(len(k.choices) if k.choices is not None else
+                         (k.high - k.low) // k.step + 1 for k in self.knobs.values())
 
     def baseline(self, base: TrialConfig) -> TrialConfig:
         """``base`` (the reddit example) with this space's fixed facts, and the first
@@ -201,6 +211,9 @@ def load_space(space: str | dict, *, device: str = "cpu", cores: int | None = No
         knobs = _cpu_only(path, knobs, notes)
     if "aggregation" in knobs:
         knobs["aggregation"] = _model_aggregations(path, knobs["aggregation"], fixed, notes)
+    if "dropout_masks" in knobs:
+        knobs["dropout_masks"] = _model_dropout_masks(path, knobs["dropout_masks"], fixed,
+                                                      notes)
     if "affinity" in knobs:
         knobs["affinity"] = _buildable(path, knobs["affinity"], topology or this_machine(),
                                        notes)
@@ -217,9 +230,36 @@ def load_space(space: str | dict, *, device: str = "cpu", cores: int | None = No
         if outside:
             notes.append(_outside_note(outside))
     space = SearchSpace(path.stem, knobs, fixed, str(blob.get("description", "")), tuple(notes),
-                        outside)
+                        outside, _stated_precision(path, blob.get("precision")))
     _check_fixed(path, space)
     return space
+
+
+def _model_dropout_masks(path: Path, knob: Knob, fixed: dict[str, Any],
+                         notes: list[str]) -> Knob:
+    """``bits`` is how the built-in models draw masks: left out, with a note, for a
+    user's model, which draws its own."""
+    model = fixed.get("model", TrialConfig.model)
+    if model in MODELS or "bits" not in knob.choices:
+        return knob
+    notes.append(f"{path.name}: dropout_masks bits left out: model {model} draws its own "
+                 "dropout masks")
+    return Knob("dropout_masks", tuple(c for c in knob.choices if c != "bits") or
+                ("bernoulli",))
+
+
+def _stated_precision(path: Path, value: Any) -> float | None:
+    """A space's ``precision:`` (3% or 0.03): its trials' target precision, unless the
+    search is given one."""
+    from autotune.env import parse_fraction
+
+    if value is None:
+        return None
+    try:
+        return parse_fraction(value)
+    except (TypeError, ValueError):
+        raise SearchSpaceError(f"search space '{path}': precision must be a fraction in "
+                               f"(0, 1) such as 5% or 0.05 (got {value!r})") from None
 
 
 SAMPLING_KNOBS = ("num_neighbors", "sampler", "gpu_sampling")  # act on neighbour sampling
@@ -470,7 +510,7 @@ ACTIVE_WHEN: dict[str, Callable[[dict[str, Any], str], bool]] = {
 }
 KNOB_ORDER = ("batch_size", "num_neighbors", "num_workers", "prefetch_factor", "affinity",
               "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing",
-              "gpu_sampling", "sampler", "aggregation")
+              "gpu_sampling", "sampler", "aggregation", "dropout_masks")
 _BASE = TrialConfig()
 DEFAULTS: dict[str, Any] = {**{k: getattr(_BASE, k) for k in KNOB_ORDER if k != "affinity"},
                             "affinity": "none", "shapes": "dynamic", "gpu_sampling": False}
@@ -483,11 +523,18 @@ def eager_twin(config: TrialConfig) -> TrialConfig:
                           pad_ladder=DEFAULTS["pad_ladder"])
 
 
-def eager_params(params: dict[str, Any], device: str) -> dict[str, Any]:
-    """A compiled trial's Optuna params turned into its eager twin's."""
+def eager_params(params: dict[str, Any], space: SearchSpace, device: str) -> dict[str, Any]:
+    """A compiled trial's Optuna params turned into its eager twin's: the knobs only
+    compiled configs take dropped, and those only eager ones take (the aggregation)
+    set to the value the compiled config had, their default, so that the twin is
+    exactly ``eager_twin`` of it and no sampler draws them anew."""
     values = {**DEFAULTS, **{k: _decode(v) for k, v in params.items()}, "compile_mode": "none"}
-    return {k: v for k, v in {**params, "compile_mode": "none"}.items()
-            if _active(k, values, device)}
+    out = {k: v for k, v in {**params, "compile_mode": "none"}.items()
+           if _active(k, values, device)}
+    for name in KNOB_ORDER:
+        if name in space.knobs and name not in out and _active(name, values, device):
+            out[name] = _encode(values[name])
+    return out
 
 
 def in_space(config: TrialConfig, space: SearchSpace) -> bool:
@@ -548,6 +595,14 @@ def _suggest_edge_fanouts(trial, space: SearchSpace, shared: tuple[int, ...]):
               for t, knob in edge_knobs(space).items()}
     differ = {t: f for t, f in picked.items() if f != shared}
     return differ or None
+
+
+def random_params(space: SearchSpace, rng) -> dict[str, Any]:
+    """One value of every knob drawn at random (``rng``: a ``random.Random``), as
+    Optuna params: :func:`suggest_config` of a ``FixedTrial`` of them is a config."""
+    return {name: _encode(rng.choice(knob.choices)) if knob.choices is not None else
+            knob.low + knob.step * rng.randint(0, (knob.high - knob.low) // knob.step)
+            for name, knob in space.knobs.items()}
 
 
 def params_for(config: TrialConfig, space: SearchSpace) -> dict[str, Any]:

@@ -103,6 +103,10 @@ class HeteroNodeTask(NodeTask):
         if config.aggregation == "sparse":
             raise ConfigError("aggregation 'sparse' builds one homogeneous adjacency per batch "
                               "(got a heterogeneous graph); use aggregation scatter")
+        if config.dropout_masks == "bits":
+            raise ConfigError("dropout_masks 'bits' is not traced by to_hetero, which lifts "
+                              "the model to a heterogeneous graph (got one); use "
+                              "dropout_masks bernoulli")
 
     def fanouts(self, config: TrialConfig, data):
         """A dict with the config's list for every edge type but those

@@ -82,3 +82,37 @@ def timed_search(workdir, study_name: str, **options):
     wall = time.perf_counter() - start
     study, _ = load_study(study_name, studies_dir=workdir)
     return study, result, wall, "\n".join(lines)
+
+
+def rounds(configs: dict, ref, args, server, n_rounds: int, tag: str,
+           on_measured=None) -> tuple[list, dict]:
+    """A confirmation as a search runs one, on named configs: ``n_rounds`` rounds of
+    every config in order (the first, ``configs``' first, is the reference), each
+    measurement a forked trial, then the reference once more to close the last
+    round. Returns the measurements as ``TrialRecord``s and each config's figures
+    from :func:`autotune.study.paired.confirmed` (paired with the reference of its
+    round, interpolated in time), keyed by name."""
+    import dataclasses
+
+    from autotune.runner import run_trial
+    from autotune.study.paired import confirmed
+    from autotune.study.records import TrialRecord
+
+    names = list(configs)
+    schedule = [(r, n) for r in range(n_rounds) for n in names] + [(n_rounds, names[0])]
+    measured = []
+    for number, (round_, name) in enumerate(schedule, start=len(names)):
+        started = time.time()
+        result = run_trial(configs[name], dataset=ref, server=server, measure=measure_spec(args),
+                           trial_dir=f"{args.workdir}/{tag}-{round_}-{name}")
+        record = TrialRecord.from_result(number, result, measured_at=(started, time.time()))
+        record = dataclasses.replace(
+            record, state="complete" if result.ok else "fail",
+            values=result.objectives() if result.ok else None,
+            confirm={"run": 0, "round": round_, "of": names.index(name)})
+        measured.append(record)
+        if on_measured is not None:
+            on_measured(name, record)
+    base = TrialRecord(0, "complete", baseline=True)
+    figures = confirmed([base, *measured])
+    return measured, {name: figures.get(i) for i, name in enumerate(names)}

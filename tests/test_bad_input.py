@@ -44,7 +44,9 @@ def base(tmp_path_factory):
              "edge-fanouts.yaml": "edge_fanouts: {paper__reads__paper: [5, 5]}\n",
              "word-batch.yaml": "knobs:\n  batch_size: {choices: [big, 512]}\n",
              "negative-batch.yaml": "knobs:\n  batch_size: {choices: [-5, -6]}\n",
-             "empty-config.yaml": ""}
+             "empty-config.yaml": "",
+             "precision.yaml": "precision: sharp\nknobs:\n  batch_size: {choices: [512]}\n",
+             "user-bits.yaml": "dropout_masks: bits\nmodel: user_models:raising\n"}
     _no_training_nodes(tmp / "no-train.pt")
     (tmp / "profiled").mkdir()
     (tmp / "profiled" / "trace.json").write_text("{}")
@@ -248,6 +250,16 @@ CASES = {
                                          ["--study-name", "300 bytes", "at most 200"]),
     "an empty config file": (["trial", "--config", "{tmp}/empty-config.yaml"],
                              ["empty-config.yaml' is empty", "leave out --config"]),
+    "--confirm negative": (["search", "--confirm", "-1"], ["--confirm", "whole number >= 0"]),
+    "--confirm not a number": (["search", "--confirm", "all"], ["--confirm", "'all'"]),
+    "--confirm-rounds below 3": (["search", "--confirm-rounds", "2"],
+                                 ["--confirm-rounds", ">= 3"]),
+    "--control-every not a duration": (["search", "--control-every", "soon"],
+                                       ["--control-every", "'soon'"]),
+    "a space's precision not a fraction": (["search", "--space", "{tmp}/precision.yaml"],
+                                           ["precision.yaml", "precision must be a fraction"]),
+    "bits dropout with a user's model": (["trial", "--config", "{tmp}/user-bits.yaml"],
+                                         ["dropout_masks 'bits'", "draws its own"]),
     "misspelt pick": (["export", "--study-name", "base", "--pick", "knie", "--out",
                        "{tmp}/x.yaml"], ["--pick", "did you mean 'knee'"]),
 }

@@ -12,7 +12,7 @@ import pytest
 from _helpers import cli
 
 FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
-        "--max-seconds", "0.5", "--space", "quick"]
+        "--max-seconds", "0.5", "--space", "quick", "--confirm", "0"]
 
 
 def _worker(tmp_path, url, name, n_trials, *extra, steps="3", lock_dir=None):

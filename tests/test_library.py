@@ -102,7 +102,7 @@ def test_search_a_user_model_and_data_from_python(tmp_path, capsys):
     result = autotune.search(dataset=user_models.tiny_graph, model=user_models.graphconv,
                              space=SPACE, n_trials=3, sampler="random", root=str(tmp_path / "d"),
                              studies_dir=tmp_path / "studies", study_name="mine",
-                             measure=FAST)
+                             measure=FAST, confirm=0)
     assert [t.state for t in result.trials] == ["complete"] * 3, \
         [t.fail_reason or t.stderr_tail for t in result.trials]
     for t in result.trials:
@@ -129,7 +129,8 @@ def test_search_a_user_model_from_the_cli_and_train_it(tmp_path):
               str(tmp_path / "d"), "--studies-dir", str(tmp_path / "s"), "--study-name", "cli",
               "--space", "quick", "--hidden", "16", "--steps", "3", "--warmup", "1",
               "--max-seconds", "0.5"]
-    run = cli("search", *common, "--n-trials", "2", env=env, cwd=tmp_path, timeout=600)
+    run = cli("search", *common, "--n-trials", "2", "--confirm", "0", env=env, cwd=tmp_path,
+              timeout=600)
     assert run.returncode == 0, run.stderr
     study = optuna.load_study(study_name="cli", storage=f"sqlite:///{tmp_path / 's' / 'cli.db'}")
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]

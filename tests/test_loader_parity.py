@@ -249,7 +249,7 @@ def test_a_temporal_search(tmp_path):
     env = {"PYTHONPATH": tests}
     proc = cli("search", *common, "--n-trials", "2", "--space", "quick", "--studies-dir",
                str(tmp_path / "studies"), "--steps", "3", "--warmup", "1", "--max-seconds",
-               "1", "--no-priors", "-f", "json", env=env)
+               "1", "--no-priors", "--confirm", "0", "-f", "json", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     done = [t for t in json.loads(proc.stdout)["trials"] if t["state"] == "complete"]
     assert len(done) == 2

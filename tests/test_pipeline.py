@@ -210,6 +210,56 @@ def test_aggregation_knob_trains_and_the_probe_reads_which_op_ran(tiny_synthetic
     assert not any(other in name for name in ran), ran
 
 
+@pytest.mark.parametrize("masks, op", [("bernoulli", "aten::bernoulli_"),
+                                       ("bits", "aten::random_")])
+def test_dropout_masks_knob_trains_and_the_probe_reads_which_op_drew_them(tiny_synthetic,
+                                                                          masks, op):
+    from autotune.measure import probe_model
+
+    pipe = build(TrialConfig(batch_size=64, hidden_channels=32, sampler="builtin",
+                             dropout_masks=masks), tiny_synthetic, num_classes=4)
+    with pipe.activate():
+        losses = [float(pipe.train_step(b)) for _, b in zip(range(15), pipe.loader)]
+        probe = probe_model(pipe, next(iter(pipe.loader)))
+    assert losses[-1] < losses[0]
+    assert op in probe["dropout_ops"], probe["dropout_ops"]
+    other = "aten::random_" if masks == "bernoulli" else "aten::bernoulli_"
+    assert other not in probe["dropout_ops"], probe["dropout_ops"]
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_bits_dropout_keeps_each_element_with_probability_one_minus_p(p):
+    """The law of F.dropout's masks: kept with probability 1 - p (within 5 standard
+    errors over 2M elements), scaled by 1 / (1 - p), the gradient masked alike, and
+    the identity when not training."""
+    import torch
+
+    from autotune.models import bits_dropout
+
+    torch.manual_seed(0)
+    x = torch.ones(2_000_000, requires_grad=True)
+    y = bits_dropout(x, p)
+    kept = (y != 0).double().mean().item()
+    assert abs(kept - (1 - p)) <= 5 * (p * (1 - p) / x.numel()) ** 0.5, kept
+    assert torch.allclose(y[y != 0], torch.tensor(1 / (1 - p)))
+    y.sum().backward()
+    assert torch.equal(x.grad != 0, y != 0)
+    by_word = (y != 0).view(-1, 4).double().mean(0)  # each 16-bit word of a draw alike
+    assert all(abs(k - (1 - p)) <= 5 * (p * (1 - p) / (x.numel() / 4)) ** 0.5
+               for k in by_word.tolist()), by_word
+    assert bits_dropout(x, p, training=False) is x
+
+
+def test_bits_dropout_refused_where_it_cannot_act():
+    """A user's model draws its own masks; to_hetero does not trace bits_dropout."""
+    from autotune.tasks import HeteroNodeTask
+
+    with pytest.raises(ConfigError, match="draws its own"):
+        TrialConfig(dropout_masks="bits", model="mypkg.models:factory")
+    with pytest.raises(ConfigError, match="not traced by to_hetero"):
+        HeteroNodeTask.check(None, TrialConfig(dropout_masks="bits"))
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"model": "gcn"}, "exact for model sage"), ({"model": "gat"}, "exact for model sage"),
     ({"compile_mode": "default"}, "runs eagerly")])

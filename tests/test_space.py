@@ -121,7 +121,8 @@ def test_aggregation_is_suggested_only_without_compile():
     space = load_space("default", device="cpu", cores=2, baseline=BASE)
     assert space.knobs["aggregation"].choices == ("scatter", "sparse")
     params = {"batch_size": 1024, "num_neighbors": "25,10", "num_workers": 0,
-              "amp_dtype": "float32", "checkpointing": False, "sampler": "builtin"}
+              "amp_dtype": "float32", "checkpointing": False, "sampler": "builtin",
+              "dropout_masks": "bernoulli"}
     eager = suggest_config(optuna.trial.FixedTrial(
         {**params, "compile_mode": "none", "aggregation": "sparse"}), space, device="cpu",
         topology=TWO)
@@ -132,6 +133,25 @@ def test_aggregation_is_suggested_only_without_compile():
     compiled = suggest_config(trial, space, device="cpu", topology=TWO)
     assert compiled.aggregation == "scatter", "a compiled config never aggregates sparsely"
     assert "aggregation" not in params_for(compiled, space)
+
+
+def test_a_compiled_configs_eager_twin_takes_its_aggregation_not_a_sampled_one():
+    """Compiled configs aggregate by scatter (sparse is eager-only): the twin queued
+    before one must be that very config uncompiled, with aggregation scatter set,
+    not left for the sampler to draw (it drew sparse, the twin never matched, and the
+    variant was deferred again and again)."""
+    from autotune.space import eager_params, eager_twin
+
+    space = load_space("default", device="cpu", cores=2, baseline=BASE)
+    params = {"batch_size": 1024, "num_neighbors": "25,10", "num_workers": 0,
+              "compile_mode": "default", "shapes": "dynamic", "amp_dtype": "bfloat16",
+              "checkpointing": False, "sampler": "builtin", "dropout_masks": "bernoulli"}
+    compiled = suggest_config(optuna.trial.FixedTrial(params), space, device="cpu",
+                              topology=TWO)
+    twin = eager_params(params, space, "cpu")
+    assert twin["aggregation"] == "scatter" and "shapes" not in twin
+    assert suggest_config(optuna.trial.FixedTrial(twin), space, device="cpu",
+                          topology=TWO).key() == eager_twin(compiled).key()
 
 
 def test_a_model_that_refuses_sparse_aggregation_leaves_it_out_with_a_note():

@@ -16,7 +16,7 @@ from autotune.specs import MeasureSpec, Screen
 from autotune.result import WindowStats, rate_half_width
 
 FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
-        "--max-seconds", "0.5", "--space", "quick"]
+        "--max-seconds", "0.5", "--space", "quick", "--confirm", "0"]
 
 
 class _FakeStepper:
@@ -138,10 +138,10 @@ def test_payback_epochs_of_a_compiled_config():
 @pytest.mark.parametrize("machine, expected", [
     (("cuda", 16, frozenset()), ["gpu-resident-bf16", "gpu-resident", "workers-on-free-cores",
                                  "in-process-sampling"]),
-    (("cpu", 2, frozenset({"avx512_bf16"})), ["bf16", "sparse-aggregation",
+    (("cpu", 2, frozenset({"avx512_bf16"})), ["bf16", "sparse-aggregation", "bits-dropout",
                                               "workers-on-free-cores", "in-process-sampling"]),
-    (("cpu", 2, frozenset({"avx512_vnni"})), ["sparse-aggregation", "workers-on-free-cores",
-                                              "in-process-sampling"]),
+    (("cpu", 2, frozenset({"avx512_vnni"})), ["sparse-aggregation", "bits-dropout",
+                                              "workers-on-free-cores", "in-process-sampling"]),
 ])
 def test_priors_follow_the_device(machine, expected):
     from autotune.space import load_space

@@ -231,7 +231,7 @@ def test_search_end_to_end(tmp_path, args, request):
                      "  num_neighbors: {choices: [[5, 5], [10, 5]]}\n")
     proc = cli("search", *args, "--n-trials", "4", "--space", str(space), "--studies-dir",
                str(tmp_path / "studies"), "--steps", "3", "--warmup", "1", "--max-seconds",
-               "1", "--no-priors", "-f", "json", env=_env(tmp_path))
+               "1", "--no-priors", "--confirm", "0", "-f", "json", env=_env(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     blob = json.loads(proc.stdout)
     done = [t for t in blob["trials"] if t["state"] == "complete"]

@@ -14,7 +14,7 @@ from autotune.specs import GuardOptions
 from autotune.specs import MeasureSpec
 
 FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
-        "--max-seconds", "0.5"]
+        "--max-seconds", "0.5", "--confirm", "0"]
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,8 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
     damaging = baseline.replace(batch_size=16, num_neighbors=(1, 1))
     for config in (damaging, baseline.replace(amp_dtype="bfloat16")):
         study.enqueue_trial(params_for(config, space))
-    loop.run_search(dataclasses.replace(opts, n_trials=3, priors=False), study, baseline)
+    loop.run_search(dataclasses.replace(opts, n_trials=3, priors=False, confirm=0), study,
+                    baseline)
     trials = study.trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3, [t.user_attrs for t in trials]
     guard = study.user_attrs["guard"]

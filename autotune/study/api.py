@@ -94,6 +94,7 @@ class SearchPlan:
     progress: Progress | None = None
     on_trial_start: Callable[[int, TrialConfig], None] | None = None
     on_trial_done: Callable[[optuna.Study], None] | None = None
+    on_note: Callable[[str], None] | None = None
 
     @property
     def pareto_path(self) -> Path:
@@ -109,7 +110,8 @@ class SearchPlan:
                     self.on_trial_done(study)
 
         outcome = run_search(self.options, self.study, self.baseline, progress=self.progress,
-                             on_trial_done=publish, on_trial_start=self.on_trial_start)
+                             on_trial_done=publish, on_trial_start=self.on_trial_start,
+                             on_note=self.on_note)
         return result_of(self.study, self.options.storage, outcome, self.pareto_path)
 
 
@@ -118,7 +120,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 # The CLI's flags, or a guess at them, that are no keyword of search(): what to pass.
 KEYWORD_FOR = {"max_seconds": "measure=MeasureSpec(max_window_s=...)",
-               "precision": "measure=MeasureSpec(precision=...)",
                "warmup": "measure=MeasureSpec(warmup_steps=...)",
                "steps": "measure=MeasureSpec(min_steps=...)",
                "timeout": "timeout_s= (seconds)",
@@ -159,14 +160,19 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
                    n_trials: int = _O.n_trials, timeout_s: float | None = None,
                    budget: float | str | None = None, racing: bool = _O.racing,
                    screen_precision: float | str = _O.screen_precision,
-                   priors: bool = _O.priors, sampler: str = _O.sampler, seed: int = _O.seed,
+                   priors: bool = _O.priors, confirm: int = _O.confirm,
+                   confirm_rounds: int = _O.confirm_rounds,
+                   control_every: float | str = _O.control_every_s,
+                   control_every_trials: int = _O.control_every_trials,
+                   sampler: str = _O.sampler, seed: int = _O.seed,
                    max_memory: int | str | None = None, device: str | None = None,
                    accuracy_guard: float | None = None, guard_epochs: int = _G.epochs,
                    objectives: str | Sequence[str] = "throughput,memory",
                    study_name: str | None = None, storage: str | None = None,
                    studies_dir: str | os.PathLike = _O.studies_dir,
                    heartbeat_s: int = _O.heartbeat_s, grace_s: int = _O.grace_s,
-                   measure: MeasureSpec | None = None, limits: TrialLimits | None = None,
+                   precision: float | str | None = None, measure: MeasureSpec | None = None,
+                   limits: TrialLimits | None = None,
                    progress: Progress | bool = True,
                    on_trial_start: Callable[[int, TrialConfig], None] | None = None,
                    on_trial_done: Callable[[optuna.Study], None] | None = None) -> SearchPlan:
@@ -184,8 +190,15 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     ``space``: a shipped space's name, a YAML path or a dict of the same schema.
     ``max_memory``: bytes or a size such as ``'8GiB'``.
     ``measure``/``limits``: a :class:`autotune.MeasureSpec` and :class:`autotune.TrialLimits`.
-    ``budget``: wall clock of this run, seconds or '20m'. ``racing``: a new config is screened
-    at ``screen_precision`` first; ``priors``: the prior table runs first.
+    ``precision`` (0.05 or '5%'): each trial's target precision, over ``measure``'s;
+    by default the space's stated one (the quick space states 5%), else ``measure``'s.
+    ``budget``: wall clock of this run, seconds or '20m', the confirmation included.
+    ``racing``: a new config is screened at ``screen_precision`` first; ``priors``: the
+    prior table runs first. ``confirm``: the front's fastest N, its knee and the
+    baseline are measured again at the end, interleaved in ``confirm_rounds`` rounds,
+    and the front uses those figures (0: off). ``control_every`` (seconds or '10m')
+    and ``control_every_trials``: how often the baseline is measured again, so that
+    each trial's speed-up is paired with a baseline measured close in time.
 
     Callbacks: ``on_trial_start(number, config)`` as a trial starts;
     ``progress(n, total, record, elapsed_s, eta_s)`` as it ends: ``n`` trials of the
@@ -199,6 +212,7 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     _check_budgets(sampler, n_trials, timeout_s, heartbeat_s, grace_s)
+    pairing = _pairing(confirm, confirm_rounds, control_every, control_every_trials)
     studies = _studies_folder(studies_dir)
     space_, baseline = _space_and_baseline(
         space, device, _facts(model, hidden, layers, recompile_limit, task,
@@ -209,28 +223,30 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     opts = SearchOptions(dataset=ref, space=space_, storage=storage or default_storage(
         studies, name), study_name=name, device=device, n_trials=n_trials, timeout_s=timeout_s,
         **_time_and_memory(budget, screen_precision, max_memory, racing=bool(racing),
-                           priors=bool(priors)),
-        sampler=sampler, seed=seed, studies_dir=studies, measure=measure or MeasureSpec(),
+                           priors=bool(priors)), **pairing,
+        sampler=sampler, seed=seed, studies_dir=studies,
+        measure=_measure(measure, precision, space_.precision),
         limits=limits or TrialLimits(), heartbeat_s=heartbeat_s, grace_s=grace_s,
         guard=_guard(accuracy_guard, guard_epochs, objectives))
     study, prepared, stats = _open(opts, baseline)
     notes = space_.notes + _meaningless_knobs(space_, baseline, prepared, stats)
-    progress, on_trial_start = _printed(study, progress, on_trial_start)
+    progress, on_trial_start, on_note = _printed(study, opts, progress, on_trial_start)
     return SearchPlan(opts, baseline, study, stats, notes, progress, on_trial_start,
-                      on_trial_done)
+                      on_trial_done, on_note)
 
 
-def _printed(study: optuna.Study, progress: Progress | bool | None, on_trial_start):
+def _printed(study: optuna.Study, opts: SearchOptions, progress: Progress | bool | None,
+             on_trial_start):
     """The callbacks: ``progress=True`` the CLI's lines on stderr, ``False`` none, a
-    function itself."""
+    function itself (and then no notes)."""
     if progress is not True:
-        return progress or None, on_trial_start
+        return progress or None, on_trial_start, None
     import sys
 
     from autotune.render import Ticker
 
-    ticker = Ticker(sys.stderr, baseline_record(study))
-    return ticker.done, on_trial_start or ticker.start
+    ticker = Ticker(sys.stderr, baseline_record(study), opts.confirmation_size(), opts.budget_s)
+    return ticker.done, on_trial_start or ticker.start, ticker.note
 
 
 def baseline_record(study: optuna.Study) -> TrialRecord | None:
@@ -354,6 +370,47 @@ def _check_budgets(sampler: str, n_trials: int, timeout_s: float | None, heartbe
         raise ConfigError(f"--grace-period must be longer than --heartbeat (got {grace_s} <= "
                           f"{heartbeat_s}): a live worker's trial would be failed between two "
                           "beats")
+
+
+def _measure(measure: MeasureSpec | None, precision: float | str | None,
+             stated: float | None) -> MeasureSpec:
+    """The trials' measure spec: ``precision`` given wins, then ``measure``'s own when
+    it is not the default, then the space's stated precision."""
+    import dataclasses
+
+    from autotune.env import parse_fraction
+
+    measure = measure or MeasureSpec()
+    if precision is not None:
+        try:
+            return dataclasses.replace(measure, precision=parse_fraction(precision))
+        except (TypeError, ValueError):
+            raise ConfigError(f"--precision (precision=) must be a fraction in (0, 1) such "
+                              f"as 3% or 0.03 (got {precision!r})") from None
+    if stated is not None and measure.precision == MeasureSpec.precision:
+        return dataclasses.replace(measure, precision=stated)
+    return measure
+
+
+def _pairing(confirm: int, rounds: int, every: float | str, every_trials: int
+             ) -> dict[str, Any]:
+    """The confirmation's and the controls' options, checked, as ``SearchOptions``
+    fields."""
+    from autotune.env import parse_duration
+
+    if not isinstance(confirm, int) or isinstance(confirm, bool) or confirm < 0:
+        raise ConfigError(f"--confirm (confirm=) must be a whole number >= 0: the front's "
+                          f"fastest N to confirm, 0 for none (got {confirm!r})")
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 3:
+        raise ConfigError(f"--confirm-rounds (confirm_rounds=) must be a whole number >= 3 "
+                          f"(got {rounds!r})")
+    try:
+        every_s = parse_duration(every)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--control-every (control_every=) must be a duration such as "
+                          f"10m or 600 (got {every!r})") from None
+    return dict(confirm=confirm, confirm_rounds=rounds, control_every_s=every_s,
+                control_every_trials=_positive("control_every_trials", every_trials))
 
 
 def _time_and_memory(budget: float | str | None, screen_precision: float | str,

@@ -12,14 +12,25 @@ from autotune.study import records as rec
 MEMORY, ACCURACY = "memory", "accuracy"
 
 
-def set_constraints(trial: optuna.Trial, *, memory_mib: float, budget_mib: float | None,
-                    guarded: bool, shortfall: float | None) -> None:
-    """Records memory over budget and accuracy below the guard on ``trial``."""
+def constraint_values(*, memory_mib: float, budget_mib: float | None, guarded: bool,
+                      shortfall: float | None) -> tuple[dict[str, float], dict[str, float]]:
+    """The constraints of a trial (name: value, feasible when <= 0) and the user
+    attributes that record them: memory over budget, accuracy below the guard."""
+    constraints, attrs = {}, {}
     if budget_mib is not None:
-        excess = memory_mib - budget_mib
-        trial.set_user_attr(rec.MEMORY_EXCESS, excess)
-        trial.set_constraint(MEMORY, excess)
+        constraints[MEMORY] = attrs[rec.MEMORY_EXCESS] = memory_mib - budget_mib
     if guarded:
         if shortfall is not None:
-            trial.set_user_attr(rec.ACC_SHORTFALL, shortfall)
-        trial.set_constraint(ACCURACY, shortfall if shortfall is not None else 0.0)
+            attrs[rec.ACC_SHORTFALL] = shortfall
+        constraints[ACCURACY] = shortfall if shortfall is not None else 0.0
+    return constraints, attrs
+
+
+def set_constraints(trial: optuna.Trial, **figures) -> None:
+    """Records memory over budget and accuracy below the guard on ``trial``
+    (``figures``: :func:`constraint_values`'s)."""
+    constraints, attrs = constraint_values(**figures)
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+    for key, value in constraints.items():
+        trial.set_constraint(key, value)

@@ -3,6 +3,7 @@ baseline, ``pareto.yaml`` and the export file, each rewritten atomically so a cr
 never loses the current answer. Imports neither torch nor PyG."""
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import time
 from dataclasses import asdict, dataclass, field
@@ -10,15 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from autotune.files import atomic_write, dump
-from autotune.pareto import best_under, front, knee, pick
+from autotune.pareto import Point, best_under, front, knee, pick
 from autotune.study import records as rec
+from autotune.study.paired import Confirmed, confirmed, drifts, ties
 from autotune.study.records import StudyRecord, TrialRecord
 from autotune.storage import masked
 
 
 @dataclass(frozen=True)
 class FrontRow:
-    """One trial of the front, fastest first, with ratios against the baseline."""
+    """One trial of the front, fastest first, with ratios against the baseline: the
+    confirmed figures where the confirmation measured it (``confirmed``), else its
+    search figures and its speed-up paired with the control measured before it."""
 
     trial: int
     throughput: float
@@ -31,6 +35,7 @@ class FrontRow:
     precision: float | None = None  # relative 95% half-width of the throughput
     speedup_precision: float | None = None  # of the speed-up, the baseline's included
     payback_epochs: float | None = None  # compiled: compile time / time saved per epoch
+    confirmed: dict[str, Any] | None = None  # Confirmed.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -40,10 +45,12 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
                budget: float | None, train_nodes: int | None = None) -> list[FrontRow]:
     """The Pareto front, fastest first, with ratios against the baseline and marks."""
     by_number = {t.number: t for t in trials}
-    pts = [t.point() for t in trials if t.on_front_candidate]
+    figures = confirmed(trials)
+    pts = candidate_points(trials, figures)
     base = by_number.get(baseline_no) if baseline_no is not None else None
     base = base if base is not None and base.complete else None
     k, best = knee(pts), best_under(pts, budget)
+    tied = ties(figures)
     rows = []
     for p in front(pts):
         marks = [m for m, hit in (("knee", k and p.number == k.number),
@@ -51,10 +58,18 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
                                    and p.number == best.number),
                                   ("baseline", p.number == baseline_no),
                                   ("eager: recompile limit hit", p.eager)) if hit]
-        t = by_number[p.number]
-        speedup, speedup_pm = t.speedup(base)
+        t, c = by_number[p.number], figures.get(p.number)
+        speedup, speedup_pm = t.paired_speedup(base)
+        precision = t.precision
+        if c is not None:
+            speedup, speedup_pm, precision = c.speedup, c.interval, c.throughput_interval
+            marks.append(f"confirmed in {c.rounds} rounds" + (
+                f", tied with {', '.join(f'#{n}' for n in tied[p.number])}"
+                if tied[p.number] else ""))
+        elif figures:
+            marks.append("unconfirmed")
         payback = payback_epochs(t, trials, train_nodes)
-        if t.imprecise:
+        if t.imprecise and c is None:
             marks.append(f"IMPRECISE: --max-seconds ran out at ±{100 * t.precision:.1f}%"
                          if t.precision is not None else "IMPRECISE")
         if payback is not None:
@@ -62,8 +77,25 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
                          f"compile pays back in {payback:.1f} epochs")
         rows.append(FrontRow(p.number, p.throughput, p.memory_mib, speedup,
                              p.memory_mib / base.memory_mib if base else None,
-                             p.accuracy, marks, p.config, t.precision, speedup_pm, payback))
+                             p.accuracy, marks, p.config, precision, speedup_pm, payback,
+                             c.to_dict() if c is not None else None))
     return rows
+
+
+def candidate_points(trials: list[TrialRecord], figures: dict[int, Confirmed],
+                     explicit: bool = False) -> list[Point]:
+    """The points the front is drawn from (``explicit``: every completed trial, for
+    ``--pick trial:N``), each with its confirmed throughput and memory
+    where the confirmation measured it."""
+    out = []
+    for t in trials:
+        if not (t.complete if explicit else t.on_front_candidate):
+            continue
+        c = figures.get(t.number)
+        out.append(t.point() if c is None else
+                   dataclasses.replace(t.point(), throughput=c.throughput,
+                                       memory_mib=c.memory_mib))
+    return out
 
 
 def eager_twin(trial: TrialRecord, trials: list[TrialRecord]) -> TrialRecord | None:
@@ -103,7 +135,8 @@ def write_pareto(study, path: Path, url: str) -> None:
     blob = {"study": study.study_name, "storage": masked(url), "task": s.task.name,
             "unit": s.task.unit, "baseline_trial": s.baseline,
             "max_memory_mib": s.budget_mib, "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "front": [r.to_dict() for r in study_front(study)]}
+            "front": [r.to_dict() for r in study_front(study)],
+            "controls": drifts(rec.records(study))}
     atomic_write(path, dump(blob, "yaml"))
 
 
@@ -116,18 +149,24 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
     s = StudyRecord.from_study(study)
     trials = {t.number: t for t in rec.records(study)}
     explicit = how.startswith("trial:")  # any completed trial, flags and all
-    chosen = pick([t.point() for t in trials.values()
-                   if (t.complete if explicit else t.on_front_candidate)], how, s.budget_mib)
-    t = trials[chosen.number]
+    figures = confirmed(trials.values())
+    chosen = pick(candidate_points(list(trials.values()), figures, explicit), how, s.budget_mib)
+    t, c = trials[chosen.number], figures.get(chosen.number)
     config = TrialConfig.from_dict(t.config)
     ref = s.dataset_ref
     reproduce = shlex.join(["autotune", "trial", "--dataset", str(ref.get("name")), "--root",
                             str(ref.get("root")), "--scale", str(ref.get("scale")),
                             "--data-seed", str(ref.get("seed")), "--config", str(out)])
     measured = {"trial": t.number, "measured_in_trial": t.reused_from if t.reused_from
-                is not None else t.number, s.task.throughput_key: t.throughput,
-                "throughput": t.throughput, "unit": s.task.unit,
-                "peak_memory_mib": t.memory_mib, "summary": t.summary,
+                is not None else t.number, s.task.throughput_key: chosen.throughput,
+                "throughput": chosen.throughput, "unit": s.task.unit,
+                "peak_memory_mib": chosen.memory_mib,
+                "confirmed": None if c is None else {
+                    "rounds": c.rounds, "speedup": c.speedup, "interval": c.interval,
+                    "throughput": c.throughput, "peak_memory_mib": c.memory_mib,
+                    "trials": list(c.measurements)},
+                "search": {"throughput": t.throughput, "peak_memory_mib": t.memory_mib,
+                           "paired": t.paired}, "summary": t.summary,
                 "memory": t.memory.to_dict(), "compile": t.compile.to_dict(),
                 "observed": t.observed.to_dict(), "val_acc": t.val_acc,
                 "accuracy_ratio": t.accuracy_ratio, "window": t.window.to_dict(),

@@ -1,9 +1,12 @@
 """The search loop: reserve a trial of the study's shared budget, measure its config
-in its own process (or reuse an earlier measurement of the same config), tell Optuna.
+in its own process (or reuse an earlier measurement of the same config), tell Optuna;
+then confirm the front.
 
 Any number of workers may run it on one study. Two objectives (throughput up, peak
 memory down), an optional memory budget and accuracy guard as Optuna constraints,
-the baseline as the first trial, repeats reused rather than measured, and
+the baseline as the first trial, controls (the baseline again) as the search goes,
+repeats reused rather than measured and counted against nothing (a sampler that
+repeats itself explores at random, then stops), the confirmation last, and
 resumption: running the same search again continues the same study.
 """
 from __future__ import annotations
@@ -26,17 +29,21 @@ from autotune.errors import GuardError
 from autotune.guard import Verdict
 from autotune.specs import MeasureSpec, Screen
 from autotune.pareto import Point
-from autotune.runner import ForkServer, TrialLimits, inductor_cache_dir, run_trial
-from autotune.study import _optuna, recovery
+from autotune.runner import ForkServer
+from autotune.study import _optuna, confirm as confirmation, recovery
 from autotune.study import records as rec
 from autotune.study.constraints import set_constraints
 from autotune.study.options import SearchOptions
 from autotune.study.records import StudyRecord, TrialRecord
 from autotune.study.samplers import make_sampler
+from autotune.render import clock as clock_text
 from autotune.space import params_for, suggest_config
-from autotune.storage import Heartbeat, measurement_lock, study_lock
+from autotune.storage import Heartbeat, study_lock
 
 POLL_S = 2.0  # how often a worker whose budget is taken by running trials looks again
+EXPLORE_AFTER = 3  # repeats in a row, after which a config not yet measured is drawn
+EXPLORE_DRAWS = 500  # random draws that find no unmeasured config: the space is exhausted
+STOP_IDLE = 30  # proposals in a row that measured nothing new (repeats, deferrals): stop
 
 
 @dataclass
@@ -53,6 +60,11 @@ class SearchOutcome:
     guard_violations: int = 0
     guard_s: float = 0.0
     elapsed_s: float = 0.0
+    controls: int = 0
+    explored: int = 0  # configs drawn at random after the sampler repeated itself
+    stopped: str = ""  # why the search stopped before its budget, if it did
+    confirmed: int = 0  # the confirmation's measurements
+    confirm_cut: str = ""  # why the confirmation stopped before its last round
 
 
 # n done, n budget, the finished trial, seconds so far, ETA seconds
@@ -62,20 +74,31 @@ Progress = Callable[[int, int, TrialRecord, float, float], None]
 def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, *,
                progress: Progress | None = None,
                on_trial_done: Callable[[optuna.Study], None] | None = None,
-               on_trial_start: Callable[[int, TrialConfig], None] | None = None
-               ) -> SearchOutcome:
+               on_trial_start: Callable[[int, TrialConfig], None] | None = None,
+               on_note: Callable[[str], None] | None = None) -> SearchOutcome:
     """Reserves, measures and tells until the study holds ``n_trials`` counted trials,
     ``timeout_s`` has passed (no new trial starts) or ``budget_s`` has (the running
-    trial is failed when it would run past it). Trials fork from one
-    :class:`ForkServer` for the whole run."""
+    trial is failed when it would run past it; the confirmation's time is kept
+    aside), measuring a control whenever one is due; then confirms the front. Trials
+    fork from one :class:`ForkServer` for the whole run. ``on_note``: a line to show
+    (the confirmation starting, an early stop)."""
     outcome, clock = SearchOutcome(), _Clock(opts, _counted(study))
-    worker = _this_worker()
+    worker, repeats, idle = _this_worker(), 0, 0
     knob = opts.space.knobs.get("compile_mode")
     modes = {baseline.compile_mode, *(knob.choices if knob is not None else ())}
+
+    def shown(record: TrialRecord) -> None:
+        if progress is not None:
+            n_total = _counted(study)
+            progress(n_total, opts.n_trials, record, clock.elapsed(), clock.eta(n_total, study))
+
     with ForkServer(folder=opts.study_dir, compiles=modes != {"none"}) as server:
         while clock.may_start():
+            if _control(opts, study, baseline, server, clock, outcome, shown, on_trial_done):
+                continue
             asked_at = time.monotonic()
-            trial = _reserve(opts, study, baseline, worker, outcome)
+            trial = _reserve(opts, study, baseline, worker, outcome,
+                             explore=repeats >= EXPLORE_AFTER)
             if trial is None:
                 break
             if trial is _WAIT:
@@ -87,6 +110,7 @@ def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, 
                 config = baseline
                 study.set_user_attr(rec.STUDY_BASELINE, trial.number)
             elif defer_compiled(opts, study, trial, config):
+                idle += 1
                 continue
             trial.set_user_attr(rec.CONFIG_KEY, config.key())
             if on_trial_start is not None:
@@ -94,22 +118,119 @@ def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, 
             frozen = _measure_or_fail(opts, study, trial, config, outcome, server, clock)
             if frozen is None:
                 continue
+            record = TrialRecord.from_frozen(frozen)
+            clock.measured(record)
+            repeats = repeats + 1 if record.reused_from is not None else 0
+            idle = idle + 1 if record.reused_from is not None else 0
             if on_trial_done is not None:
                 on_trial_done(study)
-            if progress is not None:
-                n_total = _counted(study)
-                progress(n_total, opts.n_trials, TrialRecord.from_frozen(frozen),
-                         clock.elapsed(), clock.eta(n_total))
+            shown(record)
+            if idle >= STOP_IDLE:
+                outcome.stopped = (f"stopped early: {idle} proposals in a row measured "
+                                   "nothing new (repeats of measured configs, deferred "
+                                   "compile variants)")
+                break
+        if outcome.stopped:
+            study.set_user_attr(rec.STUDY_STOPPED, outcome.stopped)
+            if on_note is not None:
+                on_note(outcome.stopped)
+        _confirm(opts, study, server, clock, outcome, shown, on_trial_done, on_note)
     outcome.elapsed_s = clock.elapsed()
     return outcome
 
 
+def _control(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
+             server: ForkServer, clock: _Clock, outcome: SearchOutcome,
+             shown: Callable[[TrialRecord], None], on_trial_done) -> bool:
+    """Measures a control if one is due while trials remain; whether it did."""
+    if _counted(study) >= opts.n_trials:
+        return False
+    control = confirmation.measure_control(opts, study, baseline, server, clock.budget_left,
+                                           clock.reserve())
+    if control is None:
+        return False
+    outcome.controls += 1
+    clock.measured(control)
+    if on_trial_done is not None:
+        on_trial_done(study)
+    shown(control)
+    return True
+
+
+def _explore(opts: SearchOptions, study: optuna.Study, outcome: SearchOutcome) -> bool:
+    """Queues a config drawn at random that no trial has measured or holds, the
+    sampler having repeated itself; False (and why, in ``outcome.stopped``) when
+    :data:`EXPLORE_DRAWS` draws found none."""
+    import random
+
+    from optuna.trial import FixedTrial
+
+    from autotune.space import random_params
+
+    taken = {t.user_attrs.get(rec.CONFIG_KEY) for t in study.get_trials(deepcopy=False)}
+    rng = random.Random(opts.seed + len(taken))
+    for _ in range(EXPLORE_DRAWS):
+        config = suggest_config(FixedTrial(random_params(opts.space, rng)), opts.space,
+                                device=opts.device, seed=opts.seed)
+        if config.key() not in taken:
+            study.enqueue_trial(params_for(config, opts.space),
+                                user_attrs={rec.EXPLORED: True})
+            outcome.explored += 1
+            return True
+    outcome.stopped = (f"stopped early: the sampler repeated measured configs {EXPLORE_AFTER} "
+                       f"times in a row, and {EXPLORE_DRAWS} random draws found no config "
+                       f"left to measure ({len(_measured_params(study))} measured): the space "
+                       "looks exhausted")
+    return False
+
+
+def _measured_params(study: optuna.Study) -> set[tuple]:
+    """The distinct params of the search's measured trials (finished, not repeats)."""
+    out = set()
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+        r = TrialRecord.from_frozen(t)
+        if r.search_point and r.reused_from is None and not r.not_measured:
+            out.add(tuple(sorted((k, repr(v)) for k, v in t.params.items())))
+    return out
+
+
+def _confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, clock: _Clock,
+             outcome: SearchOutcome, shown: Callable[[TrialRecord], None],
+             on_trial_done, on_note) -> None:
+    """The confirmation stage (see :mod:`autotune.study.confirm`), announced by a note."""
+    def done(record: TrialRecord) -> None:
+        outcome.confirmed += 1
+        clock.measured(record)
+        if on_trial_done is not None:
+            on_trial_done(study)
+        shown(record)
+
+    def announce(plan: confirmation.Plan) -> None:
+        clock.confirming = plan.measurements
+        if on_note is not None:
+            names = ", ".join(f"#{t.number}" + (" (baseline)" if t.user_attrs.get(
+                rec.BASELINE) else "") for t in plan.trials)
+            on_note(f"confirmation: {plan.rounds} interleaved rounds of {names}, about "
+                    f"{clock_text(clock.per_measurement() * plan.measurements)}")
+
+    _, outcome.confirm_cut = confirmation.confirm(
+        opts, study, server, clock.budget_left, clock.per_measurement(), done, announce)
+    if outcome.confirm_cut and on_note is not None:
+        on_note(f"confirmation cut short: {outcome.confirm_cut}")
+
+
 class _Clock:
     """The search's time: ``timeout_s`` stops new trials, ``budget_s`` also bounds the
-    running one; the ETA is the smaller of the trials' pace and the budget's rest."""
+    running one, less the time kept for the confirmation; the ETA is the smaller of
+    the trials' pace (the confirmation's measurements included) and the budget's
+    rest."""
 
     def __init__(self, opts: SearchOptions, done_at_start: int) -> None:
         self.opts, self.done_at_start, self.start = opts, done_at_start, time.monotonic()
+        self.durations: list[float] = []  # each measurement's wall time, this run
+        self.last = self.start  # when the last measurement was stored
+        self.confirmed = 0  # the confirmation's measurements so far
+        self.confirming = 0  # the confirmation's measurements in all, once it started
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
@@ -117,17 +238,46 @@ class _Clock:
     def budget_left(self) -> float | None:
         return None if self.opts.budget_s is None else self.opts.budget_s - self.elapsed()
 
+    def measured(self, record: TrialRecord) -> None:
+        """Counts a stored trial: a measurement's time is all the time since the last
+        one was stored (forking, storing and locking included)."""
+        now = time.monotonic()
+        if record.measured_at and record.reused_from is None:
+            self.durations.append(now - self.last)
+        self.last = now
+        self.confirmed += record.confirm is not None
+
+    def per_measurement(self) -> float:
+        """A measurement's typical wall time in this run (the median)."""
+        ordered = sorted(self.durations)
+        return ordered[len(ordered) // 2] if ordered else 0.0
+
+    def reserve(self, study: optuna.Study | None = None) -> float:
+        """The seconds the confirmation takes, each measurement as long as this run's
+        typical one: for the current front of ``study``, or (None, what the budget
+        keeps aside) for the largest front it may have."""
+        front = None if study is None else sum(1 for _ in _front(study))
+        return self.opts.confirmation_size(front) * self.per_measurement()
+
     def may_start(self) -> bool:
         left = self.budget_left()
         return (self.opts.timeout_s is None or self.elapsed() <= self.opts.timeout_s) and \
-            (left is None or left > 0)
+            (left is None or left - self.reserve() > 0)
 
-    def eta(self, n_total: int) -> float:
+    def eta(self, n_total: int, study: optuna.Study) -> float:
         n_done = n_total - self.done_at_start
-        eta = self.elapsed() / n_done * max(self.opts.n_trials - n_total, 0) if n_done > 0 \
-            else 0.0
+        left_trials = max(self.opts.n_trials - n_total, 0)
+        confirmation = self.reserve(study) if not self.confirming else \
+            (self.confirming - self.confirmed) * self.per_measurement()
+        eta = (self.elapsed() / n_done * left_trials if n_done > 0 else 0.0) + confirmation
         left = self.budget_left()
         return eta if left is None else max(0.0, min(eta, left))
+
+
+def _front(study: optuna.Study):
+    from autotune.study.front import study_front
+
+    return study_front(study)
 
 
 def _measure_or_fail(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
@@ -157,7 +307,7 @@ def defer_compiled(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial
         if any(t.user_attrs.get(rec.CONFIG_KEY) == twin_key for t in study.get_trials(
                 deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))):
             return False
-        study.enqueue_trial(eager_params(trial.params, opts.device),
+        study.enqueue_trial(eager_params(trial.params, opts.space, opts.device),
                             user_attrs={rec.TWIN: trial.number})
         study.enqueue_trial(trial.params)
     trial.set_user_attr(rec.DEFERRED, "compile variant: queued again after its eager twin")
@@ -173,9 +323,11 @@ _WAIT = object()  # the budget is taken, but by running trials that may yet fail
 
 
 def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
-             worker: dict[str, Any], outcome: SearchOutcome) -> optuna.Trial | object | None:
+             worker: dict[str, Any], outcome: SearchOutcome,
+             explore: bool = False) -> optuna.Trial | object | None:
     """Under the study lock: fails dead workers' trials, queues the baseline, and asks
-    a trial if the budget has room. Returns the trial, ``_WAIT`` or None (done)."""
+    a trial if the budget has room (``explore``: a random one, the sampler having
+    repeated itself). Returns the trial, ``_WAIT`` or None (done)."""
     with study_lock(opts.storage, study.study_name):
         outcome.interrupted += recovery.fail_interrupted(study)
         outcome.stale += recovery.fail_stale(study)
@@ -184,8 +336,13 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
         if not any(t.baseline and not t.not_measured for t in trials):
             study.enqueue_trial(params_for(baseline, opts.space), user_attrs={rec.BASELINE: True})
         done = sum(t.counts for t in trials)
-        running = sum(t.state == "running" for t in trials)
+        running = sum(t.state == "running" and t.search_point for t in trials)
         if done >= opts.n_trials:
+            return None
+        size = opts.space.size()
+        if len(_measured_params(study)) >= size and not running:
+            outcome.stopped = (f"stopped early: the space is exhausted: all {size} of its "
+                               "configs are measured")
             return None
         if done + running >= opts.n_trials:
             return _WAIT
@@ -193,6 +350,9 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
             _enqueue_priors(opts, study, baseline)
         # Seeded by the study's size, so one worker replays exactly and two workers
         # never draw the same start-up configs.
+        queued = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        if explore and not queued and not _explore(opts, study, outcome):
+            return None
         study.sampler = make_sampler(opts.sampler, opts.seed + len(study.get_trials(
             deepcopy=False)))
         with warnings.catch_warnings():  # we beat ourselves, see Heartbeat
@@ -232,7 +392,7 @@ def _previous(study: optuna.Study, key: str) -> optuna.trial.FrozenTrial | None:
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
         r = TrialRecord.from_frozen(t)
         if t.user_attrs.get(rec.CONFIG_KEY) == key and not r.not_measured and \
-                r.reused_from is None:
+                r.reused_from is None and r.search_point:
             return t
     return None
 
@@ -263,20 +423,16 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
     if previous is not None:
         return _reuse(opts, study, trial, previous, outcome)
     trial_dir = opts.study_dir / "trials" / str(trial.number)
-    measure = _measure_spec(opts, study, trial)
-    with Heartbeat(_optuna.storage(study), _optuna.trial_id(trial)), \
-            measurement_lock(opts.device, f"trial {trial.number} of study "
-                             f"{study.study_name}") as waited:
-        limits, budget_bound = _limits(opts, clock)
-        measured_from = time.time()
-        result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir,
-                           measure=measure, limits=limits, server=server,
-                           inductor_cache=inductor_cache_dir(opts.studies_dir))
-        measured_to = time.time()
+    with Heartbeat(_optuna.storage(study), _optuna.trial_id(trial)):
+        result, where, budget_bound = confirmation.measure(
+            opts, config, server, trial_dir, f"trial {trial.number} of study "
+            f"{study.study_name}", clock.budget_left, clock.reserve(),
+            _measure_spec(opts, study, trial))
     outcome.measured += 1
-    record = TrialRecord.from_result(trial.number, result, trial_dir=str(trial_dir),
-                                     measured_at=(measured_from, measured_to),
-                                     lock_wait_s=waited)
+    record = TrialRecord.from_result(trial.number, result, **where)
+    if not trial.user_attrs.get(rec.BASELINE):
+        record = dataclasses.replace(record, paired=confirmation.paired_figure(
+            study, result, where["measured_at"][0]))
     cut_by_budget = result.status == "timeout" and budget_bound
     if cut_by_budget:
         record = dataclasses.replace(record, fail_reason=f"budget: --budget "
@@ -310,15 +466,6 @@ def _measure_spec(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial)
     return dataclasses.replace(opts.measure, screen=Screen(
         precision=max(opts.screen_precision, opts.measure.precision), front=front,
         budget_mib=opts.budget_mib))
-
-
-def _limits(opts: SearchOptions, clock: _Clock) -> tuple[TrialLimits, bool]:
-    """The trial's limits, its timeout cut to what is left of ``budget_s``; and
-    whether the budget is what bounds it."""
-    left = clock.budget_left()
-    if left is None or left >= opts.limits.timeout_s:
-        return opts.limits, False
-    return dataclasses.replace(opts.limits, timeout_s=max(left, 1.0)), True
 
 
 def _guard_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,

@@ -92,6 +92,20 @@ class SearchOptions:
     racing: bool = True  # a new config is screened at screen_precision first
     screen_precision: float = SCREEN_PRECISION
     priors: bool = True  # enqueue the prior table right after the baseline
+    confirm: int = 3  # the front's fastest N (and the knee, and the baseline) confirmed
+    confirm_rounds: int = 3  # interleaved rounds of the confirmation
+    control_every_s: float = 600.0  # the baseline is measured again after this long ...
+    control_every_trials: int = 10  # ... or after this many measured trials
+
+    def confirmation_size(self, front: int | None = None) -> int:
+        """The confirmation's measurements at most: rounds x (the fastest ``confirm``
+        of a front of ``front`` configs, the knee, the baseline), and the closing
+        baseline."""
+        if self.confirm == 0:
+            return 0
+        picked = self.confirm if front is None else min(self.confirm, front)
+        knee = front is None or front > self.confirm  # else the knee is among them
+        return self.confirm_rounds * (picked + knee + 1) + 1
 
     @property
     def directions(self) -> list[str]:

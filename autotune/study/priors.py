@@ -18,6 +18,10 @@ bf16                   CPU with amx_bf16 or avx512_bf16    bfloat16 autocast
 sparse-aggregation     device cpu, a model that takes it   aggregation sparse (2.0x on a
                                                            2-core Xeon in knobs.py; 0.89x
                                                            on an H100, so not on CUDA)
+bits-dropout           device cpu, a built-in model        dropout_masks bits (torch's
+                                                           bernoulli_ was 24% of the best
+                                                           CPU step, autotune trial
+                                                           --profile on a 2-core EPYC)
 workers-on-free-cores  at least 2 cores                    one loader worker per core but
                                                            one (left to the training step)
 in-process-sampling    always                              no loader workers (sampling in
@@ -68,6 +72,7 @@ PRIORS = (
           lambda m: {"amp_dtype": "bfloat16"}),
     Prior("sparse-aggregation", lambda m: m.device == "cpu",
           lambda m: {"aggregation": "sparse"}),
+    Prior("bits-dropout", lambda m: m.device == "cpu", lambda m: {"dropout_masks": "bits"}),
     Prior("workers-on-free-cores", lambda m: m.cores >= 2,
           lambda m: {"num_workers": m.cores - 1}),
     Prior("in-process-sampling", lambda m: True, lambda m: {"num_workers": 0}),

@@ -33,16 +33,19 @@ VAL_ACC, ACC_RATIO, ACC_SHORTFALL = "val_acc", "accuracy_ratio", "accuracy_short
 GUARD_S, GUARD_TRAIN_S, GUARD_STEPS = "guard_s", "guard_train_s", "guard_steps"
 MEMORY_EXCESS = "memory_excess_mib"
 WINDOW, PRIOR, DEFERRED, TWIN = "window", "prior", "deferred", "eager_twin"
+CONTROL, PAIRED, CONFIRM, EXPLORED = "control", "paired", "confirm", "explored"
 # Study attribute keys.
 STUDY_BASELINE, STUDY_DATASET, STUDY_DATASET_REF = "baseline_trial", "dataset", "dataset_ref"
 STUDY_ENV, STUDY_SPACE, STUDY_DEVICE = "env", "space", "device"
 STUDY_MAX_MEMORY, STUDY_GUARD_OPTS, STUDY_GUARD = "max_memory_bytes", "accuracy_guard", "guard"
 STUDY_PRIORS = "priors"
+STUDY_CONTROL_CLAIM, STUDY_CONFIRMATIONS, STUDY_STOPPED = "control_claimed_at", \
+    "confirmations", "stopped"
 
 # Fail reasons of trials that never finished: they count against no budget.
 NOT_MEASURED = ("interrupted", "stale", "orphan", "budget")
 # What a reused trial does not copy from the trial it repeats.
-NOT_REUSED = (WORKER, BASELINE, CONFIG_KEY, PRIOR)
+NOT_REUSED = (WORKER, BASELINE, CONFIG_KEY, PRIOR, PAIRED, EXPLORED)
 
 
 
@@ -81,6 +84,10 @@ class TrialRecord:
     memory_excess_mib: float | None = None
     prior: str | None = None  # the prior-table row that enqueued it
     deferred: str | None = None  # why it was put back in the queue, unmeasured
+    control: bool = False  # the baseline's config measured again: a later reference
+    paired: dict[str, Any] | None = None  # {control, speedup, interval}: see Paired
+    confirm: dict[str, int] | None = None  # {run, round, of}: a confirmation measurement
+    explored: bool = False  # drawn at random: the sampler had repeated itself
 
     @classmethod
     def from_frozen(cls, trial) -> TrialRecord:
@@ -160,7 +167,8 @@ class TrialRecord:
     def on_front_candidate(self) -> bool:
         """Completed, measured to full precision, and not a repeat of an earlier
         trial (whose measurement it shares): a point the front may hold."""
-        return self.complete and not self.screened and self.reused_from is None
+        return self.complete and not self.screened and self.reused_from is None and \
+            self.search_point
 
     @property
     def imprecise(self) -> bool:
@@ -178,6 +186,26 @@ class TrialRecord:
             return None, None
         return self.throughput / base.throughput, ratio_half_width(self.precision,
                                                                    base.precision)
+
+    def paired_speedup(self, base: TrialRecord | None) -> tuple[float | None, float | None]:
+        """Its speed-up over the control measured nearest before it (stored when it
+        was measured), else over ``base``; 1 for the baseline itself."""
+        if self.baseline:
+            return (1.0, 0.0) if self.complete else (None, None)
+        if self.paired:
+            return self.paired["speedup"], self.paired["interval"]
+        return self.speedup(base)
+
+    @property
+    def reference(self) -> bool:
+        """A measurement of the baseline's config that later ratios are paired with:
+        the baseline trial and every control."""
+        return self.baseline or self.control
+
+    @property
+    def search_point(self) -> bool:
+        """One of the search's own trials: not a control, not a confirmation."""
+        return not self.control and self.confirm is None
 
     @property
     def eager(self) -> bool:
@@ -199,8 +227,10 @@ class TrialRecord:
 
     @property
     def counts(self) -> bool:
-        """Counts against ``n_trials``: finished, bar the never-measured failures."""
-        return self.complete or (self.state == "fail" and not self.not_measured)
+        """Counts against ``n_trials``: finished, bar the never-measured failures, the
+        repeats of a measured config, the controls and the confirmation's measurements."""
+        return (self.complete or (self.state == "fail" and not self.not_measured)) and \
+            self.reused_from is None and self.search_point
 
     def point(self) -> Point:
         assert self.values, f"trial {self.number} has no objectives"
@@ -217,10 +247,12 @@ def records(study, states: tuple | None = None) -> list[TrialRecord]:
 
 
 def points(study) -> list[Point]:
-    """The completed trials as the front sees them: screened-out ones left out."""
+    """The completed search trials with their search figures: screened-out ones,
+    controls and the confirmation's measurements left out."""
     from optuna.trial import TrialState
 
-    return [r.point() for r in records(study, (TrialState.COMPLETE,)) if not r.screened]
+    return [r.point() for r in records(study, (TrialState.COMPLETE,))
+            if not r.screened and r.search_point]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,229 @@
+"""The measurements a search makes beside its trials: controls and the confirmation.
+
+A *control* measures the baseline's config again once the search has run
+``control_every_s`` seconds or ``control_every_trials`` measured trials since the
+last reference, so that every trial's speed-up is paired with a baseline measured
+close in time (:mod:`autotune.study.paired`). The *confirmation* ends a search: the
+front's ``confirm`` fastest configs, the knee and the baseline are measured again,
+interleaved in ``confirm_rounds`` rounds (A B C D, A B C D, ...), each measurement a
+fresh trial process. Both are stored as trials of the study (``control`` or
+``confirm`` set) that count against no budget and never join the front themselves.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.config import TrialConfig
+from autotune.result import TrialResult
+from autotune.specs import MeasureSpec
+from autotune.runner import ForkServer, TrialLimits, inductor_cache_dir, run_trial
+from autotune.study import records as rec
+from autotune.study.constraints import constraint_values
+from autotune.study.front import front_rows
+from autotune.study.options import SearchOptions
+from autotune.study.paired import latest_reference, pair
+from autotune.study.records import StudyRecord, TrialRecord
+from autotune.storage import measurement_lock, study_lock
+
+Left = Callable[[], "float | None"]  # the seconds left of --budget (None: no budget)
+Done = Callable[[TrialRecord], None]  # called with each measurement as it is stored
+
+
+def measure(opts: SearchOptions, config: TrialConfig, server: ForkServer, trial_dir,
+            who: str, left: Left, reserve_s: float = 0.0, spec: MeasureSpec | None = None
+            ) -> tuple[TrialResult, dict, bool]:
+    """Measures ``config`` in its own process under the host's measurement lock (to
+    ``spec``, default the search's), its timeout cut to what is left of the budget
+    (less ``reserve_s``). Returns the result, where and when it was measured
+    (``TrialRecord`` fields), and whether the budget bounded the timeout."""
+    with measurement_lock(opts.device, who) as waited:
+        limits, budget_bound = limits_within(opts, left, reserve_s)
+        measured_from = time.time()
+        result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir,
+                           measure=spec or opts.measure, limits=limits, server=server,
+                           inductor_cache=inductor_cache_dir(opts.studies_dir))
+    where = dict(trial_dir=str(trial_dir), measured_at=(measured_from, time.time()),
+                 lock_wait_s=waited)
+    return result, where, budget_bound
+
+
+def limits_within(opts: SearchOptions, left: Left, reserve_s: float = 0.0
+                  ) -> tuple[TrialLimits, bool]:
+    """The trial's limits, its timeout cut to what is left of ``budget_s`` (less
+    ``reserve_s``); and whether the budget is what bounds it."""
+    rest = left()
+    if rest is None or rest - reserve_s >= opts.limits.timeout_s:
+        return opts.limits, False
+    return dataclasses.replace(opts.limits, timeout_s=max(rest - reserve_s, 1.0)), True
+
+
+def add_measured(opts: SearchOptions, study: optuna.Study, of: FrozenTrial,
+                 record: TrialRecord, result: TrialResult) -> TrialRecord:
+    """Stores a measurement of ``of``'s config as a finished trial of the study, with
+    ``of``'s params and the constraints ``of`` was told (its accuracy shortfall: the
+    same config). Returns it as stored."""
+    attrs = record.to_attrs()
+    attrs[rec.CONFIG_KEY] = result.config.key()
+    if result.ok:
+        values = list(result.objectives())
+        constraints, extra = constraint_values(
+            memory_mib=values[1], budget_mib=opts.budget_mib,
+            guarded=opts.guard.ratio is not None,
+            shortfall=of.user_attrs.get(rec.ACC_SHORTFALL))
+        if opts.guard.objective:
+            values.append(of.values[2])
+        trial = optuna.trial.create_trial(
+            state=TrialState.COMPLETE, values=values, params=of.params,
+            distributions=of.distributions, user_attrs={**attrs, **extra},
+            constraints=constraints or None)
+    else:
+        trial = optuna.trial.create_trial(state=TrialState.FAIL, params=of.params,
+                                          distributions=of.distributions, user_attrs=attrs)
+    study.add_trial(trial)
+    return next(TrialRecord.from_frozen(t) for t in reversed(study.get_trials(deepcopy=False))
+                if t.user_attrs.get(rec.TRIAL_DIR) == record.trial_dir)
+
+
+def control_due(opts: SearchOptions, study: optuna.Study) -> FrozenTrial | None:
+    """Under the study's lock: the baseline trial when a control is due (and then
+    claims it, so no other worker measures one too), else None. Due once the
+    search has run ``control_every_s`` or measured ``control_every_trials`` trials
+    since the latest reference (or claim)."""
+    baseline_no = StudyRecord.from_study(study).baseline
+    trials = rec.records(study)
+    if baseline_no is None or not trials[baseline_no].complete:
+        return None
+    refs = [t for t in trials if t.reference and t.complete and t.measured_at]
+    since = max([t.measured_at[1] for t in refs] +
+                [study.user_attrs.get(rec.STUDY_CONTROL_CLAIM, 0.0)])
+    measured = sum(1 for t in trials if t.counts and t.measured_at and
+                   t.measured_at[1] > since)
+    if time.time() - since < opts.control_every_s and measured < opts.control_every_trials:
+        return None
+    study.set_user_attr(rec.STUDY_CONTROL_CLAIM, time.time())
+    return study.get_trials(deepcopy=False)[baseline_no]
+
+
+def measure_control(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
+                    server: ForkServer, left: Left, reserve_s: float) -> TrialRecord | None:
+    """Measures a control when one is due; the stored control, or None."""
+    with study_lock(opts.storage, study.study_name):
+        of = control_due(opts, study)
+    if of is None:
+        return None
+    trial_dir = opts.study_dir / "trials" / f"control-{int(time.time())}"
+    result, where, _ = measure(opts, baseline, server, trial_dir,
+                               f"a control of study {study.study_name}", left, reserve_s)
+    record = _record(result, where, control=True,
+                     paired=paired_figure(study, result, where["measured_at"][0]))
+    return add_measured(opts, study, of, record, result)
+
+
+def paired_figure(study: optuna.Study, result: TrialResult, started: float) -> dict | None:
+    """What a trial stores as its paired speed-up: ``result``'s ratio to the
+    reference measured last before ``started`` (None: it failed, or none was)."""
+    ref = latest_reference(rec.records(study), started)
+    if not result.ok or ref is None:
+        return None
+    return pair(result.throughput, result.window.precision, ref)
+
+
+def _record(result: TrialResult, where: dict, **marks: Any) -> TrialRecord:
+    return dataclasses.replace(TrialRecord.from_result(0, result, **where), **marks)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the confirmation will measure: the candidates' trials (the baseline
+    first) in each of ``rounds`` rounds, then the baseline once more to close the
+    last round."""
+
+    run: int
+    trials: tuple[FrozenTrial, ...]
+    rounds: int
+
+    @property
+    def measurements(self) -> int:
+        return self.rounds * len(self.trials) + 1
+
+    def schedule(self) -> list[tuple[int, FrozenTrial]]:
+        """(round, trial) in measuring order: A B C, A B C, ..., then A."""
+        return [(r, t) for r in range(self.rounds) for t in self.trials] + \
+            [(self.rounds, self.trials[0])]
+
+
+def candidates(opts: SearchOptions, study: optuna.Study) -> list[int]:
+    """The trials to confirm: the search front's ``confirm`` fastest and its knee,
+    and the baseline first. Empty when there is nothing to compare."""
+    s = StudyRecord.from_study(study)
+    trials = [t for t in rec.records(study) if t.search_point]  # the search's own figures
+    rows = front_rows(trials, s.baseline, s.budget_mib)
+    picked = [r.trial for r in rows[:opts.confirm]] + \
+        [r.trial for r in rows if "knee" in r.marks]
+    picked = [n for n in dict.fromkeys(picked) if n != s.baseline]
+    if s.baseline is None or not picked or not trials[s.baseline].complete:
+        return []
+    return [s.baseline, *picked]
+
+
+def plan(opts: SearchOptions, study: optuna.Study) -> Plan | None:
+    """Under the study's lock: the confirmation this worker runs now, claimed so that
+    no other worker runs it too; None when it is off, nothing is to be confirmed,
+    search trials are still running elsewhere, or a confirmation started after the
+    last search trial ended."""
+    if opts.confirm == 0:
+        return None
+    trials = rec.records(study)
+    search = [t for t in trials if t.search_point and t.reused_from is None]
+    if any(t.state == "running" for t in search):
+        return None
+    runs = study.user_attrs.get(rec.STUDY_CONFIRMATIONS) or []
+    last_end = max((t.measured_at[1] for t in search if t.measured_at), default=0.0)
+    if runs and runs[-1]["started"] > last_end:
+        return None
+    numbers = candidates(opts, study)
+    if not numbers:
+        return None
+    frozen = study.get_trials(deepcopy=False)
+    run = len(runs)
+    study.set_user_attr(rec.STUDY_CONFIRMATIONS, [*runs, {
+        "run": run, "started": time.time(), "candidates": numbers,
+        "rounds": opts.confirm_rounds}])
+    return Plan(run, tuple(frozen[n] for n in numbers), opts.confirm_rounds)
+
+
+def confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
+            per_measurement_s: float, done: Done | None = None,
+            on_plan: Callable[[Plan], None] | None = None) -> tuple[Plan | None, str]:
+    """Runs the confirmation, if one is due: round by round, each candidate measured
+    in a fresh trial process. Returns the plan and why it stopped early ("" when it
+    ran all rounds): the budget would run out before the next round ends."""
+    with study_lock(opts.storage, study.study_name):
+        the_plan = plan(opts, study)
+    if the_plan is None:
+        return None, ""
+    if on_plan is not None:
+        on_plan(the_plan)
+    for round_, of in the_plan.schedule():
+        rest = left()
+        needs = per_measurement_s * (len(the_plan.trials) if round_ < the_plan.rounds else 1)
+        if of is the_plan.trials[0] and rest is not None and rest < needs:
+            return the_plan, (f"--budget left {rest:.0f} s, less than the next round takes "
+                              f"(about {needs:.0f} s): {round_} of {the_plan.rounds} rounds "
+                              "ran" + (", and not the closing baseline"
+                                       if round_ == the_plan.rounds else ""))
+        config = TrialConfig.from_dict(of.user_attrs[rec.CONFIG])
+        trial_dir = opts.study_dir / "trials" / f"confirm-{the_plan.run}-{round_}-{of.number}"
+        result, where, _ = measure(opts, config, server, trial_dir,
+                                   f"confirmation of study {study.study_name}", left)
+        record = _record(result, where, confirm={"run": the_plan.run, "round": round_,
+                                                 "of": of.number})
+        stored = add_measured(opts, study, of, record, result)
+        if done is not None:
+            done(stored)
+    return the_plan, ""

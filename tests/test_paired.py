@@ -1,0 +1,279 @@
+"""Answers that hold up: speed-ups paired with a control measured close in time, the
+confirmation that ends a search, no budget slot spent on a repeat, and the stop
+rule. The search runs in this process against a fake machine (``run_trial``
+replaced) whose speed drifts as the search goes, so what is asserted is the
+arithmetic of pairing, not this machine's noise; one real search checks that the
+confirmation measures each candidate in its own process."""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import optuna
+import pytest
+import yaml
+from _helpers import cli
+
+from autotune.config import TrialConfig
+from autotune.result import MIB, MemoryStats, Observed, TrialResult, WindowStats
+from autotune.study import confirm as confirm_module
+from autotune.study.front import front_rows
+from autotune.study.paired import confirmed, drifts
+from autotune.study.records import StudyRecord, TrialRecord, records
+
+WORKERS = min(6, len(os.sched_getaffinity(0)))  # the baseline's loader workers here
+# batch size -> (true seed nodes/s, peak MiB); 1024 is the baseline's, 896 truly 1.10x.
+TRUE = {1024: (1000.0, 1000.0), 896: (1100.0, 700.0), 768: (1050.0, 800.0),
+        640: (900.0, 600.0), 512: (800.0, 500.0), 384: (700.0, 400.0),
+        256: (600.0, 300.0), 128: (500.0, 200.0)}
+PRECISION = 0.015  # what each fake window claims
+
+
+class FakeMachine:
+    """``run_trial``'s stand-in: a config's true rate times a drift that falls by
+    ``drift`` over ``span`` measurements; ``boost``: batch sizes whose first
+    measurement is that much faster (fast only by drift)."""
+
+    def __init__(self, drift: float = 0.2, span: int = 40, boost: dict | None = None):
+        self.k, self.drift, self.span, self.boost = 0, drift, span, dict(boost or {})
+        self.calls: list[tuple[int, int]] = []  # (batch size, pid stand-in)
+
+    def factor(self, k: int) -> float:
+        return 1.0 - self.drift * min(k, self.span) / self.span
+
+    def __call__(self, config: TrialConfig, **_) -> TrialResult:
+        rate, mib = TRUE[config.batch_size]
+        rate *= self.factor(self.k) * self.boost.pop(config.batch_size, 1.0)
+        self.k += 1
+        self.calls.append((config.batch_size, self.k))
+        steps, seeds = 20, config.batch_size
+        wall = steps * seeds / rate
+        return TrialResult(
+            status="ok", config=config, step_times_s=(wall / steps,) * steps,
+            seeds_per_step=(seeds,) * steps, nodes_per_step=(seeds,) * steps,
+            edges_per_step=(seeds,) * steps, memory=MemoryStats(
+                peak_rss_window_bytes=int(mib * MIB)),
+            observed=Observed(main_pid=10_000 + self.k), phases_s={
+                "startup": 0.0, "dataset_load": 0.0, "build": 0.0, "warmup": 0.0,
+                "window": wall}, window=WindowStats(wall_s=wall, precision=PRECISION,
+                                                    stopped="precise", block_steps=5))
+
+
+def _space(sizes) -> dict:
+    return {"knobs": {"batch_size": {"choices": list(sizes)},
+                      "num_neighbors": {"choices": [[25, 10]]},
+                      "num_workers": {"choices": [WORKERS]}, "compile_mode": "none",
+                      "amp_dtype": "float32", "checkpointing": False, "sampler": "builtin"},
+            "fixed": {"hidden_channels": 8}}
+
+
+def _search(tmp_path, monkeypatch, machine, sizes=TRUE, **options):
+    import autotune
+
+    monkeypatch.setattr(confirm_module, "run_trial", machine)
+    result = autotune.search(
+        dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
+        studies_dir=str(tmp_path / "studies"), space=_space(sizes), priors=False,
+        racing=False, progress=False, **{"sampler": "random", **options})
+    study = optuna.load_study(study_name=result.study_name, storage=result._url)
+    return result, records(study), StudyRecord.from_study(study)
+
+
+def _true_ratio(t: TrialRecord) -> float:
+    return TRUE[t.config["batch_size"]][0] / TRUE[1024][0]
+
+
+def test_paired_speedups_hold_up_under_drift_and_unpaired_ones_do_not(tmp_path, monkeypatch):
+    """20% drift over the search: each trial's speed-up paired with the control before
+    it lands in its true ratio ± its interval; the ratio to the first baseline misses
+    for late trials; the controls record the drift; the confirmation gives the 1.10x
+    config 1.10 within its interval."""
+    machine = FakeMachine(drift=0.2, span=40)
+    result, trials, s = _search(tmp_path, monkeypatch, machine, n_trials=8,
+                                control_every_trials=2)
+    base = trials[s.baseline]
+    searched = [t for t in trials if t.search_point and not t.baseline and t.complete and
+                t.reused_from is None]
+    assert len(searched) == 7  # all of the space: repeats take no slot
+    for t in searched:
+        speedup, interval = t.paired_speedup(base)
+        assert abs(speedup / _true_ratio(t) - 1) <= interval, (t, speedup, interval)
+    late = max(searched, key=lambda t: t.measured_at[0])
+    unpaired, interval = late.speedup(base)
+    assert abs(unpaired / _true_ratio(late) - 1) > interval, (late, unpaired, interval)
+    controls = [t for t in trials if t.control]
+    assert len(controls) >= 3 and all(c.paired for c in controls)
+    steps = drifts(trials)
+    assert steps[0]["trial"] == s.baseline and steps[-1]["drift"] < 0
+    assert steps[-1]["throughput"] < 0.9 * steps[0]["throughput"]  # 20% over the search
+    figures = confirmed(trials)
+    fast = next(t for t in trials if t.config and t.config["batch_size"] == 896 and
+                t.search_point)
+    c = figures[fast.number]
+    assert c.rounds == 3 and abs(c.speedup / 1.10 - 1) <= c.interval, c
+    row = next(r for r in result.front if r.trial == fast.number)
+    assert row.speedup == c.speedup and row.throughput == c.throughput
+    assert any(m.startswith("confirmed in 3 rounds") for m in row.marks)
+
+
+def test_confirmation_is_interleaved_and_drops_a_config_fast_only_by_drift(tmp_path,
+                                                                          monkeypatch):
+    """The 768 config's first measurement is 30% fast (a burst of machine speed): the
+    search's front holds it, ahead of the truly faster and leaner 896; the
+    confirmation's rounds (interleaved, checked by their timestamps) drop it, and the
+    export carries the confirmed figures."""
+    machine = FakeMachine(drift=0.0, boost={768: 1.3})
+    result, trials, s = _search(tmp_path, monkeypatch, machine, n_trials=8, confirm=3)
+    by_size = {t.config["batch_size"]: t for t in trials if t.search_point and t.config and
+               t.reused_from is None}
+    search_front = [r.trial for r in front_rows([t for t in trials if t.search_point],
+                                                s.baseline, None)]
+    assert by_size[768].number in search_front
+    assert by_size[768].number not in [r.trial for r in result.front]
+    assert by_size[896].number in [r.trial for r in result.front]
+    rounds = [t for t in trials if t.confirm is not None]
+    assert len({t.confirm["of"] for t in rounds}) >= 3 and s.baseline in \
+        {t.confirm["of"] for t in rounds}
+    ordered = sorted(rounds, key=lambda t: t.measured_at[0])
+    assert [t.confirm["round"] for t in ordered] == sorted(t.confirm["round"] for t in ordered)
+    per_round = (len(ordered) - 1) // 3  # and the closing baseline
+    assert [t.confirm["of"] for t in ordered[:per_round]] == \
+        [t.confirm["of"] for t in ordered[per_round:2 * per_round]]  # A B C, then A B C
+    assert len({t.observed.main_pid for t in rounds}) == len(rounds)  # one process each
+    out = tmp_path / "best.yaml"
+    result.export(out, pick="max-throughput")
+    measured = yaml.safe_load(out.read_text())["measured"]
+    c = confirmed(trials)[by_size[896].number]
+    assert measured["trial"] == by_size[896].number
+    assert measured["confirmed"]["speedup"] == c.speedup and measured["confirmed"]["rounds"] == 3
+    assert measured["throughput"] == c.throughput
+    assert measured["confirmed"]["trials"] == list(c.measurements) and \
+        by_size[896].number not in c.measurements
+
+
+def test_repeats_take_no_slot_and_a_space_of_two_configs_stops_early(tmp_path, monkeypatch):
+    """On a space of two configs (the baseline's and one more), ``n_trials=6`` cannot
+    be met: the search measures both, says the space is exhausted, and stops."""
+    machine = FakeMachine(drift=0.0)
+    result, trials, s = _search(tmp_path, monkeypatch, machine, sizes=[896, 1024],
+                                n_trials=6, confirm=0)
+    assert sum(t.counts for t in trials) == 2
+    assert "the space is exhausted: all 2 of its configs are measured" in \
+        result.outcome.stopped
+    assert len(machine.calls) == 2
+
+
+def test_a_sampler_that_repeats_itself_explores_then_stops(tmp_path, monkeypatch):
+    """A sampler that proposes one config again and again: after a few repeats a
+    config not yet measured is drawn at random and measured, and the repeats count
+    against nothing."""
+    from optuna.samplers import BaseSampler
+
+    from autotune.study import loop
+
+    class Stuck(BaseSampler):
+        def infer_relative_search_space(self, study, trial):
+            return {}
+
+        def sample_relative(self, study, trial, search_space):
+            return {}
+
+        def sample_independent(self, study, trial, name, distribution):
+            return distribution.choices[-1] if hasattr(distribution, "choices") else \
+                distribution.low
+
+    real = loop.make_sampler
+    monkeypatch.setattr(loop, "make_sampler", lambda name, seed: Stuck() if name == "tpe"
+                        else real(name, seed))
+    machine = FakeMachine(drift=0.0)
+    result, trials, s = _search(tmp_path, monkeypatch, machine, sizes=[128, 256, 512, 1024],
+                                n_trials=3, confirm=0, sampler="tpe")
+    assert result.outcome.explored >= 1 and any(t.explored for t in trials)
+    assert sum(t.counts for t in trials) == 3
+    assert sum(t.reused_from is not None for t in trials) >= loop.EXPLORE_AFTER
+    assert len({t.config["batch_size"] for t in trials if t.counts}) == 3
+
+
+def test_budget_keeps_time_for_the_confirmation(tmp_path, monkeypatch):
+    """A budgeted search ends within its budget and one trial, and its confirmation
+    ran: the loop stopped early enough to leave it the time."""
+    import time as clock
+
+    class Slow(FakeMachine):
+        def __call__(self, config, **kw):
+            clock.sleep(0.4)
+            return super().__call__(config, **kw)
+
+    started = clock.monotonic()
+    result, trials, s = _search(tmp_path, monkeypatch, Slow(drift=0.0), n_trials=50,
+                                budget=8, confirm=2)
+    took = clock.monotonic() - started
+    assert result.outcome.confirmed > 0 and not result.outcome.confirm_cut
+    assert took <= 8 + 0.4 * 3 + 4, took  # budget + a trial, and the study's own I/O
+
+
+def test_paired_figures_from_records():
+    """``confirmed``: the median of per-round ratios, each to the baseline
+    interpolated (log-linearly) between its round's and the next round's; a round
+    the baseline missed is left out; the interval is Student's t over the rounds'
+    log ratios."""
+    def rec(number, rate, round_, of, at):
+        return TrialRecord(number, "complete", (rate, 100.0), {"batch_size": 1},
+                           confirm={"run": 0, "round": round_, "of": of},
+                           window=WindowStats(precision=0.01), measured_at=(at, at + 1))
+
+    base = TrialRecord(0, "complete", (100.0, 100.0), baseline=True,
+                       window=WindowStats(precision=0.01), measured_at=(0, 1))
+    trials = [base, TrialRecord(1, "complete", (150.0, 50.0),
+                                window=WindowStats(precision=0.01), measured_at=(1, 2)),
+              rec(2, 100, 0, 0, 10), rec(3, 160, 0, 1, 11), rec(4, 90, 1, 0, 12),
+              rec(5, 135, 1, 1, 13), rec(6, 110, 2, 0, 14), rec(7, 165, 2, 1, 15),
+              rec(8, 170, 3, 1, 16)]  # round 3: no baseline
+    c = confirmed(trials)[1]
+    assert c.rounds == 3 and c.ratios == pytest.approx(
+        (160 / (100 * 90) ** 0.5, 135 / (90 * 110) ** 0.5, 165 / 110))
+    assert c.speedup == pytest.approx(1.5)
+    assert c.measurements == (3, 5, 7) and c.interval > 0.05
+    assert [d["trial"] for d in drifts(trials)] == [0, 2, 4, 6]
+    assert drifts(trials)[2]["drift"] == pytest.approx(-0.1)
+
+
+@pytest.mark.slow
+def test_a_real_confirmation_measures_each_candidate_in_its_own_process(tmp_path):
+    """A real search's confirmation: rounds interleaved by their timestamps, each
+    measurement its own forked process, and the front's figures the confirmed ones."""
+    proc = cli("search", "--dataset", "synthetic", "--scale", "0.004", "--steps", "3",
+               "--warmup", "1", "--max-seconds", "0.5", "--space", "quick", "--n-trials", "4",
+               "--root", str(tmp_path / "data"), "--studies-dir", str(tmp_path / "studies"),
+               "--study-name", "c", "--confirm", "1", "--no-racing")
+    assert proc.returncode == 0, proc.stderr
+    assert "confirmation: 3 interleaved rounds of #0 (baseline)" in proc.stdout
+    study = optuna.load_study(study_name="c",
+                              storage=f"sqlite:///{tmp_path / 'studies' / 'c.db'}")
+    trials = records(study)
+    rounds = sorted((t for t in trials if t.confirm is not None), key=lambda t: t.measured_at[0])
+    per_round = len({t.confirm["of"] for t in rounds})
+    assert per_round >= 2 and len(rounds) == 3 * per_round + 1  # and the closing baseline
+    assert [t.confirm["round"] for t in rounds] == \
+        [r for r in range(3) for _ in range(per_round)] + [3]
+    assert rounds[-1].confirm["of"] == 0
+    assert all(a.measured_at[1] <= b.measured_at[0] for a, b in zip(rounds, rounds[1:]))
+    pids = [t.observed.main_pid for t in rounds]
+    assert len(set(pids)) == len(pids) and os.getpid() not in pids
+    pareto = yaml.safe_load((tmp_path / "studies" / "c" / "pareto.yaml").read_text())
+    figures = confirmed(trials)
+    for row in pareto["front"]:
+        if row["trial"] in figures:
+            assert row["throughput"] == figures[row["trial"]].throughput
+            assert row["confirmed"]["rounds"] == 3
+
+
+def test_controls_and_confirmations_count_against_nothing():
+    """(The bad --confirm, --confirm-rounds and --control-every values are in the
+    bad-input catalogue, tests/test_bad_input.py.)"""
+    done = TrialRecord(1, "complete", (1.0, 1.0))
+    assert done.counts and done.search_point
+    for other in (dataclasses.replace(done, control=True),
+                  dataclasses.replace(done, confirm={"run": 0, "round": 0, "of": 0}),
+                  dataclasses.replace(done, reused_from=0)):
+        assert not other.counts and not other.on_front_candidate
