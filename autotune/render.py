@@ -135,7 +135,7 @@ class Ticker:
         if record.baseline and not self.estimated and n < total:  # before the first search
             confirm = f", then a confirmation of up to {self.confirmation} measurements " \
                 if self.confirmation else " "
-            kept = f"; --budget {clock(self.budget_s)} keeps about " \
+            kept = f"; --budget {clock(self.budget_s)} keeps up to " \
                 f"{clock(self.confirmation * elapsed)} of it for the confirmation" \
                 if self.budget_s and self.confirmation else ""
             print(f"estimate: the baseline took {clock(elapsed)}; {total - n} more trials like "

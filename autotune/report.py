@@ -11,7 +11,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.pareto import Point, knee
+from autotune.pareto import Point
 from autotune.render import drift_lines, front_columns, short
 from autotune.storage import masked
 from autotune.study import records as rec
@@ -102,10 +102,10 @@ def _pareto_png(study: optuna.Study, pts: list[Point], path: Path) -> Path:
     if base is not None:
         ax.scatter([base.memory_mib], [base.throughput], marker="*", s=220, c="tab:red",
                    zorder=3, label=f"baseline (trial {base.number})")
-    k = knee(pts)
+    k = next((r for r in rows if "knee" in r.marks), None)
     if k is not None:
         ax.scatter([k.memory_mib], [k.throughput], marker="D", s=80, facecolors="none",
-                   edgecolors="tab:green", linewidths=2, zorder=4, label=f"knee (trial {k.number})")
+                   edgecolors="tab:green", linewidths=2, zorder=4, label=f"knee (trial {k.trial})")
     if budget:
         ax.axvline(budget, ls="--", c="tab:orange", label=f"budget {budget:,.0f} MiB")
     ax.set_xlabel(names[1])

@@ -211,9 +211,12 @@ def _time_to_best() -> list[tuple[str, str, str, str]]:
     g, found = b["grid"], b["search_confirmed_best"]
     out.append(("time_to_best.py", f"reference grid: {g['configs']} configs x "
                 f"{g['rounds']} interleaved rounds (scale {b['scale']}, {b['device']})",
-                f"best {g['best']}: {g['best_speedup']:.2f}x ±"
-                f"{g['best_speedup'] * (g['best_interval'] or 0):.2f} the baseline "
-                f"({g['wall_s'] / 60:.0f} min)", "reported"))
+                f"best {g['best']}: {g['best_speedup']:.2f}x the baseline"
+                + (f" ±{g['best_speedup'] * g['best_interval']:.2f}" if g["best_interval"]
+                   else " (one round: no interval over rounds)") +
+                f" ({g['wall_s'] / 60:.0f} min" + (", measured before the search's run"
+                                                    if g.get("from") else "") + ")",
+                "reported"))
     out.append(("time_to_best.py", f"wall time until the search's running best (paired) "
                 f"reaches 90% of the grid's best, {b['goal_speedup']:.2f}x (budget "
                 f"{b['budget']})",

@@ -21,6 +21,7 @@ search's confirmed best also reaches it. Target: <= 10 min on a 2-core CPU at sc
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import time
 from pathlib import Path
@@ -49,6 +50,25 @@ def grid(base) -> dict:
     return configs
 
 
+def measure_grid(configs: dict, ref, args, workdir: Path) -> dict:
+    """The grid measured in rounds with the baseline; its figures, best first."""
+    started, at = time.perf_counter(), time.time()
+    with ForkServer(folder=workdir / "time-to-best-grid") as server:
+        measured, figures = rounds(configs, ref, args, server, args.grid_rounds, "grid",
+                                   lambda name, r: print(f"grid {name}: "
+                                                         f"{r.throughput or 0:,.0f}/s",
+                                                         flush=True))
+    ranked = sorted(((n, c) for n, c in figures.items() if c is not None),
+                    key=lambda nc: -nc[1].speedup)
+    return {"configs": len(configs), "rounds": args.grid_rounds, "measured_at": at,
+            "wall_s": time.perf_counter() - started,
+            "failed": [r.config for r in measured if r.state != "complete"],
+            "best": ranked[0][0], "best_speedup": ranked[0][1].speedup,
+            "best_interval": ranked[0][1].interval,
+            "figures": {n: c.to_dict() for n, c in ranked},
+            "config_of": {n: c.to_dict() for n, c in configs.items()}}
+
+
 def running_best(trials, started_at: float) -> list[dict]:
     """The search's best paired speed-up as each trial ended (screened trials,
     repeats, controls and the confirmation's measurements add nothing)."""
@@ -72,6 +92,10 @@ def main() -> None:
     p.add_argument("--n-trials", type=int, default=30)
     p.add_argument("--budget", default="15m", help="the search's --budget")
     p.add_argument("--grid-rounds", type=int, default=2)
+    p.add_argument("--grid-from", default=None,
+                   help="a time_to_best.json whose grid to score against instead of measuring "
+                        "one (its paired speed-ups hold across the time between; said so in "
+                        "the output)")
     p.add_argument("--trial-timeout", type=float, default=600.0)
     args = p.parse_args()
     ref, stats, _ = prepare(args)
@@ -79,17 +103,9 @@ def main() -> None:
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     configs = grid(base)
-    grid_started = time.perf_counter()
-    with ForkServer(folder=workdir / "time-to-best-grid") as server:
-        measured, figures = rounds(configs, ref, args, server, args.grid_rounds, "grid",
-                                   lambda name, r: print(f"grid {name}: "
-                                                         f"{r.throughput or 0:,.0f}/s",
-                                                         flush=True))
-    grid_wall = time.perf_counter() - grid_started
-    failed = [r.config for r in measured if r.state != "complete"]
-    ranked = sorted(((n, c) for n, c in figures.items() if c is not None),
-                    key=lambda nc: -nc[1].speedup)
-    best_name, best = ranked[0]
+    reference = measure_grid(configs, ref, args, workdir) if args.grid_from is None else \
+        {**json.loads(Path(args.grid_from).read_text())["grid"], "from": args.grid_from}
+    best_speedup = reference["best_speedup"]
     name = f"time-to-best-{time.strftime('%Y%m%d-%H%M%S')}"
     started_at = time.time()
     _, result, wall, lines = timed_search(
@@ -97,7 +113,7 @@ def main() -> None:
         space=space_file(base, workdir), n_trials=args.n_trials, budget=args.budget,
         measure=measure_spec(args), limits=TrialLimits(timeout_s=args.trial_timeout))
     curve = running_best(result.trials, started_at)
-    goal = NEAR * best.speedup
+    goal = NEAR * best_speedup
     reached = next((r for r in curve if r["running_best"] >= goal), None)
     confirmed_best = max((row for row in result.front if row.confirmed),
                          key=lambda row: row.speedup, default=None)
@@ -105,12 +121,9 @@ def main() -> None:
     write(args.out, {
         "benchmark": "time_to_best", "dataset": stats, "scale": args.scale,
         "device": base.device, "measure": measure_spec(args).to_dict(),
-        "grid": {"configs": len(configs), "rounds": args.grid_rounds, "wall_s": grid_wall,
-                 "failed": failed, "best": best_name, "best_speedup": best.speedup,
-                 "best_interval": best.interval,
-                 "figures": {n: c.to_dict() for n, c in ranked},
-                 "config_of": {n: c.to_dict() for n, c in configs.items()}},
-        "n_trials": args.n_trials, "budget": args.budget, "search_wall_s": wall,
+        "grid": reference,
+        "n_trials": args.n_trials, "budget": args.budget, "search_started_at": started_at,
+        "search_wall_s": wall,
         "trials": len(result.trials), "measured": result.outcome.measured,
         "controls": result.outcome.controls, "confirmation": result.outcome.confirmed,
         "screened": sum(t.screened for t in result.trials),

@@ -216,7 +216,7 @@ def test_forked_trials_start_in_a_second_isolated_and_never_overlap(tmp_path):
 
     result = autotune.search(dataset="synthetic", scale=0.004, space="quick", n_trials=4,
                              model="user_models:leaky", studies_dir=tmp_path / "studies",
-                             root=str(tmp_path / "data"), priors=False,
+                             root=str(tmp_path / "data"), priors=False, confirm=0,
                              measure=MeasureSpec(warmup_steps=1, min_steps=3,
                                                  min_window_s=0.2, max_window_s=0.5))
     measured = [t for t in result.trials if t.reused_from is None and t.state != "pruned"]

@@ -93,7 +93,7 @@ def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, 
             progress(n_total, opts.n_trials, record, clock.elapsed(), clock.eta(n_total, study))
 
     with ForkServer(folder=opts.study_dir, compiles=modes != {"none"}) as server:
-        while clock.may_start():
+        while clock.may_start(study):
             if _control(opts, study, baseline, server, clock, outcome, shown, on_trial_done):
                 continue
             asked_at = time.monotonic()
@@ -146,7 +146,7 @@ def _control(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
     if _counted(study) >= opts.n_trials:
         return False
     control = confirmation.measure_control(opts, study, baseline, server, clock.budget_left,
-                                           clock.reserve())
+                                           clock.reserve(study, ahead=1))
     if control is None:
         return False
     outcome.controls += 1
@@ -252,17 +252,18 @@ class _Clock:
         ordered = sorted(self.durations)
         return ordered[len(ordered) // 2] if ordered else 0.0
 
-    def reserve(self, study: optuna.Study | None = None) -> float:
-        """The seconds the confirmation takes, each measurement as long as this run's
-        typical one: for the current front of ``study``, or (None, what the budget
-        keeps aside) for the largest front it may have."""
-        front = None if study is None else sum(1 for _ in _front(study))
+    def reserve(self, study: optuna.Study, ahead: int = 0) -> float:
+        """The seconds the confirmation of ``study``'s front takes, each measurement
+        as long as this run's typical one; ``ahead=1``: of the front one more trial
+        may leave (a trial adds one point at most), what the budget keeps aside
+        before a trial starts."""
+        front = sum(1 for _ in _front(study)) + ahead
         return self.opts.confirmation_size(front) * self.per_measurement()
 
-    def may_start(self) -> bool:
+    def may_start(self, study: optuna.Study) -> bool:
         left = self.budget_left()
         return (self.opts.timeout_s is None or self.elapsed() <= self.opts.timeout_s) and \
-            (left is None or left - self.reserve() > 0)
+            (left is None or left - self.reserve(study, ahead=1) > 0)
 
     def eta(self, n_total: int, study: optuna.Study) -> float:
         n_done = n_total - self.done_at_start
@@ -426,7 +427,7 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
     with Heartbeat(_optuna.storage(study), _optuna.trial_id(trial)):
         result, where, budget_bound = confirmation.measure(
             opts, config, server, trial_dir, f"trial {trial.number} of study "
-            f"{study.study_name}", clock.budget_left, clock.reserve(),
+            f"{study.study_name}", clock.budget_left, clock.reserve(study, ahead=1),
             _measure_spec(opts, study, trial))
     outcome.measured += 1
     record = TrialRecord.from_result(trial.number, result, **where)

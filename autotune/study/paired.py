@@ -59,13 +59,6 @@ def drifts(trials: Iterable[TrialRecord]) -> list[dict[str, Any]]:
     return out
 
 
-def drift_span(trials: Iterable[TrialRecord]) -> float | None:
-    """The largest relative distance between any two references' throughputs
-    (max / min - 1), or None with fewer than two."""
-    rates = [t.throughput for t in references(trials)]
-    return max(rates) / min(rates) - 1 if len(rates) > 1 else None
-
-
 @dataclass(frozen=True)
 class Confirmed:
     """A candidate's figures from the confirmation: ``speedup`` is the median over

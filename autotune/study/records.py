@@ -45,7 +45,7 @@ STUDY_CONTROL_CLAIM, STUDY_CONFIRMATIONS, STUDY_STOPPED = "control_claimed_at", 
 # Fail reasons of trials that never finished: they count against no budget.
 NOT_MEASURED = ("interrupted", "stale", "orphan", "budget")
 # What a reused trial does not copy from the trial it repeats.
-NOT_REUSED = (WORKER, BASELINE, CONFIG_KEY, PRIOR, PAIRED, EXPLORED)
+NOT_REUSED = (WORKER, BASELINE, CONFIG_KEY, PRIOR, EXPLORED)
 
 
 
