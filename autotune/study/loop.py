@@ -228,7 +228,6 @@ class _Clock:
     def __init__(self, opts: SearchOptions, done_at_start: int) -> None:
         self.opts, self.done_at_start, self.start = opts, done_at_start, time.monotonic()
         self.durations: list[float] = []  # each measurement's wall time, this run
-        self.last = self.start  # when the last measurement was stored
         self.confirmed = 0  # the confirmation's measurements so far
         self.confirming = 0  # the confirmation's measurements in all, once it started
 
@@ -239,12 +238,10 @@ class _Clock:
         return None if self.opts.budget_s is None else self.opts.budget_s - self.elapsed()
 
     def measured(self, record: TrialRecord) -> None:
-        """Counts a stored trial: a measurement's time is all the time since the last
-        one was stored (forking, storing and locking included)."""
-        now = time.monotonic()
+        """Counts a stored trial: a measurement's time runs from its start until it
+        is stored (forking, measuring and storing)."""
         if record.measured_at and record.reused_from is None:
-            self.durations.append(now - self.last)
-        self.last = now
+            self.durations.append(time.time() - record.measured_at[0])
         self.confirmed += record.confirm is not None
 
     def per_measurement(self) -> float:

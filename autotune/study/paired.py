@@ -136,7 +136,9 @@ def confirmed(trials: Iterable[TrialRecord], run: int | None = None) -> dict[int
             tuple(measured[r].number for r in both))
     if base_rounds:
         rates = [t.throughput for _, t in sorted(base_rounds.items())]
-        out[base] = Confirmed(base, len(rates), 1.0, 0.0, statistics.median(rates),
+        opened = {r for measured in rounds.values() for r in measured} or set(base_rounds)
+        out[base] = Confirmed(base, len(opened & set(base_rounds)), 1.0, 0.0,
+                              statistics.median(rates),
                               _spread(rates) if len(rates) > 1 else None,
                               statistics.median(t.memory_mib for t in base_rounds.values()),
                               (1.0,) * len(rates), tuple(t.number for _, t in
