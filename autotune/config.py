@@ -24,6 +24,7 @@ Device = Literal["cpu", "cuda"]
 ModelName = Literal["sage", "gcn", "gat", "gin"]  # or an import path, see is_import_path
 Aggregation = Literal["scatter", "sparse"]
 DropoutMasks = Literal["bernoulli", "bits"]
+FeaturePlacement = Literal["gpu", "pinned"]
 Task = Literal["node", "link", "graph"]  # the names of autotune.taskinfo.TASKS
 TemporalStrategy = Literal["uniform", "last"]  # PyG's temporal_strategy
 
@@ -36,6 +37,7 @@ DEVICES: tuple[str, ...] = get_args(Device)
 MODELS: tuple[str, ...] = get_args(ModelName)
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
 DROPOUT_MASKS: tuple[str, ...] = get_args(DropoutMasks)
+FEATURE_PLACEMENTS: tuple[str, ...] = get_args(FeaturePlacement)
 TEMPORAL_STRATEGIES: tuple[str, ...] = get_args(TemporalStrategy)
 
 CONFIG_FORMAT = 1
@@ -61,6 +63,9 @@ class TrialConfig:
     checkpointing: bool = False
     sampler: SamplerName = "auto"
     gpu_sampling: bool = False
+    # where gpu_sampling keeps the features: on the GPU, or in pinned host memory,
+    # each batch's rows gathered from the GPU (a graph whose features do not fit)
+    feature_placement: FeaturePlacement = "gpu"
     aggregation: Aggregation = "scatter"
     # how the built-in models draw dropout masks: torch's bernoulli_, or 16-bit draws
     # cut from raw random words (the same masks in law, a fraction of the time on CPU)
@@ -110,6 +115,10 @@ class TrialConfig:
             raise ConfigError("gpu_sampling needs device cuda, num_workers 0 and sampler "
                               f"builtin (got device {self.device}, num_workers "
                               f"{self.num_workers}, sampler {self.sampler})")
+        if self.feature_placement == "pinned" and not self.gpu_sampling:
+            raise ConfigError("feature_placement pinned is where gpu_sampling keeps the "
+                              "features; without it every batch is copied from the host "
+                              "anyway: use gpu_sampling true or feature_placement gpu")
         if self.model == "gat" and self.hidden_channels % GAT_HEADS:
             raise ConfigError(f"model gat splits hidden_channels over {GAT_HEADS} heads; use a "
                               f"multiple of {GAT_HEADS} (got {self.hidden_channels})")
@@ -277,7 +286,7 @@ FIELD_CHECKS: dict[str, Callable[[str, Any], None]] = {
     "compile_mode": _one_of(COMPILE_MODES), "shapes": _one_of(SHAPES),
     "pad_ladder": _one_of(PAD_LADDERS), "amp_dtype": _one_of(AMP_DTYPES),
     "checkpointing": _flag, "sampler": _one_of(SAMPLERS), "gpu_sampling": _flag,
-    "aggregation": _one_of(AGGREGATIONS), "dropout_masks": _one_of(DROPOUT_MASKS),
+    "feature_placement": _one_of(FEATURE_PLACEMENTS), "aggregation": _one_of(AGGREGATIONS), "dropout_masks": _one_of(DROPOUT_MASKS),
     "task": _one_of(TASKS), "model": _model,
     "hidden_channels": _positive_int, "num_layers": _positive_int, "lr": _rate,
     "dropout": _dropout, "device": _one_of(DEVICES), "time_attr": _attribute_name,

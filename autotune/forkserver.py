@@ -6,11 +6,23 @@ Isolation is that of a fresh interpreter. The server itself never builds, trains
 compiles, samples or touches CUDA: it imports, then waits. Each trial is a child
 that no other trial ran in; it starts its own session, gets its own memory (copy on
 write), initialises its own CUDA context, dynamo and inductor state, and starts its
-own threads (``fork`` copies only the forking thread). The server checks that its
-imports left CUDA uninitialised; with ``device="cuda"`` a canary child initialises
-CUDA and runs a matmul before any trial is trusted to the server. A server that
-fails a check is not used: trials start fresh interpreters, and each says why in
-its result.
+own threads (``fork`` copies only the forking thread).
+
+CUDA does not survive a fork once the parent has initialised its driver, and an
+import can do that without torch knowing (``torch.cuda.is_initialized()`` stays
+false). So the server checks three things. Its imports must leave torch's CUDA
+uninitialised. While it imports, a tripwire records every call into the torch.cuda
+functions that reach the driver, with the line that made it and the import step it
+came in (``cuda_queries`` in its ready line, ``forkserver.json`` in a search). And
+with ``device="cuda"`` a canary child is forked after each import step of
+:data:`STEPS` and must initialise CUDA and run a matmul: the first step after which
+it fails is named. A server that fails a check forks no trial.
+
+Then trials start as *spare interpreters* (``--spare``): a fresh interpreter that
+imports everything while the trial before it runs, stopped (SIGSTOP) by that trial
+for each of its measured windows so that its imports overlap none, and takes the
+next trial's request when it comes. It runs that one trial in its own process,
+never forked, so CUDA works in it whatever its imports did.
 
 The protocol is one JSON object per line. Server to runner: ``{"ready": ...}`` once,
 then per request ``{"pid": N}`` and, when the child ends, ``{"pid": N, "exit": CODE}``
@@ -18,25 +30,50 @@ then per request ``{"pid": N}`` and, when the child ends, ``{"pid": N, "exit": C
 Runner to server: ``{"argv": [...], "stdout": PATH, "stderr": PATH, "env": {...}}``.
 The server serves one child at a time and exits at the end of its stdin; it asks
 Linux to kill it when the runner dies, and each child asks the same of the server.
+A spare sends its ready line, reads one request and becomes that trial.
 
-    python -m autotune.forkserver [--cuda-canary] [--no-compile]
+    python -m autotune.forkserver [--cuda-canary] [--no-compile] [--spare]
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
 import sys
 import time
 
-# What a trial imports: everything before its dataset load.
-PRELOAD = ("torch", "torch_geometric", "torch_geometric.loader", "torch_geometric.nn",
-           "torch._dynamo", "autotune.worker", "autotune.pipeline", "autotune.measure",
+# What a trial imports: everything before its dataset load. The heavy imports that
+# PyG pulls in come first, each a step of its own, so that the canary's verdict
+# names the one after which a forked child could no longer use CUDA.
+PRELOAD = ("torch", "triton", "torch._dynamo", "torch_geometric", "torch_geometric.loader",
+           "torch_geometric.nn", "autotune.worker", "autotune.pipeline", "autotune.measure",
            "autotune.sampler", "autotune.datasets", "autotune.training", "autotune.env")
+OPTIONAL = ("triton",)  # preloaded when installed
 # What a compiled trial imports besides (about a second, on a 2-core EPYC: 0.9 s of
 # the server's 3.7 s): preloaded too unless the search compiles nothing
 # (``--no-compile``), since importing it neither compiles nor starts a thread.
 PRELOAD_COMPILE = ("torch._inductor.compile_fx",)
+# The torch.cuda functions that can reach the CUDA driver (lazy initialisation, or a
+# device count through the runtime); the tripwire wraps them while the server imports.
+CUDA_QUERIES = ("is_available", "device_count", "init", "_lazy_init", "current_device",
+                "set_device", "get_device_properties", "get_device_capability",
+                "get_device_name", "mem_get_info", "synchronize", "is_bf16_supported")
+CUDA_DRIVER_CALLS = ("_cuda_getDeviceCount", "_cuda_init")  # torch._C, on CUDA builds
+
+
+def steps(compiles: bool = True) -> tuple[str, ...]:
+    """The server's import steps, in order: :data:`PRELOAD` (without an optional
+    module that is not installed), with :data:`PRELOAD_COMPILE` after dynamo for a
+    search that may compile."""
+    out = []
+    for name in PRELOAD:
+        if name in OPTIONAL and importlib.util.find_spec(name) is None:
+            continue
+        out.append(name)
+        if name == "torch._dynamo" and compiles:
+            out.extend(PRELOAD_COMPILE)
+    return tuple(out)
 
 
 _PROTOCOL = None  # the runner's pipe; fd 1 itself points at stderr, for stray prints
@@ -54,19 +91,91 @@ def _threads() -> int:
         return -1
 
 
-def preload(compiles: bool = True) -> dict:
-    """Imports :data:`PRELOAD` (and :data:`PRELOAD_COMPILE` for a search that may
-    compile); what a runner must know before it trusts the server."""
+class Tripwire:
+    """Records each call into :data:`CUDA_QUERIES` (and torch._C's
+    :data:`CUDA_DRIVER_CALLS`, where the build has them) while it is armed: which
+    function, the first line outside torch.cuda and the import machinery that called
+    it, and the import step (:attr:`step`) it came in. The wrapped functions call
+    through; once disarmed they only call through."""
+
+    def __init__(self) -> None:
+        self.step = ""
+        self.calls: list[dict] = []
+        self.armed = False
+        self._seen: set[tuple[str, str]] = set()
+
+    def __enter__(self) -> Tripwire:
+        import torch
+
+        for owner, names, prefix in ((torch.cuda, CUDA_QUERIES, "torch.cuda."),
+                                     (torch._C, CUDA_DRIVER_CALLS, "torch._C.")):
+            for name in names:
+                if callable(getattr(owner, name, None)):
+                    setattr(owner, name, self._wrap(prefix + name, getattr(owner, name)))
+        self.armed = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.armed = False
+
+    def _wrap(self, label: str, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def tripped(*args, **kwargs):
+            if self.armed:
+                self._record(label)
+            return fn(*args, **kwargs)
+
+        return tripped
+
+    def _record(self, label: str) -> None:
+        frame = sys._getframe(2)
+        skip = (os.sep + os.path.join("torch", "cuda") + os.sep, "<frozen importlib", __file__)
+        while frame is not None and any(s in frame.f_code.co_filename for s in skip):
+            frame = frame.f_back
+        where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame else "?"
+        if (label, where) not in self._seen:
+            self._seen.add((label, where))
+            self.calls.append({"call": label, "by": where, "step": self.step})
+
+
+def preload(compiles: bool = True, canary: bool = False) -> dict:
+    """Imports :func:`steps` under a :class:`Tripwire`, with a CUDA canary after each
+    step when ``canary``; what a runner must know before it trusts the server
+    (``canary``: None when every canary passed, else why and after which step; the
+    steps after a failed one are not imported)."""
     import importlib
 
     started = time.time()
-    for name in PRELOAD + (PRELOAD_COMPILE if compiles else ()):
-        importlib.import_module(name)
     import torch
 
+    verdict, timings = None, []
+    with Tripwire() as wire:
+        for name in steps(compiles):
+            wire.step = name
+            step_started = time.time()
+            importlib.import_module(name)
+            timings.append({"step": name, "s": time.time() - step_started})
+            if canary and verdict is None:
+                why = _canary()
+                if why is not None:
+                    verdict = f"{why}, after importing {name}"
+                    break
     return {"import_started_at": started, "import_done_at": time.time(),
             "imports_s": time.time() - started, "pid": os.getpid(), "threads": _threads(),
-            "cuda_initialized": bool(torch.cuda.is_initialized())}
+            "cuda_initialized": bool(torch.cuda.is_initialized()), "steps": timings,
+            "cuda_queries": wire.calls, "canary": verdict}
+
+
+def describe_queries(queries: list[dict], limit: int = 3) -> str:
+    """The tripwire's records as a clause for a message ("" when there are none)."""
+    if not queries:
+        return ""
+    shown = "; ".join(f"{q['call']} by {q['by']} (importing {q['step']})"
+                      for q in queries[:limit])
+    more = f" and {len(queries) - limit} more" if len(queries) > limit else ""
+    return f"; CUDA queried while importing: {shown}{more}"
 
 
 def _canary() -> str | None:
@@ -92,8 +201,9 @@ def _canary() -> str | None:
 
 
 def _child(request: dict) -> None:
-    """In the forked child: a session of its own, the trial's logs as stdout and
-    stderr, the trial's environment, then the worker's main. Never returns."""
+    """In the trial's process (a forked child, or a spare): a session of its own,
+    the trial's logs as stdout and stderr, the trial's environment, then the
+    worker's main. Never returns."""
     code = 1
     try:
         os.close(_PROTOCOL.fileno())  # the trial must not write into the protocol
@@ -142,12 +252,14 @@ def serve(cuda_canary: bool, compiles: bool = True) -> int:
 
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner ends it, by closing stdin
-    ready = preload(compiles)
+    ready = preload(compiles, canary=cuda_canary)
     unusable = None
     if ready["cuda_initialized"]:
         unusable = "importing torch and PyG initialised CUDA in the fork server"
-    elif cuda_canary:
-        unusable = _canary()
+    elif ready["canary"]:
+        unusable = ready["canary"]
+    if unusable:
+        unusable += describe_queries(ready["cuda_queries"])
     _send({"ready": ready, "unusable": unusable})
     if unusable:
         return 1
@@ -162,5 +274,27 @@ def serve(cuda_canary: bool, compiles: bool = True) -> int:
     return 0
 
 
+def spare(compiles: bool = True) -> int:
+    """A spare interpreter: imports what a trial imports, says so, waits for one
+    request and runs it here, in this process (never forked). Until then it is in
+    the runner's process group, ignoring SIGINT like the server; the trial gets a
+    session of its own."""
+    global _PROTOCOL
+    _PROTOCOL = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    from autotune.worker import die_with_parent
+
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _send({"ready": preload(compiles)})
+    line = sys.stdin.readline()
+    if not line:  # the runner needed no more trials
+        return 0
+    _child(json.loads(line))
+
+
 if __name__ == "__main__":
-    sys.exit(serve("--cuda-canary" in sys.argv[1:], "--no-compile" not in sys.argv[1:]))
+    args = sys.argv[1:]
+    if "--spare" in args:
+        sys.exit(spare("--no-compile" not in args))
+    sys.exit(serve("--cuda-canary" in args, "--no-compile" not in args))

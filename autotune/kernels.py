@@ -11,6 +11,12 @@ Output is in *slots*: ``k`` per frontier node, ``-1`` where a node has fewer tha
 ``k`` neighbours (or is itself a ``-1`` slot), so every shape is known before the
 launch and nothing is read back to the host.
 
+:func:`gather_rows` is the feature gather of ``feature_placement: pinned``: the graph
+and the sampling are on the GPU, the features stay in pinned host memory, and the
+kernel reads each sampled node's row from there through unified virtual addressing
+(zero copy: only the rows a batch needs cross the bus), as Quiver and DGL's
+GraphBolt do for graphs whose features do not fit on the GPU.
+
 Triton is optional. Without it (or for ``k = -1``) the sampler uses its torch path.
 On CPU tensors the kernel runs in Triton's interpreter, which needs
 ``TRITON_INTERPRET=1`` in the environment before the first call; that is how CI
@@ -114,3 +120,58 @@ def draw_hop_slots(colptr: Tensor, row: Tensor, frontier: Tensor, k: int, replac
     kernel[grid](colptr, row, frontier, seed, edge, src, m, K=k,
                  KPAD=max(2, 1 << (k - 1).bit_length()), REPLACE=bool(replace), BLOCK_M=BLOCK)
     return edge, src
+
+
+GATHER_ROWS = 32  # rows per program
+GATHER_COLS = 128  # columns per program
+
+
+@lru_cache(maxsize=2)
+def _gather_kernel(interpret: bool):
+    import triton
+    import triton.language as tl
+
+    def gather(x, index, out, n, cols, x_stride, out_stride,
+               BLOCK_N: tl.constexpr, BLOCK_F: tl.constexpr):
+        rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        feats = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
+        live = rows < n
+        node = tl.load(index + rows, mask=live, other=-1)
+        keep = (live & (node >= 0))[:, None] & (feats < cols)[None, :]
+        safe = tl.where(node >= 0, node, 0).to(tl.int64)
+        value = tl.load(x + safe[:, None] * x_stride + feats[None, :], mask=keep, other=0)
+        tl.store(out + rows.to(tl.int64)[:, None] * out_stride + feats[None, :], value,
+                 mask=live[:, None] & (feats < cols)[None, :])
+
+    if interpret:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        return InterpretedFunction(gather)
+    return triton.jit(gather, do_not_specialize=["n"])
+
+
+def gather_rows(x: Tensor, index: Tensor) -> Tensor:
+    """``x[index]`` (rows), computed on ``index``'s device by reading ``x`` where it
+    lies: ``x`` a 2-D tensor with contiguous rows, in pinned host memory for a CUDA
+    ``index`` (read through unified addressing), or on ``index``'s device. A negative
+    index gives a row of zeros. On CPU it runs in Triton's interpreter
+    (``TRITON_INTERPRET=1``), which is how CI checks it."""
+    device = index.device
+    if x.dim() != 2 or x.stride(1) != 1:
+        raise ValueError(f"gather_rows needs a 2-D tensor with contiguous rows "
+                         f"(got shape {tuple(x.shape)}, strides {x.stride()})")
+    if device.type == "cuda" and x.device.type == "cpu" and not x.is_pinned():
+        raise ValueError("gather_rows reads host features from the GPU only from pinned "
+                         "memory (x.pin_memory())")
+    if device.type == "cpu" and not interpreting():
+        raise RuntimeError("gather_rows on CPU tensors runs in Triton's interpreter: set "
+                           "TRITON_INTERPRET=1 before the first kernel call")
+    n, cols = index.numel(), x.size(1)
+    out = torch.empty(n, cols, dtype=x.dtype, device=device)
+    if n == 0 or cols == 0:
+        return out
+    grid = ((n + GATHER_ROWS - 1) // GATHER_ROWS, (cols + GATHER_COLS - 1) // GATHER_COLS)
+    _gather_kernel(device.type == "cpu")[grid](
+        x, index, out, n, cols, x.stride(0), out.stride(0), BLOCK_N=GATHER_ROWS,
+        BLOCK_F=GATHER_COLS)
+    return out

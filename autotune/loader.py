@@ -152,6 +152,11 @@ class GraphLoader(AffinityMixin, pyg_loader.DataLoader):
             self.collate_fn = _Then(self.collate_fn, transform)
 
 
+def chain(first: Callable, second: Callable | None) -> Callable:
+    """A transform that applies ``first``, then ``second`` (when there is one)."""
+    return first if second is None else _Then(first, second)
+
+
 class _Then:
     """``second(first(items))``: a picklable composition for spawned workers."""
 

@@ -7,10 +7,12 @@ which window each peak-memory figure covers.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
 import re
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -245,9 +247,11 @@ class _StepClock:
 
 
 def measure(pipe: Pipeline, spec: MeasureSpec,
-            on_step: Callable[[int], None] | None = None) -> Measurement:
+            on_step: Callable[[int], None] | None = None,
+            quiet: tuple[int, ...] = ()) -> Measurement:
     """Warm up, then time blocks of steps to ``spec.precision`` (see
-    :class:`MeasureSpec`)."""
+    :class:`MeasureSpec`). ``quiet``: processes stopped for the window (the next
+    trial's spare interpreter, importing)."""
     import torch._dynamo
 
     compiled = pipe.config.compile_mode != "none"
@@ -263,7 +267,8 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
         warmup, frames_after_first = _warm_up(stepper, spec, compiled)
         frames_warm, _, _ = _dynamo_state()
         memory.phase("window")
-        window = _window(stepper, spec, warmup, lambda: _peak_mib(pipe.device, memory))
+        with stopped(quiet):
+            window = _window(stepper, spec, warmup, lambda: _peak_mib(pipe.device, memory))
         cuda_memory = _cuda_memory(pipe.device)
         memory.phase("probe")  # the probe's eager step is charged to no objective
         observed = _observe(pipe, stepper)
@@ -292,6 +297,21 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
     return Measurement(window.times, window.seeds, window.nodes, window.edges, warmup,
                        loss_values, MemoryStats(**mem), CompileStats(**compile_info),
                        Observed(**observed), warnings, window.stats, stepper.loader_starts[0])
+
+
+@contextlib.contextmanager
+def stopped(pids: tuple[int, ...]) -> Iterator[None]:
+    """Stops ``pids`` (SIGSTOP) for the block and lets them go on after it; one
+    already gone is skipped (the runner lets them go on after the trial too)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 MIN_BLOCKS = 4  # as torch.utils.benchmark's adaptive_autorange

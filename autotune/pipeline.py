@@ -10,6 +10,9 @@ gpu_sampling       CSR, features and sampling on the GPU (the Triton sampler, on
                    ahead: :class:`autotune.loader.LookaheadNodeLoader`), no workers
                    (CUDA only); otherwise CPU sampling with pinned, non-blocking
                    copies on CUDA
+feature_placement  with gpu_sampling: features on the GPU, or pinned in host memory
+                   and each batch's rows gathered by a GPU kernel
+                   (:class:`HostFeatures`, :func:`autotune.kernels.gather_rows`)
 model              :func:`autotune.models.make_model`: sage (default), gcn, gat, or a user's
                    factory by import path
 num_workers        ``NodeLoader(num_workers=..., persistent_workers=True)``
@@ -223,31 +226,42 @@ def check_config(config: TrialConfig) -> None:
     resolve_backend(config.sampler)
 
 
-def gpu_resident_bytes(data) -> dict[str, int]:
+def gpu_resident_bytes(data, feature_placement: str = "gpu") -> dict[str, int]:
     """What ``gpu_sampling`` puts on the GPU before the first batch, from sizes alone:
     the CSC (colptr, row, and the edge permutation, counted even when the edges are
-    already in CSC order), features, labels and the sampler's two id maps."""
+    already in CSC order), features (unless pinned in host memory), labels and the
+    sampler's two id maps."""
     n, e = int(data.num_nodes), int(data.edge_index.size(1))
-    return {"graph (CSC)": (n + 1) * 8 + 2 * e * 8,
+    need = {"graph (CSC)": (n + 1) * 8 + 2 * e * 8,
             "features": data.x.numel() * data.x.element_size(),
             "labels": data.y.numel() * data.y.element_size(),
             "sampler maps": 2 * (n + 1) * 8}
+    if feature_placement == "pinned":
+        del need["features"]
+    return need
 
 
 def check_gpu_fit(need: dict[str, int], free: int, total: int) -> None:
     """Fails fast, before anything is built, when the GPU-resident graph would not
-    leave :data:`GPU_HEADROOM` of the device free."""
+    leave :data:`GPU_HEADROOM` of the device free, saying what would fit: the
+    graph with its features in pinned host memory (``feature_placement pinned``),
+    or only CPU sampling."""
     from autotune.env import format_bytes
 
     room = free - int(GPU_HEADROOM * total)
     if sum(need.values()) <= room:
         return
     parts = ", ".join(f"{name} {format_bytes(size)}" for name, size in need.items())
+    structure = sum(size for name, size in need.items() if name != "features")
+    if "features" in need and structure <= room:
+        instead = (f"use feature_placement pinned, which keeps the features in pinned host "
+                   f"memory and needs {format_bytes(structure)} on the GPU")
+    else:
+        instead = "use gpu_sampling false, which samples on the CPU and copies each batch"
     raise DeviceMemoryError(
         f"gpu_sampling needs {format_bytes(sum(need.values()))} on the GPU ({parts}) and "
         f"{format_bytes(max(room, 0))} is free beyond a {100 * GPU_HEADROOM:g}% headroom "
-        f"({format_bytes(free)} of {format_bytes(total)} free); use gpu_sampling false, "
-        "which samples on the CPU and copies each batch")
+        f"({format_bytes(free)} of {format_bytes(total)} free); {instead}")
 
 
 def worker_core_sets(loader_cores: tuple[int, ...], num_workers: int) -> list[list[int]]:
@@ -342,7 +356,8 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
     if config.gpu_sampling:
-        check_gpu_fit(gpu_resident_bytes(data), *torch.cuda.mem_get_info(device))
+        check_gpu_fit(gpu_resident_bytes(data, config.feature_placement),
+                      *torch.cuda.mem_get_info(device))
     sampler = None
     if task.samples:  # a graph-level task batches whole graphs
         sampler = make_sampler(data, task.fanouts(config, data),
@@ -351,14 +366,20 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
                                device=device if config.gpu_sampling else None,
                                time_attr=config.time_attr,
                                temporal_strategy=config.temporal_strategy)
-    loader_data = _gpu_resident(data, device) if config.gpu_sampling else data
+    loader_data = _gpu_resident(data, device, config.feature_placement) \
+        if config.gpu_sampling else data
+    transform = PadToBucket(config.pad_ladder) if config.shapes == "padded" else None
+    if config.gpu_sampling and config.feature_placement == "pinned":
+        from autotune.loader import chain
+
+        transform = chain(HostFeatures(data.x, device), transform)
     workers = config.num_workers
     loader = task.loader(
         _loader_class(sampler), loader_data, sampler, data,
         batch_size=config.batch_size, shuffle=True, num_workers=workers,
         persistent_workers=workers > 0, prefetch_factor=config.prefetch_factor if workers else None,
         pin_memory=device.type == "cuda" and not config.gpu_sampling,
-        transform=PadToBucket(config.pad_ladder) if config.shapes == "padded" else None)
+        transform=transform)
     if model is None:
         model = task.model(config, data, num_classes)
     model = model.to(device)
@@ -402,11 +423,30 @@ def _loader_class(sampler) -> type:
     return NodeLoader
 
 
-def _gpu_resident(data, device: torch.device):
-    """A view of ``data`` for GPU sampling: features and labels on the GPU, and an
-    empty GPU ``edge_index`` so PyG builds each batch's edges there (the sampler
-    holds the graph itself)."""
+def _gpu_resident(data, device: torch.device, feature_placement: str = "gpu"):
+    """A view of ``data`` for GPU sampling: features (unless ``pinned``: the loader's
+    :class:`HostFeatures` gathers them) and labels on the GPU, and an empty GPU
+    ``edge_index`` so PyG builds each batch's edges there (the sampler holds the
+    graph itself)."""
     from torch_geometric.data import Data
 
-    return Data(x=data.x.to(device), y=data.y.to(device), num_nodes=data.num_nodes,
+    view = Data(y=data.y.to(device), num_nodes=data.num_nodes,
                 edge_index=torch.empty(2, 0, dtype=torch.long, device=device))
+    if feature_placement == "gpu":
+        view.x = data.x.to(device)
+    return view
+
+
+class HostFeatures:
+    """A loader transform: a batch's ``x``, gathered on the GPU from features in
+    pinned host memory by :func:`autotune.kernels.gather_rows` (zero copy: only the
+    rows of ``batch.n_id`` cross the bus). Pins one copy of ``x`` when built."""
+
+    def __init__(self, x: Tensor, device: torch.device) -> None:
+        self.x = x.contiguous().pin_memory() if device.type == "cuda" else x.contiguous()
+
+    def __call__(self, batch):
+        from autotune.kernels import gather_rows
+
+        batch.x = gather_rows(self.x, batch.n_id)
+        return batch

@@ -22,7 +22,8 @@ def emit(blob: Any, fmt: str, table: Callable[[], str]) -> str:
 
 def short(config: dict) -> str:
     """A config in one short line: batch, fanout, workers/affinity, compile/shapes,
-    dtype, checkpointing, sampler (``@gpu`` with GPU sampling), ``+spmm`` for the
+    dtype, checkpointing, sampler (``@gpu`` with GPU sampling, ``@gpu+pinned`` with
+    its features in pinned host memory), ``+spmm`` for the
     sparse aggregation and ``+bits`` for dropout masks from random bits (see the README's "Reading a config code"); a named edge
     type's fanout follows the shared one as ``REL[k, ...]``. A graph-level config
     (task graph) has no fanout and no sampler: ``graphs`` stands for both."""
@@ -31,6 +32,7 @@ def short(config: dict) -> str:
     whole = config.get("task") == "graph"
     sampler = ("graphs" if whole else config["sampler"]) + \
         ("@gpu" if config.get("gpu_sampling") else "") + \
+        ("+pinned" if config.get("feature_placement") == "pinned" else "") + \
         ("+spmm" if config.get("aggregation") == "sparse" else "") + \
         ("+bits" if config.get("dropout_masks") == "bits" else "")
     fanout = "" if whole else f"f{list(config['num_neighbors'])}" + "".join(
@@ -274,7 +276,9 @@ def result_text(result, trial_dir) -> str:
              f"config batch {cfg.batch_size}, fanout {list(cfg.num_neighbors)}, "
              f"workers {cfg.num_workers}, compile {cfg.compile_mode}, shapes {cfg.shapes}, "
              f"amp {cfg.amp_dtype}, checkpointing {cfg.checkpointing}, sampler {cfg.sampler}, "
-             f"device {cfg.device}, gpu_sampling {cfg.gpu_sampling}, aggregation "
+             f"device {cfg.device}, gpu_sampling {cfg.gpu_sampling}"
+             + (f" ({cfg.feature_placement} features)" if cfg.gpu_sampling else "")
+             + ", aggregation "
              f"{cfg.aggregation}; model {cfg.model} {cfg.num_layers}x{cfg.hidden_channels}"]
     if result.ok:
         lines += _measured_lines(result, format_bytes)

@@ -68,13 +68,18 @@ def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.P
     spec = {"config": config.to_dict(), "dataset": vars(dataset).copy(),
             "measure": measure.to_dict(), "spawned_at": asked_at, "trial_start": start,
             "train": vars(train).copy() if train is not None else None,
-            "profile": profile.to_dict() if profile is not None else None}
+            "profile": profile.to_dict() if profile is not None else None,
+            # stopped during each measured window: the next trial's spare interpreter
+            "quiet_pids": server.quiet_pids() if server is not None else []}
     spec_path.write_text(json.dumps(spec, indent=2))
     argv = [str(spec_path), str(result_path)]
     out_path, err_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
-    if start == FORKED:
+    if start == FORKED or start.startswith(SPARE):
         proc = server.fork(argv, out_path, err_path, child_env)
-        verdict = _watch(proc, limits)
+        try:
+            verdict = _watch(proc, limits)
+        finally:
+            server.resume()  # whatever the trial did, the next spare imports again
     else:
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             proc = subprocess.Popen([sys.executable, "-m", "autotune.worker", *argv],
@@ -85,27 +90,38 @@ def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.P
 
 
 FORKED = "fork server"
+SPARE = "spare interpreter"
 SERVER_READY_TIMEOUT_S = 300.0
 
 
 class ForkServer:
-    """The :mod:`autotune.forkserver` of one search: started on the first trial
-    (inside the measurement lock, so its imports overlap no other search's window),
-    then idle while each trial runs, and closed with the search. Use as a context
-    manager. A server that cannot be used (its imports initialised CUDA, its canary
-    failed, it died) is not used again: trials then start fresh interpreters and
-    their ``observed.trial_start`` says why."""
+    """How the trials of one search start: forked from one :mod:`autotune.forkserver`
+    (started on the first trial, inside the measurement lock, so its imports overlap
+    no other search's window, then idle while each trial runs, and closed with the
+    search), or, once that server is unusable (its imports initialised CUDA, its
+    canary failed, it died), each in a *spare interpreter*: a fresh interpreter
+    started while the trial before runs, stopped by that trial during its measured
+    windows. ``method="spare"`` starts no server and uses spares from the first
+    trial. Each trial's ``observed.trial_start`` says which it was and why. Use as
+    a context manager."""
 
-    def __init__(self, folder: Path | None = None, *, compiles: bool = True) -> None:
-        # FOLDER/forkserver.log: the server's stderr (None: this process's);
-        # FOLDER/forkserver.json: its pid, import interval and checks, once ready.
+    def __init__(self, folder: Path | None = None, *, compiles: bool = True,
+                 method: str = "auto") -> None:
+        # FOLDER/forkserver.log: the server's and spares' stderr (None: this process's);
+        # FOLDER/forkserver.json: its pid, import steps, CUDA queries and checks.
         # compiles: whether a trial may compile (else inductor is left to the child)
+        if method not in ("auto", "spare"):
+            raise ValueError(f"method must be auto or spare, not {method!r}")
         self.folder = Path(folder) if folder is not None else None
         self.compiles = compiles
+        self.method = method
         self.proc: subprocess.Popen | None = None
         self.ready: dict | None = None
         self.unusable: str | None = None
-        self._buffer = b""
+        self._lines: _Lines | None = None
+        self.spare: subprocess.Popen | None = None  # the next trial's interpreter
+        self._taken: subprocess.Popen | None = None  # this trial's, until it is handed
+        self.spares_failed: str | None = None
 
     def __enter__(self) -> ForkServer:
         return self
@@ -114,33 +130,26 @@ class ForkServer:
         self.close()
 
     def start(self, env: dict[str, str], device: str) -> str:
-        """Starts the server if need be; how the next trial starts: :data:`FORKED`,
-        or a fresh interpreter and why not forked."""
+        """Readies the next trial's start; how it starts: :data:`FORKED`, a
+        :data:`SPARE` or a fresh interpreter, and why not forked."""
         if self.proc is not None and self.proc.poll() is not None:
             self._fail(f"it exited with code {self.proc.returncode} between trials")
-        if self.unusable is None and self.proc is None:
+        if self.method == "auto" and self.unusable is None and self.proc is None:
             self._launch(env, device)
-        if self.unusable is not None:
-            return f"fresh interpreter (fork server unusable: {self.unusable})"
-        return FORKED
+        if self.method == "auto" and self.unusable is None:
+            return FORKED
+        why = [] if self.method == "spare" else [f"fork server unusable: {self.unusable}"]
+        if self.spares_failed is None:
+            self._taken = self._take_spare(env)
+        if self._taken is None:
+            return f"fresh interpreter ({'; '.join([*why, self.spares_failed])})"
+        self.spare = self._spawn(env, ["--spare"])  # imports while this trial runs
+        return SPARE + "".join(f" ({w})" for w in why)
 
     def _launch(self, env: dict[str, str], device: str) -> None:
-        argv = [sys.executable, "-m", "autotune.forkserver"]
-        if device == "cuda":
-            argv.append("--cuda-canary")
-        if not self.compiles:
-            argv.append("--no-compile")
-        err = None
-        if self.folder is not None:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            err = open(self.folder / "forkserver.log", "ab")
-        try:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=err, env=env)
-        finally:
-            if err is not None:
-                err.close()
-        reply = self._read(SERVER_READY_TIMEOUT_S)
+        self.proc = self._spawn(env, ["--cuda-canary"] if device == "cuda" else [])
+        self._lines = _Lines(self.proc)
+        reply = self._lines.read(SERVER_READY_TIMEOUT_S)
         if reply is None or "ready" not in reply:
             self._fail("it exited or timed out before it was ready")
         elif reply.get("unusable"):
@@ -151,32 +160,120 @@ class ForkServer:
             (self.folder / "forkserver.json").write_text(json.dumps(
                 {**(reply.get("ready") or {}), "unusable": self.unusable}, indent=2))
 
+    def _spawn(self, env: dict[str, str], flags: list[str]) -> subprocess.Popen:
+        argv = [sys.executable, "-m", "autotune.forkserver", *flags]
+        if not self.compiles:
+            argv.append("--no-compile")
+        err = None
+        if self.folder is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            err = open(self.folder / "forkserver.log", "ab")
+        try:
+            return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=err, env=env)
+        finally:
+            if err is not None:
+                err.close()
+
+    def _take_spare(self, env: dict[str, str]) -> subprocess.Popen | None:
+        """The spare started during the trial before (or one started now), once its
+        imports are done; None when it failed, and spares are not tried again."""
+        spare, self.spare = self.spare, None
+        if spare is None:
+            spare = self._spawn(env, ["--spare"])
+        reply = _Lines(spare).read(SERVER_READY_TIMEOUT_S)
+        if reply is not None and "ready" in reply:
+            return spare
+        _end(spare)
+        self.spares_failed = f"a spare interpreter exited or timed out before it was " \
+            f"ready (exit {spare.returncode})"
+        return None
+
+    def quiet_pids(self) -> list[int]:
+        """What the next trial stops during its windows: the spare that imports."""
+        return [self.spare.pid] if self.spare is not None else []
+
+    def resume(self) -> None:
+        """Lets the next spare go on (after a trial, which may have died while it
+        held it stopped)."""
+        if self.spare is not None:
+            try:
+                os.kill(self.spare.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
     def _fail(self, why: str) -> None:
         self.unusable = why
-        self.close()
+        self._close_server()
 
     def fork(self, argv: list[str], stdout: Path, stderr: Path,
-             env: dict[str, str]) -> _Forked:
-        assert self.proc is not None and self.proc.stdin is not None
+             env: dict[str, str]) -> _Forked | subprocess.Popen:
+        """Starts the trial that :meth:`start` readied: forked by the server, or in
+        the spare taken for it."""
         request = {"argv": argv, "stdout": str(stdout), "stderr": str(stderr), "env": env}
+        if self._taken is not None:
+            spare, self._taken = self._taken, None
+            spare.stdin.write((json.dumps(request) + "\n").encode())
+            spare.stdin.close()  # a spare that died shows as the trial's exit code
+            spare.stdout.close()
+            return spare
+        assert self.proc is not None and self.proc.stdin is not None
         try:
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
             self.proc.stdin.flush()
         except OSError:
             self._fail("it died between trials")
             raise RuntimeError(f"the fork server failed to fork a trial: {self.unusable}")
-        reply = self._read(SERVER_READY_TIMEOUT_S)
+        reply = self._lines.read(SERVER_READY_TIMEOUT_S)
         if reply is None or "pid" not in reply:
             self._fail("it died while forking a trial")
             raise RuntimeError(f"the fork server failed to fork a trial: {self.unusable}")
         return _Forked(self, reply["pid"])
 
-    def _read(self, timeout_s: float | None) -> dict | None:
-        """The server's next line, or None on end of file or after ``timeout_s``
-        (0: only what is there already)."""
+    def close(self) -> None:
+        self._close_server()
+        for spare in (self.spare, self._taken):
+            if spare is not None:
+                _end(spare)
+        self.spare = self._taken = None
+
+    def _close_server(self) -> None:
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        _end(proc)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Ends a server or a spare that has no trial: at the end of its stdin, or
+    killed after :data:`KILL_WAIT_S`."""
+    try:
+        os.kill(proc.pid, signal.SIGCONT)  # a stopped spare cannot read its stdin's end
+    except ProcessLookupError:
+        pass
+    try:
+        if not proc.stdin.closed:
+            proc.stdin.close()
+        proc.wait(timeout=KILL_WAIT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
+    if not proc.stdout.closed:
+        proc.stdout.close()
+
+
+class _Lines:
+    """A server's or spare's protocol lines."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self._buffer = b""
+
+    def read(self, timeout_s: float | None) -> dict | None:
+        """The next line, or None on end of file or after ``timeout_s`` (0: only
+        what is there already)."""
         import select
 
-        assert self.proc is not None and self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while b"\n" not in self._buffer:
@@ -189,18 +286,6 @@ class ForkServer:
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
         return json.loads(line)
-
-    def close(self) -> None:
-        if self.proc is None:
-            return
-        proc, self.proc = self.proc, None
-        try:
-            proc.stdin.close()  # the server's loop ends at the end of its stdin
-            proc.wait(timeout=KILL_WAIT_S)
-        except (OSError, subprocess.TimeoutExpired):
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
 
 
 class _Forked:
@@ -221,7 +306,7 @@ class _Forked:
         return self.returncode
 
     def _collect(self, timeout_s: float | None) -> None:
-        reply = self.server._read(timeout_s)
+        reply = self.server._lines.read(timeout_s)
         if reply is not None and reply.get("pid") == self.pid and "exit" in reply:
             self.returncode = reply["exit"]
         elif reply is None and (timeout_s is None or self.server.proc is None

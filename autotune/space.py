@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from autotune.config import (AGGREGATIONS, AMP_DTYPES, COMPILE_MODES, DROPOUT_MASKS, MODELS,
+from autotune.config import (AGGREGATIONS, AMP_DTYPES, COMPILE_MODES, DROPOUT_MASKS,
+                             FEATURE_PLACEMENTS, MODELS,
                              PAD_LADDERS, SAMPLERS, SHAPES, TrialConfig, check_field,
                              fit_fanout)
 from autotune.errors import ConfigError, SearchSpaceError
@@ -34,7 +35,7 @@ SPACES_DIR = _spaces_dir()
 AFFINITY_STRATEGIES = STRATEGIES
 KNOBS = ("batch_size", "num_neighbors", "num_workers", "prefetch_factor", "affinity",
          "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing", "sampler",
-         "gpu_sampling", "aggregation", "dropout_masks")
+         "gpu_sampling", "feature_placement", "aggregation", "dropout_masks")
 FIXED = ("model", "hidden_channels", "num_layers", "lr", "dropout", "seed", "recompile_limit",
          "task", "time_attr", "temporal_strategy")
 # A heterogeneous graph's fanout of one edge type, searched apart from the shared
@@ -48,6 +49,7 @@ ALLOWED: dict[str, tuple | None] = {
     "amp_dtype": AMP_DTYPES, "checkpointing": (False, True), "sampler": SAMPLERS,
     "num_workers": None, "prefetch_factor": None, "gpu_sampling": (False, True),
     "aggregation": AGGREGATIONS, "dropout_masks": DROPOUT_MASKS,
+    "feature_placement": FEATURE_PLACEMENTS,
 }
 INT_RANGE_KNOBS = ("batch_size", "num_workers", "prefetch_factor")
 # The knobs PyG's examples/reddit.py fixes: the space is widened to hold its values.
@@ -505,12 +507,13 @@ ACTIVE_WHEN: dict[str, Callable[[dict[str, Any], str], bool]] = {
     "pad_ladder": lambda v, device: v["shapes"] == "padded",
     "gpu_sampling": lambda v, device: device == "cuda" and v["num_workers"] == 0,
     "sampler": lambda v, device: not v["gpu_sampling"],
+    "feature_placement": lambda v, device: v["gpu_sampling"],
     # a torch.sparse product breaks torch.compile's graph: sparse is an eager-only choice
     "aggregation": lambda v, device: v["compile_mode"] == "none",
 }
 KNOB_ORDER = ("batch_size", "num_neighbors", "num_workers", "prefetch_factor", "affinity",
               "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing",
-              "gpu_sampling", "sampler", "aggregation", "dropout_masks")
+              "gpu_sampling", "feature_placement", "sampler", "aggregation", "dropout_masks")
 _BASE = TrialConfig()
 DEFAULTS: dict[str, Any] = {**{k: getattr(_BASE, k) for k in KNOB_ORDER if k != "affinity"},
                             "affinity": "none", "shapes": "dynamic", "gpu_sampling": False}

@@ -97,7 +97,8 @@ def run(spec: dict, trial_dir: Path) -> dict:
         return _train(spec, config, dataset, pipe, t_start, t_loaded, t_built)
     fault = _fault_hook(os.environ.get(FAULT_ENV), trial_dir)
     hook = (lambda step: fault(step, pipe)) if fault else None
-    m = measure(pipe, MeasureSpec.from_dict(spec.get("measure", {})), on_step=hook)
+    m = measure(pipe, MeasureSpec.from_dict(spec.get("measure", {})), on_step=hook,
+                quiet=tuple(spec.get("quiet_pids", ())))
     t_done = time.time()
     profiled, warnings = _profile(pipe, spec.get("profile"))
     observed = dataclasses.replace(m.observed, trial_start=spec.get("trial_start", ""))

@@ -161,6 +161,16 @@ def _trial_overhead() -> list[tuple[str, str, str, str]]:
                     "(after the first)",
                     f"{100 * m['outside_window_fraction']:.1f}% of {m['wall_s']:.1f} s",
                     f"<= 20%: {_verdict(t['meets']['outside_window'])}"))
+    s = _load("trial_overhead-spare")
+    if s:
+        m, r = s["spare"]["median_after_first"], s["spare_vs_forked"]
+        out.append(("trial_overhead.py --method both", "spare interpreters (the CUDA "
+                    f"fallback) on {s['device']}: start-up after the first trial, s; against "
+                    f"forked trials run before them ({len(s['trials'])} each, scale "
+                    f"{s['scale']}): warm-up, window throughput",
+                    f"{m['startup']:.3f}; warm-up x{r['warmup']:.2f}, throughput "
+                    f"x{r['seed_nodes_per_s']:.2f} (windows +-{100 * m['precision']:.0f}%)",
+                    f"<= 1 s: {_verdict(s['spare']['meets']['startup'])}; cost reported"))
     return out
 
 

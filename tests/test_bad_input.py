@@ -46,7 +46,9 @@ def base(tmp_path_factory):
              "negative-batch.yaml": "knobs:\n  batch_size: {choices: [-5, -6]}\n",
              "empty-config.yaml": "",
              "precision.yaml": "precision: sharp\nknobs:\n  batch_size: {choices: [512]}\n",
-             "user-bits.yaml": "dropout_masks: bits\nmodel: user_models:raising\n"}
+             "user-bits.yaml": "dropout_masks: bits\nmodel: user_models:raising\n",
+             "pinned-cpu.yaml": "feature_placement: pinned\n",
+             "placement.yaml": "knobs:\n  feature_placement: {choices: [gpu, disk]}\n"}
     _no_training_nodes(tmp / "no-train.pt")
     (tmp / "profiled").mkdir()
     (tmp / "profiled" / "trace.json").write_text("{}")
@@ -260,6 +262,10 @@ CASES = {
                                            ["precision.yaml", "precision must be a fraction"]),
     "bits dropout with a user's model": (["trial", "--config", "{tmp}/user-bits.yaml"],
                                          ["dropout_masks 'bits'", "draws its own"]),
+    "pinned features without GPU sampling": (["trial", "--config", "{tmp}/pinned-cpu.yaml"],
+                                             ["feature_placement pinned", "gpu_sampling"]),
+    "a feature placement that does not exist": (["search", "--space", "{tmp}/placement.yaml"],
+                                                ["feature_placement", "disk"]),
     "misspelt pick": (["export", "--study-name", "base", "--pick", "knie", "--out",
                        "{tmp}/x.yaml"], ["--pick", "did you mean 'knee'"]),
 }

@@ -327,3 +327,52 @@ def test_sparse_adjacency_is_built_on_the_gpu_without_a_sync(tiny_synthetic):
     dst = torch.repeat_interleave(torch.arange(n), crow[1:] - crow[:-1])
     assert torch.equal((src * n + dst).sort().values,
                        (batch.edge_index[0] * n + batch.edge_index[1]).sort().values)
+
+
+def test_host_features_gather_each_batchs_rows_in_the_loader(tiny_synthetic):
+    """feature_placement pinned's transform, on CPU in Triton's interpreter: a PyG
+    loader over a view without features hands out batches whose x is exactly the
+    features of their n_id, also when padded shapes pad the batch after it."""
+    import torch
+    from torch_geometric.data import Data
+    from torch_geometric.loader import NodeLoader
+
+    import autotune
+    from autotune.loader import chain
+    from autotune.pipeline import HostFeatures, PadToBucket
+
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter runs on machines without CUDA; a cuda test covers it")
+    data = tiny_synthetic
+    view = Data(y=data.y, num_nodes=data.num_nodes, edge_index=data.edge_index)
+    sampler = autotune.NeighborSampler(data, [5, 3], seed=0)
+    gather = HostFeatures(data.x, torch.device("cpu"))
+    for transform in (gather, chain(gather, PadToBucket("pow2"))):
+        loader = NodeLoader(view, node_sampler=sampler, batch_size=32, transform=transform,
+                            input_nodes=data.train_mask)
+        batch = next(iter(loader))
+        n = batch.n_id.numel()
+        assert torch.equal(batch.x[:n], data.x[batch.n_id])
+        assert not batch.x[n:].any()  # padding rows, when padded
+
+
+@pytest.mark.cuda
+def test_pinned_features_train_as_gpu_resident_ones(tiny_synthetic):
+    import torch
+
+    from autotune.config import TrialConfig
+    from autotune.pipeline import build
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    losses = {}
+    for placement in ("gpu", "pinned"):
+        config = TrialConfig(device="cuda", gpu_sampling=True, sampler="builtin",
+                             feature_placement=placement, batch_size=64, num_neighbors=(5, 3),
+                             hidden_channels=16)
+        pipe = build(config, tiny_synthetic, num_classes=4)
+        batch = next(iter(pipe.loader))
+        assert batch.x.device.type == "cuda"
+        assert torch.equal(batch.x.cpu(), tiny_synthetic.x[batch.n_id.cpu()])
+        losses[placement] = float(pipe.train_step(batch))
+    assert losses["gpu"] == pytest.approx(losses["pinned"])

@@ -314,3 +314,44 @@ def test_lookahead_loader_gives_node_loaders_batches(random_graph, kernel):
         assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
         assert torch.equal(a.input_id, b.input_id) and a.batch_size == b.batch_size
         _check_batch(a, random_graph)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_gather_rows_is_exactly_x_of_index(dtype):
+    """feature_placement pinned's gather, in Triton's interpreter: exactly x[n_id],
+    rows repeated, in any order, a row count and a width that are no multiple of the
+    kernel's blocks (602 features, as Reddit's), a negative index a row of zeros."""
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter runs on machines without CUDA; a cuda test covers it")
+    from autotune.kernels import gather_rows
+
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(300, 602, generator=g) * 100).to(dtype)
+    index = torch.randint(0, 300, (77,), generator=g)
+    index[5] = index[6] = 299
+    out = gather_rows(x, index)
+    assert out.dtype == dtype and out.shape == (77, 602)
+    assert torch.equal(out, x[index])
+    holes = index.clone()
+    holes[[0, 40]] = -1
+    out = gather_rows(x, holes)
+    assert torch.equal(out[holes >= 0], x[holes[holes >= 0]])
+    assert not out[[0, 40]].any()
+    assert gather_rows(x, index[:0]).shape == (0, 602)
+    with pytest.raises(ValueError, match="contiguous rows"):
+        gather_rows(x.t(), index)
+
+
+@pytest.mark.cuda
+def test_gather_rows_reads_pinned_host_features_from_the_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from autotune.kernels import gather_rows
+
+    x = torch.randn(10_000, 602).to(torch.bfloat16).pin_memory()
+    index = torch.randint(0, 10_000, (4096,), device="cuda")
+    out = gather_rows(x, index)
+    assert out.device.type == "cuda"
+    assert torch.equal(out, x.cuda()[index])
+    with pytest.raises(ValueError, match="pinned"):
+        gather_rows(x.clone(), index)  # a pageable copy

@@ -260,23 +260,97 @@ def test_budget_stops_the_search_within_one_trial(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
-def test_a_fork_server_whose_children_cannot_use_cuda_is_not_used(prepared, tmp_path):
+def test_a_fork_server_whose_children_cannot_use_cuda_gives_way_to_spares(prepared, tmp_path):
     """The CUDA canary: on a machine where a forked child cannot initialise CUDA the
-    server says so and is not used; the trial starts a fresh interpreter and says
-    why."""
+    server says after which import step, and is not used; trials then start in
+    spare interpreters, each started while the trial before ran and stopped by it
+    during its window, and say why."""
+    import json
     import os
 
     from autotune.config import TrialConfig
-    from autotune.runner import ForkServer, run_trial
+    from autotune.runner import SPARE, ForkServer, run_trial
 
+    config = TrialConfig(batch_size=64, num_neighbors=(5, 5), hidden_channels=16)
+    spec = MeasureSpec(warmup_steps=1, min_steps=3, max_window_s=0.3)
     with ForkServer(folder=tmp_path) as server:
         start = server.start(dict(os.environ), "cuda")
-        assert start.startswith("fresh interpreter (fork server unusable: a forked child "
-                                "could not use CUDA"), start
+        assert start.startswith(f"{SPARE} (fork server unusable: a forked child could "
+                                "not use CUDA"), start
+        assert start.endswith("after importing torch)"), start  # the first step's canary
         assert server.proc is None, "an unusable server must be shut down"
-        result = run_trial(TrialConfig(batch_size=64, num_neighbors=(5, 5), hidden_channels=16),
-                           dataset=prepared, trial_dir=tmp_path / "t", server=server,
-                           measure=MeasureSpec(warmup_steps=1, min_steps=3, max_window_s=0.3))
-    assert result.ok, result.stderr_tail
-    assert result.observed.trial_start == start
+        server.close()  # the spare readied above is not used
+        results = [run_trial(config, dataset=prepared, trial_dir=tmp_path / f"t{i}",
+                             server=server, measure=spec) for i in range(2)]
+        left = server.spare.pid
+    assert all(r.ok for r in results), [r.stderr_tail for r in results]
+    assert [r.observed.trial_start for r in results] == [start, start]
+    quiet = [json.loads((tmp_path / f"t{i}" / "spec.json").read_text())["quiet_pids"]
+             for i in range(2)]
+    # each trial stopped, during its window, the interpreter the next one ran in
+    assert quiet == [[results[1].observed.main_pid], [left]]
+    assert results[0].observed.main_pid != results[1].observed.main_pid
     assert "CUDA canary failed" in (tmp_path / "forkserver.log").read_text()
+    with pytest.raises(ProcessLookupError):  # closing the search ended the last spare
+        os.kill(left, 0)
+
+
+def test_stopped_holds_a_process_for_the_block_only():
+    import subprocess
+    import sys
+
+    import psutil
+
+    from autotune.measure import stopped
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with stopped((proc.pid, 2 ** 22 + 1)):  # one pid that is no process: skipped
+            assert psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED
+        assert psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+_PRELOAD_UNDER_A_FAKE_CUDA_BUILD = """
+import json, sys
+import torch
+# torch as a CUDA build would show itself to Python: every gate that asks whether
+# CUDA is compiled in says yes, and the driver's device count answers 1.
+torch.version.cuda = "12.8"
+torch.cuda._is_compiled = lambda: True
+torch.backends.cuda.is_built = lambda: True
+torch._C._cuda_getDeviceCount = lambda: 1
+torch._C._cuda_getCurrentRawStream = lambda device: 0
+from autotune import forkserver
+forkserver.PRELOAD += ("planted_cuda_query",)
+print(json.dumps(forkserver.preload()))
+"""
+
+
+@pytest.mark.slow
+def test_the_fork_servers_imports_query_no_cuda_and_the_tripwire_names_one_that_does(
+        tmp_path):
+    """The fork server's rule: none of its import steps calls into the torch.cuda
+    functions that reach the CUDA driver, even where torch shows itself as a CUDA
+    build. A planted module that does is named by the tripwire, with its line."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "planted_cuda_query.py").write_text(
+        "import torch\n\nHAS_GPU = torch.cuda.is_available()\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    out = subprocess.run([sys.executable, "-c", _PRELOAD_UNDER_A_FAKE_CUDA_BUILD],
+                         capture_output=True, text=True, env=env, check=True).stdout
+    ready = json.loads(out.splitlines()[-1])
+    planted = str(tmp_path / "planted_cuda_query.py")
+    calls = {(q["call"], q["by"], q["step"]) for q in ready["cuda_queries"]}
+    assert ("torch.cuda.is_available", f"{planted}:3", "planted_cuda_query") in calls
+    assert {step for _, _, step in calls} == {"planted_cuda_query"}, calls
+    assert [s["step"] for s in ready["steps"]][:3] == ["torch", "triton", "torch._dynamo"]
+    assert not ready["cuda_initialized"] and ready["canary"] is None
+
+
