@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from autotune.env import parse_duration, parse_fraction
 from autotune.errors import AutotuneError, ConfigError, GuardError
-from autotune.specs import GuardOptions, MeasureSpec, TrialLimits
+from autotune.specs import GuardOptions, MeasureSpec, TrialLimits, check_limits
 from autotune.study.options import SAMPLERS, SearchOptions
 from autotune.taskinfo import TASKS, task_info
 from autotune.render import FORMATS, Ticker, drift_lines, emit, front_table, profile_text, \
@@ -267,6 +267,9 @@ def _add_measure_flags(p: argparse.ArgumentParser, timeout_flag: str = "--timeou
     p.add_argument("--memory-limit", default=None,
                    help="kill a trial whose process tree's RSS passes this, e.g. 8GiB "
                         "(KiB/MiB/GiB are powers of 1024, KB/MB/GB of 1000)")
+    p.add_argument("--gpu-memory-limit", default=None,
+                   help="cap what a CUDA trial may allocate on the GPU, e.g. 8GiB (a smaller "
+                        "GPU, or a share of one); gpu_sampling's fit check counts it")
 
 
 def _add_study_flags(p: argparse.ArgumentParser, reading: bool = False) -> None:
@@ -284,9 +287,11 @@ def _add_study_flags(p: argparse.ArgumentParser, reading: bool = False) -> None:
 def _measure_and_limits(args: argparse.Namespace):
     from autotune.env import parse_bytes
 
-    limit = args.memory_limit
+    limit, gpu = args.memory_limit, args.gpu_memory_limit
     limits = TrialLimits(timeout_s=args.trial_timeout, memory_limit_bytes=None if limit is None
-                         else parse_bytes(limit, option="--memory-limit"))
+                         else parse_bytes(limit, option="--memory-limit"),
+                         gpu_memory_limit_bytes=None if gpu is None
+                         else parse_bytes(gpu, option="--gpu-memory-limit"))
     measure = MeasureSpec(warmup_steps=args.warmup, min_steps=args.steps,
                           max_window_s=args.max_seconds, precision=args.precision or
                           MeasureSpec.precision)
@@ -621,6 +626,7 @@ def cmd_trial(args: argparse.Namespace) -> int:
     config = _with_task(config, args)
     check_config(config)
     measure, limits = _measure_and_limits(args)
+    check_limits(limits, config.device)
     profile = _profile_spec(args)
     trial_dir = _writable_dir(Path(args.studies_dir) / "trials", "--studies-dir") / \
         time.strftime(f"%Y%m%d-%H%M%S-{os.getpid()}")

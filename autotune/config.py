@@ -25,6 +25,7 @@ ModelName = Literal["sage", "gcn", "gat", "gin"]  # or an import path, see is_im
 Aggregation = Literal["scatter", "sparse"]
 DropoutMasks = Literal["bernoulli", "bits"]
 FeaturePlacement = Literal["gpu", "pinned"]
+FeatureDtype = Literal["float32", "bfloat16"]
 Task = Literal["node", "link", "graph"]  # the names of autotune.taskinfo.TASKS
 TemporalStrategy = Literal["uniform", "last"]  # PyG's temporal_strategy
 
@@ -38,6 +39,7 @@ MODELS: tuple[str, ...] = get_args(ModelName)
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
 DROPOUT_MASKS: tuple[str, ...] = get_args(DropoutMasks)
 FEATURE_PLACEMENTS: tuple[str, ...] = get_args(FeaturePlacement)
+FEATURE_DTYPES: tuple[str, ...] = get_args(FeatureDtype)
 TEMPORAL_STRATEGIES: tuple[str, ...] = get_args(TemporalStrategy)
 
 CONFIG_FORMAT = 1
@@ -66,6 +68,9 @@ class TrialConfig:
     # where gpu_sampling keeps the features: on the GPU, or in pinned host memory,
     # each batch's rows gathered from the GPU (a graph whose features do not fit)
     feature_placement: FeaturePlacement = "gpu"
+    # the dtype the loader stores and gathers features in (a batch's x is float32
+    # again before the model): bfloat16 halves their memory and the gather's bytes
+    feature_dtype: FeatureDtype = "float32"
     aggregation: Aggregation = "scatter"
     # how the built-in models draw dropout masks: torch's bernoulli_, or 16-bit draws
     # cut from raw random words (the same masks in law, a fraction of the time on CPU)
@@ -286,7 +291,8 @@ FIELD_CHECKS: dict[str, Callable[[str, Any], None]] = {
     "compile_mode": _one_of(COMPILE_MODES), "shapes": _one_of(SHAPES),
     "pad_ladder": _one_of(PAD_LADDERS), "amp_dtype": _one_of(AMP_DTYPES),
     "checkpointing": _flag, "sampler": _one_of(SAMPLERS), "gpu_sampling": _flag,
-    "feature_placement": _one_of(FEATURE_PLACEMENTS), "aggregation": _one_of(AGGREGATIONS), "dropout_masks": _one_of(DROPOUT_MASKS),
+    "feature_placement": _one_of(FEATURE_PLACEMENTS),
+    "feature_dtype": _one_of(FEATURE_DTYPES), "aggregation": _one_of(AGGREGATIONS), "dropout_masks": _one_of(DROPOUT_MASKS),
     "task": _one_of(TASKS), "model": _model,
     "hidden_channels": _positive_int, "num_layers": _positive_int, "lr": _rate,
     "dropout": _dropout, "device": _one_of(DEVICES), "time_attr": _attribute_name,

@@ -33,6 +33,12 @@ Linux to kill it when the runner dies, and each child asks the same of the serve
 A spare sends its ready line, reads one request and becomes that trial.
 
     python -m autotune.forkserver [--cuda-canary] [--no-compile] [--spare]
+
+To find the module behind a failed canary, bisect within the step it names (a
+binary search over the step's imports, each probe a fresh interpreter; about a
+dozen probes for PyG's 1,500 modules):
+
+    python -m autotune.forkserver --bisect torch_geometric
 """
 from __future__ import annotations
 
@@ -160,7 +166,8 @@ def preload(compiles: bool = True, canary: bool = False) -> dict:
             if canary and verdict is None:
                 why = _canary()
                 if why is not None:
-                    verdict = f"{why}, after importing {name}"
+                    verdict = f"{why}, after importing {name} (python -m " \
+                        f"autotune.forkserver --bisect {name} names the module)"
                     break
     return {"import_started_at": started, "import_done_at": time.time(),
             "imports_s": time.time() - started, "pid": os.getpid(), "threads": _threads(),
@@ -293,8 +300,132 @@ def spare(compiles: bool = True) -> int:
     _child(json.loads(line))
 
 
+PROBE_TIMEOUT_S = 600.0  # one fresh interpreter's imports and one canary
+
+
+class _Completions:
+    """A meta path finder that counts the modules whose import completes (their body
+    has run) and, at the ``at``-th, asks the canary: which module's own import left
+    CUDA unusable in a forked child. The order is deterministic for one interpreter
+    and one set of installed packages, so a count names the same module in every
+    probe."""
+
+    def __init__(self, at: int | None, canary) -> None:
+        self.at, self.canary = at, canary
+        self.names: list[str] = []
+        self.verdict: str | None = None
+
+    def find_spec(self, name, path, target=None):
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _CountingLoader(spec.loader, self)
+        return spec
+
+    def done(self, name: str) -> None:
+        self.names.append(name)
+        if len(self.names) == self.at:
+            self.verdict = self.canary()
+
+
+class _CountingLoader:
+    def __init__(self, loader, counter: _Completions) -> None:
+        self._loader, self._counter = loader, counter
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self._loader.exec_module(module)
+        self._counter.done(module.__name__)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+def probe(step: str, at: int | None, canary: str | None = None) -> dict:
+    """In this fresh interpreter: imports the steps before ``step``, then ``step``,
+    counting the modules it imports as they complete; at the ``at``-th, runs the
+    canary (``module:function`` returning None or why not; default: a forked CUDA
+    child). The modules in completion order, and the verdict."""
+    import importlib
+
+    check = _canary if canary is None else _load(canary)
+    order = steps()
+    for name in order[:order.index(step)] if step in order else ():
+        importlib.import_module(name)
+    counter = _Completions(at, check)
+    sys.meta_path.insert(0, counter)
+    try:
+        importlib.import_module(step)
+    finally:
+        sys.meta_path.remove(counter)
+    return {"step": step, "modules": counter.names, "at": at, "verdict": counter.verdict}
+
+
+def _load(path: str):
+    import importlib
+
+    module, _, function = path.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def bisect(step: str, canary: str | None = None, env: dict | None = None) -> dict:
+    """Which module imported by ``step`` leaves CUDA unusable in forked children: a
+    binary search over the count of completed imports, each probe a fresh
+    interpreter (:func:`probe`). ``culprit`` is None when even the whole step
+    passes (the step is not the culprit)."""
+    import subprocess
+
+    def run(at: int | None) -> dict:
+        argv = [sys.executable, "-m", "autotune.forkserver", "--probe", step]
+        argv += [] if at is None else ["--at", str(at)]
+        argv += [] if canary is None else ["--canary", canary]
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True,
+                             timeout=PROBE_TIMEOUT_S)
+        return json.loads(out.stdout.splitlines()[-1])
+
+    modules = run(None)["modules"]
+    probes = []
+
+    def fails(k: int) -> bool:
+        verdict = run(k)["verdict"]
+        probes.append({"at": k, "module": modules[k - 1], "verdict": verdict})
+        return verdict is not None
+
+    if not modules or not fails(len(modules)):
+        return {"step": step, "culprit": None, "completions": len(modules), "probes": probes}
+    lo, hi = 1, len(modules)  # the first failing count lies in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fails(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return {"step": step, "culprit": modules[lo - 1], "completions": len(modules),
+            "probes": probes}
+
+
+def _flag(args: list[str], name: str) -> str | None:
+    return args[args.index(name) + 1] if name in args else None
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if "--probe" in args:
+        at = _flag(args, "--at")
+        print(json.dumps(probe(_flag(args, "--probe"), None if at is None else int(at),
+                               _flag(args, "--canary"))))
+        sys.exit(0)
+    if "--bisect" in args:
+        print(json.dumps(bisect(_flag(args, "--bisect"), _flag(args, "--canary")), indent=2))
+        sys.exit(0)
     if "--spare" in args:
         sys.exit(spare("--no-compile" not in args))
     sys.exit(serve("--cuda-canary" in args, "--no-compile" not in args))

@@ -463,6 +463,7 @@ def _observe(pipe: Pipeline, stepper: _Stepper) -> dict:
         "num_workers_alive": len(workers),
         "torch_threads": torch.get_num_threads(),
         "sampler_backend": pipe.sampler_backend,
+        "feature_storage": pipe.feature_storage,
         "batch_shapes": len(stepper.shapes),
         "pad_buckets": sorted(stepper.shapes) if pipe.config.shapes == "padded" else None,
         **probe,

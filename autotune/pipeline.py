@@ -13,6 +13,9 @@ gpu_sampling       CSR, features and sampling on the GPU (the Triton sampler, on
 feature_placement  with gpu_sampling: features on the GPU, or pinned in host memory
                    and each batch's rows gathered by a GPU kernel
                    (:class:`HostFeatures`, :func:`autotune.kernels.gather_rows`)
+feature_dtype      the dtype the loader stores and gathers features in
+                   (:func:`stored_features`); :class:`FloatFeatures` makes a batch's
+                   ``x`` float32 again before the model
 model              :func:`autotune.models.make_model`: sage (default), gcn, gat, or a user's
                    factory by import path
 num_workers        ``NodeLoader(num_workers=..., persistent_workers=True)``
@@ -46,6 +49,7 @@ from typing import Iterator
 
 import torch
 from torch import Tensor, nn
+from torch_geometric.data import Data, HeteroData
 
 from autotune.config import TrialConfig
 from autotune.env import check_cores
@@ -132,7 +136,7 @@ class PadToBucket:
         self.ladder = ladder
 
     def __call__(self, batch):
-        from torch_geometric.data import Batch, HeteroData
+        from torch_geometric.data import Batch
 
         if isinstance(batch, HeteroData):
             return self._hetero(batch)
@@ -227,18 +231,49 @@ def check_config(config: TrialConfig) -> None:
 
 
 def gpu_resident_bytes(data, feature_placement: str = "gpu") -> dict[str, int]:
-    """What ``gpu_sampling`` puts on the GPU before the first batch, from sizes alone:
-    the CSC (colptr, row, and the edge permutation, counted even when the edges are
-    already in CSC order), features (unless pinned in host memory), labels and the
-    sampler's two id maps."""
-    n, e = int(data.num_nodes), int(data.edge_index.size(1))
-    need = {"graph (CSC)": (n + 1) * 8 + 2 * e * 8,
-            "features": data.x.numel() * data.x.element_size(),
-            "labels": data.y.numel() * data.y.element_size(),
-            "sampler maps": 2 * (n + 1) * 8}
+    """What ``gpu_sampling`` puts on the GPU before the first batch, from sizes alone,
+    summed over a heterogeneous graph's types: the CSC of each edge type (colptr,
+    row, and the edge permutation, counted even when the edges are already in CSC
+    order), features (unless pinned in host memory), labels and the sampler's two id
+    maps per node type."""
+    def size(tensors) -> int:
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    hetero = isinstance(data, HeteroData)
+    csc = 0
+    for (_, _, dst), store in data.edge_items() if hetero else [((None, None, None), data)]:
+        if "edge_index" in store:
+            n_dst = data[dst].num_nodes if hetero else data.num_nodes
+            csc += (int(n_dst) + 1) * 8 + 2 * int(store.edge_index.size(1)) * 8
+    need = {"graph (CSC)": csc,
+            "features": size(s.x for s in data.node_stores if "x" in s),
+            "labels": size(s.y for s in data.node_stores if "y" in s),
+            "sampler maps": sum(2 * (int(s.num_nodes) + 1) * 8 for s in data.node_stores)}
     if feature_placement == "pinned":
         del need["features"]
     return need
+
+
+def limit_gpu_memory(limit_bytes: int, device: torch.device) -> None:
+    """Caps this process's CUDA caching allocator at ``limit_bytes`` (``--gpu-memory-limit``)."""
+    total = torch.cuda.get_device_properties(device).total_memory
+    if limit_bytes > total:
+        from autotune.env import format_bytes
+
+        raise ConfigError(f"--gpu-memory-limit {format_bytes(limit_bytes)} is more than "
+                                f"the GPU has ({format_bytes(total)})")
+    torch.cuda.set_per_process_memory_fraction(limit_bytes / total, device)
+
+
+def gpu_room(device: torch.device) -> tuple[int, int]:
+    """(free, total) bytes on the GPU for this process: the device's, or within the
+    cap :func:`limit_gpu_memory` set."""
+    free, total = torch.cuda.mem_get_info(device)
+    fraction = torch.cuda.get_per_process_memory_fraction(device)
+    if fraction < 1:
+        cap = int(fraction * total)
+        free, total = min(free, cap - torch.cuda.memory_reserved(device)), cap
+    return free, total
 
 
 def check_gpu_fit(need: dict[str, int], free: int, total: int) -> None:
@@ -296,6 +331,7 @@ class Pipeline:
     task: object = None  # autotune.tasks: what a step's loss and seeds are
     worker_cores: list[list[int]] | None = None
     _lr: Tensor | None = field(default=None, repr=False)
+    feature_storage: str = ""  # where the loader gathers features from, in which dtype
 
     def autocast(self):
         dtype = self.config.amp_dtype
@@ -356,8 +392,7 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
     if config.gpu_sampling:
-        check_gpu_fit(gpu_resident_bytes(data, config.feature_placement),
-                      *torch.cuda.mem_get_info(device))
+        check_gpu_fit(gpu_resident_bytes(data, config.feature_placement), *gpu_room(device))
     sampler = None
     if task.samples:  # a graph-level task batches whole graphs
         sampler = make_sampler(data, task.fanouts(config, data),
@@ -366,13 +401,18 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
                                device=device if config.gpu_sampling else None,
                                time_attr=config.time_attr,
                                temporal_strategy=config.temporal_strategy)
-    loader_data = _gpu_resident(data, device, config.feature_placement) \
-        if config.gpu_sampling else data
-    transform = PadToBucket(config.pad_ladder) if config.shapes == "padded" else None
-    if config.gpu_sampling and config.feature_placement == "pinned":
-        from autotune.loader import chain
+    from autotune.loader import chain
 
-        transform = chain(HostFeatures(data.x, device), transform)
+    features = stored_features(data, config.feature_dtype)
+    loader_data = _gpu_resident(features, device, config.feature_placement) \
+        if config.gpu_sampling else features
+    transform = PadToBucket(config.pad_ladder) if config.shapes == "padded" else None
+    if config.feature_dtype != "float32":
+        transform = chain(FloatFeatures(), transform)
+    gather = HostFeatures(features, device) \
+        if config.gpu_sampling and config.feature_placement == "pinned" else None
+    if gather is not None:
+        transform = chain(gather, transform)
     workers = config.num_workers
     loader = task.loader(
         _loader_class(sampler), loader_data, sampler, data,
@@ -395,7 +435,11 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
     return Pipeline(config=config, loader=loader, model=compiled, eager_model=model,
                     optimizer=optimizer, scaler=scaler, device=device,
                     checkpointed_layers=checkpointed, sampler_backend=_describe(sampler),
-                    task=task, worker_cores=worker_cores, _lr=lr)
+                    task=task, worker_cores=worker_cores, _lr=lr,
+                    feature_storage=_feature_storage(
+                        list(gather.x.values()) if gather is not None else
+                        [s.x for s in loader_data.node_stores if "x" in s]
+                        if task.samples else None))
 
 
 def _describe(sampler) -> str:
@@ -423,30 +467,86 @@ def _loader_class(sampler) -> type:
     return NodeLoader
 
 
-def _gpu_resident(data, device: torch.device, feature_placement: str = "gpu"):
-    """A view of ``data`` for GPU sampling: features (unless ``pinned``: the loader's
-    :class:`HostFeatures` gathers them) and labels on the GPU, and an empty GPU
-    ``edge_index`` so PyG builds each batch's edges there (the sampler holds the
-    graph itself)."""
-    from torch_geometric.data import Data
+def stored_features(data, dtype: str):
+    """``data`` with its node features in ``dtype`` (a shallow copy: structure and
+    labels shared), or ``data`` itself for float32."""
+    import copy
 
-    view = Data(y=data.y.to(device), num_nodes=data.num_nodes,
-                edge_index=torch.empty(2, 0, dtype=torch.long, device=device))
-    if feature_placement == "gpu":
-        view.x = data.x.to(device)
+    if dtype == "float32":
+        return data
+    out = copy.copy(data)
+    for store in out.node_stores:
+        if "x" in store and store.x.is_floating_point():
+            store.x = store.x.to(getattr(torch, dtype))
+    return out
+
+
+class FloatFeatures:
+    """A loader transform: a batch's ``x`` (each node type's) as float32, as the
+    model takes it (the features were stored and gathered in a smaller dtype)."""
+
+    def __call__(self, batch):
+        for store in batch.node_stores:
+            if "x" in store and store.x.is_floating_point():
+                store.x = store.x.float()
+        return batch
+
+
+def _feature_storage(stored: list[Tensor] | None) -> str:
+    """Where and in which dtype a batch's features are gathered from, read off the
+    tensors built (``observed.feature_storage``): e.g. ``bfloat16 on cuda:0``,
+    ``float32 in pinned host memory``; "" for batches of whole graphs (None)."""
+    if stored is None:
+        return ""
+    if not stored:
+        return "none"
+    x = stored[0]
+    where = "in pinned host memory" if x.is_pinned() else \
+        ("in host memory" if x.device.type == "cpu" else f"on {x.device}")
+    return f"{str(x.dtype).removeprefix('torch.')} {where}"
+
+
+def _gpu_resident(data, device: torch.device, feature_placement: str = "gpu"):
+    """A view of ``data`` (``Data`` or ``HeteroData``) for GPU sampling: features
+    (unless ``pinned``: the loader's :class:`HostFeatures` gathers them) and labels on
+    the GPU, and an empty GPU ``edge_index`` per edge type so PyG builds each batch's
+    edges there (the sampler holds the graph itself)."""
+    view = HeteroData() if isinstance(data, HeteroData) else Data()
+    stores = zip(data.node_types, data.node_stores) if isinstance(data, HeteroData) else \
+        [(None, data)]
+    for node_type, store in stores:
+        out = view[node_type] if node_type is not None else view
+        out.num_nodes = store.num_nodes
+        keys = ("y",) if feature_placement == "pinned" else ("x", "y")
+        for key in keys:
+            if key in store:
+                out[key] = store[key].to(device)
+    empty = torch.empty(2, 0, dtype=torch.long, device=device)
+    if isinstance(data, HeteroData):
+        for edge_type in data.edge_types:
+            view[edge_type].edge_index = empty
+    else:
+        view.edge_index = empty
     return view
 
 
 class HostFeatures:
-    """A loader transform: a batch's ``x``, gathered on the GPU from features in
-    pinned host memory by :func:`autotune.kernels.gather_rows` (zero copy: only the
-    rows of ``batch.n_id`` cross the bus). Pins one copy of ``x`` when built."""
+    """A loader transform: a batch's ``x`` (of each node type, on a heterogeneous
+    graph), gathered on the GPU from features in pinned host memory by
+    :func:`autotune.kernels.gather_rows` (zero copy: only the rows of the batch's
+    ``n_id`` cross the bus). Pins one copy of the features when built."""
 
-    def __init__(self, x: Tensor, device: torch.device) -> None:
-        self.x = x.contiguous().pin_memory() if device.type == "cuda" else x.contiguous()
+    def __init__(self, data, device: torch.device) -> None:
+        def pinned(x: Tensor) -> Tensor:
+            return x.contiguous().pin_memory() if device.type == "cuda" else x.contiguous()
+
+        self.x = {t: pinned(data[t].x) for t in data.node_types if "x" in data[t]} \
+            if isinstance(data, HeteroData) else {None: pinned(data.x)}
 
     def __call__(self, batch):
         from autotune.kernels import gather_rows
 
-        batch.x = gather_rows(self.x, batch.n_id)
+        for node_type, x in self.x.items():
+            store = batch[node_type] if node_type is not None else batch
+            store.x = gather_rows(x, store.n_id)
         return batch

@@ -24,7 +24,8 @@ def short(config: dict) -> str:
     """A config in one short line: batch, fanout, workers/affinity, compile/shapes,
     dtype, checkpointing, sampler (``@gpu`` with GPU sampling, ``@gpu+pinned`` with
     its features in pinned host memory), ``+spmm`` for the
-    sparse aggregation and ``+bits`` for dropout masks from random bits (see the README's "Reading a config code"); a named edge
+    sparse aggregation, ``+bits`` for dropout masks from random bits and ``+xbf16``
+    for features stored in bfloat16 (see the README's "Reading a config code"); a named edge
     type's fanout follows the shared one as ``REL[k, ...]``. A graph-level config
     (task graph) has no fanout and no sampler: ``graphs`` stands for both."""
     affinity = "pin" if config.get("loader_cores") else "-"
@@ -34,7 +35,8 @@ def short(config: dict) -> str:
         ("@gpu" if config.get("gpu_sampling") else "") + \
         ("+pinned" if config.get("feature_placement") == "pinned" else "") + \
         ("+spmm" if config.get("aggregation") == "sparse" else "") + \
-        ("+bits" if config.get("dropout_masks") == "bits" else "")
+        ("+bits" if config.get("dropout_masks") == "bits" else "") + \
+        ("+xbf16" if config.get("feature_dtype") == "bfloat16" else "")
     fanout = "" if whole else f"f{list(config['num_neighbors'])}" + "".join(
         f" {edge_type.split('__')[1]}{list(k)}"  # a named edge type's own fanout
         for edge_type, k in (config.get("edge_fanouts") or {}).items()) + " "

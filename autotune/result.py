@@ -95,6 +95,7 @@ class Observed(_Part):
     saved_tensor_bytes: int = 0
     aggregation_ops: list[str] = field(default_factory=list)  # aten ops the probe step ran
     dropout_ops: list[str] = field(default_factory=list)  # those that drew dropout masks
+    feature_storage: str = ""  # where and in which dtype the loader gathers features
     sampled_edges_by_type: dict[str, int] | None = None  # a heterogeneous probe batch's
     trial_start: str = ""  # "fork server", or "fresh interpreter" and why
     main_pid: int = 0

@@ -69,6 +69,7 @@ def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.P
             "measure": measure.to_dict(), "spawned_at": asked_at, "trial_start": start,
             "train": vars(train).copy() if train is not None else None,
             "profile": profile.to_dict() if profile is not None else None,
+            "gpu_memory_limit": limits.gpu_memory_limit_bytes,
             # stopped during each measured window: the next trial's spare interpreter
             "quiet_pids": server.quiet_pids() if server is not None else []}
     spec_path.write_text(json.dumps(spec, indent=2))

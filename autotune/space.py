@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune.config import (AGGREGATIONS, AMP_DTYPES, COMPILE_MODES, DROPOUT_MASKS,
-                             FEATURE_PLACEMENTS, MODELS,
+                             FEATURE_DTYPES, FEATURE_PLACEMENTS, MODELS,
                              PAD_LADDERS, SAMPLERS, SHAPES, TrialConfig, check_field,
                              fit_fanout)
 from autotune.errors import ConfigError, SearchSpaceError
@@ -35,7 +35,7 @@ SPACES_DIR = _spaces_dir()
 AFFINITY_STRATEGIES = STRATEGIES
 KNOBS = ("batch_size", "num_neighbors", "num_workers", "prefetch_factor", "affinity",
          "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing", "sampler",
-         "gpu_sampling", "feature_placement", "aggregation", "dropout_masks")
+         "gpu_sampling", "feature_placement", "feature_dtype", "aggregation", "dropout_masks")
 FIXED = ("model", "hidden_channels", "num_layers", "lr", "dropout", "seed", "recompile_limit",
          "task", "time_attr", "temporal_strategy")
 # A heterogeneous graph's fanout of one edge type, searched apart from the shared
@@ -49,7 +49,7 @@ ALLOWED: dict[str, tuple | None] = {
     "amp_dtype": AMP_DTYPES, "checkpointing": (False, True), "sampler": SAMPLERS,
     "num_workers": None, "prefetch_factor": None, "gpu_sampling": (False, True),
     "aggregation": AGGREGATIONS, "dropout_masks": DROPOUT_MASKS,
-    "feature_placement": FEATURE_PLACEMENTS,
+    "feature_placement": FEATURE_PLACEMENTS, "feature_dtype": FEATURE_DTYPES,
 }
 INT_RANGE_KNOBS = ("batch_size", "num_workers", "prefetch_factor")
 # The knobs PyG's examples/reddit.py fixes: the space is widened to hold its values.
@@ -265,16 +265,19 @@ def _stated_precision(path: Path, value: Any) -> float | None:
 
 
 SAMPLING_KNOBS = ("num_neighbors", "sampler", "gpu_sampling")  # act on neighbour sampling
+# act on the node features a sampled batch gathers from the whole graph
+FEATURE_KNOBS = ("feature_placement", "feature_dtype")
 
 
 def _whole_graph_knobs(path: Path, knobs: dict[str, Knob], notes: list[str]
                        ) -> dict[str, Knob]:
-    """A graph-level study batches whole graphs: its fanout and sampler knobs would
-    change nothing, so they are left out, with a note."""
-    dropped = [name for name in knobs if name in SAMPLING_KNOBS or _edge_knob(name)]
+    """A graph-level study batches whole graphs: its fanout, sampler and feature
+    knobs would change nothing, so they are left out, with a note."""
+    dropped = [name for name in knobs
+               if name in SAMPLING_KNOBS + FEATURE_KNOBS or _edge_knob(name)]
     if dropped:
         notes.append(f"{path.name}: {', '.join(dropped)} left out: task graph batches whole "
-                     "graphs, nothing is sampled")
+                     "graphs, nothing is sampled or gathered")
     return {name: knob for name, knob in knobs.items() if name not in dropped}
 
 
@@ -513,7 +516,8 @@ ACTIVE_WHEN: dict[str, Callable[[dict[str, Any], str], bool]] = {
 }
 KNOB_ORDER = ("batch_size", "num_neighbors", "num_workers", "prefetch_factor", "affinity",
               "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing",
-              "gpu_sampling", "feature_placement", "sampler", "aggregation", "dropout_masks")
+              "gpu_sampling", "feature_placement", "sampler", "aggregation", "dropout_masks",
+              "feature_dtype")
 _BASE = TrialConfig()
 DEFAULTS: dict[str, Any] = {**{k: getattr(_BASE, k) for k in KNOB_ORDER if k != "affinity"},
                             "affinity": "none", "shapes": "dynamic", "gpu_sampling": False}

@@ -88,6 +88,16 @@ class TrialLimits:
 
     timeout_s: float = DEFAULT_TIMEOUT_S
     memory_limit_bytes: int | None = None
+    # the trial's CUDA caching allocator is capped to this (a smaller GPU, or a share
+    # of one); gpu_sampling's fit check counts it
+    gpu_memory_limit_bytes: int | None = None
+
+
+def check_limits(limits: TrialLimits | None, device: str) -> None:
+    """A GPU memory cap is for CUDA trials: asking it of CPU trials is a mistake."""
+    if limits is not None and limits.gpu_memory_limit_bytes is not None and device != "cuda":
+        raise ConfigError(f"--gpu-memory-limit caps what a CUDA trial allocates on the GPU; "
+                          f"these trials run on {device}")
 
 
 @dataclass(frozen=True)

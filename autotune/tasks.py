@@ -96,7 +96,6 @@ class HeteroNodeTask(NodeTask):
         self.target = target
 
     def check(self, config: TrialConfig) -> None:
-        _no_gpu_sampling(config, "a heterogeneous graph")
         if config.model in ("gcn", "gat"):
             raise ConfigError(f"model {config.model} does not take the bipartite edge types of "
                               "a heterogeneous graph; use model sage or your own factory")
@@ -166,7 +165,6 @@ class LinkTask:
     samples = True
 
     def check(self, config: TrialConfig) -> None:
-        _no_gpu_sampling(config, "task link")
         NodeTask.check(self, config)
 
     fanouts = NodeTask.fanouts
@@ -280,6 +278,10 @@ class GraphTask:
 
     def check(self, config: TrialConfig) -> None:
         _no_gpu_sampling(config, "task graph")
+        if config.feature_dtype != "float32":
+            raise ConfigError(f"feature_dtype {config.feature_dtype} is how a sampled batch's "
+                              "features are stored and gathered (got task graph, whose "
+                              "batches are whole graphs); use feature_dtype float32")
         if config.edge_fanouts:
             raise ConfigError("edge_fanouts names edge types of a heterogeneous graph (got a "
                               "graph-level dataset); leave it out")
@@ -359,8 +361,8 @@ def _link_auc(pipe, loader, scores_of, labels_of) -> float:
 
 def _no_gpu_sampling(config: TrialConfig, got: str) -> None:
     if config.gpu_sampling:
-        raise ConfigError("gpu_sampling samples homogeneous node batches with the Triton "
-                          f"kernel (got {got}); use gpu_sampling false")
+        raise ConfigError("gpu_sampling samples node and link batches on the GPU (got "
+                          f"{got}, whose batches are whole graphs); use gpu_sampling false")
 
 
 def score(z: Tensor, pairs: Tensor) -> Tensor:

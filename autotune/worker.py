@@ -90,6 +90,12 @@ def run(spec: dict, trial_dir: Path) -> dict:
     ref = DatasetRef(**spec["dataset"])
     dataset = ref.load()
     t_loaded = time.time()
+    if spec.get("gpu_memory_limit") and config.device == "cuda":
+        import torch
+
+        from autotune.pipeline import limit_gpu_memory
+
+        limit_gpu_memory(spec["gpu_memory_limit"], torch.device(config.device))
     pipe = build(config, dataset.data, num_classes=dataset.num_classes,
                  cache_file=ref.csc_path())
     t_built = time.time()

@@ -7,7 +7,11 @@ With ``--device cuda`` the baseline samples on the CPU and copies each batch (pi
 non-blocking), and the rows add the GPU-resident pipeline (``gpu_sampling``: the
 Triton sampler, features on the GPU) alone and with bfloat16 and the sparse
 aggregation: the best of those is the end-to-end figure (target: 150,000 seed
-nodes/s at batch 1024, [25, 10], SAGE 2x256 on the full-scale graph).
+nodes/s at batch 1024, [25, 10], SAGE 2x256 on the full-scale graph). Then features
+in pinned host memory (``feature_placement: pinned``), on the whole GPU and with the
+trial's GPU memory capped (``--gpu-memory-limit``) below what resident features
+need but above the graph alone; the same cap with resident features must be
+refused by the fit check. Target: pinned under the cap at least 3x the baseline.
 
 With ``--task graph`` the rows run on ``synthetic-molecules`` (batches of whole
 graphs, no fanout; the baseline is the same config with task graph, throughput in
@@ -16,6 +20,10 @@ graphs/s), with two batch sizes added.
     python benchmarks/knobs.py --out benchmarks/results/knobs.json
     python benchmarks/knobs.py --device cuda --out benchmarks/results/knobs-cuda.json
     python benchmarks/knobs.py --task graph --scale 0.1 --out benchmarks/results/knobs-graph.json
+    python benchmarks/knobs.py --device cuda --task link --only gpu_sampling \\
+        --out benchmarks/results/knobs-link-cuda.json
+    python benchmarks/knobs.py --device cuda --dataset synthetic-hetero --only gpu_sampling \\
+        --out benchmarks/results/knobs-hetero-cuda.json
 """
 from __future__ import annotations
 
@@ -32,12 +40,14 @@ from autotune.topology import STRATEGIES, affinity_sets, this_machine
 
 
 TARGET_GPU_SEEDS_PER_S = 150_000
+TARGET_PINNED_SPEEDUP = 3.0
 GPU_RESIDENT = {"gpu_sampling": True, "num_workers": 0, "loader_cores": None,
                 "compute_cores": None}
 
 
-def variants(base) -> list[tuple[str, str, dict]]:
-    """(knob, value, changes) for every knob value that differs from the baseline."""
+def variants(base, stats: dict | None = None) -> list[tuple]:
+    """(knob, value, changes[, GPU memory cap]) for every knob value that differs from
+    the baseline."""
     out = _loader_variants(base)
     out += [("compile_mode", "default", {"compile_mode": "default"}),
             ("compile_mode", "max-autotune-no-cudagraphs",
@@ -48,23 +58,49 @@ def variants(base) -> list[tuple[str, str, dict]]:
              {"compile_mode": "default", "shapes": "padded", "pad_ladder": "geometric"}),
             ("amp_dtype", "bfloat16", {"amp_dtype": "bfloat16"}),
             ("checkpointing", "true", {"checkpointing": True}),
-            ("aggregation", "sparse", {"aggregation": "sparse"})]
+            ("aggregation", "sparse", {"aggregation": "sparse"}),
+            ("feature_dtype", "bfloat16", {"feature_dtype": "bfloat16"}),
+            ("feature_dtype", "bfloat16 + bfloat16 autocast",
+             {"feature_dtype": "bfloat16", "amp_dtype": "bfloat16"})]
     if base.device == "cuda":
         out += [("compile_mode", "reduce-overhead", {"compile_mode": "reduce-overhead"}),
                 ("amp_dtype", "float16", {"amp_dtype": "float16"}),
                 ("gpu_sampling", "true", GPU_RESIDENT),
                 ("gpu_sampling", "true + bfloat16", {**GPU_RESIDENT, "amp_dtype": "bfloat16"}),
+                ("gpu_sampling", "true + bfloat16 + bfloat16 features",
+                 {**GPU_RESIDENT, "amp_dtype": "bfloat16", "feature_dtype": "bfloat16"}),
                 ("gpu_sampling", "true + bfloat16 + sparse",
                  {**GPU_RESIDENT, "amp_dtype": "bfloat16", "aggregation": "sparse"}),
                 ("gpu_sampling", "true + bfloat16 + reduce-overhead, padded geometric",
                  {**GPU_RESIDENT, "amp_dtype": "bfloat16", "compile_mode": "reduce-overhead",
                   "shapes": "padded", "pad_ladder": "geometric"})]
+        pinned = {**GPU_RESIDENT, "amp_dtype": "bfloat16", "feature_placement": "pinned"}
+        cap = features_excluded_cap(stats) if stats else None
+        out += [("feature_placement", "pinned + bfloat16", pinned)]
+        if cap is not None:
+            out += [("feature_placement", f"pinned + bfloat16, GPU capped at {cap >> 20} MiB",
+                     pinned, cap),
+                    ("feature_placement", f"gpu + bfloat16, GPU capped at {cap >> 20} MiB "
+                     "(the fit check must refuse it)", {**pinned, "feature_placement": "gpu"},
+                     cap)]
     if base.task == "graph":
         out += [("batch_size", str(b), {"batch_size": b}) for b in (256, 4096)]
     else:  # temporal sampling: what training in time costs (the node times of synthetic)
         out += [("time_attr", f"time, {s}", {"time_attr": "time", "temporal_strategy": s})
                 for s in ("uniform", "last")]
     return out
+
+
+def features_excluded_cap(stats: dict) -> int:
+    """A GPU memory cap under which the graph fits with its features in pinned host
+    memory and not with them on the GPU (the fit check keeps 10% of it free): just
+    below the resident features' threshold, so pinned has the most working room."""
+    from autotune.pipeline import GPU_HEADROOM
+
+    n, e = stats["num_nodes"], stats["num_edges"]
+    structure = (n + 1) * 8 + 2 * e * 8 + n * 8 + 2 * (n + 1) * 8
+    features = n * stats["num_features"] * 4
+    return int((structure + features) / (1 - GPU_HEADROOM)) - (1 << 20)
 
 
 def _loader_variants(base) -> list[tuple[str, str, dict]]:
@@ -86,9 +122,11 @@ def main() -> None:
     p.add_argument("--trial-timeout", type=float, default=600.0)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--only", default=None, help="measure only the rows of this knob")
-    p.add_argument("--task", choices=["node", "graph"], default="node")
+    p.add_argument("--task", choices=["node", "link", "graph"], default="node")
+    p.add_argument("--dataset", default=None, help="default: synthetic (synthetic-molecules "
+                   "for task graph); synthetic-hetero for a heterogeneous graph")
     args = p.parse_args()
-    name = "synthetic-molecules" if args.task == "graph" else "synthetic"
+    name = args.dataset or ("synthetic-molecules" if args.task == "graph" else "synthetic")
     ref, stats, _ = prepare(args, name, args.task)
     base = baseline().replace(sampler="builtin", device=args.device, task=args.task)
     key = task_info(base).throughput_key
@@ -97,7 +135,7 @@ def main() -> None:
     with ForkServer(folder=Path(args.workdir) / "knobs-server") as server:
         measure = _measurer(args, ref, server, key)
         first = measure("baseline-first", base)
-        rows, skipped = _rows(args, base, measure)
+        rows, skipped = _rows(args, base, measure, stats)
         last = measure("baseline-last", base)
     if not (first["status"] == last["status"] == "ok"):
         raise SystemExit(f"the baseline failed: {first} {last}")
@@ -110,6 +148,7 @@ def main() -> None:
     write(args.out, {
         "benchmark": "knobs", "device": args.device, "task": args.task, "dataset": stats,
         "scale": args.scale, "gpu_end_to_end": _end_to_end(rows),
+        "pinned_capped": _pinned_capped(rows),
         "baseline": base.to_dict(), "steps": args.steps, "warmup": args.warmup,
         "baseline_runs": [first, last], f"baseline_{key}": base_tp,
         "baseline_peak_mib": base_mem, "rows": rows, "skipped": skipped,
@@ -117,13 +156,14 @@ def main() -> None:
 
 
 def _measurer(args, ref, server, key: str):
-    spec, limits = measure_spec(args), TrialLimits(timeout_s=args.trial_timeout)
+    spec = measure_spec(args)
     cache = f"{args.workdir}/knobs-inductor"
 
-    def measure(name: str, config) -> dict:
+    def measure(name: str, config, gpu_cap: int | None = None) -> dict:
+        limits = TrialLimits(timeout_s=args.trial_timeout, gpu_memory_limit_bytes=gpu_cap)
         result = run_trial(config, dataset=ref, trial_dir=f"{args.workdir}/knobs-{name}",
                            measure=spec, limits=limits, inductor_cache=cache, server=server)
-        row = {"status": result.status, "reason": result.reason}
+        row = {"status": result.status, "reason": result.reason, "gpu_memory_limit": gpu_cap}
         if result.ok:
             throughput, memory = result.objectives()
             row.update({key: throughput}, peak_mib=memory,
@@ -145,9 +185,9 @@ def _measurer(args, ref, server, key: str):
     return measure
 
 
-def _rows(args, base, measure) -> tuple[list[dict], list[dict]]:
+def _rows(args, base, measure, stats: dict) -> tuple[list[dict], list[dict]]:
     rows, skipped = [], []
-    for i, (knob, value, changes) in enumerate(variants(base)):
+    for i, (knob, value, changes, *cap) in enumerate(variants(base, stats)):
         if args.only is not None and knob != args.only:
             continue
         try:
@@ -155,7 +195,7 @@ def _rows(args, base, measure) -> tuple[list[dict], list[dict]]:
         except ConfigError as exc:
             skipped.append({"knob": knob, "value": value, "why": str(exc)})
             continue
-        rows.append({"knob": knob, "value": value, **measure(f"{i}", config)})
+        rows.append({"knob": knob, "value": value, **measure(f"{i}", config, *cap)})
     try:
         if base.task == "graph":
             raise ConfigError("task graph samples nothing")
@@ -167,6 +207,22 @@ def _rows(args, base, measure) -> tuple[list[dict], list[dict]]:
     except AutotuneError as exc:  # BackendUnavailableError: neither pyg-lib nor torch-sparse
         skipped.append({"knob": "sampler", "value": "pyg", "why": str(exc)})
     return rows, skipped
+
+
+def _pinned_capped(rows: list[dict]) -> dict | None:
+    """Pinned features under the cap against the baseline, and whether the same cap
+    refused resident features."""
+    capped = [r for r in rows if r["knob"] == "feature_placement" and r["gpu_memory_limit"]]
+    pinned = next((r for r in capped if r["value"].startswith("pinned")), None)
+    if pinned is None:
+        return None
+    refused = next((r for r in capped if r["value"].startswith("gpu")), None)
+    return {"value": pinned["value"], "status": pinned["status"],
+            "seed_nodes_per_s": pinned.get("seed_nodes_per_s"),
+            "speedup": pinned.get("throughput_ratio"), "target": TARGET_PINNED_SPEEDUP,
+            "met": (pinned.get("throughput_ratio") or 0) >= TARGET_PINNED_SPEEDUP,
+            "resident_features_refused": refused is not None and refused["status"] == "oom"
+            and "feature_placement pinned" in (refused["reason"] or "")}
 
 
 def _end_to_end(rows: list[dict]) -> dict | None:

@@ -404,3 +404,75 @@ def test_full_fanout_batches_give_the_full_graph_output(random_graph):
                                      batch_size=4)))
     out = lifted(batch.x_dict, batch.edge_index_dict, batch.edge_weight_dict)["n"][:4]
     assert torch.allclose(out, full, atol=1e-5)
+
+
+def test_gpu_resident_views_of_hetero_and_link_graphs_give_exact_batches(mag, random_graph):
+    """What gpu_sampling builds for heterogeneous graphs and link prediction, on CPU:
+    the view the loader indexes (labels, features unless pinned, an empty edge_index
+    per edge type), the pinned features' gather per node type in Triton's
+    interpreter, and the sizes the fit check counts."""
+    from torch_geometric.loader import LinkLoader, NodeLoader
+
+    from autotune.pipeline import HostFeatures, _gpu_resident, gpu_resident_bytes
+
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter runs on machines without CUDA; cuda tests cover it")
+    cpu = torch.device("cpu")
+    view = _gpu_resident(mag, cpu, "pinned")
+    assert set(view.edge_types) == set(mag.edge_types)
+    assert all(view[t].edge_index.numel() == 0 for t in view.edge_types)
+    assert "x" not in view["paper"] and torch.equal(view["paper"].y, mag["paper"].y)
+    assert "x" in _gpu_resident(mag, cpu, "gpu")["author"]
+    fanout = {t: [4, 3] for t in mag.edge_types}
+    loader = NodeLoader(view, node_sampler=autotune.NeighborSampler(mag, fanout, seed=0),
+                        input_nodes=("paper", mag["paper"].train_mask), batch_size=16,
+                        transform=HostFeatures(mag, cpu))
+    batch = next(iter(loader))
+    for node_type in mag.node_types:
+        assert torch.equal(batch[node_type].x, mag[node_type].x[batch[node_type].n_id])
+    need = gpu_resident_bytes(mag, "gpu")
+    assert need["features"] == sum(mag[t].x.numel() * 4 for t in mag.node_types)
+    assert need["graph (CSC)"] == sum(
+        (mag[d].num_nodes + 1) * 8 + 2 * mag[s, r, d].edge_index.size(1) * 8
+        for s, r, d in mag.edge_types)
+    assert "features" not in gpu_resident_bytes(mag, "pinned")
+
+    view = _gpu_resident(random_graph, cpu, "pinned")
+    loader = LinkLoader(view, link_sampler=autotune.NeighborSampler(random_graph, [4, 2], seed=0),
+                        edge_label_index=random_graph.edge_index[:, :64],
+                        neg_sampling=NegativeSampling("binary"), batch_size=32,
+                        transform=HostFeatures(random_graph, cpu))
+    batch = next(iter(loader))
+    assert torch.equal(batch.x, random_graph.x[batch.n_id])
+    assert batch.edge_label.tolist() == [1.0] * 32 + [0.0] * 32
+
+
+def test_gpu_sampling_is_refused_only_where_nothing_is_sampled():
+    from autotune.config import TrialConfig
+    from autotune.tasks import GraphTask, HeteroLinkTask, HeteroNodeTask, LinkTask
+
+    config = TrialConfig(device="cuda", gpu_sampling=True, sampler="builtin", num_workers=0)
+    for task in (LinkTask(), HeteroNodeTask("paper"),
+                 HeteroLinkTask(("paper", "cites", "paper"))):
+        task.check(config)
+    with pytest.raises(ConfigError, match="whole graphs"):
+        GraphTask().check(config.replace(task="graph"))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("placement", ["gpu", "pinned"])
+def test_gpu_resident_link_and_hetero_pipelines_train_on_the_gpu(mag, random_graph, placement):
+    from autotune.config import TrialConfig
+    from autotune.graphs import link_split
+    from autotune.pipeline import build
+
+    config = TrialConfig(device="cuda", gpu_sampling=True, sampler="builtin", num_workers=0,
+                         feature_placement=placement, batch_size=32, num_neighbors=(4, 2),
+                         hidden_channels=16)
+    pipes = [build(config.replace(task="link"), link_split(random_graph, seed=0)),
+             build(config, mag, num_classes=int(mag["paper"].y.max()) + 1)]
+    for pipe in pipes:
+        assert "triton" in pipe.sampler_backend
+        batch = next(iter(pipe.loader))
+        assert all(s.x.is_cuda for s in batch.node_stores if "x" in s)
+        assert torch.isfinite(pipe.train_step(batch))

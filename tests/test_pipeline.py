@@ -346,7 +346,7 @@ def test_host_features_gather_each_batchs_rows_in_the_loader(tiny_synthetic):
     data = tiny_synthetic
     view = Data(y=data.y, num_nodes=data.num_nodes, edge_index=data.edge_index)
     sampler = autotune.NeighborSampler(data, [5, 3], seed=0)
-    gather = HostFeatures(data.x, torch.device("cpu"))
+    gather = HostFeatures(data, torch.device("cpu"))
     for transform in (gather, chain(gather, PadToBucket("pow2"))):
         loader = NodeLoader(view, node_sampler=sampler, batch_size=32, transform=transform,
                             input_nodes=data.train_mask)
@@ -376,3 +376,32 @@ def test_pinned_features_train_as_gpu_resident_ones(tiny_synthetic):
         assert torch.equal(batch.x.cpu(), tiny_synthetic.x[batch.n_id.cpu()])
         losses[placement] = float(pipe.train_step(batch))
     assert losses["gpu"] == pytest.approx(losses["pinned"])
+
+
+def test_feature_dtype_stores_and_gathers_features_in_bfloat16(tiny_synthetic):
+    """feature_dtype bfloat16: the loader gathers from a bfloat16 copy of the
+    features (read back as observed.feature_storage), the model still gets float32
+    (the same values rounded to bfloat16), and the graph's own features are left
+    as they were."""
+    import torch
+
+    from autotune.config import TrialConfig
+    from autotune.pipeline import build
+
+    data = tiny_synthetic
+    before = data.x.clone()
+    pipe = build(TrialConfig(batch_size=64, num_neighbors=(5, 3), hidden_channels=16,
+                             feature_dtype="bfloat16"), data, num_classes=4)
+    assert pipe.feature_storage == "bfloat16 in host memory"
+    batch = next(iter(pipe.loader))
+    assert batch.x.dtype == torch.float32
+    assert torch.equal(batch.x, data.x[batch.n_id].to(torch.bfloat16).float())
+    assert torch.isfinite(pipe.train_step(batch))
+    assert torch.equal(data.x, before) and data.x.dtype == torch.float32
+    plain = build(TrialConfig(batch_size=64, num_neighbors=(5, 3), hidden_channels=16), data,
+                  num_classes=4)
+    assert plain.feature_storage == "float32 in host memory"
+    from autotune.tasks import GraphTask
+
+    with pytest.raises(ConfigError, match="whole graphs"):
+        GraphTask().check(TrialConfig(task="graph", feature_dtype="bfloat16"))

@@ -122,7 +122,7 @@ def test_aggregation_is_suggested_only_without_compile():
     assert space.knobs["aggregation"].choices == ("scatter", "sparse")
     params = {"batch_size": 1024, "num_neighbors": "25,10", "num_workers": 0,
               "amp_dtype": "float32", "checkpointing": False, "sampler": "builtin",
-              "dropout_masks": "bernoulli"}
+              "dropout_masks": "bernoulli", "feature_dtype": "float32"}
     eager = suggest_config(optuna.trial.FixedTrial(
         {**params, "compile_mode": "none", "aggregation": "sparse"}), space, device="cpu",
         topology=TWO)
@@ -145,7 +145,8 @@ def test_a_compiled_configs_eager_twin_takes_its_aggregation_not_a_sampled_one()
     space = load_space("default", device="cpu", cores=2, baseline=BASE)
     params = {"batch_size": 1024, "num_neighbors": "25,10", "num_workers": 0,
               "compile_mode": "default", "shapes": "dynamic", "amp_dtype": "bfloat16",
-              "checkpointing": False, "sampler": "builtin", "dropout_masks": "bernoulli"}
+              "checkpointing": False, "sampler": "builtin", "dropout_masks": "bernoulli",
+              "feature_dtype": "float32"}
     compiled = suggest_config(optuna.trial.FixedTrial(params), space, device="cpu",
                               topology=TWO)
     twin = eager_params(params, space, "cpu")

@@ -277,7 +277,7 @@ def test_a_fork_server_whose_children_cannot_use_cuda_gives_way_to_spares(prepar
         start = server.start(dict(os.environ), "cuda")
         assert start.startswith(f"{SPARE} (fork server unusable: a forked child could "
                                 "not use CUDA"), start
-        assert start.endswith("after importing torch)"), start  # the first step's canary
+        assert "after importing torch (python -m autotune.forkserver --bisect torch" in start
         assert server.proc is None, "an unusable server must be shut down"
         server.close()  # the spare readied above is not used
         results = [run_trial(config, dataset=prepared, trial_dir=tmp_path / f"t{i}",
@@ -354,3 +354,40 @@ def test_the_fork_servers_imports_query_no_cuda_and_the_tripwire_names_one_that_
     assert not ready["cuda_initialized"] and ready["canary"] is None
 
 
+
+
+
+_FAKE_CANARY = """import sys
+
+
+def canary():
+    # a forked child 'cannot use CUDA' once the planted module's body has run
+    return "planted.culprit ran" if "planted.culprit" in sys.modules else None
+"""
+
+
+def test_bisect_names_the_module_whose_import_broke_the_canary(tmp_path):
+    """Bisecting within a step: a binary search over the step's completed imports,
+    each probe a fresh interpreter, names the one module after whose body the
+    canary fails (here a fake canary: a real one needs a GPU), among modules
+    imported before and after it, nested included."""
+    import os
+    import sys
+
+    from autotune.forkserver import bisect
+
+    pkg = tmp_path / "planted"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from planted import a, sub, culprit, z\n")
+    for name in ("a", "z", "sub/one", "sub/two"):
+        (pkg / f"{name}.py").write_text("VALUE = 1\n")
+    (pkg / "sub" / "__init__.py").write_text("from planted.sub import one, two\n")
+    (pkg / "culprit.py").write_text("from planted import sub\nSTATE = 'initialised'\n")
+    (tmp_path / "fake_canary.py").write_text(_FAKE_CANARY)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    found = bisect("planted", canary="fake_canary:canary", env=env)
+    assert found["culprit"] == "planted.culprit", found
+    assert found["completions"] == 7  # a, sub.one, sub.two, sub, culprit, z, planted
+    assert len(found["probes"]) <= 4  # the whole step, then log2(7) rounded up
+    (pkg / "__init__.py").write_text("from planted import a, z\n")
+    assert bisect("planted", canary="fake_canary:canary", env=env)["culprit"] is None

@@ -27,7 +27,7 @@ from autotune.study.loop import Progress, SearchOutcome, run_search
 from autotune.study.options import SearchOptions, check_study_name
 from autotune.study.records import TrialRecord
 from autotune.study.studies import default_storage, default_study_name
-from autotune.specs import GuardOptions, MeasureSpec, TrialLimits
+from autotune.specs import GuardOptions, MeasureSpec, TrialLimits, check_limits
 from autotune.storage import check_storage, masked, study_lock
 from autotune.taskinfo import task_info
 
@@ -211,6 +211,7 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     import torch
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    check_limits(limits, device)
     _check_budgets(sampler, n_trials, timeout_s, heartbeat_s, grace_s)
     pairing = _pairing(confirm, confirm_rounds, control_every, control_every_trials)
     studies = _studies_folder(studies_dir)
