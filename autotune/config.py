@@ -69,7 +69,8 @@ class TrialConfig:
     # each batch's rows gathered from the GPU (a graph whose features do not fit)
     feature_placement: FeaturePlacement = "gpu"
     # the dtype the loader stores and gathers features in (a batch's x is float32
-    # again before the model): bfloat16 halves their memory and the gather's bytes
+    # again before the model): bfloat16 halves the gather's bytes, and the features'
+    # GPU (or pinned) memory with gpu_sampling
     feature_dtype: FeatureDtype = "float32"
     aggregation: Aggregation = "scatter"
     # how the built-in models draw dropout masks: torch's bernoulli_, or 16-bit draws

@@ -60,6 +60,8 @@ def variants(base, stats: dict | None = None) -> list[tuple]:
             ("checkpointing", "true", {"checkpointing": True}),
             ("aggregation", "sparse", {"aggregation": "sparse"}),
             ("feature_dtype", "bfloat16", {"feature_dtype": "bfloat16"}),
+            # the row below's reference in the same run: what autocast alone gives
+            ("feature_dtype", "float32 + bfloat16 autocast", {"amp_dtype": "bfloat16"}),
             ("feature_dtype", "bfloat16 + bfloat16 autocast",
              {"feature_dtype": "bfloat16", "amp_dtype": "bfloat16"})]
     if base.device == "cuda":
