@@ -102,13 +102,15 @@ class Tripwire:
     :data:`CUDA_DRIVER_CALLS`, where the build has them) while it is armed: which
     function, the first line outside torch.cuda and the import machinery that called
     it, and the import step (:attr:`step`) it came in. The wrapped functions call
-    through; once disarmed they only call through."""
+    through; on exit the originals are put back (a module that bound a wrapper by
+    name keeps one that only calls through)."""
 
     def __init__(self) -> None:
         self.step = ""
         self.calls: list[dict] = []
         self.armed = False
         self._seen: set[tuple[str, str]] = set()
+        self._originals: list[tuple[object, str, object]] = []
 
     def __enter__(self) -> Tripwire:
         import torch
@@ -116,13 +118,17 @@ class Tripwire:
         for owner, names, prefix in ((torch.cuda, CUDA_QUERIES, "torch.cuda."),
                                      (torch._C, CUDA_DRIVER_CALLS, "torch._C.")):
             for name in names:
-                if callable(getattr(owner, name, None)):
-                    setattr(owner, name, self._wrap(prefix + name, getattr(owner, name)))
+                original = getattr(owner, name, None)
+                if callable(original):
+                    self._originals.append((owner, name, original))
+                    setattr(owner, name, self._wrap(prefix + name, original))
         self.armed = True
         return self
 
     def __exit__(self, *exc) -> None:
         self.armed = False
+        for owner, name, original in self._originals:
+            setattr(owner, name, original)
 
     def _wrap(self, label: str, fn):
         import functools

@@ -301,11 +301,19 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
 
 @contextlib.contextmanager
 def stopped(pids: tuple[int, ...]) -> Iterator[None]:
-    """Stops ``pids`` (SIGSTOP) for the block and lets them go on after it; one
-    already gone is skipped (the runner lets them go on after the trial too)."""
+    """Stops ``pids`` (SIGSTOP) for the block, waiting (up to a second) until the
+    kernel has stopped them, and lets them go on after it; one already gone is
+    skipped (the runner lets them go on after the trial too)."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 1.0
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc = psutil.Process(pid)
+            while proc.status() not in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.001)
     try:
         yield
     finally:

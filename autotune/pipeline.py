@@ -261,7 +261,7 @@ def limit_gpu_memory(limit_bytes: int, device: torch.device) -> None:
         from autotune.env import format_bytes
 
         raise ConfigError(f"--gpu-memory-limit {format_bytes(limit_bytes)} is more than "
-                                f"the GPU has ({format_bytes(total)})")
+                          f"the GPU has ({format_bytes(total)})")
     torch.cuda.set_per_process_memory_fraction(limit_bytes / total, device)
 
 
@@ -391,8 +391,10 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
     task.check(config)
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
+    features = stored_features(data, config.feature_dtype)  # data itself in float32
     if config.gpu_sampling:
-        check_gpu_fit(gpu_resident_bytes(data, config.feature_placement), *gpu_room(device))
+        check_gpu_fit(gpu_resident_bytes(features, config.feature_placement),
+                      *gpu_room(device))
     sampler = None
     if task.samples:  # a graph-level task batches whole graphs
         sampler = make_sampler(data, task.fanouts(config, data),
@@ -403,7 +405,6 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
                                temporal_strategy=config.temporal_strategy)
     from autotune.loader import chain
 
-    features = stored_features(data, config.feature_dtype)
     loader_data = _gpu_resident(features, device, config.feature_placement) \
         if config.gpu_sampling else features
     transform = PadToBucket(config.pad_ladder) if config.shapes == "padded" else None

@@ -214,8 +214,11 @@ class ForkServer:
         request = {"argv": argv, "stdout": str(stdout), "stderr": str(stderr), "env": env}
         if self._taken is not None:
             spare, self._taken = self._taken, None
-            spare.stdin.write((json.dumps(request) + "\n").encode())
-            spare.stdin.close()  # a spare that died shows as the trial's exit code
+            try:
+                spare.stdin.write((json.dumps(request) + "\n").encode())
+                spare.stdin.close()
+            except OSError:  # it died since it was ready: its exit code is the trial's
+                pass
             spare.stdout.close()
             return spare
         assert self.proc is not None and self.proc.stdin is not None

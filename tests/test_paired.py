@@ -32,10 +32,13 @@ PRECISION = 0.015  # what each fake window claims
 class FakeMachine:
     """``run_trial``'s stand-in: a config's true rate times a drift that falls by
     ``drift`` over ``span`` measurements; ``boost``: batch sizes whose first
-    measurement is that much faster (fast only by drift)."""
+    measurement is that much faster (fast only by drift); ``grow``: batch sizes whose
+    peak memory is that many MiB from their second measurement on."""
 
-    def __init__(self, drift: float = 0.2, span: int = 40, boost: dict | None = None):
+    def __init__(self, drift: float = 0.2, span: int = 40, boost: dict | None = None,
+                 grow: dict | None = None):
         self.k, self.drift, self.span, self.boost = 0, drift, span, dict(boost or {})
+        self.grow = dict(grow or {})
         self.calls: list[tuple[int, int]] = []  # (batch size, pid stand-in)
 
     def factor(self, k: int) -> float:
@@ -43,6 +46,8 @@ class FakeMachine:
 
     def __call__(self, config: TrialConfig, **_) -> TrialResult:
         rate, mib = TRUE[config.batch_size]
+        if any(size == config.batch_size for size, _ in self.calls):
+            mib = self.grow.get(config.batch_size, mib)
         rate *= self.factor(self.k) * self.boost.pop(config.batch_size, 1.0)
         self.k += 1
         self.calls.append((config.batch_size, self.k))
@@ -280,3 +285,32 @@ def test_controls_and_confirmations_count_against_nothing():
                   dataclasses.replace(done, confirm={"run": 0, "round": 0, "of": 0}),
                   dataclasses.replace(done, reused_from=0)):
         assert not other.counts and not other.on_front_candidate
+
+
+def test_a_knee_that_moves_onto_an_unmeasured_config_is_confirmed_in_a_follow_up(
+        tmp_path, monkeypatch):
+    """The confirmation measures the fastest config (896) and the knee (640); 896's
+    memory then reads 1,200 MiB instead of 700, which lets 768 (1.05x, 800 MiB) onto
+    the front, as its knee. A follow-up confirmation measures 768 against the
+    baseline, so the knee the export picks is confirmed; the first run's figures
+    stay on the other rows."""
+    machine = FakeMachine(drift=0.0, grow={896: 1200.0})
+    result, trials, s = _search(tmp_path, monkeypatch, machine,
+                                sizes=(1024, 896, 768, 640, 256), n_trials=5, confirm=1)
+    by_size: dict[int, int] = {}
+    for t in trials:
+        if t.search_point and t.reused_from is None:
+            by_size.setdefault(t.config["batch_size"], t.number)
+    study = optuna.load_study(study_name=result.study_name, storage=result._url)
+    runs = study.user_attrs["confirmations"]
+    assert [r["candidates"] for r in runs] == [
+        [s.baseline, by_size[896], by_size[640]], [s.baseline, by_size[768]]], runs
+    assert runs[1]["follow_up_of"] == 0
+    knee = next(r for r in result.front if "knee" in r.marks)
+    assert knee.trial == by_size[768] and "confirmed in 3 rounds" in " ".join(knee.marks)
+    assert knee.speedup == pytest.approx(1.05)
+    figures = confirmed(trials)
+    assert figures[by_size[896]].memory_mib == 1200.0  # from the first run
+    assert figures[by_size[640]].rounds == 3
+    # only the leanest, neither fastest nor knee at any point, was never confirmed
+    assert [r.trial for r in result.front if "unconfirmed" in r.marks] == [by_size[256]]

@@ -307,6 +307,10 @@ def test_stopped_holds_a_process_for_the_block_only():
     try:
         with stopped((proc.pid, 2 ** 22 + 1)):  # one pid that is no process: skipped
             assert psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED
+        deadline = time.monotonic() + 5  # SIGCONT lands asynchronously
+        while psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)
         assert psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED
     finally:
         proc.kill()

@@ -6,8 +6,11 @@ last reference, so that every trial's speed-up is paired with a baseline measure
 close in time (:mod:`autotune.study.paired`). The *confirmation* ends a search: the
 front's ``confirm`` fastest configs, the knee and the baseline are measured again,
 interleaved in ``confirm_rounds`` rounds (A B C D, A B C D, ...), each measurement a
-fresh trial process. Both are stored as trials of the study (``control`` or
-``confirm`` set) that count against no budget and never join the front themselves.
+fresh trial process. Confirmed figures can move the front: where the knee then
+falls on a config the confirmation did not measure, a follow-up confirmation
+measures it against the baseline, in as many rounds (at most :data:`FOLLOW_UPS`).
+Both are stored as trials of the study (``control`` or ``confirm`` set) that count
+against no budget and never join the front themselves.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from autotune.study.paired import latest_reference, pair
 from autotune.study.records import StudyRecord, TrialRecord
 from autotune.storage import measurement_lock, study_lock
 
+FOLLOW_UPS = 2  # confirmations of a knee that moved onto an unconfirmed config
 Left = Callable[[], "float | None"]  # the seconds left of --budget (None: no budget)
 Done = Callable[[TrialRecord], None]  # called with each measurement as it is stored
 
@@ -171,6 +175,27 @@ def candidates(opts: SearchOptions, study: optuna.Study) -> list[int]:
     return [s.baseline, *picked]
 
 
+def moved_knee(study: optuna.Study) -> int | None:
+    """The front's knee once confirmed figures are in, where the latest confirmation
+    did not measure it (None: the knee is confirmed, or there is none)."""
+    s = StudyRecord.from_study(study)
+    rows = front_rows(rec.records(study), s.baseline, s.budget_mib)
+    knee = next((r for r in rows if "knee" in r.marks), None)
+    if knee is None or knee.trial == s.baseline or "unconfirmed" not in knee.marks:
+        return None
+    return knee.trial
+
+
+def _claim(opts: SearchOptions, study: optuna.Study, numbers: list[int],
+           **extra: Any) -> Plan:
+    runs = study.user_attrs.get(rec.STUDY_CONFIRMATIONS) or []
+    frozen = study.get_trials(deepcopy=False)
+    study.set_user_attr(rec.STUDY_CONFIRMATIONS, [*runs, {
+        "run": len(runs), "started": time.time(), "candidates": numbers,
+        "rounds": opts.confirm_rounds, **extra}])
+    return Plan(len(runs), tuple(frozen[n] for n in numbers), opts.confirm_rounds)
+
+
 def plan(opts: SearchOptions, study: optuna.Study) -> Plan | None:
     """Under the study's lock: the confirmation this worker runs now, claimed so that
     no other worker runs it too; None when it is off, nothing is to be confirmed,
@@ -189,34 +214,47 @@ def plan(opts: SearchOptions, study: optuna.Study) -> Plan | None:
     numbers = candidates(opts, study)
     if not numbers:
         return None
-    frozen = study.get_trials(deepcopy=False)
-    run = len(runs)
-    study.set_user_attr(rec.STUDY_CONFIRMATIONS, [*runs, {
-        "run": run, "started": time.time(), "candidates": numbers,
-        "rounds": opts.confirm_rounds}])
-    return Plan(run, tuple(frozen[n] for n in numbers), opts.confirm_rounds)
+    return _claim(opts, study, numbers)
 
 
 def confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
             per_measurement_s: float, done: Done | None = None,
             on_plan: Callable[[Plan], None] | None = None) -> tuple[Plan | None, str]:
-    """Runs the confirmation, if one is due: round by round, each candidate measured
-    in a fresh trial process. Returns the plan and why it stopped early ("" when it
+    """Runs the confirmation, if one is due, then its follow-ups while the knee moves
+    onto a config it did not measure: round by round, each candidate measured in a
+    fresh trial process. Returns the first plan and why it stopped early ("" when it
     ran all rounds): the budget would run out before the next round ends."""
     with study_lock(opts.storage, study.study_name):
-        the_plan = plan(opts, study)
-    if the_plan is None:
-        return None, ""
-    if on_plan is not None:
-        on_plan(the_plan)
+        first = plan(opts, study)
+    the_plan, cut = first, ""
+    for _ in range(FOLLOW_UPS + 1):
+        if the_plan is None:
+            break
+        if on_plan is not None:
+            on_plan(the_plan)
+        cut = _run(opts, study, server, left, per_measurement_s, the_plan, done)
+        if cut:
+            break
+        knee = moved_knee(study)
+        if knee is None:
+            break
+        with study_lock(opts.storage, study.study_name):
+            the_plan = _claim(opts, study, [the_plan.trials[0].number, knee],
+                              follow_up_of=the_plan.run)
+    return first, cut
+
+
+def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
+         per_measurement_s: float, the_plan: Plan, done: Done | None) -> str:
+    """One confirmation's rounds; why it stopped early ("" when it ran them all)."""
     for round_, of in the_plan.schedule():
         rest = left()
         needs = per_measurement_s * (len(the_plan.trials) if round_ < the_plan.rounds else 1)
         if of is the_plan.trials[0] and rest is not None and rest < needs:
-            return the_plan, (f"--budget left {rest:.0f} s, less than the next round takes "
-                              f"(about {needs:.0f} s): {round_} of {the_plan.rounds} rounds "
-                              "ran" + (", and not the closing baseline"
-                                       if round_ == the_plan.rounds else ""))
+            return (f"--budget left {rest:.0f} s, less than the next round takes "
+                    f"(about {needs:.0f} s): {round_} of {the_plan.rounds} rounds "
+                    "ran" + (", and not the closing baseline"
+                             if round_ == the_plan.rounds else ""))
         config = TrialConfig.from_dict(of.user_attrs[rec.CONFIG])
         trial_dir = opts.study_dir / "trials" / f"confirm-{the_plan.run}-{round_}-{of.number}"
         result, where, _ = measure(opts, config, server, trial_dir,
@@ -226,4 +264,4 @@ def confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: 
         stored = add_measured(opts, study, of, record, result)
         if done is not None:
             done(stored)
-    return the_plan, ""
+    return ""

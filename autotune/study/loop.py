@@ -206,11 +206,14 @@ def _confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, clock
         shown(record)
 
     def announce(plan: confirmation.Plan) -> None:
-        clock.confirming = plan.measurements
+        follow_up = clock.confirmed > 0  # the knee moved onto a config not measured
+        clock.confirming = clock.confirmed + plan.measurements
         if on_note is not None:
             names = ", ".join(f"#{t.number}" + (" (baseline)" if t.user_attrs.get(
                 rec.BASELINE) else "") for t in plan.trials)
-            on_note(f"confirmation: {plan.rounds} interleaved rounds of {names}, about "
+            what = f"the knee moved to #{plan.trials[-1].number}, which the confirmation " \
+                "did not measure: " if follow_up else ""
+            on_note(f"confirmation: {what}{plan.rounds} interleaved rounds of {names}, about "
                     f"{clock_text(clock.per_measurement() * plan.measurements)}")
 
     _, outcome.confirm_cut = confirmation.confirm(

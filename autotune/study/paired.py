@@ -98,8 +98,9 @@ def confirmation_runs(trials: Iterable[TrialRecord]) -> list[int]:
 
 
 def confirmed(trials: Iterable[TrialRecord], run: int | None = None) -> dict[int, Confirmed]:
-    """Each candidate's confirmed figures from confirmation ``run`` (default: the
-    latest), keyed by the candidate's trial number. A round's ratio divides the
+    """Each candidate's confirmed figures from confirmation ``run`` (default: from the
+    latest run that measured it, the baseline's from the latest run), keyed by the
+    candidate's trial number. A round's ratio divides the
     candidate's throughput by the baseline's interpolated to the candidate's time,
     between the baseline measured at the start of its round and the one at the start
     of the next (or the closing one): a drift that is linear over a round cancels. A
@@ -108,7 +109,11 @@ def confirmed(trials: Iterable[TrialRecord], run: int | None = None) -> dict[int
     runs = confirmation_runs(trials)
     if not runs:
         return {}
-    run = runs[-1] if run is None else run
+    if run is None:  # a follow-up measures the knee again, not every candidate
+        merged: dict[int, Confirmed] = {}
+        for each in runs:
+            merged.update(confirmed(trials, each))
+        return merged
     base = next((t.number for t in trials if t.baseline), None)
     rounds: dict[int, dict[int, TrialRecord]] = {}
     for t in trials:
