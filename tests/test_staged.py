@@ -279,7 +279,6 @@ def test_a_fork_server_whose_children_cannot_use_cuda_gives_way_to_spares(prepar
                                 "not use CUDA"), start
         assert "after importing torch (python -m autotune.forkserver --bisect torch" in start
         assert server.proc is None, "an unusable server must be shut down"
-        server.close()  # the spare readied above is not used
         results = [run_trial(config, dataset=prepared, trial_dir=tmp_path / f"t{i}",
                              server=server, measure=spec) for i in range(2)]
         left = server.spare.pid

@@ -33,7 +33,7 @@ from autotune.study.paired import latest_reference, pair
 from autotune.study.records import StudyRecord, TrialRecord
 from autotune.storage import measurement_lock, study_lock
 
-FOLLOW_UPS = 2  # confirmations of a knee that moved onto an unconfirmed config
+FOLLOW_UPS = 1  # confirmations of a knee that moved onto an unconfirmed config
 Left = Callable[[], "float | None"]  # the seconds left of --budget (None: no budget)
 Done = Callable[[TrialRecord], None]  # called with each measurement as it is stored
 
