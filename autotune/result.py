@@ -66,6 +66,10 @@ class CompileStats(_Part):
     frames_compiled: int = 0
     recompiles: int = 0
     recompiles_in_window: int = 0
+    # Graphs recorded by inductor's cudagraph trees (reduce-overhead); None where they
+    # were not counted (a torch that cannot report them, a trial stored before).
+    cuda_graphs_recorded: int | None = None
+    cuda_graphs_recorded_in_window: int | None = None
     graph_breaks: int = 0
     recompile_limit: int | None = None
     recompile_limit_hits: int = 0

@@ -311,6 +311,24 @@ def test_gpu_resident_steps_never_sync_the_device(tiny_synthetic):
 
 
 @pytest.mark.cuda
+def test_reduce_overhead_records_its_cuda_graphs_in_the_warm_up(tiny_synthetic):
+    """The warm-up runs until no step records a CUDA graph; one recorded later (a
+    padded bucket first seen in the window) is counted and said."""
+    from autotune.measure import measure
+    from autotune.specs import MeasureSpec
+
+    config = TrialConfig(batch_size=64, hidden_channels=32, sampler="builtin", device="cuda",
+                         gpu_sampling=True, compile_mode="reduce-overhead", shapes="padded")
+    result = measure(build(config, tiny_synthetic, num_classes=4),
+                     MeasureSpec(warmup_steps=3, min_steps=10, max_window_s=5.0))
+    compiled = result.compile
+    assert compiled.cuda_graphs_recorded >= 2  # a forward and a backward graph at least
+    assert compiled.cuda_graphs_recorded_in_window <= compiled.cuda_graphs_recorded
+    said = any("CUDA graphs were recorded" in w for w in result.warnings)
+    assert said == (compiled.cuda_graphs_recorded_in_window > 0)
+
+
+@pytest.mark.cuda
 def test_sparse_adjacency_is_built_on_the_gpu_without_a_sync(tiny_synthetic):
     # (the sparse product's backward does sync, inside torch: see the knob's docs)
     batch = _a_batch(tiny_synthetic)

@@ -76,6 +76,40 @@ def test_a_jittery_workload_runs_to_max_seconds_flagged_imprecise():
     assert stats.wall_s >= sum(window.times)
 
 
+def test_the_warm_up_lasts_until_no_cuda_graph_is_recorded():
+    """reduce-overhead's cudagraph trees record a shape's graph at its second call, not
+    at its compile: a warm-up that watched recompiles alone let recordings fall into
+    the window. The steps here record as torch records (the callback handler with
+    the CUDAGRAPH_RECORDING trigger); the real recordings are counted by the cuda
+    test in test_pipeline.py."""
+    from torch._dynamo.callback import CallbackTrigger, callback_handler
+
+    from autotune.measure import GraphRecordings, _warm_up
+
+    def record(trigger=CallbackTrigger.CUDAGRAPH_RECORDING):
+        with callback_handler.install_callbacks(trigger, "0/0"):
+            pass
+
+    class Stepper:
+        count = 0
+
+        def step(self):
+            self.count += 1
+            if self.count in (1, 3, 6):  # steps whose batch shape records a graph
+                record()
+            return 0.001, None, None
+
+    spec = MeasureSpec(warmup_steps=3, settle_steps=3, max_warmup_steps=60)
+    with GraphRecordings() as graphs:
+        times, _ = _warm_up(Stepper(), spec, True, graphs)
+        assert graphs.count == 3 and len(times) == 9  # 7, 8 and 9 recorded nothing
+        record(CallbackTrigger.DYNAMO)  # a compile is not a recording
+        assert graphs.count == 3
+    record()
+    assert graphs.count == 3, "counted after the measurement ended"
+    assert graphs._on_start not in callback_handler.start_callbacks
+
+
 @pytest.mark.exclusive
 def test_racing_screens_out_a_config_whose_best_case_is_dominated():
     spec = MeasureSpec(min_steps=10, min_window_s=0.2, max_window_s=10.0, precision=0.01,
