@@ -122,7 +122,6 @@ class ForkServer:
         self._lines: _Lines | None = None
         self.spare: subprocess.Popen | None = None  # the next trial's interpreter
         self._taken: subprocess.Popen | None = None  # this trial's, until it is handed
-        self._taken_as = ""  # how start() said that trial starts
         self.spares_failed: str | None = None
 
     def __enter__(self) -> ForkServer:
@@ -134,22 +133,21 @@ class ForkServer:
     def start(self, env: dict[str, str], device: str) -> str:
         """Readies the next trial's start; how it starts: :data:`FORKED`, a
         :data:`SPARE` or a fresh interpreter, and why not forked."""
-        if self._taken is not None:  # readied already, and not used yet
-            return self._taken_as
-        if self.proc is not None and self.proc.poll() is not None:
-            self._fail(f"it exited with code {self.proc.returncode} between trials")
-        if self.method == "auto" and self.unusable is None and self.proc is None:
-            self._launch(env, device)
-        if self.method == "auto" and self.unusable is None:
-            return FORKED
+        if self._taken is None:  # not readied already (a spare taken and not used yet)
+            if self.proc is not None and self.proc.poll() is not None:
+                self._fail(f"it exited with code {self.proc.returncode} between trials")
+            if self.method == "auto" and self.unusable is None and self.proc is None:
+                self._launch(env, device)
+            if self.method == "auto" and self.unusable is None:
+                return FORKED
+            if self.spares_failed is None:
+                self._taken = self._take_spare(env)
+            if self._taken is not None:
+                self.spare = self._spawn(env, ["--spare"])  # imports while this trial runs
         why = [] if self.method == "spare" else [f"fork server unusable: {self.unusable}"]
-        if self.spares_failed is None:
-            self._taken = self._take_spare(env)
         if self._taken is None:
             return f"fresh interpreter ({'; '.join([*why, self.spares_failed])})"
-        self.spare = self._spawn(env, ["--spare"])  # imports while this trial runs
-        self._taken_as = SPARE + "".join(f" ({w})" for w in why)
-        return self._taken_as
+        return SPARE + "".join(f" ({w})" for w in why)
 
     def _launch(self, env: dict[str, str], device: str) -> None:
         self.proc = self._spawn(env, ["--cuda-canary"] if device == "cuda" else [])
