@@ -17,7 +17,7 @@ from typing import Any, Callable
 from autotune.env import parse_duration, parse_fraction
 from autotune.errors import AutotuneError, ConfigError, GuardError
 from autotune.specs import GuardOptions, MeasureSpec, TrialLimits, check_limits
-from autotune.study.options import SAMPLERS, SearchOptions
+from autotune.study.options import DEFAULT_N_TRIALS, SAMPLERS, SearchOptions
 from autotune.taskinfo import TASKS, task_info
 from autotune.render import FORMATS, Ticker, drift_lines, emit, front_table, profile_text, \
     result_text, short, trial_row, trials_table
@@ -434,9 +434,9 @@ def _add_search_parser(sub) -> None:
     _add_dataset_flags(search)
     search.add_argument("--space", default="default",
                         help="a file in search_spaces/ (default, reddit, quick) or a path")
-    search.add_argument("--n-trials", type=_positive_int, default=SearchOptions.n_trials,
-                        help="the study's total trial budget (default: "
-                             f"{SearchOptions.n_trials})")
+    search.add_argument("--n-trials", type=_positive_int, default=None,
+                        help="the study's total trial budget (default: as many as --budget "
+                             f"holds, else {DEFAULT_N_TRIALS})")
     search.add_argument("--budget", type=_duration, default=None,
                         help="wall-clock limit of this run, e.g. 20m, 1h or 90s: the running "
                              "trial is finished or, past it, failed (and queued again)")
@@ -769,7 +769,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.format == "table":
         print(_search_header(plan))
         ticker = Ticker(sys.stdout, baseline_record(plan.study),
-                        plan.options.confirmation_size(), plan.options.budget_s)
+                        plan.options.confirmation_size())
         plan = dataclasses.replace(plan, progress=ticker.done, on_trial_start=ticker.start,
                                    on_note=ticker.note)
     try:

@@ -298,16 +298,17 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
     with torch._dynamo.config.patch(recompile_limit=limit), pipe.activate(), tracker as memory, \
             GraphRecordings() as graphs:
         if pipe.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
+            torch.cuda.reset_peak_memory_stats(pipe.device)
         memory.phase("warmup")
-        warmup, frames_after_first = _warm_up(stepper, spec, compiled, graphs)
+        warmup, frames_after_first, warm_rate = _warm_up(stepper, spec, compiled, graphs)
         frames_warm, _, _ = _dynamo_state()
         graphs_warm = graphs.count
         memory.phase("window")
         with stopped(quiet):
-            window = _window(stepper, spec, warmup, lambda: _peak_mib(pipe.device, memory))
+            window = _window(stepper, spec, warmup, lambda: _peak_mib(pipe.device, memory),
+                             warm_rate)
         graphs_total = graphs.count
-        cuda_memory = _cuda_memory(pipe.device)
+        device_memory = _device_memory(pipe)
         memory.phase("probe")  # the probe's eager step is charged to no objective
         observed = _observe(pipe, stepper)
         memory.phase("done")
@@ -331,7 +332,7 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
            "peak_rss_window_bytes": memory.peaks.get("window", 0),
            "peak_rss_probe_bytes": memory.peaks.get("probe", 0),
            "rss_covers": "trial process + loader workers",
-           "samples": memory.samples, "interval_s": spec.memory_interval_s, **cuda_memory}
+           "samples": memory.samples, "interval_s": spec.memory_interval_s, **device_memory}
     warnings = _warnings(window.times, compile_info)
     losses = window.losses
     loss_values = torch.stack(losses).float().tolist() if losses else []
@@ -387,17 +388,20 @@ def block_steps(warmup_times: list[float], workers: int) -> int:
 
 
 def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
-            memory_mib: Callable[[], float]) -> _Window:
+            memory_mib: Callable[[], float], warm_rate: float = 0.0) -> _Window:
     """Times blocks of steps until the throughput is known to the target precision
-    (first the screening one, when racing), or until ``spec.max_window_s``."""
+    (first the screening one, when racing), or until ``spec.max_window_s``. Racing,
+    a config far below the best (:meth:`Screen.hopeless`) stops at its first block
+    when its fastest warm-up step already showed it, else at the block that does."""
     out, per_block = _Window(), block_steps(warmup, stepper.pipe.config.num_workers)
     screen = spec.screen
     target = screen.precision if screen is not None else spec.precision
+    hopeless = screen is not None and warm_rate > 0 and screen.hopeless(warm_rate)
     blocks: list[list[float]] = []
     clock = _StepClock(stepper.pipe.device)
     started_at = time.time()
     start = block_start = clock.start()
-    block_seeds, stopped, precision = 0, "", None
+    block_seeds, stopped, precision, screened_by = 0, "", None, ""
     while not stopped:
         batch, loss = stepper.run()
         clock.lap()
@@ -407,23 +411,28 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
         out.edges.append(edges)
         out.losses.append(loss)
         block_seeds += out.seeds[-1]
-        if len(out.seeds) % per_block == 0:
+        at_block = len(out.seeds) % per_block == 0
+        if at_block:
             out.times += clock.flush()
         now = time.perf_counter()
-        if len(out.seeds) % per_block == 0:
+        if at_block:
             blocks.append([block_seeds, now - block_start])
             block_seeds, block_start = 0, now
             precision = rate_half_width(blocks)
-        if now - start >= spec.max_window_s:
+        if at_block and screen is not None and (hopeless or screen.hopeless(
+                max(b[0] / max(b[1], 1e-9) for b in blocks))):
+            stopped = "screened"
+            screened_by = "warm-up" if hopeless else "window"
+        elif now - start >= spec.max_window_s:
             stopped = "max-seconds"
-        elif len(out.seeds) % per_block or len(out.seeds) < spec.min_steps or \
+        elif not at_block or len(out.seeds) < spec.min_steps or \
                 now - start < spec.min_window_s or len(blocks) < MIN_BLOCKS or \
                 precision is None or precision > target:
             continue
         elif screen is not None and target > spec.precision:
             rate = sum(b[0] for b in blocks) / sum(b[1] for b in blocks)
             if screen.rules_out(rate, precision, memory_mib()):
-                stopped = "screened"
+                stopped, screened_by = "screened", "front"
             target = spec.precision
             stopped = stopped or ("precise" if precision <= target else "")
         else:
@@ -433,7 +442,7 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
         wall_s=time.perf_counter() - start, block_steps=per_block, blocks=blocks,
         precision=precision, target=target,
         screen_precision=screen.precision if screen is not None else None, stopped=stopped,
-        started_at=started_at, ended_at=time.time())
+        screened_by=screened_by, started_at=started_at, ended_at=time.time())
     return out
 
 
@@ -466,21 +475,27 @@ def _warnings(times: list[float], compile_info: dict) -> list[str]:
 
 
 def _warm_up(stepper: _Stepper, spec: MeasureSpec, compiled: bool,
-             graphs: GraphRecordings) -> tuple[list[float], int]:
+             graphs: GraphRecordings) -> tuple[list[float], int, float]:
     """At least ``warmup_steps`` steps; compiled, also until ``settle_steps`` steps in a
-    row compiled nothing new and recorded no CUDA graph (up to ``max_warmup_steps``)."""
+    row compiled nothing new and recorded no CUDA graph (up to ``max_warmup_steps``).
+    Returns the steps' times, the frames compiled after the first, and the fastest
+    step's seeds/s after the first (an optimistic rate, for screening)."""
     times: list[float] = []
+    fastest = 0.0
     quiet, frames_after_first = 0, _dynamo_state()[0]
     while True:
         before = _dynamo_state()[0], graphs.count
-        times.append(stepper.step()[0])
+        took, batch, _ = stepper.step()
+        times.append(took)
         after = _dynamo_state()[0], graphs.count
         if len(times) == 1:
             frames_after_first = after[0]
+        else:
+            fastest = max(fastest, stepper.pipe.task.seeds(batch) / max(took, 1e-9))
         quiet = quiet + 1 if after == before else 0
         enough = len(times) >= spec.warmup_steps and (not compiled or quiet >= spec.settle_steps)
         if enough or len(times) >= spec.max_warmup_steps:
-            return times, frames_after_first
+            return times, frames_after_first, fastest
 
 
 def _inductor_cache_counts() -> dict:
@@ -491,12 +506,18 @@ def _inductor_cache_counts() -> dict:
             "inductor_cache_misses": counters["inductor"]["fxgraph_cache_miss"]}
 
 
-def _cuda_memory(device: torch.device) -> dict:
+def _device_memory(pipe: Pipeline) -> dict:
+    """The device's memory figures: on CUDA torch's peaks, what the fit check counted
+    and what the device has for this trial (within its cap); on CPU the machine's RAM."""
+    device = pipe.device
     if device.type != "cuda":
-        return {}
+        return {"device_total_bytes": psutil.virtual_memory().total}
+    from autotune.pipeline import gpu_room
+
     return {"cuda_max_allocated_bytes": torch.cuda.max_memory_allocated(device),
             "cuda_max_reserved_bytes": torch.cuda.max_memory_reserved(device),
-            "cuda_covers": "warm-up and window (reset after setup)"}
+            "cuda_covers": "warm-up and window (reset after setup)",
+            "device_total_bytes": gpu_room(device)[1], "gpu_fit_bytes": pipe.gpu_fit_bytes}
 
 
 def _observe(pipe: Pipeline, stepper: _Stepper) -> dict:

@@ -59,7 +59,14 @@ from autotune.tasks import task_for
 
 GEOMETRIC_STEP = 1.25
 MIN_BUCKET = 64
-GPU_HEADROOM = 0.10  # of the GPU's memory, kept for the model, its batches and the allocator
+# of the GPU's memory, kept free beyond what the fit check counts: the allocator's
+# rounding and fragmentation, cuBLAS/cuSPARSE workspaces, CUDA's own context
+GPU_HEADROOM = 0.05
+LOOKAHEAD_BATCHES = 2  # batches on the GPU at once: the one trained, the one sampled ahead
+# float32 tensors a layer keeps per node and output channel for its backward (linear
+# outputs, their sum, the activation, the dropout mask and output) and their gradients
+ACTIVATION_COPIES = 10
+ADAM_COPIES = 4  # a parameter, its gradient and Adam's two moments
 
 
 def sparse_adjacency(edge_index: Tensor, num_nodes: int) -> Tensor:
@@ -254,33 +261,86 @@ def gpu_resident_bytes(data, feature_placement: str = "gpu") -> dict[str, int]:
     return need
 
 
+def cuda_index(device: torch.device | str) -> int:
+    """The index of a CUDA ``device``, the current device's for ``torch.device("cuda")``.
+    torch's per-process memory-fraction calls take an index or a device that names
+    one, and raise ``ValueError`` for a device without one."""
+    device = torch.device(device)
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def batch_working_bytes(config: TrialConfig, data, num_classes: int | None,
+                        seed_nodes_per_item: int = 1) -> dict[str, int]:
+    """What the GPU holds beside the resident graph while a trial trains, from sizes
+    alone, for the largest batch the fanout allows: the model with Adam's state, and
+    :data:`LOOKAHEAD_BATCHES` batches (their node ids and edges, their gathered
+    features in float32 and, with ``feature_dtype bfloat16``, the stored copy), with
+    one batch's activations and their gradients; with ``aggregation scatter`` each
+    layer also holds a message per edge of its input width (the first layer's is
+    the features', often the largest tensor of the step)."""
+    hetero = isinstance(data, HeteroData)
+    nodes_total = sum(int(s.num_nodes) for s in data.node_stores)
+    widths = [int(s.x.size(-1)) for s in data.node_stores if "x" in s]
+    width = max(widths, default=0)
+    hop = config.batch_size * seed_nodes_per_item
+    nodes, edges = hop, 0
+    for fanout in (config.num_neighbors if not hetero else
+                   [max(f) for f in zip(*[config.num_neighbors,
+                                          *(config.edge_fanouts or {}).values()])]):
+        hop *= max(int(fanout), 0)
+        nodes, edges = nodes + hop, edges + hop
+    nodes = min(nodes, nodes_total)
+    stored = 2 if config.feature_dtype == "bfloat16" else 0
+    batch = nodes * (8 + width * (4 + stored)) + edges * 2 * 8
+    hidden = config.hidden_channels
+    layer_inputs = [width] + [hidden] * (config.num_layers - 1)
+    messages = sum(edges * w * 4 for w in layer_inputs) \
+        if config.aggregation == "scatter" else edges * 3 * 8  # a CSR per batch
+    activations = config.num_layers * nodes * hidden * 4 * ACTIVATION_COPIES + messages
+    classes = num_classes or hidden
+    params = sum(w * hidden + hidden for w in layer_inputs) * 2 + hidden * classes
+    return {"model and Adam": params * 4 * ADAM_COPIES,
+            "batches": LOOKAHEAD_BATCHES * batch, "activations": activations}
+
+
+def gpu_fit_bytes(config: TrialConfig, data, num_classes: int | None,
+                  task=None) -> dict[str, int]:
+    """Everything the fit check counts for a GPU-resident trial, by part."""
+    per_item = getattr(task, "seed_nodes_per_item", 1)
+    return {**gpu_resident_bytes(data, config.feature_placement),
+            **batch_working_bytes(config, data, num_classes, per_item)}
+
+
 def limit_gpu_memory(limit_bytes: int, device: torch.device) -> None:
     """Caps this process's CUDA caching allocator at ``limit_bytes`` (``--gpu-memory-limit``)."""
-    total = torch.cuda.get_device_properties(device).total_memory
+    index = cuda_index(device)
+    total = torch.cuda.get_device_properties(index).total_memory
     if limit_bytes > total:
         from autotune.env import format_bytes
 
         raise ConfigError(f"--gpu-memory-limit {format_bytes(limit_bytes)} is more than "
                           f"the GPU has ({format_bytes(total)})")
-    torch.cuda.set_per_process_memory_fraction(limit_bytes / total, device)
+    torch.cuda.set_per_process_memory_fraction(limit_bytes / total, index)
 
 
 def gpu_room(device: torch.device) -> tuple[int, int]:
     """(free, total) bytes on the GPU for this process: the device's, or within the
     cap :func:`limit_gpu_memory` set."""
-    free, total = torch.cuda.mem_get_info(device)
-    fraction = torch.cuda.get_per_process_memory_fraction(device)
+    index = cuda_index(device)
+    free, total = torch.cuda.mem_get_info(index)
+    fraction = torch.cuda.get_per_process_memory_fraction(index)
     if fraction < 1:
         cap = int(fraction * total)
-        free, total = min(free, cap - torch.cuda.memory_reserved(device)), cap
+        free, total = min(free, cap - torch.cuda.memory_reserved(index)), cap
     return free, total
 
 
 def check_gpu_fit(need: dict[str, int], free: int, total: int) -> None:
-    """Fails fast, before anything is built, when the GPU-resident graph would not
-    leave :data:`GPU_HEADROOM` of the device free, saying what would fit: the
-    graph with its features in pinned host memory (``feature_placement pinned``),
-    or only CPU sampling."""
+    """Fails fast, before anything is built, when what a GPU-resident trial puts on the
+    GPU (:func:`gpu_resident_bytes` and :func:`batch_working_bytes`) would not leave
+    :data:`GPU_HEADROOM` of the device free, saying what would fit: the graph with
+    its features in pinned host memory (``feature_placement pinned``), or only CPU
+    sampling."""
     from autotune.env import format_bytes
 
     room = free - int(GPU_HEADROOM * total)
@@ -332,6 +392,7 @@ class Pipeline:
     worker_cores: list[list[int]] | None = None
     _lr: Tensor | None = field(default=None, repr=False)
     feature_storage: str = ""  # where the loader gathers features from, in which dtype
+    gpu_fit_bytes: int | None = None  # what the fit check counted (gpu_sampling)
 
     def autocast(self):
         dtype = self.config.amp_dtype
@@ -392,9 +453,9 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
     features = stored_features(data, config.feature_dtype)  # data itself in float32
-    if config.gpu_sampling:
-        check_gpu_fit(gpu_resident_bytes(features, config.feature_placement),
-                      *gpu_room(device))
+    fit = gpu_fit_bytes(config, features, num_classes, task) if config.gpu_sampling else None
+    if fit is not None:
+        check_gpu_fit(fit, *gpu_room(device))
     sampler = None
     if task.samples:  # a graph-level task batches whole graphs
         sampler = make_sampler(data, task.fanouts(config, data),
@@ -437,6 +498,7 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
                     optimizer=optimizer, scaler=scaler, device=device,
                     checkpointed_layers=checkpointed, sampler_backend=_describe(sampler),
                     task=task, worker_cores=worker_cores, _lr=lr,
+                    gpu_fit_bytes=sum(fit.values()) if fit is not None else None,
                     feature_storage=_feature_storage(
                         list(gather.x.values()) if gather is not None else
                         [s.x for s in loader_data.node_stores if "x" in s]

@@ -84,7 +84,7 @@ def progress_line(n: int, total: int, record, elapsed: float, eta: float,
             figures += f" {ratio(*record.paired_speedup(base)):>12}"
     else:
         figures = f"{'-':>29} {'-':>11}"
-    where = f"[{n:>3}/{total}]"
+    where = f"[{n:>3}/{total}]" if total != float("inf") else f"[{n:>3}]"
     if record.control:
         where = "[control]"
     elif record.confirm is not None:
@@ -119,12 +119,10 @@ class Ticker:
 
     CLEAR = "\r\x1b[2K"
 
-    def __init__(self, stream: TextIO, base=None, confirmation: int = 0,
-                 budget_s: float | None = None) -> None:
+    def __init__(self, stream: TextIO, base=None, confirmation: int = 0) -> None:
         self.stream, self.base, self.estimated = stream, base, False
         self.terminal = stream.isatty()
         self.confirmation = confirmation  # the confirmation's measurements at most
-        self.budget_s = budget_s
 
     def start(self, number: int, config) -> None:
         line = f"  -> #{number:<3} measuring {short(config.to_dict())} ..."
@@ -136,15 +134,12 @@ class Ticker:
         print((self.CLEAR if self.terminal else "") +
               progress_line(n, total, record, elapsed, eta, self.base), file=self.stream,
               flush=True)
-        if record.baseline and not self.estimated and n < total:  # before the first search
+        if record.baseline and not self.estimated and n < total != float("inf"):
             confirm = f", then a confirmation of up to {self.confirmation} measurements " \
                 if self.confirmation else " "
-            kept = f"; --budget {clock(self.budget_s)} keeps up to " \
-                f"{clock(self.confirmation * elapsed)} of it for the confirmation" \
-                if self.budget_s and self.confirmation else ""
             print(f"estimate: the baseline took {clock(elapsed)}; {total - n} more trials like "
                   f"it{confirm}take about {clock(eta)} (compiling and guard training take "
-                  f"longer){kept}", file=self.stream, flush=True)
+                  "longer)", file=self.stream, flush=True)
         self.estimated = True
 
     def note(self, text: str) -> None:
@@ -174,7 +169,9 @@ def _status(record) -> str:
     elif record.eager:
         status += ", eager: recompile limit hit"
     if record.screened:
-        status += ", screened out"
+        far = record.window.screened_by in ("warm-up", "window")
+        status += ", screened out" + (f" in its {record.window.screened_by}: under a third "
+                                      "of the best" if far else "")
     elif record.imprecise:
         status += ", IMPRECISE"
     if record.prior:
@@ -296,6 +293,9 @@ def precision(window) -> str:
         return "unknown (fewer than two blocks)"
     reached = f"±{100 * window.precision:.1f}% (95% CI of the throughput)"
     blocks = f"{len(window.blocks)} blocks of {window.block_steps} steps"
+    if window.screened and window.screened_by in ("warm-up", "window"):
+        return f"{reached}: SCREENED OUT in its {window.screened_by}, its best case under " \
+               f"a third of the fastest config that fits ({blocks})"
     if window.screened:
         return f"{reached}: SCREENED at {100 * window.screen_precision:.0f}%, its best case " \
                f"cannot join the front ({blocks})"

@@ -47,6 +47,10 @@ class MemoryStats(_Part):
     cuda_max_allocated_bytes: int | None = None
     cuda_max_reserved_bytes: int | None = None
     cuda_covers: str | None = None
+    # what the device has for this trial: the GPU's memory (within --gpu-memory-limit)
+    # or the machine's RAM; the memory objective counts against it
+    device_total_bytes: int | None = None
+    gpu_fit_bytes: int | None = None  # what gpu_sampling's fit check counted, to compare
 
     def peak_mib(self, device: str) -> float:
         """The memory objective: ``max_memory_reserved`` on CUDA, else the peak RSS
@@ -159,6 +163,9 @@ class WindowStats(_Part):
     target: float | None = None
     screen_precision: float | None = None
     stopped: str = ""
+    # what screened it out: "front" (its best case cannot join it), or "warm-up" /
+    # "window" (far below the best config that fits, seen there)
+    screened_by: str = ""
     started_at: float = 0.0  # time.time() at the window's first and last clock read
     ended_at: float = 0.0
 

@@ -31,6 +31,11 @@ POLL_S = 0.02
 STACK_DUMP_WAIT_S = 0.5  # after SIGUSR1, for the worker to print its threads' stacks
 STDERR_TAIL_CHARS = 8000  # faulthandler lists extension modules after the stack
 KILL_WAIT_S = 5.0
+# torch.cuda.is_available() counts devices through NVML instead of the CUDA runtime,
+# which would initialise the driver in the fork server and poison every fork: the
+# import of torch._inductor.compile_fx calls it (torch 2.11). PyTorch documents the
+# variable; a CUDA trial's processes get it unless the caller set it.
+NVML_CHECK = ("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
 
 def inductor_cache_dir(studies_dir: str | os.PathLike) -> Path:
@@ -59,10 +64,7 @@ def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.P
     trial_dir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
     result_path.unlink(missing_ok=True)
-    child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    child_env["PYTHONPATH"] = _child_path(child_env.get("PYTHONPATH"))
-    if inductor_cache is not None:  # read by torch at import, so set before the start
-        child_env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(inductor_cache).resolve())
+    child_env = trial_env(config.device, env, inductor_cache)
     start = server.start(child_env, config.device) if server is not None else \
         "fresh interpreter"
     spec = {"config": config.to_dict(), "dataset": vars(dataset).copy(),
@@ -319,6 +321,20 @@ class _Forked:
                                 or self.server.proc.poll() is not None):
             self.server._fail("it died while a trial ran")
             self.returncode = -signal.SIGKILL  # the trial died with it (PDEATHSIG)
+
+
+def trial_env(device: str, env: dict[str, str] | None = None,
+              inductor_cache: str | os.PathLike | None = None) -> dict[str, str]:
+    """The environment of a trial's processes (the fork server, a spare, the trial):
+    this one's, with ``env`` over it, the package importable, the inductor cache (read
+    by torch at import, so set before the start) and, for CUDA, :data:`NVML_CHECK`."""
+    out = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    out["PYTHONPATH"] = _child_path(out.get("PYTHONPATH"))
+    if device == "cuda":
+        out.setdefault(*NVML_CHECK)
+    if inductor_cache is not None:
+        out["TORCHINDUCTOR_CACHE_DIR"] = str(Path(inductor_cache).resolve())
+    return out
 
 
 def _child_path(pythonpath: str | None) -> str:

@@ -17,21 +17,39 @@ HEARTBEAT_S = 10  # Optuna's heartbeat interval for a running trial
 GRACE_S = 60  # a trial whose heartbeat is older than this is failed as stale
 
 
+FAR_BELOW = 1 / 3  # a trial whose best case is under this share of the best is cut at once
+
+
 @dataclass(frozen=True)
 class Screen:
-    """Racing: measure to ``precision`` first, and go on to the full precision only
-    if the optimistic bound (throughput times one plus the half-width, memory as
-    measured so far) could join ``front``, the (seed nodes/s, MiB) points of the
-    study's current feasible front, within ``budget_mib``."""
+    """Racing: a new config is measured to ``precision`` first, and goes on to the
+    full precision only if its optimistic bound (throughput times one plus the
+    half-width, memory as measured so far) could join ``front``, the (seed nodes/s,
+    MiB) points of the study's current feasible front, within ``budget_mib``.
+
+    Memory counts against what the device has (or ``budget_mib``), not against the
+    spread between trials: ``best`` is the fastest throughput measured within it, and
+    a config whose best case stays under ``far_below`` of it is cut as soon as that
+    shows, whatever memory it saves: at the end of the warm-up (its fastest step),
+    or at any block of the window."""
 
     precision: float = SCREEN_PRECISION
     front: tuple[tuple[float, float], ...] = ()
     budget_mib: float | None = None
+    best: float | None = None
+    far_below: float = FAR_BELOW
+
+    def over_budget(self, memory_mib: float) -> bool:
+        return self.budget_mib is not None and memory_mib > self.budget_mib
+
+    def hopeless(self, best_case: float) -> bool:
+        """Whether a throughput that is at best ``best_case`` is far below the best."""
+        return self.best is not None and best_case < self.far_below * self.best
 
     def rules_out(self, rate: float, half_width: float, memory_mib: float) -> bool:
-        if self.budget_mib is not None and memory_mib > self.budget_mib:
-            return True
         best_case = rate * (1 + half_width)
+        if self.over_budget(memory_mib) or self.hopeless(best_case):
+            return True
         return any(t >= best_case and m <= memory_mib for t, m in self.front)
 
 
@@ -77,8 +95,7 @@ class MeasureSpec:
     def from_dict(cls, values: dict) -> MeasureSpec:
         screen = values.get("screen")
         if screen is not None:
-            screen = Screen(precision=screen["precision"], budget_mib=screen["budget_mib"],
-                            front=tuple(map(tuple, screen["front"])))
+            screen = Screen(**{**screen, "front": tuple(map(tuple, screen["front"]))})
         return cls(**{**values, "screen": screen})
 
 

@@ -46,6 +46,7 @@ class NodeTask:
     info = TASKS["node"]
     hetero = False
     samples = True  # its batches come from the neighbour sampler
+    seed_nodes_per_item = 1  # the sampler's seed nodes per batch item (a node)
 
     def check(self, config: TrialConfig) -> None:
         """The knobs this task (on this kind of graph) cannot take: a ConfigError."""
@@ -163,6 +164,8 @@ class LinkTask:
     info = TASKS["link"]
     hetero = False
     samples = True
+    # an edge's two ends, and its negative's (LINK_NEGATIVES per positive), at most
+    seed_nodes_per_item = int(2 * (1 + LINK_NEGATIVES))
 
     def check(self, config: TrialConfig) -> None:
         NodeTask.check(self, config)

@@ -92,6 +92,7 @@ def test_the_warm_up_lasts_until_no_cuda_graph_is_recorded():
 
     class Stepper:
         count = 0
+        pipe = SimpleNamespace(task=SimpleNamespace(seeds=lambda batch: 1))
 
         def step(self):
             self.count += 1
@@ -101,7 +102,8 @@ def test_the_warm_up_lasts_until_no_cuda_graph_is_recorded():
 
     spec = MeasureSpec(warmup_steps=3, settle_steps=3, max_warmup_steps=60)
     with GraphRecordings() as graphs:
-        times, _ = _warm_up(Stepper(), spec, True, graphs)
+        times, _, fastest = _warm_up(Stepper(), spec, True, graphs)
+        assert fastest == pytest.approx(1 / 0.001)  # a seed a step, a step a millisecond
         assert graphs.count == 3 and len(times) == 9  # 7, 8 and 9 recorded nothing
         record(CallbackTrigger.DYNAMO)  # a compile is not a recording
         assert graphs.count == 3
@@ -130,6 +132,32 @@ def test_screen_bounds():
     assert not screen.rules_out(900.0, 0.2, 200.0)  # best case 1080 could join
     assert not screen.rules_out(900.0, 0.05, 50.0)  # leaner than the front
     assert screen.rules_out(5000.0, 0.05, 600.0)  # over the memory budget
+    # memory counts against the device, not the spread between trials: far below
+    # the best that fits is out, however lean (the H100's CPU-sampling trials)
+    screen = Screen(front=((28_000.0, 6348.0),), best=28_000.0)
+    assert screen.rules_out(7_000.0, 0.05, 4220.0) and screen.hopeless(9_000.0)
+    assert not screen.hopeless(9_500.0) and not screen.rules_out(9_000.0, 0.05, 4220.0)
+    assert not Screen(front=((28_000.0, 6348.0),)).hopeless(1.0)  # no best known yet
+
+
+def test_far_below_the_best_stops_at_the_first_block():
+    """A config whose fastest warm-up step is under a third of the best stops at its
+    first block, not at a precision; one that shows it only in the window stops at
+    the block that shows it; a config near the best is measured as before."""
+    def window(best, warm_rate, min_window_s=5.0):
+        spec = MeasureSpec(min_steps=10, min_window_s=min_window_s, max_window_s=30.0,
+                           precision=0.01, screen=Screen(precision=0.1, best=best))
+        return _window(_FakeStepper(lambda: 0.002), spec, [0.002] * 3, lambda: 50.0,
+                       warm_rate).stats
+
+    rate = 100 / 0.002  # seeds/s of the fake steps
+    stats = window(best=10 * rate, warm_rate=rate)
+    assert stats.stopped == "screened" and stats.screened_by == "warm-up"
+    assert len(stats.blocks) == 1 and stats.wall_s < 1.0
+    stats = window(best=10 * rate, warm_rate=0.0)  # nothing known from the warm-up
+    assert stats.screened_by == "window" and len(stats.blocks) == 1
+    stats = window(best=1.5 * rate, warm_rate=rate, min_window_s=0.2)
+    assert stats.stopped != "screened" and len(stats.blocks) >= 4
 
 
 def _record(number, throughput, memory, stopped="precise", config=None, **kw):

@@ -157,7 +157,7 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
                    temporal_strategy: str = "uniform", model: ModelArg = None,
                    hidden: int | None = None, layers: int | None = None,
                    recompile_limit: int | None = None, space: str | Path | dict = "default",
-                   n_trials: int = _O.n_trials, timeout_s: float | None = None,
+                   n_trials: int | None = _O.n_trials, timeout_s: float | None = None,
                    budget: float | str | None = None, racing: bool = _O.racing,
                    screen_precision: float | str = _O.screen_precision,
                    priors: bool = _O.priors, confirm: int = _O.confirm,
@@ -192,7 +192,8 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     ``measure``/``limits``: a :class:`autotune.MeasureSpec` and :class:`autotune.TrialLimits`.
     ``precision`` (0.05 or '5%'): each trial's target precision, over ``measure``'s;
     by default the space's stated one (the quick space states 5%), else ``measure``'s.
-    ``budget``: wall clock of this run, seconds or '20m', the confirmation included.
+    ``budget``: wall clock of this run, seconds or '20m', the confirmation included;
+    without ``n_trials``, trials run until it is spent (``n_trials`` alone: 20).
     ``racing``: a new config is screened at ``screen_precision`` first; ``priors``: the
     prior table runs first. ``confirm``: the front's fastest N, its knee and the
     baseline are measured again at the end, interleaved in ``confirm_rounds`` rounds,
@@ -246,7 +247,7 @@ def _printed(study: optuna.Study, opts: SearchOptions, progress: Progress | bool
 
     from autotune.render import Ticker
 
-    ticker = Ticker(sys.stderr, baseline_record(study), opts.confirmation_size(), opts.budget_s)
+    ticker = Ticker(sys.stderr, baseline_record(study), opts.confirmation_size())
     return ticker.done, on_trial_start or ticker.start, ticker.note
 
 
@@ -357,13 +358,14 @@ def _positive(name: str, value: Any) -> int:
     return value
 
 
-def _check_budgets(sampler: str, n_trials: int, timeout_s: float | None, heartbeat_s: int,
+def _check_budgets(sampler: str, n_trials: int | None, timeout_s: float | None, heartbeat_s: int,
                    grace_s: int) -> None:
     """The cheap checks, before the dataset is prepared."""
     from autotune.study.samplers import make_sampler
 
     make_sampler(sampler, 0)
-    _positive("n_trials", n_trials)
+    if n_trials is not None:
+        _positive("n_trials", n_trials)
     if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
         raise ConfigError(f"--timeout (timeout_s=) must be a positive number of seconds "
                           f"(got {timeout_s!r})")

@@ -34,6 +34,13 @@ from autotune.study.records import StudyRecord, TrialRecord
 from autotune.storage import measurement_lock, study_lock
 
 FOLLOW_UPS = 1  # confirmations of a knee that moved onto an unconfirmed config
+BUDGET_SHARE = 0.25  # the most of --budget that a search keeps aside for its confirmation
+# Every candidate at least FAR_AHEAD times the baseline: the confirmation measures the
+# baseline to LOOSE_PRECISION only. A 3x ratio is plain at +-20%, and a slow baseline's
+# precise window would take most of a GPU search's confirmation (on an H100: 108 s
+# for the baseline, 1 to 4 s for a GPU-resident config's window).
+FAR_AHEAD = 3.0
+LOOSE_PRECISION = 0.20
 Left = Callable[[], "float | None"]  # the seconds left of --budget (None: no budget)
 Done = Callable[[TrialRecord], None]  # called with each measurement as it is stored
 
@@ -161,6 +168,80 @@ class Plan:
             [(self.rounds, self.trials[0])]
 
 
+def baseline_precision(opts: SearchOptions, trials: list[TrialRecord],
+                       numbers: list[int]) -> float:
+    """The precision the confirmation asks of the baseline (``numbers[0]``) beside the
+    candidates (``numbers[1:]``): the search's, or :data:`LOOSE_PRECISION` where each
+    candidate's search figure is :data:`FAR_AHEAD` times the baseline's or more."""
+    base = trials[numbers[0]].throughput
+    ratios = [trials[n].throughput / base for n in numbers[1:]
+              if base and trials[n].throughput]
+    if ratios and min(ratios) >= FAR_AHEAD:
+        return max(opts.measure.precision, LOOSE_PRECISION)
+    return opts.measure.precision
+
+
+def measurement_s(record: TrialRecord, precision: float | None = None,
+                  min_window_s: float = 0.0, startup_s: float | None = None) -> float:
+    """How long measuring ``record``'s config again takes: as long as its trial did,
+    from its start to its result, with ``startup_s`` for its start-up where given (the
+    run's first trial starts the fork server). At a ``precision`` looser than the one
+    it reached, its window shrinks as the square of their ratio (a half-width falls
+    as one over the root of the steps), to ``min_window_s``."""
+    if not record.measured_at:
+        return 0.0
+    took = record.measured_at[1] - record.measured_at[0]
+    if startup_s is not None and "startup" in record.phases_s:
+        took += startup_s - record.phases_s["startup"]
+    reached, window = record.window.precision, record.window.wall_s
+    if precision is None or not reached or precision <= reached:
+        return took
+    return took - window + max(window * (reached / precision) ** 2, min(min_window_s, window))
+
+
+def _startup_s(trials: list[TrialRecord]) -> float | None:
+    """A trial's typical start-up: the median over measured trials but the first."""
+    starts = sorted(t.phases_s["startup"] for t in trials[1:]
+                    if t.measured_at and "startup" in t.phases_s)
+    return starts[len(starts) // 2] if starts else None
+
+
+def _seconds(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],
+             extra_s: float = 0.0) -> tuple[float, float]:
+    """(a round, the baseline's measurement) of a confirmation of ``numbers`` (the
+    baseline first), with ``extra_s`` for one candidate more."""
+    startup = _startup_s(trials)
+    base_s = measurement_s(trials[numbers[0]], baseline_precision(opts, trials, numbers),
+                           opts.measure.min_window_s, startup)
+    return base_s + extra_s + sum(measurement_s(trials[n], startup_s=startup)
+                                  for n in numbers[1:]), base_s
+
+
+def expected_s(opts: SearchOptions, study: optuna.Study, extra_s: float = 0.0) -> float:
+    """The seconds the confirmation of the study's front as it stands takes, each
+    config measured as long as its own trial took (the baseline at the precision
+    :func:`baseline_precision` asks); ``extra_s``: a candidate more, of that many
+    seconds, where the front has room for one (a trial about to run may join it)."""
+    if opts.confirm == 0:
+        return 0.0
+    trials = rec.records(study)
+    numbers = candidates(opts, study)
+    baseline = StudyRecord.from_study(study).baseline
+    if not numbers:
+        if not extra_s or baseline is None or not trials[baseline].complete:
+            return 0.0
+        numbers = [baseline]
+    room = len(numbers) - 1 < opts.confirm + 1
+    per_round, base_s = _seconds(opts, trials, numbers, extra_s if room else 0.0)
+    return opts.confirm_rounds * per_round + base_s
+
+
+def plan_s(opts: SearchOptions, study: optuna.Study, the_plan: Plan) -> float:
+    """The seconds ``the_plan`` takes, as :func:`expected_s` counts them."""
+    per_round, base_s = _seconds(opts, rec.records(study), [t.number for t in the_plan.trials])
+    return the_plan.rounds * per_round + base_s
+
+
 def candidates(opts: SearchOptions, study: optuna.Study) -> list[int]:
     """The trials to confirm: the search front's ``confirm`` fastest and its knee,
     and the baseline first. Empty when there is nothing to compare."""
@@ -186,21 +267,39 @@ def moved_knee(study: optuna.Study) -> int | None:
     return knee.trial
 
 
+def fitted(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],
+           rest: float | None) -> tuple[list[int], int]:
+    """The candidates (``numbers``, the baseline first) and rounds that ``rest``
+    seconds of the budget hold, closing baseline included: fewer rounds first (one
+    at least), then fewer candidates (the last, the knee or the slowest, first)."""
+    rounds = opts.confirm_rounds
+    if rest is None:
+        return numbers, rounds
+    while True:
+        per_round, base_s = _seconds(opts, trials, numbers)
+        fit = int((rest - base_s) // per_round) if per_round > 0 else rounds
+        if fit >= 1 or len(numbers) <= 2:
+            return numbers, max(1, min(rounds, fit))
+        numbers = numbers[:-1]
+
+
 def _claim(opts: SearchOptions, study: optuna.Study, numbers: list[int],
-           **extra: Any) -> Plan:
+           rest: float | None = None, **extra: Any) -> Plan:
+    numbers, rounds = fitted(opts, rec.records(study), numbers, rest)
     runs = study.user_attrs.get(rec.STUDY_CONFIRMATIONS) or []
     frozen = study.get_trials(deepcopy=False)
     study.set_user_attr(rec.STUDY_CONFIRMATIONS, [*runs, {
         "run": len(runs), "started": time.time(), "candidates": numbers,
-        "rounds": opts.confirm_rounds, **extra}])
-    return Plan(len(runs), tuple(frozen[n] for n in numbers), opts.confirm_rounds)
+        "rounds": rounds, **extra}])
+    return Plan(len(runs), tuple(frozen[n] for n in numbers), rounds)
 
 
-def plan(opts: SearchOptions, study: optuna.Study) -> Plan | None:
+def plan(opts: SearchOptions, study: optuna.Study, rest: float | None = None) -> Plan | None:
     """Under the study's lock: the confirmation this worker runs now, claimed so that
     no other worker runs it too; None when it is off, nothing is to be confirmed,
     search trials are still running elsewhere, or a confirmation started after the
-    last search trial ended."""
+    last search trial ended. ``rest``: the budget's seconds left, which the plan's
+    rounds and candidates are :func:`fitted` to."""
     if opts.confirm == 0:
         return None
     trials = rec.records(study)
@@ -214,43 +313,50 @@ def plan(opts: SearchOptions, study: optuna.Study) -> Plan | None:
     numbers = candidates(opts, study)
     if not numbers:
         return None
-    return _claim(opts, study, numbers)
+    return _claim(opts, study, numbers, rest)
 
 
 def confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
-            per_measurement_s: float, done: Done | None = None,
+            done: Done | None = None,
             on_plan: Callable[[Plan], None] | None = None) -> tuple[Plan | None, str]:
     """Runs the confirmation, if one is due, then its follow-ups while the knee moves
     onto a config it did not measure: round by round, each candidate measured in a
     fresh trial process. Returns the first plan and why it stopped early ("" when it
     ran all rounds): the budget would run out before the next round ends."""
     with study_lock(opts.storage, study.study_name):
-        first = plan(opts, study)
+        first = plan(opts, study, left())
     the_plan, cut = first, ""
     for _ in range(FOLLOW_UPS + 1):
         if the_plan is None:
             break
         if on_plan is not None:
             on_plan(the_plan)
-        cut = _run(opts, study, server, left, per_measurement_s, the_plan, done)
+        cut = _run(opts, study, server, left, the_plan, done)
         if cut:
             break
         knee = moved_knee(study)
         if knee is None:
             break
         with study_lock(opts.storage, study.study_name):
-            the_plan = _claim(opts, study, [the_plan.trials[0].number, knee],
+            the_plan = _claim(opts, study, [the_plan.trials[0].number, knee], left(),
                               follow_up_of=the_plan.run)
     return first, cut
 
 
 def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
-         per_measurement_s: float, the_plan: Plan, done: Done | None) -> str:
-    """One confirmation's rounds; why it stopped early ("" when it ran them all)."""
+         the_plan: Plan, done: Done | None) -> str:
+    """One confirmation's rounds; why it stopped early ("" when it ran them all). The
+    baseline is measured to :func:`baseline_precision`."""
+    trials = rec.records(study)
+    numbers = [t.number for t in the_plan.trials]
+    per_round, base_s = _seconds(opts, trials, numbers)
+    base_spec = dataclasses.replace(opts.measure, precision=baseline_precision(
+        opts, trials, numbers))
     for round_, of in the_plan.schedule():
         rest = left()
-        needs = per_measurement_s * (len(the_plan.trials) if round_ < the_plan.rounds else 1)
-        if of is the_plan.trials[0] and rest is not None and rest < needs:
+        needs = per_round if round_ < the_plan.rounds else base_s
+        first = of is the_plan.trials[0]
+        if first and rest is not None and rest < needs:
             return (f"--budget left {rest:.0f} s, less than the next round takes "
                     f"(about {needs:.0f} s): {round_} of {the_plan.rounds} rounds "
                     "ran" + (", and not the closing baseline"
@@ -258,7 +364,8 @@ def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Lef
         config = TrialConfig.from_dict(of.user_attrs[rec.CONFIG])
         trial_dir = opts.study_dir / "trials" / f"confirm-{the_plan.run}-{round_}-{of.number}"
         result, where, _ = measure(opts, config, server, trial_dir,
-                                   f"confirmation of study {study.study_name}", left)
+                                   f"confirmation of study {study.study_name}", left,
+                                   spec=base_spec if first else None)
         record = _record(result, where, confirm={"run": the_plan.run, "round": round_,
                                                  "of": of.number})
         stored = add_measured(opts, study, of, record, result)

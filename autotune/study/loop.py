@@ -76,7 +76,7 @@ def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, 
                on_trial_done: Callable[[optuna.Study], None] | None = None,
                on_trial_start: Callable[[int, TrialConfig], None] | None = None,
                on_note: Callable[[str], None] | None = None) -> SearchOutcome:
-    """Reserves, measures and tells until the study holds ``n_trials`` counted trials,
+    """Reserves, measures and tells until the study holds ``max_trials`` counted trials,
     ``timeout_s`` has passed (no new trial starts) or ``budget_s`` has (the running
     trial is failed when it would run past it; the confirmation's time is kept
     aside), measuring a control whenever one is due; then confirms the front. Trials
@@ -90,8 +90,14 @@ def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, 
     def shown(record: TrialRecord) -> None:
         if progress is not None:
             n_total = _counted(study)
-            progress(n_total, opts.n_trials, record, clock.elapsed(), clock.eta(n_total, study))
+            progress(n_total, opts.max_trials, record, clock.elapsed(),
+                     clock.eta(n_total, study))
 
+    def note(text: str | None) -> None:
+        if text and on_note is not None:
+            on_note(text)
+
+    note(_short_budget(opts))
     with ForkServer(folder=opts.study_dir, compiles=modes != {"none"}) as server:
         while clock.may_start(study):
             if _control(opts, study, baseline, server, clock, outcome, shown, on_trial_done):
@@ -125,25 +131,37 @@ def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, 
             if on_trial_done is not None:
                 on_trial_done(study)
             shown(record)
+            if record.baseline and record.complete:
+                note(clock.budget_note(study))
             if idle >= STOP_IDLE:
                 outcome.stopped = (f"stopped early: {idle} proposals in a row measured "
                                    "nothing new (repeats of measured configs, deferred "
                                    "compile variants)")
                 break
+        outcome.stopped = outcome.stopped or clock.why
         if outcome.stopped:
             study.set_user_attr(rec.STUDY_STOPPED, outcome.stopped)
-            if on_note is not None:
-                on_note(outcome.stopped)
+            note(outcome.stopped)
         _confirm(opts, study, server, clock, outcome, shown, on_trial_done, on_note)
     outcome.elapsed_s = clock.elapsed()
     return outcome
+
+
+def _short_budget(opts: SearchOptions) -> str | None:
+    """Before the first trial: a warning when ``--budget`` is shorter than one
+    measurement window may take, so that even the baseline may not finish."""
+    if opts.budget_s is None or opts.budget_s >= opts.measure.max_window_s:
+        return None
+    return (f"warning: --budget {clock_text(opts.budget_s)} is shorter than one measurement "
+            f"window may take (--max-seconds {opts.measure.max_window_s:g} s, and the trial's "
+            "start-up): the baseline may not finish, and then nothing is compared")
 
 
 def _control(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
              server: ForkServer, clock: _Clock, outcome: SearchOutcome,
              shown: Callable[[TrialRecord], None], on_trial_done) -> bool:
     """Measures a control if one is due while trials remain; whether it did."""
-    if _counted(study) >= opts.n_trials:
+    if _counted(study) >= opts.max_trials:
         return False
     control = confirmation.measure_control(opts, study, baseline, server, clock.budget_left,
                                            clock.reserve(study, ahead=1))
@@ -213,11 +231,13 @@ def _confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, clock
                 rec.BASELINE) else "") for t in plan.trials)
             what = f"the knee moved to #{plan.trials[-1].number}, which the confirmation " \
                 "did not measure: " if follow_up else ""
-            on_note(f"confirmation: {what}{plan.rounds} interleaved rounds of {names}, about "
-                    f"{clock_text(clock.per_measurement() * plan.measurements)}")
+            fewer = " (all that --budget holds)" if plan.rounds < opts.confirm_rounds else ""
+            on_note(f"confirmation: {what}{plan.rounds} interleaved round"
+                    f"{'s' if plan.rounds > 1 else ''}{fewer} of {names}, about "
+                    f"{clock_text(confirmation.plan_s(opts, study, plan))}")
 
     _, outcome.confirm_cut = confirmation.confirm(
-        opts, study, server, clock.budget_left, clock.per_measurement(), done, announce)
+        opts, study, server, clock.budget_left, done, announce)
     if outcome.confirm_cut and on_note is not None:
         on_note(f"confirmation cut short: {outcome.confirm_cut}")
 
@@ -233,6 +253,7 @@ class _Clock:
         self.durations: list[float] = []  # each measurement's wall time, this run
         self.confirmed = 0  # the confirmation's measurements so far
         self.confirming = 0  # the confirmation's measurements in all, once it started
+        self.why = ""  # why may_start said no
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
@@ -253,21 +274,55 @@ class _Clock:
         return ordered[len(ordered) // 2] if ordered else 0.0
 
     def reserve(self, study: optuna.Study, ahead: int = 0) -> float:
-        """The seconds the confirmation of ``study``'s front takes, each measurement
-        as long as this run's typical one; ``ahead=1``: of the front one more trial
-        may leave (a trial adds one point at most), what the budget keeps aside
-        before a trial starts."""
-        front = sum(1 for _ in _front(study)) + ahead
-        return self.opts.confirmation_size(front) * self.per_measurement()
+        """The seconds kept for the confirmation of ``study``'s front, each config
+        measured as long as its own trial took (:func:`confirmation.expected_s`);
+        ``ahead=1``: with one more candidate as long as this run's typical
+        measurement (the next trial may join the front). At most
+        :data:`confirmation.BUDGET_SHARE` of ``budget_s``."""
+        seconds = confirmation.expected_s(self.opts, study,
+                                          self.per_measurement() if ahead else 0.0)
+        if self.opts.budget_s is not None:
+            seconds = min(seconds, confirmation.BUDGET_SHARE * self.opts.budget_s)
+        return seconds
 
     def may_start(self, study: optuna.Study) -> bool:
-        left = self.budget_left()
-        return (self.opts.timeout_s is None or self.elapsed() <= self.opts.timeout_s) and \
-            (left is None or left - self.reserve(study, ahead=1) > 0)
+        """Whether a trial may start; if not, ``why`` says why."""
+        timeout, left = self.opts.timeout_s, self.budget_left()
+        if timeout is not None and self.elapsed() > timeout:
+            self.why = f"stopped: --timeout {clock_text(timeout)} has passed"
+            return False
+        if left is None:
+            return True
+        reserve = self.reserve(study, ahead=1)
+        if left - reserve > 0:
+            return True
+        self.why = (f"stopped: --budget {clock_text(self.opts.budget_s)} has "
+                    f"{clock_text(max(left, 0.0))} left, kept for the confirmation (about "
+                    f"{clock_text(reserve)}, at most {confirmation.BUDGET_SHARE:.0%} of the "
+                    "budget)")
+        return False
+
+    def budget_note(self, study: optuna.Study) -> str | None:
+        """After the baseline: how the budget will be spent, or a warning that what is
+        left is all kept for the confirmation, so that no other trial starts."""
+        left, budget = self.budget_left(), self.opts.budget_s
+        if left is None or budget is None:
+            return None
+        trial, reserve = self.per_measurement(), self.reserve(study, ahead=1)
+        if left > reserve:
+            return (f"budget: {clock_text(left)} of --budget {clock_text(budget)} left after "
+                    f"the baseline; trials run while more than the confirmation's reserve is "
+                    f"left (about {clock_text(reserve)} now, at most "
+                    f"{confirmation.BUDGET_SHARE:.0%} of the budget)")
+        return (f"warning: --budget {clock_text(budget)} has {clock_text(max(left, 0.0))} "
+                f"left after the baseline, which took {clock_text(trial)}: all of it is kept "
+                f"for the confirmation (about {clock_text(reserve)}), and no other config will "
+                f"be measured. Give --budget at least {clock_text(budget - left + trial + reserve)}"
+                ", or measure faster (--precision, --max-seconds)")
 
     def eta(self, n_total: int, study: optuna.Study) -> float:
         n_done = n_total - self.done_at_start
-        left_trials = max(self.opts.n_trials - n_total, 0)
+        left_trials = max(self.opts.max_trials - n_total, 0)
         confirmation = self.reserve(study) if not self.confirming else \
             (self.confirming - self.confirmed) * self.per_measurement()
         eta = (self.elapsed() / n_done * left_trials if n_done > 0 else 0.0) + confirmation
@@ -338,14 +393,14 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
             study.enqueue_trial(params_for(baseline, opts.space), user_attrs={rec.BASELINE: True})
         done = sum(t.counts for t in trials)
         running = sum(t.state == "running" and t.search_point for t in trials)
-        if done >= opts.n_trials:
+        if done >= opts.max_trials:
             return None
         size = opts.space.size()
         if len(_measured_params(study)) >= size and not running:
             outcome.stopped = (f"stopped early: the space is exhausted: all {size} of its "
                                "configs are measured")
             return None
-        if done + running >= opts.n_trials:
+        if done + running >= opts.max_trials:
             return _WAIT
         if any(t.baseline and t.counts for t in trials):
             _enqueue_priors(opts, study, baseline)
@@ -367,14 +422,17 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
 def _enqueue_priors(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig) -> None:
     """Once the baseline is measured, queues the prior table's next row whenever the
     queue is empty, so that the rows run first, in order, and none is left queued
-    when the trial budget ends first."""
+    when the trial budget ends first. While a GPU-resident config is the fastest that
+    fits, the rows that sample on the CPU wait (they run if that changes)."""
     from autotune.study.priors import prior_configs, this_machine
 
     done = list(StudyRecord.from_study(study).priors)
     if not opts.priors or study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         return
+    best = rec.fastest_fitting(rec.records(study), opts.budget_mib)
+    gpu_wins = best is not None and bool((best.config or {}).get("gpu_sampling"))
     for name, config in prior_configs(baseline, opts.space, this_machine(opts.device)):
-        if name not in done:
+        if name not in done and not (gpu_wins and not config.gpu_sampling):
             study.enqueue_trial(params_for(config, opts.space), user_attrs={rec.PRIOR: name})
             study.set_user_attr(rec.STUDY_PRIORS, [*done, name])
             return
@@ -459,14 +517,16 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
 
 def _measure_spec(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial) -> MeasureSpec:
     """The search's measure spec; racing, a new config's is screened first against
-    the current feasible front. The baseline is never screened: every speed-up is
-    divided by it."""
+    the current feasible front and the fastest config that fits (see
+    :class:`autotune.specs.Screen`). The baseline is never screened: every speed-up
+    is divided by it."""
     if not opts.racing or trial.user_attrs.get(rec.BASELINE):
         return opts.measure
     front = tuple((p.throughput, p.memory_mib) for p in rec.points(study) if p.feasible)
+    best = rec.fastest_fitting(rec.records(study), opts.budget_mib)
     return dataclasses.replace(opts.measure, screen=Screen(
         precision=max(opts.screen_precision, opts.measure.precision), front=front,
-        budget_mib=opts.budget_mib))
+        budget_mib=opts.budget_mib, best=best.throughput if best is not None else None))
 
 
 def _guard_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,

@@ -4,6 +4,7 @@ the search's defaults: the CLI's flags and :func:`autotune.search` take theirs f
 here."""
 from __future__ import annotations
 
+import math
 import re
 import socket
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from autotune.space import SearchSpace
 
 SAMPLERS = ("gp", "tpe", "nsga2", "random")  # made by autotune.study.samplers
+DEFAULT_N_TRIALS = 20  # without --n-trials or --budget
 DEFAULT_SAMPLER = "gp"  # the best in benchmarks/search_efficiency.py
 
 
@@ -77,7 +79,7 @@ class SearchOptions:
     storage: str
     study_name: str
     device: str = "cpu"
-    n_trials: int = 20
+    n_trials: int | None = None  # None: DEFAULT_N_TRIALS, or as many as budget_s holds
     timeout_s: float | None = None
     sampler: str = DEFAULT_SAMPLER
     seed: int = 0
@@ -96,6 +98,14 @@ class SearchOptions:
     confirm_rounds: int = 3  # interleaved rounds of the confirmation
     control_every_s: float = 600.0  # the baseline is measured again after this long ...
     control_every_trials: int = 10  # ... or after this many measured trials
+
+    @property
+    def max_trials(self) -> float:
+        """The counted trials the search runs at most: ``n_trials``; if it is not
+        given, as many as ``budget_s`` holds, else :data:`DEFAULT_N_TRIALS`."""
+        if self.n_trials is not None:
+            return self.n_trials
+        return math.inf if self.budget_s is not None else DEFAULT_N_TRIALS
 
     def confirmation_size(self, front: int | None = None) -> int:
         """The confirmation's measurements at most: rounds x (the fastest ``confirm``

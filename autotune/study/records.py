@@ -221,6 +221,19 @@ class TrialRecord:
         return (self.memory_excess_mib or 0.0) <= 0 and not self.below_guard
 
     @property
+    def device_mib(self) -> float | None:
+        """What its device had for it (GPU memory within its cap, or RAM), if stored."""
+        total = self.memory.device_total_bytes
+        return total / MIB if total else None
+
+    def fits(self, budget_mib: float | None = None) -> bool:
+        """Feasible, and its memory within ``budget_mib`` (``--max-memory``), else within
+        what its device has: memory is counted against that, not against the spread
+        between trials (the screen's and the default pick's one rule)."""
+        limit = budget_mib if budget_mib is not None else self.device_mib
+        return self.feasible and (limit is None or (self.memory_mib or 0.0) <= limit)
+
+    @property
     def not_measured(self) -> bool:
         """Failed because its worker died or was interrupted, not by its config."""
         return self.state == "fail" and (self.fail_reason or "").split(":")[0] in NOT_MEASURED
@@ -253,6 +266,14 @@ def points(study) -> list[Point]:
 
     return [r.point() for r in records(study, (TrialState.COMPLETE,))
             if not r.screened and r.search_point]
+
+
+def fastest_fitting(trials: list[TrialRecord], budget_mib: float | None = None
+                    ) -> TrialRecord | None:
+    """The fastest completed search trial measured to full precision that
+    :meth:`TrialRecord.fits`, or None."""
+    fitting = [t for t in trials if t.on_front_candidate and t.values and t.fits(budget_mib)]
+    return max(fitting, key=lambda t: t.throughput, default=None)
 
 
 @dataclass(frozen=True)

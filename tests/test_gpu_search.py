@@ -1,0 +1,166 @@
+"""A GPU user's search, end to end through the search loop, on a stand-in: the device
+is tests/fake_cuda.py's (torch's own torch.cuda wrappers over stubbed entry points),
+and ``run_trial`` is a fake H100 whose figures are the ones measured there (issue 35:
+the baseline 5,702 seed nodes/s in a 108 s trial; GPU-resident configs about 28x in a
+few seconds, 6.2 GiB of 80 GiB; CPU-sampling configs near 1x, leaner). What is
+asserted is the loop's arithmetic: the budget spent on trials, the confirmation's
+reserve sized from the configs it re-measures, the screen cutting the CPU-sampling
+configs, the priors that wait, and every stop said."""
+from __future__ import annotations
+
+import time
+
+import optuna
+import pytest
+
+from autotune.specs import MeasureSpec
+from autotune.result import MIB, MemoryStats, Observed, TrialResult, WindowStats
+from autotune.study import confirm as confirm_module
+from autotune.study.records import StudyRecord, records
+from fake_cuda import GIB, fake_cuda  # noqa: F401  (the fixture)
+
+BASELINE_RATE = 5_702.0
+SCALE = 0.05  # seconds of the fake per second of the H100's
+
+
+class FakeH100:
+    """``run_trial``'s stand-in. A trial sleeps ``SCALE`` times what it took on the
+    H100; its window honours the spec it is given: a screen that finds it hopeless
+    stops it at its first block, and the precision asked sets the window's length."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[dict, object]] = []
+
+    def figures(self, config) -> tuple[float, float, float, float]:
+        """(seed nodes/s, MiB, warm-up seconds, window seconds at 3%)."""
+        if config.gpu_sampling:
+            rate = 28.0 if config.amp_dtype == "bfloat16" else 18.9
+            return rate * BASELINE_RATE, 6348.0, 2.0, 2.0
+        if config.num_workers == 2 and config.batch_size == 1024 and config.amp_dtype == \
+                "float32" and config.num_neighbors == (25, 10):  # the baseline's config
+            return BASELINE_RATE, 4220.0, 9.0, 60.0
+        return 1.1 * BASELINE_RATE, 3122.0, 5.0, 40.0
+
+    def __call__(self, config, *, measure, limits, **_) -> TrialResult:
+        startup = 38.9 if not self.calls else 10.0  # the first starts the fork server
+        self.calls.append((config.to_dict(), measure))
+        rate, mib, warmup, window = self.figures(config)
+        screen, stopped, screened_by = measure.screen, "precise", ""
+        precision = max(measure.precision, 0.03)
+        if screen is not None and screen.hopeless(rate * 1.2):
+            window, stopped, screened_by, precision = 0.2, "screened", "warm-up", 0.5
+        else:
+            window *= (0.03 / precision) ** 2
+        if SCALE * (startup + warmup + window) > limits.timeout_s:  # the budget's cut
+            time.sleep(limits.timeout_s)
+            return TrialResult(status="timeout", config=config, reason="timed out")
+        time.sleep(SCALE * (startup + warmup + window))
+        steps, wall = 10, SCALE * window
+        seeds = max(1, round(rate * wall / steps))
+        return TrialResult(
+            status="ok", config=config, step_times_s=(wall / steps,) * steps,
+            seeds_per_step=(seeds,) * steps, nodes_per_step=(seeds,) * steps,
+            edges_per_step=(seeds,) * steps,
+            memory=MemoryStats(cuda_max_reserved_bytes=int(mib * MIB),
+                               device_total_bytes=80 * GIB),
+            observed=Observed(main_pid=1), phases_s={
+                "startup": SCALE * startup, "dataset_load": 0.0, "build": 0.0,
+                "warmup": SCALE * warmup, "window": wall},
+            window=WindowStats(wall_s=wall, precision=precision, stopped=stopped,
+                               screened_by=screened_by, block_steps=5))
+
+
+def _search(tmp_path, monkeypatch, machine, **options):
+    import autotune
+
+    monkeypatch.setattr(confirm_module, "run_trial", machine)
+    notes: list[str] = []
+    plan = autotune.prepare_search(
+        dataset="synthetic", scale=0.004, root=str(tmp_path / "data"), device="cuda",
+        studies_dir=str(tmp_path / "studies"), progress=False, sampler="random",
+        measure=MeasureSpec(max_window_s=60 * SCALE, min_window_s=SCALE), **options)
+    import dataclasses
+
+    result = dataclasses.replace(plan, on_note=notes.append).run()
+    study = optuna.load_study(study_name=result.study_name, storage=result._url)
+    return result, records(study), StudyRecord.from_study(study), notes
+
+
+@pytest.mark.slow
+def test_a_budgeted_gpu_search_spends_its_budget_on_what_matters(tmp_path, monkeypatch,
+                                                                  fake_cuda):
+    """--budget 5m as on the H100 (scaled): trials run until the budget is spent, the
+    CPU-sampling priors wait once GPU-resident trials win, the sampler's CPU-sampling
+    proposals are cut at their warm-up, the confirmation measures the baseline loosely
+    beside 28x candidates and fits the reserve, and each stop says why."""
+    budget = 300 * SCALE
+    machine = FakeH100()
+    started = time.monotonic()
+    result, trials, study, notes = _search(tmp_path, monkeypatch, machine, budget=budget)
+    took = time.monotonic() - started
+    searched = [t for t in trials if t.search_point and t.reused_from is None
+                and t.state in ("complete", "fail")]
+    assert searched[0].baseline
+    assert [t.prior for t in searched[1:3]] == ["gpu-resident-bf16", "gpu-resident"]
+    assert not any(t.prior for t in searched[3:]), "the CPU-sampling priors wait"
+    assert len(searched) > 3, "trials run until the budget is spent, not a fixed count"
+    cpu = [t for t in searched[3:] if not t.config["gpu_sampling"]]
+    assert all(t.screened and t.window.screened_by == "warm-up" for t in cpu)
+    # the confirmation: GPU-resident candidates, the baseline measured to 20%
+    confirmed = [t for t in trials if t.confirm is not None]
+    assert confirmed and all(trials[t.confirm["of"]].config["gpu_sampling"]
+                             for t in confirmed if not trials[t.confirm["of"]].baseline)
+    loose = [m for c, m in machine.calls if m.precision == confirm_module.LOOSE_PRECISION]
+    assert len(loose) == sum(trials[t.confirm["of"]].baseline for t in confirmed)
+    assert any(n.startswith("budget: ") for n in notes), notes
+    assert any(n.startswith("confirmation: ") for n in notes), notes
+    assert result.outcome.stopped.startswith("stopped: --budget"), result.outcome
+    if result.outcome.confirm_cut:  # study I/O is not scaled: a loaded machine may cut
+        assert any(n.startswith("confirmation cut short: ") for n in notes), notes
+    assert took <= budget + 60 * SCALE + 5, (took, budget)
+
+
+def test_the_reserve_counts_each_config_at_its_own_pace():
+    """The H100's figures: a 108 s baseline (60 s window at +-5.3%) beside a 28x config
+    measured in 4 s. The baseline is measured to 20% in the confirmation: its window
+    shrinks to 60 x (5.3 / 20)^2 s."""
+    from types import SimpleNamespace
+
+    from autotune.specs import MeasureSpec
+    from autotune.study.confirm import _seconds, baseline_precision, fitted
+    from autotune.study.records import TrialRecord
+
+    opts = SimpleNamespace(measure=MeasureSpec(precision=0.03), confirm=3, confirm_rounds=3)
+    base = TrialRecord(0, "complete", (5_702.0, 4220.0), baseline=True,
+                       measured_at=(0.0, 108.0), window=WindowStats(wall_s=60.0,
+                                                                    precision=0.053))
+    fast = TrialRecord(1, "complete", (28 * 5_702.0, 6348.0), measured_at=(110.0, 114.0),
+                       window=WindowStats(wall_s=2.0, precision=0.03))
+    near = TrialRecord(2, "complete", (7_000.0, 3122.0), measured_at=(120.0, 150.0),
+                       window=WindowStats(wall_s=20.0, precision=0.03))
+    trials = [base, fast, near]
+    assert baseline_precision(opts, trials, [0, 1]) == 0.20
+    assert baseline_precision(opts, trials, [0, 1, 2]) == 0.03  # a candidate near 1x
+    per_round, base_s = _seconds(opts, trials, [0, 1])
+    assert base_s == pytest.approx(48 + 60 * (0.053 / 0.20) ** 2)
+    assert per_round == pytest.approx(base_s + 4)
+    # what 75 s (a quarter of 5 minutes) holds: one round and the closing baseline
+    assert fitted(opts, trials, [0, 1], 75.0) == ([0, 1], 1)
+    assert fitted(opts, trials, [0, 1], None) == ([0, 1], 3)
+    assert fitted(opts, trials, [0, 1, 2], 80.0)[0] == [0, 1]  # the last one goes first
+
+
+def test_a_budget_shorter_than_a_window_is_said_before_the_first_trial(tmp_path,
+                                                                      monkeypatch, fake_cuda):
+    machine = FakeH100()
+    result, trials, study, notes = _search(tmp_path, monkeypatch, machine, budget=1.0,
+                                           n_trials=3)
+    assert notes[0].startswith("warning: --budget 0:01 is shorter than one measurement "
+                               "window may take"), notes
+    assert trials[0].baseline and trials[0].fail_reason.startswith("budget: ")
+    assert result.outcome.stopped.startswith("stopped: --budget"), result.outcome
+    # a budget the baseline leaves no room in beside the confirmation: said at once
+    _, _, _, notes = _search(tmp_path, monkeypatch, FakeH100(), budget=120 * SCALE,
+                             study_name="tight")
+    assert any(n.startswith("warning: --budget 0:06 has") and "no other config" in n
+               for n in notes), notes
