@@ -17,7 +17,7 @@ from typing import Any, Callable
 from autotune.env import parse_duration, parse_fraction
 from autotune.errors import AutotuneError, ConfigError, GuardError
 from autotune.specs import GuardOptions, MeasureSpec, TrialLimits, check_limits
-from autotune.study.options import DEFAULT_N_TRIALS, SAMPLERS, SearchOptions
+from autotune.study.options import BUDGET_SHARE, DEFAULT_N_TRIALS, SAMPLERS, SearchOptions
 from autotune.taskinfo import TASKS, task_info
 from autotune.render import FORMATS, Ticker, drift_lines, emit, front_table, profile_text, \
     result_text, short, trial_row, trials_table
@@ -31,6 +31,7 @@ SEARCH_EXAMPLE = """examples:
   autotune search --dataset synthetic --scale 0.02 --space quick --n-trials 8
   autotune search --dataset Reddit --root data --max-memory 8GiB --n-trials 40
   autotune search --dataset Reddit --root data --budget 20m --precision 5%
+  autotune search --dataset Reddit --root data --device cuda --budget 5m
   autotune search --dataset Reddit --root data --confirm 5 --confirm-rounds 5
   autotune search --dataset Reddit --space reddit --model gat --layers 3 --n-trials 40
   autotune search --dataset mypkg.data:load --model mypkg.models:factory --n-trials 20
@@ -438,8 +439,11 @@ def _add_search_parser(sub) -> None:
                         help="the study's total trial budget (default: as many as --budget "
                              f"holds, else {DEFAULT_N_TRIALS})")
     search.add_argument("--budget", type=_duration, default=None,
-                        help="wall-clock limit of this run, e.g. 20m, 1h or 90s: the running "
-                             "trial is finished or, past it, failed (and queued again)")
+                        help="wall-clock limit of this run, e.g. 20m, 1h or 90s, the "
+                             f"confirmation included (at most {100 * BUDGET_SHARE:.0f}%% of it "
+                             "kept for that): "
+                             "the running trial is finished or, past it, failed (and "
+                             "queued again)")
     search.add_argument("--timeout", type=_duration, default=None,
                         help="stop starting trials after this long: seconds, or 90s, 15m, 2h")
     search.add_argument("--screen-precision", type=_fraction,

@@ -6,12 +6,14 @@ the same run (the baseline is measured first and last; ratios use their median).
 With ``--device cuda`` the baseline samples on the CPU and copies each batch (pinned,
 non-blocking), and the rows add the GPU-resident pipeline (``gpu_sampling``: the
 Triton sampler, features on the GPU) alone and with bfloat16 and the sparse
-aggregation: the best of those is the end-to-end figure (target: 150,000 seed
-nodes/s at batch 1024, [25, 10], SAGE 2x256 on the full-scale graph). Then features
-in pinned host memory (``feature_placement: pinned``), on the whole GPU and with the
-trial's GPU memory capped (``--gpu-memory-limit``) below what resident features
-need but above the graph alone; the same cap with resident features must be
-refused by the fit check. Target: pinned under the cap at least 3x the baseline.
+aggregation: the best of those is the end-to-end figure (target: 300,000 seed
+nodes/s at batch 1024, [25, 10], SAGE 2x256 on the full-scale graph; no less than
+200,000). Then features in pinned host memory (``feature_placement: pinned``), on
+the whole GPU and with the trial's GPU memory capped (``--gpu-memory-limit``) at the
+graph's structure plus a fixed margin (:data:`CAP_MARGIN`, not the fit check's
+formula); resident features under the same cap are refused by the fit check or run,
+and each row stores what the fit check counted beside what the allocator reserved.
+Target: pinned under the cap at least 3x the baseline.
 
 With ``--task graph`` the rows run on ``synthetic-molecules`` (batches of whole
 graphs, no fanout; the baseline is the same config with task graph, throughput in
@@ -39,7 +41,8 @@ from autotune.taskinfo import task_info
 from autotune.topology import STRATEGIES, affinity_sets, this_machine
 
 
-TARGET_GPU_SEEDS_PER_S = 150_000
+TARGET_GPU_SEEDS_PER_S = 300_000
+FLOOR_GPU_SEEDS_PER_S = 200_000
 TARGET_PINNED_SPEEDUP = 3.0
 GPU_RESIDENT = {"gpu_sampling": True, "num_workers": 0, "loader_cores": None,
                 "compute_cores": None}
@@ -83,7 +86,8 @@ def variants(base, stats: dict | None = None) -> list[tuple]:
             out += [("feature_placement", f"pinned + bfloat16, GPU capped at {cap >> 20} MiB",
                      pinned, cap),
                     ("feature_placement", f"gpu + bfloat16, GPU capped at {cap >> 20} MiB "
-                     "(the fit check must refuse it)", {**pinned, "feature_placement": "gpu"},
+                     "(refused by the fit check, or run)", {**pinned,
+                                                            "feature_placement": "gpu"},
                      cap)]
     if base.task == "graph":
         out += [("batch_size", str(b), {"batch_size": b}) for b in (256, 4096)]
@@ -93,16 +97,21 @@ def variants(base, stats: dict | None = None) -> list[tuple]:
     return out
 
 
-def features_excluded_cap(stats: dict) -> int:
-    """A GPU memory cap under which the graph fits with its features in pinned host
-    memory and not with them on the GPU (the fit check keeps 10% of it free): just
-    below the resident features' threshold, so pinned has the most working room."""
-    from autotune.pipeline import GPU_HEADROOM
+# A trial's working set beside the resident graph: about 4 GiB of reserved memory in
+# the H100's GPU-resident bf16 trials at batch 1024, [25, 10] (issue 35: 5.7 to 6.2 GiB
+# in all, 2.2 GiB of it the graph and its features), and half a GiB for the
+# allocator. A fixed figure, so that the capped rows test the fit check against the
+# allocator, not against itself.
+CAP_MARGIN = 9 << 29  # 4.5 GiB
 
+
+def features_excluded_cap(stats: dict) -> int:
+    """A GPU memory cap for graphs larger than the GPU: the graph's structure (CSC with
+    its edge permutation, labels, the sampler's id maps) plus :data:`CAP_MARGIN`, so
+    that the features are what no longer fits beside a trial's working set."""
     n, e = stats["num_nodes"], stats["num_edges"]
     structure = (n + 1) * 8 + 2 * e * 8 + n * 8 + 2 * (n + 1) * 8
-    features = n * stats["num_features"] * 4
-    return int((structure + features) / (1 - GPU_HEADROOM)) - (1 << 20)
+    return structure + CAP_MARGIN
 
 
 def _loader_variants(base) -> list[tuple[str, str, dict]]:
@@ -175,6 +184,8 @@ def _measurer(args, ref, server, key: str):
                        precision=result.window.precision,
                        sampled_edges_per_s=result.summary()["sampled_edges_per_s"],
                        step_p50_ms=result.summary()["step_p50_ms"],
+                       gpu_fit_bytes=result.memory.gpu_fit_bytes,
+                       cuda_max_reserved_bytes=result.memory.cuda_max_reserved_bytes,
                        observed={k: getattr(result.observed, k) for k in (
                            "main_affinity", "worker_affinity", "torch_threads",
                            "conv_output_dtypes", "checkpointed_layers",
@@ -218,13 +229,17 @@ def _pinned_capped(rows: list[dict]) -> dict | None:
     pinned = next((r for r in capped if r["value"].startswith("pinned")), None)
     if pinned is None:
         return None
-    refused = next((r for r in capped if r["value"].startswith("gpu")), None)
-    return {"value": pinned["value"], "status": pinned["status"],
+    resident = next((r for r in capped if r["value"].startswith("gpu")), None)
+    return {"value": pinned["value"], "status": pinned["status"], "cap_margin": CAP_MARGIN,
             "seed_nodes_per_s": pinned.get("seed_nodes_per_s"),
             "speedup": pinned.get("throughput_ratio"), "target": TARGET_PINNED_SPEEDUP,
             "met": (pinned.get("throughput_ratio") or 0) >= TARGET_PINNED_SPEEDUP,
-            "resident_features_refused": refused is not None and refused["status"] == "oom"
-            and "feature_placement pinned" in (refused["reason"] or "")}
+            # what the fit check counted against what the allocator reserved
+            "fit_check": {r["value"]: {k: r.get(k) for k in (
+                "status", "reason", "gpu_fit_bytes", "cuda_max_reserved_bytes")}
+                for r in (pinned, resident) if r is not None},
+            "resident_features_refused": resident is not None and resident["status"] == "oom"
+            and "feature_placement pinned" in (resident["reason"] or "")}
 
 
 def _end_to_end(rows: list[dict]) -> dict | None:
@@ -236,8 +251,9 @@ def _end_to_end(rows: list[dict]) -> dict | None:
     return {"value": best["value"], "seed_nodes_per_s": best["seed_nodes_per_s"],
             "precision": best["precision"], "step_p50_ms": best["step_p50_ms"],
             "sampled_edges_per_s": best["sampled_edges_per_s"],
-            "target": TARGET_GPU_SEEDS_PER_S,
-            "met": best["seed_nodes_per_s"] >= TARGET_GPU_SEEDS_PER_S}
+            "target": TARGET_GPU_SEEDS_PER_S, "floor": FLOOR_GPU_SEEDS_PER_S,
+            "met": best["seed_nodes_per_s"] >= TARGET_GPU_SEEDS_PER_S,
+            "above_floor": best["seed_nodes_per_s"] >= FLOOR_GPU_SEEDS_PER_S}
 
 
 if __name__ == "__main__":

@@ -28,13 +28,12 @@ from autotune.runner import ForkServer, TrialLimits, inductor_cache_dir, run_tri
 from autotune.study import records as rec
 from autotune.study.constraints import constraint_values
 from autotune.study.front import front_rows
-from autotune.study.options import SearchOptions
+from autotune.study.options import BUDGET_SHARE, SearchOptions
 from autotune.study.paired import latest_reference, pair
 from autotune.study.records import StudyRecord, TrialRecord
 from autotune.storage import measurement_lock, study_lock
 
 FOLLOW_UPS = 1  # confirmations of a knee that moved onto an unconfirmed config
-BUDGET_SHARE = 0.25  # the most of --budget that a search keeps aside for its confirmation
 # Every candidate at least FAR_AHEAD times the baseline: the confirmation measures the
 # baseline to LOOSE_PRECISION only. A 3x ratio is plain at +-20%, and a slow baseline's
 # precise window would take most of a GPU search's confirmation (on an H100: 108 s

@@ -33,7 +33,7 @@ from autotune.runner import ForkServer
 from autotune.study import _optuna, confirm as confirmation, recovery
 from autotune.study import records as rec
 from autotune.study.constraints import set_constraints
-from autotune.study.options import SearchOptions
+from autotune.study.options import BUDGET_SHARE, SearchOptions
 from autotune.study.records import StudyRecord, TrialRecord
 from autotune.study.samplers import make_sampler
 from autotune.render import clock as clock_text
@@ -278,11 +278,11 @@ class _Clock:
         measured as long as its own trial took (:func:`confirmation.expected_s`);
         ``ahead=1``: with one more candidate as long as this run's typical
         measurement (the next trial may join the front). At most
-        :data:`confirmation.BUDGET_SHARE` of ``budget_s``."""
+        :data:`BUDGET_SHARE` of ``budget_s``."""
         seconds = confirmation.expected_s(self.opts, study,
                                           self.per_measurement() if ahead else 0.0)
         if self.opts.budget_s is not None:
-            seconds = min(seconds, confirmation.BUDGET_SHARE * self.opts.budget_s)
+            seconds = min(seconds, BUDGET_SHARE * self.opts.budget_s)
         return seconds
 
     def may_start(self, study: optuna.Study) -> bool:
@@ -298,7 +298,7 @@ class _Clock:
             return True
         self.why = (f"stopped: --budget {clock_text(self.opts.budget_s)} has "
                     f"{clock_text(max(left, 0.0))} left, kept for the confirmation (about "
-                    f"{clock_text(reserve)}, at most {confirmation.BUDGET_SHARE:.0%} of the "
+                    f"{clock_text(reserve)}, at most {BUDGET_SHARE:.0%} of the "
                     "budget)")
         return False
 
@@ -313,7 +313,7 @@ class _Clock:
             return (f"budget: {clock_text(left)} of --budget {clock_text(budget)} left after "
                     f"the baseline; trials run while more than the confirmation's reserve is "
                     f"left (about {clock_text(reserve)} now, at most "
-                    f"{confirmation.BUDGET_SHARE:.0%} of the budget)")
+                    f"{BUDGET_SHARE:.0%} of the budget)")
         return (f"warning: --budget {clock_text(budget)} has {clock_text(max(left, 0.0))} "
                 f"left after the baseline, which took {clock_text(trial)}: all of it is kept "
                 f"for the confirmation (about {clock_text(reserve)}), and no other config will "

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 SAMPLERS = ("gp", "tpe", "nsga2", "random")  # made by autotune.study.samplers
 DEFAULT_N_TRIALS = 20  # without --n-trials or --budget
+BUDGET_SHARE = 0.25  # the most of --budget that a search keeps aside for its confirmation
 DEFAULT_SAMPLER = "gp"  # the best in benchmarks/search_efficiency.py
 
 
