@@ -49,8 +49,12 @@ SHOW_EXAMPLE = """example:
   autotune show --study-name synthetic-cpu-myhost -f yaml"""
 
 EXPORT_EXAMPLE = """examples:
-  autotune export --study-name synthetic-cpu-myhost --pick knee --out best.yaml
+  autotune export --study-name synthetic-cpu-myhost --out best.yaml
+  autotune export --study-name synthetic-cpu-myhost --pick knee --out knee.yaml
   autotune export --study-name synthetic-cpu-myhost --pick trial:3 --out t3.json
+
+By default the export is the front's default pick: the fastest confirmed config
+whose memory fits what the device has (or --max-memory).
 
 The file holds the full TrialConfig, the measured figures, the environment and the
 command that reproduces the measurement; 'autotune trial --config FILE' and
@@ -68,11 +72,11 @@ REPORT_EXAMPLE = """example:
   autotune report --study-name synthetic-cpu-myhost --out report/
 
 Writes report/report.html with pareto.png (throughput against peak memory, the
-baseline and the knee marked), importance.png (PED-ANOVA importance of each knob for
+baseline, the default pick and the knee marked), importance.png (PED-ANOVA importance of each knob for
 each objective) and step_times.png (step-time distributions of the Pareto trials)."""
 
 TRAIN_EXAMPLE = """examples:
-  autotune export --study-name synthetic-cpu-myhost --pick knee --out best.yaml
+  autotune export --study-name synthetic-cpu-myhost --out best.yaml
   autotune train --config best.yaml --dataset synthetic --scale 0.02 --epochs 5
 
 Trains with every knob of the config (the code the trial measured), prints the
@@ -326,8 +330,10 @@ def build_parser() -> argparse.ArgumentParser:
     export = _sub(sub, "export", "write one trial's config for training",
                   "Write one trial's full config, measured figures and environment.",
                   EXPORT_EXAMPLE, cmd_export, reads_a_study=True)
-    export.add_argument("--pick", default="knee",
-                        help="knee, max-throughput, min-memory or trial:N (default: knee)")
+    export.add_argument("--pick", default="default",
+                        help="default, knee, max-throughput, min-memory or trial:N "
+                             "(default: the front's default pick, the fastest confirmed "
+                             "config that fits the device's memory or --max-memory)")
     export.add_argument("--out", required=True,
                         help="a .yaml, .yml or .json file, or - for stdout")
     _add_dashboard_parser(sub)
@@ -858,7 +864,7 @@ def _search_summary(plan, result, args: argparse.Namespace) -> str:
     lines.append(front_table(result.front, task_info(plan.options.dataset.task)))
     lines.append(f"\npareto.yaml: {result.pareto_path}\nexport: " + _command(
         "autotune", "export", "--study-name", result.study_name, *_study_flags(args),
-        "--pick", "knee", "--out", "best.yaml"))
+        "--out", "best.yaml"))
     return "\n".join(lines)
 
 
@@ -897,6 +903,7 @@ def _search_blob(result) -> dict[str, Any]:
     return {"study": result.study_name, "storage": result.storage,
             "baseline_trial": result.baseline.number if result.baseline else None,
             "knee_trial": result.knee.number if result.knee else None,
+            "default_trial": result.default.number if result.default else None,
             "measured": o.measured, "reused": o.reused, "failed": o.failed,
             "controls": o.controls, "confirmation_measurements": o.confirmed,
             "confirmation_cut": o.confirm_cut or None, "explored": o.explored,

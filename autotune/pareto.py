@@ -10,7 +10,7 @@ from typing import Any
 
 from autotune.errors import ConfigError
 
-PICKS = ("knee", "max-throughput", "min-memory")
+PICKS = ("default", "knee", "max-throughput", "min-memory")
 
 
 @dataclass(frozen=True)
@@ -43,30 +43,44 @@ def front(points: list[Point]) -> list[Point]:
     return sorted(keep, key=lambda p: (-p.throughput, p.memory_mib, p.number))
 
 
-def knee(points: list[Point]) -> Point | None:
-    """The front point farthest from the straight line between its two extremes, in
-    coordinates normalised to [0, 1]: where giving up memory stops buying speed. With
-    fewer than three points, the one nearest the ideal (max speed, min memory)."""
+def knee(points: list[Point], limit_mib: float | None = None) -> Point | None:
+    """Where giving up memory stops buying speed: of the front points above the
+    straight line between its two extremes (slowest-leanest, fastest-largest), the
+    one farthest from it, throughput normalised to the front's span and memory to
+    ``limit_mib`` (what the device has, or the memory budget) where given, else to
+    the front's span. A point below the line buys less speed per MiB than the line
+    itself, so it is never the knee; with none above it (two points, a straight
+    front) the knee is the fastest point within ``limit_mib``."""
     pts = front(points)
     if not pts:
         return None
     t_lo, t_hi = min(p.throughput for p in pts), max(p.throughput for p in pts)
     m_lo, m_hi = min(p.memory_mib for p in pts), max(p.memory_mib for p in pts)
+    span = limit_mib if limit_mib else m_hi - m_lo
 
     def norm(p: Point) -> tuple[float, float]:
         t = (p.throughput - t_lo) / (t_hi - t_lo) if t_hi > t_lo else 1.0
-        m = (p.memory_mib - m_lo) / (m_hi - m_lo) if m_hi > m_lo else 0.0
+        m = (p.memory_mib - m_lo) / span if span > 0 else 0.0
         return t, m
 
-    if len(pts) < 3:
-        return min(pts, key=lambda p: (1 - norm(p)[0]) ** 2 + norm(p)[1] ** 2)
-    (t0, m0), (t1, m1) = norm(pts[-1]), norm(pts[0])  # slowest-leanest, fastest-largest
+    (t0, m0), (t1, m1) = norm(pts[-1]), norm(pts[0])
 
-    def distance(p: Point) -> float:
+    def above(p: Point) -> float:  # > 0: more throughput than the line at its memory
         t, m = norm(p)
-        return abs((t1 - t0) * (m0 - m) - (t0 - t) * (m1 - m0))
+        return (t1 - t0) * (m0 - m) - (t0 - t) * (m1 - m0)
 
-    return max(pts, key=distance)
+    inner = [p for p in pts[1:-1] if above(p) > 0]
+    return max(inner, key=above) if inner else best_under(pts, limit_mib)
+
+
+def default_pick(points: list[Point], limit_mib: float | None,
+                 confirmed: set[int] | frozenset[int] = frozenset()) -> Point | None:
+    """The config a user wants by default: memory counts against ``limit_mib`` (what
+    the device has, or the memory budget), not against the spread between trials, so
+    with memory to spare it is the fastest; the fastest ``confirmed`` one where the
+    confirmation measured any that fit."""
+    sure = [p for p in points if p.number in confirmed]
+    return best_under(sure, limit_mib) or best_under(points, limit_mib)
 
 
 def best_under(points: list[Point], budget_mib: float | None) -> Point | None:
@@ -75,8 +89,11 @@ def best_under(points: list[Point], budget_mib: float | None) -> Point | None:
     return max(ok, key=lambda p: (p.throughput, -p.memory_mib), default=None)
 
 
-def pick(points: list[Point], how: str, budget_mib: float | None = None) -> Point:
-    """``knee``, ``max-throughput``, ``min-memory`` or ``trial:N``."""
+def pick(points: list[Point], how: str, budget_mib: float | None = None,
+         limit_mib: float | None = None, confirmed: frozenset[int] = frozenset()) -> Point:
+    """``default``, ``knee``, ``max-throughput``, ``min-memory`` or ``trial:N``.
+    ``budget_mib``: ``--max-memory``; ``limit_mib``: what the device has, which the
+    default pick and the knee count memory against when no budget is given."""
     if how.startswith("trial:"):
         try:
             number = int(how.split(":", 1)[1])
@@ -96,7 +113,9 @@ def pick(points: list[Point], how: str, budget_mib: float | None = None) -> Poin
         raise ConfigError(f"--pick must be one of {', '.join(PICKS)} or trial:N (got "
                           f"{how!r}){hint}")
     pts = front(points)
-    chosen = {"knee": lambda: knee(points),
+    limit = budget_mib if budget_mib is not None else limit_mib
+    chosen = {"default": lambda: default_pick(points, limit, confirmed),
+              "knee": lambda: knee(points, limit),
               "max-throughput": lambda: best_under(points, budget_mib),
               "min-memory": lambda: min(pts, key=lambda p: (p.memory_mib, -p.throughput),
                                         default=None)}[how]()

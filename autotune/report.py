@@ -106,6 +106,11 @@ def _pareto_png(study: optuna.Study, pts: list[Point], path: Path) -> Path:
     if k is not None:
         ax.scatter([k.memory_mib], [k.throughput], marker="D", s=80, facecolors="none",
                    edgecolors="tab:green", linewidths=2, zorder=4, label=f"knee (trial {k.trial})")
+    chosen = next((r for r in rows if r.default), None)
+    if chosen is not None:
+        ax.scatter([chosen.memory_mib], [chosen.throughput], marker="s", s=140,
+                   facecolors="none", edgecolors="black", linewidths=1.5, zorder=5,
+                   label=f"default pick (trial {chosen.trial})")
     if budget:
         ax.axvline(budget, ls="--", c="tab:orange", label=f"budget {budget:,.0f} MiB")
     ax.set_xlabel(names[1])

@@ -112,6 +112,15 @@ def test_a_budgeted_gpu_search_spends_its_budget_on_what_matters(tmp_path, monke
                              for t in confirmed if not trials[t.confirm["of"]].baseline)
     loose = [m for c, m in machine.calls if m.precision == confirm_module.LOOSE_PRECISION]
     assert len(loose) == sum(trials[t.confirm["of"]].baseline for t in confirmed)
+    # the default pick, and so the export: GPU-resident, confirmed, at 15x or more
+    row = next(r for r in result.front if r.default)
+    assert row.config["gpu_sampling"] and row.confirmed is not None and row.speedup >= 15
+    assert result.default.number == row.trial
+    exported = tmp_path / "best.yaml"
+    result.export(exported)
+    import yaml
+
+    assert yaml.safe_load(exported.read_text())["config"]["gpu_sampling"] is True
     assert any(n.startswith("budget: ") for n in notes), notes
     assert any(n.startswith("confirmation: ") for n in notes), notes
     assert result.outcome.stopped.startswith("stopped: --budget"), result.outcome

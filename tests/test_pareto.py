@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.pareto import Point, best_under, front, hypervolume, knee, pick
+from autotune.pareto import Point, best_under, default_pick, front, hypervolume, knee, pick
 
 PTS = [Point(0, 100, 1000, baseline=True), Point(1, 300, 1200), Point(2, 320, 3000),
        Point(3, 90, 500), Point(4, 250, 1500), Point(5, 400, 9000, feasible=False)]
@@ -35,3 +35,34 @@ def test_best_under_budget_and_picks():
 def test_hypervolume():
     assert hypervolume([Point(0, 10, 5)], 10) == 50
     assert hypervolume([Point(0, 10, 5), Point(1, 20, 8)], 10) == 50 + 10 * 2
+
+
+# The H100's front (issue 36): GPU-resident 28.1x at 6,348 MiB beside CPU sampling at
+# 1.31x and 4,220 MiB, on a GPU of 80 GiB.
+H100 = [Point(0, 5_702.0, 3_122.0, baseline=True), Point(1, 28.1 * 5_702, 6_348.0),
+        Point(2, 1.31 * 5_702, 4_220.0)]
+GPU_MIB = 80 * 1024
+
+
+def test_the_default_pick_counts_memory_against_the_device():
+    """With memory to spare the default is the fastest config: the 28x one, not a
+    CPU-sampling point 1% of the speed range up for a third of the memory range."""
+    assert pick(H100, "default", limit_mib=GPU_MIB).number == 1
+    assert pick(H100, "knee", limit_mib=GPU_MIB).number == 1  # #2 lies below the line
+    # --max-memory below 6,348 MiB: the fastest config that fits it
+    assert pick(H100, "default", budget_mib=5_000, limit_mib=GPU_MIB).number == 2
+    assert pick(H100, "knee", budget_mib=5_000, limit_mib=GPU_MIB).number == 2
+
+
+def test_the_default_pick_prefers_confirmed_figures():
+    assert default_pick(H100, GPU_MIB, confirmed=frozenset({0, 2})).number == 2
+    assert default_pick(H100, GPU_MIB).number == 1
+
+
+def test_only_a_point_above_the_line_is_a_knee():
+    """The knee trades memory for speed better than the line between the extremes;
+    the old rule (farthest from the line either side) took a point below it."""
+    below = [Point(0, 100, 1000), Point(1, 110, 5000), Point(2, 1000, 6000)]
+    assert knee(below).number == 2  # #1 is below the line: the fastest, none above
+    above = [Point(0, 100, 1000), Point(1, 900, 2000), Point(2, 1000, 6000)]
+    assert knee(above).number == 1

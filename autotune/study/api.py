@@ -50,14 +50,15 @@ class SearchResult:
     pareto_path: Path
     guard: dict[str, Any] | None = None
     _url: str = field(default="", repr=False)
+    default: TrialRecord | None = None  # the default pick (see FrontRow.default)
 
     def __repr__(self) -> str:
         return (f"<SearchResult study {self.study_name!r}: {len(self.trials)} trials, "
-                f"{len(self.front)} on the front, knee {self.knee!r}>")
+                f"{len(self.front)} on the front, default {self.default!r}>")
 
-    def export(self, path: str | os.PathLike, *, pick: str = "knee") -> Path:
-        """Writes the picked trial (knee, max-throughput, min-memory or trial:N) as an
-        export file that ``autotune train``, ``autotune trial`` and
+    def export(self, path: str | os.PathLike, *, pick: str = "default") -> Path:
+        """Writes the picked trial (default, knee, max-throughput, min-memory or
+        trial:N) as an export file that ``autotune train``, ``autotune trial`` and
         :func:`autotune.load_config` read."""
         from autotune.study.studies import load_study
 
@@ -75,10 +76,11 @@ def result_of(study: optuna.Study, url: str, outcome: SearchOutcome,
     by_number = {t.number: t for t in trials}
     front = tuple(study_front(study))
     knee = next((r for r in front if "knee" in r.marks), None)
+    default = next((r for r in front if r.default), None)
     s = rec.StudyRecord.from_study(study)
     return SearchResult(study.study_name, masked(url), trials, front, by_number.get(s.baseline),
                         by_number.get(knee.trial) if knee else None, outcome, pareto_path,
-                        s.guard, url)
+                        s.guard, url, by_number.get(default.trial) if default else None)
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from autotune.files import atomic_write, dump
-from autotune.pareto import Point, best_under, front, knee, pick
+from autotune.pareto import Point, best_under, default_pick, front, knee, pick
 from autotune.study import records as rec
 from autotune.study.paired import Confirmed, confirmed, drifts, ties
 from autotune.study.records import StudyRecord, TrialRecord
 from autotune.storage import masked
+
+
+DEFAULT = "default"  # the mark of the default pick, which goes on to say why
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,23 @@ class FrontRow:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def default(self) -> bool:
+        """The default pick: what ``export`` writes unless told otherwise."""
+        return any(m.startswith(DEFAULT + ":") for m in self.marks)
+
+
+def memory_limit(trials: list[TrialRecord], budget: float | None) -> tuple[float | None, str]:
+    """What memory counts against, in MiB, and in words: ``--max-memory``, else what
+    the device has (the least any search trial's device had: its GPU's memory within
+    its cap, or the machine's RAM); None where no trial stored it."""
+    if budget is not None:
+        return budget, f"within --max-memory {budget:,.0f} MiB"
+    sizes = [t.device_mib for t in trials if t.search_point and t.device_mib]
+    if not sizes:
+        return None, "no memory limit known"
+    return min(sizes), f"within the device's {min(sizes):,.0f} MiB"
+
 
 def front_rows(trials: list[TrialRecord], baseline_no: int | None,
                budget: float | None, train_nodes: int | None = None) -> list[FrontRow]:
@@ -49,11 +69,15 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
     pts = candidate_points(trials, figures)
     base = by_number.get(baseline_no) if baseline_no is not None else None
     base = base if base is not None and base.complete else None
-    k, best = knee(pts), best_under(pts, budget)
+    limit, within = memory_limit(trials, budget)
+    k, best = knee(pts, limit), best_under(pts, budget)
+    chosen = default_pick(pts, limit, frozenset(figures))
+    default = f"{DEFAULT}: the fastest {'confirmed ' if figures else ''}config {within}"
     tied = ties(figures)
     rows = []
     for p in front(pts):
-        marks = [m for m, hit in (("knee", k and p.number == k.number),
+        marks = [m for m, hit in ((default, chosen and p.number == chosen.number),
+                                  ("knee", k and p.number == k.number),
                                   ("best-under-budget", budget is not None and best
                                    and p.number == best.number),
                                   ("baseline", p.number == baseline_no),
@@ -141,8 +165,8 @@ def write_pareto(study, path: Path, url: str) -> None:
 
 
 def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, TrialRecord]:
-    """The export of the trial ``how`` picks (knee, max-throughput, min-memory,
-    trial:N): its full config, the measured figures, the environment and the command
+    """The export of the trial ``how`` picks (default, knee, max-throughput,
+    min-memory, trial:N): its full config, the measured figures, the environment and the command
     that reproduces the measurement."""
     from autotune.config import CONFIG_FORMAT, TrialConfig
 
@@ -150,7 +174,9 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
     trials = {t.number: t for t in rec.records(study)}
     explicit = how.startswith("trial:")  # any completed trial, flags and all
     figures = confirmed(trials.values())
-    chosen = pick(candidate_points(list(trials.values()), figures, explicit), how, s.budget_mib)
+    limit = memory_limit(list(trials.values()), s.budget_mib)[0]
+    chosen = pick(candidate_points(list(trials.values()), figures, explicit), how, s.budget_mib,
+                  limit, frozenset(figures))
     t, c = trials[chosen.number], figures.get(chosen.number)
     config = TrialConfig.from_dict(t.config)
     ref = s.dataset_ref
