@@ -279,7 +279,9 @@ def batch_working_bytes(config: TrialConfig, data, num_classes: int | None,
     features in float32 and, with ``feature_dtype bfloat16``, the stored copy), with
     one batch's activations and their gradients; with ``aggregation scatter`` each
     layer also holds a message per edge of its input width (the first layer's is
-    the features', often the largest tensor of the step)."""
+    the features', often the largest tensor of the step). An estimate: the model is
+    counted as SAGE (two linear maps a layer), and a heterogeneous graph as one node
+    type whose hops take the largest fanout of any edge type."""
     hetero = isinstance(data, HeteroData)
     nodes_total = sum(int(s.num_nodes) for s in data.node_stores)
     widths = [int(s.x.size(-1)) for s in data.node_stores if "x" in s]
@@ -305,7 +307,7 @@ def batch_working_bytes(config: TrialConfig, data, num_classes: int | None,
             "batches": LOOKAHEAD_BATCHES * batch, "activations": activations}
 
 
-def gpu_fit_bytes(config: TrialConfig, data, num_classes: int | None,
+def gpu_need(config: TrialConfig, data, num_classes: int | None,
                   task=None) -> dict[str, int]:
     """Everything the fit check counts for a GPU-resident trial, by part."""
     per_item = getattr(task, "seed_nodes_per_item", 1)
@@ -455,7 +457,7 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
     torch.manual_seed(config.seed)
     device = torch.device(config.device)
     features = stored_features(data, config.feature_dtype)  # data itself in float32
-    fit = gpu_fit_bytes(config, features, num_classes, task) if config.gpu_sampling else None
+    fit = gpu_need(config, features, num_classes, task) if config.gpu_sampling else None
     if fit is not None:
         check_gpu_fit(fit, *gpu_room(device))
     sampler = None

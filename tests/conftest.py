@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fake_cuda import fake_cuda  # noqa: F401  (a fixture: torch.cuda over a stand-in GPU)
 
 # The real Planetoid files, in ../shared/data beside the checkout (read-only; not part
 # of the project). Tests that need them skip, naming the folder, where it is absent.

@@ -9,9 +9,9 @@ import torch
 
 from autotune.config import TrialConfig
 from autotune.errors import ConfigError, DeviceMemoryError
-from autotune.pipeline import batch_working_bytes, build, check_config, gpu_fit_bytes, \
+from autotune.pipeline import batch_working_bytes, build, check_config, gpu_need, \
     gpu_resident_bytes, gpu_room, limit_gpu_memory
-from fake_cuda import GIB, fake_cuda  # noqa: F401  (the fixture)
+from fake_cuda import GIB
 
 CUDA = torch.device("cuda")  # as the worker builds it: no index
 
@@ -52,7 +52,7 @@ def test_gpu_sampling_that_does_not_fit_fails_before_building(tiny_synthetic, fa
     """check_config sees the device; the fit check runs on the stand-in's figures and
     refuses before anything is put on the GPU (a CUDA tensor would fail here)."""
     check_config(resident())
-    need = sum(gpu_fit_bytes(resident(), tiny_synthetic, 4).values())
+    need = sum(gpu_need(resident(), tiny_synthetic, 4).values())
     fake_cuda.free = need // 2
     with pytest.raises(DeviceMemoryError, match="gpu_sampling needs"):
         build(resident(), tiny_synthetic, num_classes=4)
@@ -64,14 +64,14 @@ def test_under_a_cap_the_fit_check_names_pinned_features(tiny_synthetic, fake_cu
     features are refused with pinned named, and pinned ones pass the check (and then
     fail only where a tensor is put on the stand-in device)."""
     config = resident()
-    need = gpu_fit_bytes(config, tiny_synthetic, 4)
+    need = gpu_need(config, tiny_synthetic, 4)
     without = sum(v for k, v in need.items() if k != "features")
     cap = int((without + need["features"] // 2) / 0.95)
     limit_gpu_memory(cap, CUDA)
     with pytest.raises(DeviceMemoryError, match="use feature_placement pinned"):
         build(config, tiny_synthetic, num_classes=4)
     pinned = resident(feature_placement="pinned")
-    assert "features" not in gpu_fit_bytes(pinned, tiny_synthetic, 4)
+    assert "features" not in gpu_need(pinned, tiny_synthetic, 4)
     with pytest.raises(Exception) as raised:
         build(pinned, tiny_synthetic, num_classes=4)
     assert not isinstance(raised.value, DeviceMemoryError)
@@ -88,7 +88,7 @@ def test_the_working_set_counts_each_batchs_messages(tiny_synthetic):
         edges * (width + 32) * 4 - edges * 3 * 8
     bf16 = batch_working_bytes(resident(feature_dtype="bfloat16"), tiny_synthetic, 4)
     assert bf16["batches"] > scatter["batches"]
-    assert set(gpu_resident_bytes(tiny_synthetic)) <= set(gpu_fit_bytes(resident(),
+    assert set(gpu_resident_bytes(tiny_synthetic)) <= set(gpu_need(resident(),
                                                                          tiny_synthetic, 4))
 
 

@@ -17,7 +17,7 @@ from autotune.specs import MeasureSpec
 from autotune.result import MIB, MemoryStats, Observed, TrialResult, WindowStats
 from autotune.study import confirm as confirm_module
 from autotune.study.records import StudyRecord, records
-from fake_cuda import GIB, fake_cuda  # noqa: F401  (the fixture)
+from fake_cuda import GIB
 
 BASELINE_RATE = 5_702.0
 SCALE = 0.05  # seconds of the fake per second of the H100's

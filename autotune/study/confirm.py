@@ -28,7 +28,7 @@ from autotune.runner import ForkServer, TrialLimits, inductor_cache_dir, run_tri
 from autotune.study import records as rec
 from autotune.study.constraints import constraint_values
 from autotune.study.front import front_rows
-from autotune.study.options import BUDGET_SHARE, SearchOptions
+from autotune.study.options import SearchOptions
 from autotune.study.paired import latest_reference, pair
 from autotune.study.records import StudyRecord, TrialRecord
 from autotune.storage import measurement_lock, study_lock
@@ -192,10 +192,11 @@ def measurement_s(record: TrialRecord, precision: float | None = None,
     took = record.measured_at[1] - record.measured_at[0]
     if startup_s is not None and "startup" in record.phases_s:
         took += startup_s - record.phases_s["startup"]
-    reached, window = record.window.precision, record.window.wall_s
+    reached, window = record.window.precision, min(record.window.wall_s, took)
     if precision is None or not reached or precision <= reached:
-        return took
-    return took - window + max(window * (reached / precision) ** 2, min(min_window_s, window))
+        return max(took, 0.0)
+    return max(took - window + max(window * (reached / precision) ** 2,
+                                   min(min_window_s, window)), 0.0)
 
 
 def _startup_s(trials: list[TrialRecord]) -> float | None:
@@ -206,21 +207,24 @@ def _startup_s(trials: list[TrialRecord]) -> float | None:
 
 
 def _seconds(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],
-             extra_s: float = 0.0) -> tuple[float, float]:
+             extra_s: float = 0.0, overhead_s: float = 0.0) -> tuple[float, float]:
     """(a round, the baseline's measurement) of a confirmation of ``numbers`` (the
-    baseline first), with ``extra_s`` for one candidate more."""
+    baseline first), with ``extra_s`` for one candidate more; ``overhead_s``: what
+    storing a measurement takes beside it, each."""
     startup = _startup_s(trials)
-    base_s = measurement_s(trials[numbers[0]], baseline_precision(opts, trials, numbers),
-                           opts.measure.min_window_s, startup)
-    return base_s + extra_s + sum(measurement_s(trials[n], startup_s=startup)
+    base_s = overhead_s + measurement_s(trials[numbers[0]], baseline_precision(
+        opts, trials, numbers), opts.measure.min_window_s, startup)
+    return base_s + extra_s + sum(overhead_s + measurement_s(trials[n], startup_s=startup)
                                   for n in numbers[1:]), base_s
 
 
-def expected_s(opts: SearchOptions, study: optuna.Study, extra_s: float = 0.0) -> float:
+def expected_s(opts: SearchOptions, study: optuna.Study, extra_s: float = 0.0,
+               overhead_s: float = 0.0) -> float:
     """The seconds the confirmation of the study's front as it stands takes, each
     config measured as long as its own trial took (the baseline at the precision
-    :func:`baseline_precision` asks); ``extra_s``: a candidate more, of that many
-    seconds, where the front has room for one (a trial about to run may join it)."""
+    :func:`baseline_precision` asks) and stored in ``overhead_s``; ``extra_s``: a
+    candidate more, of that many seconds, where the front has room for one (a trial
+    about to run may join it)."""
     if opts.confirm == 0:
         return 0.0
     trials = rec.records(study)
@@ -230,25 +234,28 @@ def expected_s(opts: SearchOptions, study: optuna.Study, extra_s: float = 0.0) -
         if not extra_s or baseline is None or not trials[baseline].complete:
             return 0.0
         numbers = [baseline]
-    room = len(numbers) - 1 < opts.confirm + 1
-    per_round, base_s = _seconds(opts, trials, numbers, extra_s if room else 0.0)
+    room = len(numbers) - 1 < opts.confirm + 2  # the fastest N, the knee, the default
+    per_round, base_s = _seconds(opts, trials, numbers, extra_s if room else 0.0, overhead_s)
     return opts.confirm_rounds * per_round + base_s
 
 
-def plan_s(opts: SearchOptions, study: optuna.Study, the_plan: Plan) -> float:
+def plan_s(opts: SearchOptions, study: optuna.Study, the_plan: Plan,
+           overhead_s: float = 0.0) -> float:
     """The seconds ``the_plan`` takes, as :func:`expected_s` counts them."""
-    per_round, base_s = _seconds(opts, rec.records(study), [t.number for t in the_plan.trials])
+    per_round, base_s = _seconds(opts, rec.records(study),
+                                 [t.number for t in the_plan.trials], overhead_s=overhead_s)
     return the_plan.rounds * per_round + base_s
 
 
 def candidates(opts: SearchOptions, study: optuna.Study) -> list[int]:
-    """The trials to confirm: the search front's ``confirm`` fastest and its knee,
-    and the baseline first. Empty when there is nothing to compare."""
+    """The trials to confirm: the search front's ``confirm`` fastest besides the
+    baseline, its knee and its default pick, and the baseline first. Empty when
+    there is nothing to compare."""
     s = StudyRecord.from_study(study)
     trials = [t for t in rec.records(study) if t.search_point]  # the search's own figures
-    rows = front_rows(trials, s.baseline, s.budget_mib)
+    rows = [r for r in front_rows(trials, s.baseline, s.budget_mib) if r.trial != s.baseline]
     picked = [r.trial for r in rows[:opts.confirm]] + \
-        [r.trial for r in rows if "knee" in r.marks]
+        [r.trial for r in rows if "knee" in r.marks or r.default]
     picked = [n for n in dict.fromkeys(picked) if n != s.baseline]
     if s.baseline is None or not picked or not trials[s.baseline].complete:
         return []
@@ -267,7 +274,7 @@ def moved_knee(study: optuna.Study) -> int | None:
 
 
 def fitted(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],
-           rest: float | None) -> tuple[list[int], int]:
+           rest: float | None, overhead_s: float = 0.0) -> tuple[list[int], int]:
     """The candidates (``numbers``, the baseline first) and rounds that ``rest``
     seconds of the budget hold, closing baseline included: fewer rounds first (one
     at least), then fewer candidates (the last, the knee or the slowest, first)."""
@@ -275,7 +282,7 @@ def fitted(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],
     if rest is None:
         return numbers, rounds
     while True:
-        per_round, base_s = _seconds(opts, trials, numbers)
+        per_round, base_s = _seconds(opts, trials, numbers, overhead_s=overhead_s)
         fit = int((rest - base_s) // per_round) if per_round > 0 else rounds
         if fit >= 1 or len(numbers) <= 2:
             return numbers, max(1, min(rounds, fit))
@@ -283,8 +290,8 @@ def fitted(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],
 
 
 def _claim(opts: SearchOptions, study: optuna.Study, numbers: list[int],
-           rest: float | None = None, **extra: Any) -> Plan:
-    numbers, rounds = fitted(opts, rec.records(study), numbers, rest)
+           rest: float | None = None, overhead_s: float = 0.0, **extra: Any) -> Plan:
+    numbers, rounds = fitted(opts, rec.records(study), numbers, rest, overhead_s)
     runs = study.user_attrs.get(rec.STUDY_CONFIRMATIONS) or []
     frozen = study.get_trials(deepcopy=False)
     study.set_user_attr(rec.STUDY_CONFIRMATIONS, [*runs, {
@@ -293,7 +300,8 @@ def _claim(opts: SearchOptions, study: optuna.Study, numbers: list[int],
     return Plan(len(runs), tuple(frozen[n] for n in numbers), rounds)
 
 
-def plan(opts: SearchOptions, study: optuna.Study, rest: float | None = None) -> Plan | None:
+def plan(opts: SearchOptions, study: optuna.Study, rest: float | None = None,
+         overhead_s: float = 0.0) -> Plan | None:
     """Under the study's lock: the confirmation this worker runs now, claimed so that
     no other worker runs it too; None when it is off, nothing is to be confirmed,
     search trials are still running elsewhere, or a confirmation started after the
@@ -312,25 +320,26 @@ def plan(opts: SearchOptions, study: optuna.Study, rest: float | None = None) ->
     numbers = candidates(opts, study)
     if not numbers:
         return None
-    return _claim(opts, study, numbers, rest)
+    return _claim(opts, study, numbers, rest, overhead_s)
 
 
 def confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
-            done: Done | None = None,
-            on_plan: Callable[[Plan], None] | None = None) -> tuple[Plan | None, str]:
+            done: Done | None = None, on_plan: Callable[[Plan], None] | None = None,
+            overhead_s: float = 0.0) -> tuple[Plan | None, str]:
     """Runs the confirmation, if one is due, then its follow-ups while the knee moves
     onto a config it did not measure: round by round, each candidate measured in a
     fresh trial process. Returns the first plan and why it stopped early ("" when it
-    ran all rounds): the budget would run out before the next round ends."""
+    ran all rounds): the budget would run out before the next round ends.
+    ``overhead_s``: what storing a measurement takes, each (the plan counts it)."""
     with study_lock(opts.storage, study.study_name):
-        first = plan(opts, study, left())
+        first = plan(opts, study, left(), overhead_s)
     the_plan, cut = first, ""
     for _ in range(FOLLOW_UPS + 1):
         if the_plan is None:
             break
         if on_plan is not None:
             on_plan(the_plan)
-        cut = _run(opts, study, server, left, the_plan, done)
+        cut = _run(opts, study, server, left, the_plan, done, overhead_s)
         if cut:
             break
         knee = moved_knee(study)
@@ -338,17 +347,17 @@ def confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: 
             break
         with study_lock(opts.storage, study.study_name):
             the_plan = _claim(opts, study, [the_plan.trials[0].number, knee], left(),
-                              follow_up_of=the_plan.run)
+                              overhead_s, follow_up_of=the_plan.run)
     return first, cut
 
 
 def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
-         the_plan: Plan, done: Done | None) -> str:
+         the_plan: Plan, done: Done | None, overhead_s: float = 0.0) -> str:
     """One confirmation's rounds; why it stopped early ("" when it ran them all). The
     baseline is measured to :func:`baseline_precision`."""
     trials = rec.records(study)
     numbers = [t.number for t in the_plan.trials]
-    per_round, base_s = _seconds(opts, trials, numbers)
+    per_round, base_s = _seconds(opts, trials, numbers, overhead_s=overhead_s)
     base_spec = dataclasses.replace(opts.measure, precision=baseline_precision(
         opts, trials, numbers))
     for round_, of in the_plan.schedule():

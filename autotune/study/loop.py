@@ -234,10 +234,10 @@ def _confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, clock
             fewer = " (all that --budget holds)" if plan.rounds < opts.confirm_rounds else ""
             on_note(f"confirmation: {what}{plan.rounds} interleaved round"
                     f"{'s' if plan.rounds > 1 else ''}{fewer} of {names}, about "
-                    f"{clock_text(confirmation.plan_s(opts, study, plan))}")
+                    f"{clock_text(confirmation.plan_s(opts, study, plan, clock.overhead()))}")
 
     _, outcome.confirm_cut = confirmation.confirm(
-        opts, study, server, clock.budget_left, done, announce)
+        opts, study, server, clock.budget_left, done, announce, clock.overhead())
     if outcome.confirm_cut and on_note is not None:
         on_note(f"confirmation cut short: {outcome.confirm_cut}")
 
@@ -251,6 +251,7 @@ class _Clock:
     def __init__(self, opts: SearchOptions, done_at_start: int) -> None:
         self.opts, self.done_at_start, self.start = opts, done_at_start, time.monotonic()
         self.durations: list[float] = []  # each measurement's wall time, this run
+        self.overheads: list[float] = []  # what storing each took after its result
         self.confirmed = 0  # the confirmation's measurements so far
         self.confirming = 0  # the confirmation's measurements in all, once it started
         self.why = ""  # why may_start said no
@@ -266,12 +267,16 @@ class _Clock:
         is stored (forking, measuring and storing)."""
         if record.measured_at and record.reused_from is None:
             self.durations.append(time.time() - record.measured_at[0])
+            self.overheads.append(time.time() - record.measured_at[1])
         self.confirmed += record.confirm is not None
 
     def per_measurement(self) -> float:
         """A measurement's typical wall time in this run (the median)."""
-        ordered = sorted(self.durations)
-        return ordered[len(ordered) // 2] if ordered else 0.0
+        return _median(self.durations)
+
+    def overhead(self) -> float:
+        """What storing a measurement typically takes in this run, after its result."""
+        return _median(self.overheads)
 
     def reserve(self, study: optuna.Study, ahead: int = 0) -> float:
         """The seconds kept for the confirmation of ``study``'s front, each config
@@ -280,7 +285,8 @@ class _Clock:
         measurement (the next trial may join the front). At most
         :data:`BUDGET_SHARE` of ``budget_s``."""
         seconds = confirmation.expected_s(self.opts, study,
-                                          self.per_measurement() if ahead else 0.0)
+                                          self.per_measurement() if ahead else 0.0,
+                                          self.overhead())
         if self.opts.budget_s is not None:
             seconds = min(seconds, BUDGET_SHARE * self.opts.budget_s)
         return seconds
@@ -330,12 +336,6 @@ class _Clock:
         return eta if left is None else max(0.0, min(eta, left))
 
 
-def _front(study: optuna.Study):
-    from autotune.study.front import study_front
-
-    return study_front(study)
-
-
 def _measure_or_fail(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
                      config: TrialConfig, outcome: SearchOutcome, server: ForkServer,
                      clock: _Clock):
@@ -369,6 +369,11 @@ def defer_compiled(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial
     trial.set_user_attr(rec.DEFERRED, "compile variant: queued again after its eager twin")
     study.tell(trial, state=TrialState.PRUNED)
     return True
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else 0.0
 
 
 def _counted(study: optuna.Study) -> int:
