@@ -415,8 +415,9 @@ def _add_train_parser(sub) -> None:
 def _add_pairing_flags(search: argparse.ArgumentParser) -> None:
     """The confirmation's and the controls' flags of ``search``."""
     search.add_argument("--confirm", type=_count, default=SearchOptions.confirm, metavar="N",
-                        help="end with a confirmation: the front's N fastest configs, its "
-                             "knee and the baseline measured again, interleaved in rounds; "
+                        help="end with a confirmation: the front's N fastest configs "
+                             "besides the baseline, its knee, its default pick and the "
+                             "baseline measured again, interleaved in rounds; "
                              "the front and the export use those paired figures (default: "
                              f"{SearchOptions.confirm}; 0: off)")
     search.add_argument("--confirm-rounds", type=_positive_int,

@@ -358,6 +358,7 @@ def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Lef
     trials = rec.records(study)
     numbers = [t.number for t in the_plan.trials]
     per_round, base_s = _seconds(opts, trials, numbers, overhead_s=overhead_s)
+    startup = _startup_s(trials)
     base_spec = dataclasses.replace(opts.measure, precision=baseline_precision(
         opts, trials, numbers))
     for round_, of in the_plan.schedule():
@@ -369,6 +370,10 @@ def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Lef
                     f"(about {needs:.0f} s): {round_} of {the_plan.rounds} rounds "
                     "ran" + (", and not the closing baseline"
                              if round_ == the_plan.rounds else ""))
+        own = overhead_s + measurement_s(trials[of.number], startup_s=startup)
+        if not first and rest is not None and rest < own:  # the estimate was short
+            return (f"--budget left {rest:.0f} s, less than measuring #{of.number} takes "
+                    f"(about {own:.0f} s): round {round_ + 1} of {the_plan.rounds} was cut")
         config = TrialConfig.from_dict(of.user_attrs[rec.CONFIG])
         trial_dir = opts.study_dir / "trials" / f"confirm-{the_plan.run}-{round_}-{of.number}"
         result, where, _ = measure(opts, config, server, trial_dir,
