@@ -57,7 +57,7 @@ def memory_limit(trials: list[TrialRecord], budget: float | None) -> tuple[float
         return budget, f"within --max-memory {budget:,.0f} MiB"
     sizes = [t.device_mib for t in trials if t.search_point and t.device_mib]
     if not sizes:
-        return None, "no memory limit known"
+        return None, "(no device memory stored)"
     return min(sizes), f"within the device's {min(sizes):,.0f} MiB"
 
 
