@@ -862,7 +862,8 @@ def _search_summary(plan, result, args: argparse.Namespace) -> str:
                      f"epochs, validation accuracy {ref.get('baseline_val_acc', 0):.4f}); "
                      f"{o.guard_violations} below the guard; guard time {o.guard_s:.0f} s "
                      f"= {100 * share:.0f}% of this search's {o.elapsed_s:.0f} s")
-    lines.append(front_table(result.front, task_info(plan.options.dataset.task)))
+    lines.append(front_table(result.front, task_info(plan.options.dataset.task),
+                             result.reference))
     lines.append(f"\npareto.yaml: {result.pareto_path}\nexport: " + _command(
         "autotune", "export", "--study-name", result.study_name, *_study_flags(args),
         "--out", "best.yaml"))
@@ -909,7 +910,9 @@ def _search_blob(result) -> dict[str, Any]:
             "controls": o.controls, "confirmation_measurements": o.confirmed,
             "confirmation_cut": o.confirm_cut or None, "explored": o.explored,
             "stopped": o.stopped or None, "elapsed_s": o.elapsed_s,
-            "pareto": [r.to_dict() for r in result.front], "drift": drifts(result.trials),
+            "pareto": [r.to_dict() for r in result.front],
+            "reference": result.reference.to_dict() if result.reference else None,
+            "drift": drifts(result.trials),
             "trials": [trial_row(t) for t in result.trials]}
 
 
@@ -924,19 +927,20 @@ def _load(args: argparse.Namespace):
 def cmd_show(args: argparse.Namespace) -> int:
     from autotune.storage import masked
     from autotune.study import records as rec
-    from autotune.study.front import study_front
+    from autotune.study.front import study_front, study_reference
     from autotune.study.paired import drifts
 
     study, url = _load(args)
     front, trials, s = study_front(study), rec.records(study), rec.StudyRecord.from_study(study)
-    references = drifts(trials)
+    references, reference = drifts(trials), study_reference(study)
     blob = {"study": study.study_name, "storage": masked(url), "task": s.task.name,
             "unit": s.task.unit, "baseline_trial": s.baseline,
-            "pareto": [r.to_dict() for r in front], "controls": references,
+            "pareto": [r.to_dict() for r in front],
+            "reference": reference.to_dict() if reference else None, "controls": references,
             "trials": [trial_row(t) for t in trials]}
     print(emit(blob, args.format, lambda: "\n".join(
         [f"study {study.study_name} in {masked(url)} (task {s.task.name})",
-         front_table(front, s.task), *drift_lines(references), "",
+         front_table(front, s.task, reference), *drift_lines(references), "",
          trials_table(trials, s.task)])))
     return 0
 

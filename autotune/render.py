@@ -214,18 +214,24 @@ def front_columns(rows, task) -> tuple[list[str], list[list[str]]]:
     return header, [[row[i] for i in shown] for row in cells]
 
 
-def front_table(rows, task) -> str:
-    """The front as a text table, fastest first."""
-    if not rows:
+def front_table(rows, task, reference=None) -> str:
+    """The front as a text table, fastest first; ``reference``: the baseline's row
+    where the front does not hold it, below the front."""
+    if not rows and reference is None:
         return "Pareto front: no completed trial yet"
-    header, cells = front_columns(rows, task)
-    widths = [FRONT_COLUMNS[i][1] for i in _shown(rows)]
+    everything = [*rows, *([reference] if reference is not None else [])]
+    header, cells = front_columns(everything, task)
+    widths = [FRONT_COLUMNS[i][1] for i in _shown(everything)]
 
     def line(row: list[str], marks: str) -> str:
         fixed = " ".join(f"{c:>{w}}" for c, w in zip(row, widths) if w)
         return f"{fixed}  {row[-2]}" + (f"  <- {marks}" if marks else "")
-    return "\n".join(["Pareto front (fastest first):", line(header, "")] +
-                     [line(c, c[-1]) for c in cells])
+    lines = ["Pareto front (fastest first):" if rows else
+             "Pareto front: no completed trial of the space yet", line(header, "")]
+    lines += [line(c, c[-1]) for c in cells[:len(rows)]]
+    if reference is not None:
+        lines += ["reference:", line(cells[-1], cells[-1][-1])]
+    return "\n".join(lines)
 
 
 def trials_table(trials, task) -> str:

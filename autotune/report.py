@@ -15,7 +15,7 @@ from autotune.pareto import Point
 from autotune.render import drift_lines, front_columns, short
 from autotune.storage import masked
 from autotune.study import records as rec
-from autotune.study.front import study_front
+from autotune.study.front import study_front, study_reference
 from autotune.study.paired import drifts
 from autotune.study.records import StudyRecord, points
 
@@ -28,15 +28,18 @@ def study_note(study: optuna.Study) -> str:
     """Markdown for the dashboard: the baseline and the Pareto front."""
     s = StudyRecord.from_study(study)
     budget, task = s.budget_mib, s.task
-    base = next((p for p in points(study) if p.number == s.baseline), None)
+    base = next((t for t in rec.records(study) if t.number == s.baseline and t.values), None)
     lines = [f"## autotune: {study.study_name}", "",
              f"Dataset **{s.dataset_ref.get('name')}** ({s.dataset.get('num_nodes', 0):,} "
              f"nodes, {s.dataset.get('num_edges', 0):,} edges), task {task.name}, device "
              f"{s.device}" + (f", memory budget {budget:,.0f} MiB" if budget else "") + ".", ""]
     if base is not None:
         lines += [f"Baseline: trial {base.number}, {base.throughput:,.0f} {task.unit}, "
-                  f"{base.memory_mib:,.0f} MiB peak ({short(base.config)}).", ""]
-    header, cells = front_columns(study_front(study), task)
+                  f"{base.memory_mib:,.0f} MiB peak ({short(base.config)})" +
+                  (", outside the space written: a reference, never on the front"
+                   if base.outside_space else "") + ".", ""]
+    reference = study_reference(study)
+    header, cells = front_columns(study_front(study) + ([reference] if reference else []), task)
     lines += ["### Pareto front (fastest first)", "", "| " + " | ".join(header) + " |",
               "|" + "---:|" * (len(header) - 2) + "---|---|"]
     for row in cells:
@@ -98,10 +101,11 @@ def _pareto_png(study: optuna.Study, pts: list[Point], path: Path) -> Path:
     line = sorted(rows, key=lambda r: r.memory_mib)
     ax.plot([r.memory_mib for r in line], [r.throughput for r in line], "o-", c="tab:blue",
             ms=5, label="Pareto front")
-    base = next((p for p in pts if p.number == s.baseline), None)
+    base = next((t for t in rec.records(study) if t.number == s.baseline and t.values), None)
     if base is not None:
+        outside = ", outside the space" if base.outside_space else ""
         ax.scatter([base.memory_mib], [base.throughput], marker="*", s=220, c="tab:red",
-                   zorder=3, label=f"baseline (trial {base.number})")
+                   zorder=3, label=f"baseline (trial {base.number}{outside})")
     k = next((r for r in rows if "knee" in r.marks), None)
     if k is not None:
         ax.scatter([k.memory_mib], [k.throughput], marker="D", s=80, facecolors="none",
@@ -207,7 +211,9 @@ def _save(fig: Any, path: Path) -> Path:
 def _html(study: optuna.Study, report: Report, url: str) -> str:
     e = html.escape
     s = StudyRecord.from_study(study)
-    header, cells = front_columns(study_front(study), s.task)
+    reference = study_reference(study)
+    header, cells = front_columns(study_front(study) + ([reference] if reference else []),
+                                  s.task)
     head = "".join(f"<th>{e(h)}</th>" for h in header)
     table = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row[:-2]) +
                     f"<td><code>{e(row[-2])}</code></td><td>{e(row[-1])}</td></tr>"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -52,7 +52,8 @@ ALLOWED: dict[str, tuple | None] = {
     "feature_placement": FEATURE_PLACEMENTS, "feature_dtype": FEATURE_DTYPES,
 }
 INT_RANGE_KNOBS = ("batch_size", "num_workers", "prefetch_factor")
-# The knobs PyG's examples/reddit.py fixes: the space is widened to hold its values.
+# The knobs PyG's examples/reddit.py fixes: where its value lies outside the space,
+# the baseline is still measured (the reference of every speed-up) but never proposed.
 BASELINE_KNOBS = ("batch_size", "num_neighbors", "num_workers", "affinity", "compile_mode",
                   "amp_dtype", "checkpointing")
 # Of those, the ones the prior rows take from the space where the baseline's value is
@@ -125,8 +126,8 @@ class SearchSpace:
     fixed: dict[str, Any] = field(default_factory=dict)
     description: str = ""
     notes: tuple[str, ...] = ()
-    # The baseline's values the file's knobs do not hold (the space was widened to
-    # hold them), each with the file's nearest value: the prior rows take those.
+    # The baseline's values the file's knobs do not hold, each with the file's
+    # nearest value (the prior rows take those of FITTED_KNOBS).
     outside: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     precision: float | None = None  # the precision it states for its trials, if any
 
@@ -144,6 +145,18 @@ class SearchSpace:
         makes the true count smaller)."""
         return math.prod(len(k.choices) if k.choices is not None else
                          (k.high - k.low) // k.step + 1 for k in self.knobs.values())
+
+    def baseline_outside(self) -> dict[str, Any]:
+        """The baseline's values the knobs do not hold, as a trial stores them."""
+        return {name: _thaw(was) for name, (was, _) in self.outside.items()}
+
+    def widened(self) -> SearchSpace:
+        """This space with every knob extended to hold the baseline's value: the space
+        of a study made before autotune kept to the space written (such a study goes on
+        in it, as Optuna's distributions cannot change within a study)."""
+        knobs = {name: knob.widened(self.outside[name][0]) if name in self.outside else knob
+                 for name, knob in self.knobs.items()}
+        return replace(self, knobs=knobs)
 
     def baseline(self, base: TrialConfig) -> TrialConfig:
         """``base`` (the reddit example) with this space's fixed facts, and the first
@@ -180,7 +193,8 @@ def load_space(space: str | dict, *, device: str = "cpu", cores: int | None = No
     """Reads and checks a space: a shipped space's name, a YAML path, or a dict of the
     same schema (named ``custom``). On CPU, choices that need a GPU are left out (or
     downgraded) with a note, as are affinity strategies this machine's topology cannot
-    build; with ``baseline``, every knob is widened to hold it. ``facts`` (model,
+    build; with ``baseline``, the values it has that the knobs do not are noted
+    (``outside``): the space itself stays as written. ``facts`` (model,
     hidden_channels, num_layers from the command line) override the file's ``fixed``;
     a new layer count fits every fanout choice to it, with a note."""
     if isinstance(space, dict):
@@ -226,9 +240,7 @@ def load_space(space: str | dict, *, device: str = "cpu", cores: int | None = No
                 baseline.num_neighbors if _edge_knob(name) else None
             if value is None or knob.contains(value):
                 continue
-            if name in FITTED_KNOBS:
-                outside[name] = (value, knob.nearest(value))
-            knobs[name] = knob.widened(value)
+            outside[name] = (value, knob.nearest(value))
         if outside:
             notes.append(_outside_note(outside))
     space = SearchSpace(path.stem, knobs, fixed, str(blob.get("description", "")), tuple(notes),
@@ -283,10 +295,12 @@ def _whole_graph_knobs(path: Path, knobs: dict[str, Knob], notes: list[str]
 
 def _outside_note(outside: dict[str, tuple[Any, Any]]) -> str:
     values = ", ".join(f"{name} {_thaw(was)}" for name, (was, _) in outside.items())
-    fitted = ", ".join(f"{name} {_thaw(near)}" for name, (_, near) in outside.items())
+    fitted = ", ".join(f"{name} {_thaw(near)}" for name, (_, near) in outside.items()
+                       if name in FITTED_KNOBS)
+    rows = f", and the prior rows take the space's nearest values ({fitted})" if fitted else ""
     return (f"the baseline (PyG's examples/reddit.py) has {values}, outside this space: it "
-            f"is measured as the reference for speed-ups, and the prior rows take the "
-            f"space's nearest values ({fitted})")
+            f"is measured as the reference for speed-ups but never proposed, exported or "
+            f"on the front{rows}")
 
 
 def _model_aggregations(path: Path, knob: Knob, fixed: dict[str, Any],

@@ -30,7 +30,7 @@ from autotune.pareto import Point, hypervolume
 from autotune.runner import run_trial
 from autotune.space import Knob, SearchSpace, suggest_config
 from autotune.study.records import DIRECTIONS
-from autotune.study.samplers import DEFAULT_SAMPLER, make_sampler
+from autotune.study.samplers import DEFAULT_SAMPLER, optuna_sampler
 
 GRID = {"batch_size": (256, 512, 1024), "num_neighbors": ((10, 5), (25, 10)),
         "num_workers": (0, 1), "amp_dtype": ("float32", "bfloat16"),
@@ -71,7 +71,7 @@ def measure_grid(ref: DatasetRef, spec: MeasureSpec, workdir: Path, cache: Path)
 
 
 def run_sampler(name: str, seed: int, table: dict, n_trials: int) -> list[Point]:
-    study = optuna.create_study(directions=DIRECTIONS, sampler=make_sampler(name, seed))
+    study = optuna.create_study(directions=DIRECTIONS, sampler=optuna_sampler(name, seed))
     sp, found = space(), []
     for _ in range(n_trials):
         trial = study.ask()

@@ -157,21 +157,21 @@ def test_a_lock_wait_says_who_holds_it_and_for_how_long(tmp_path):
 
 def test_the_prior_rows_take_the_spaces_values():
     """With --n-trials 4, only the baseline and the prior rows run: they measure the
-    user's space, not the baseline's batch 1024 outside it, and a note says so."""
+    user's space, not the baseline's fanout [25, 10] outside it, and a note says so."""
     from autotune.space import load_space
     from autotune.study.api import default_config
     from autotune.study.priors import prior_configs, this_machine
 
     base = default_config("cpu")
     space = load_space("quick", baseline=base)
-    assert space.outside["batch_size"] == (1024, 512)
     assert space.outside["num_neighbors"] == ((25, 10), (15, 10))
     rows = prior_configs(space.baseline(base), space, this_machine("cpu"))
     assert rows, "no prior row applies"
     for name, config in rows:
-        assert config.batch_size in (256, 512) and config.num_neighbors in ((10, 5), (15, 10))
+        assert config.batch_size in (512, 1024) and config.num_neighbors in ((10, 5), (15, 10))
         assert config.num_workers in (0, 1), name
-    assert any("batch_size 1024" in n and "outside this space" in n and "batch_size 512" in n
+    assert any("num_neighbors [25, 10]" in n and "outside this space" in n and
+               "never proposed" in n and "num_neighbors [15, 10]" in n
                for n in space.notes), space.notes
 
 

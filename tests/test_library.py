@@ -153,8 +153,8 @@ def test_a_lambda_model_is_refused_before_any_trial(tmp_path):
 
 
 def test_a_space_that_fixes_three_layers_takes_the_baseline(tmp_path):
-    """The baseline's 2-layer fanout is fitted to the space's layer count before the
-    space is widened to hold it (it used to be refused: '(25, 10) needs 3 entries')."""
+    """The baseline's 2-layer fanout is fitted to the space's layer count before it is
+    compared with the space (it used to be refused: '(25, 10) needs 3 entries')."""
     from autotune.space import load_space
     from autotune.study.api import default_config
 
@@ -163,7 +163,8 @@ def test_a_space_that_fixes_three_layers_takes_the_baseline(tmp_path):
                     "fixed:\n  num_layers: 3\n")
     base = default_config("cpu")
     space = load_space(str(path), baseline=base)
-    assert (25, 10, 10) in space.knobs["num_neighbors"].choices
+    assert space.outside["num_neighbors"] == ((25, 10, 10), (10, 5, 5))
+    assert (25, 10, 10) in space.widened().knobs["num_neighbors"].choices
     assert space.baseline(base).num_neighbors == (25, 10, 10)
 
 
@@ -219,6 +220,7 @@ def test_knobs_that_mean_nothing_on_the_dataset_are_warned_about(tmp_path):
     warnings = [n for n in plan.notes if n.startswith("warning: ")]
     assert any("holds all" in w and "batch_size changes nothing" in w for w in warnings)
     assert any("largest in-degree (3)" in w for w in warnings), plan.notes
-    quiet = autotune.prepare_search(dataset=user_models.tiny_graph, space="quick",
-                                    root=str(tmp_path / "d"), studies_dir=tmp_path / "s2")
+    quiet = autotune.prepare_search(dataset=user_models.tiny_graph, space={
+        "knobs": {"batch_size": {"choices": [128, 256]}, "num_neighbors": {"choices": [
+            [10, 5], [15, 10]]}}}, root=str(tmp_path / "d"), studies_dir=tmp_path / "s2")
     assert not [n for n in quiet.notes if n.startswith("warning: ")], quiet.notes

@@ -64,23 +64,28 @@ class FakeMachine:
                                                     stopped="precise", block_steps=5))
 
 
-def _space(sizes) -> dict:
+def _space(sizes, fanouts=((25, 10),)) -> dict:
     return {"knobs": {"batch_size": {"choices": list(sizes)},
-                      "num_neighbors": {"choices": [[25, 10]]},
+                      "num_neighbors": {"choices": [list(f) for f in fanouts]},
                       "num_workers": {"choices": [WORKERS]}, "compile_mode": "none",
                       "amp_dtype": "float32", "checkpointing": False, "sampler": "builtin"},
             "fixed": {"hidden_channels": 8}}
 
 
-def _search(tmp_path, monkeypatch, machine, sizes=TRUE, **options):
+def _search(tmp_path, monkeypatch, machine, sizes=TRUE, fanouts=((25, 10),), notes=None,
+            **options):
     import autotune
 
     monkeypatch.setattr(confirm_module, "run_trial", machine)
-    result = autotune.search(
+    plan = autotune.prepare_search(
         dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
-        studies_dir=str(tmp_path / "studies"), space=_space(sizes), priors=False,
-        racing=False, progress=False, **{"sampler": "random", **options})
+        studies_dir=str(tmp_path / "studies"), space=_space(sizes, fanouts),
+        **{"priors": False, "racing": False, "progress": False, "sampler": "random",
+           **options})
+    result = plan.run()
     study = optuna.load_study(study_name=result.study_name, storage=result._url)
+    if notes is not None:
+        notes.extend(plan.notes)
     return result, records(study), StudyRecord.from_study(study)
 
 
@@ -187,8 +192,8 @@ def test_a_sampler_that_repeats_itself_explores_then_stops(tmp_path, monkeypatch
             return distribution.choices[-1] if hasattr(distribution, "choices") else \
                 distribution.low
 
-    real = loop.make_sampler
-    monkeypatch.setattr(loop, "make_sampler", lambda name, seed: Stuck() if name == "tpe"
+    real = loop.optuna_sampler
+    monkeypatch.setattr(loop, "optuna_sampler", lambda name, seed: Stuck() if name == "tpe"
                         else real(name, seed))
     machine = FakeMachine(drift=0.0)
     result, trials, s = _search(tmp_path, monkeypatch, machine, sizes=[128, 256, 512, 1024],
@@ -326,3 +331,82 @@ def test_a_knee_that_moves_onto_an_unmeasured_config_is_confirmed_in_a_follow_up
     assert figures[by_size[640]].rounds == 3
     # only the leanest, neither fastest nor knee at any point, was never confirmed
     assert [r.trial for r in result.front if "unconfirmed" in r.marks] == [by_size[256]]
+
+
+SMALL = (896, 768, 640, 512)  # leaves out the baseline's batch size, 1024
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "nsga2"])
+def test_the_search_stays_in_the_space_the_user_wrote(tmp_path, monkeypatch, sampler):
+    """A space without the baseline's batch size and fanout: the baseline is measured
+    (without params: Optuna's distributions stay the space's) and every ratio is taken
+    against it, but no proposed trial, prior row, front row or export lies outside the
+    space; the baseline is the front's reference row, marked outside it."""
+    notes: list[str] = []
+    result, trials, s = _search(tmp_path, monkeypatch, FakeMachine(drift=0.0), sizes=SMALL,
+                                fanouts=((10, 5),), n_trials=9, confirm=2, sampler=sampler,
+                                priors=True, control_every_trials=3, notes=notes)
+    study = optuna.load_study(study_name=result.study_name, storage=result._url)
+    base = trials[s.baseline]
+    assert base.complete and base.config["batch_size"] == 1024
+    assert base.outside_space == {"batch_size": 1024, "num_neighbors": [25, 10]}
+    assert study.trials[s.baseline].params == {}
+    assert any("outside this space" in n and "never proposed" in n for n in notes)
+    references = [t for t in trials if t.config and t.config["batch_size"] == 1024]
+    assert all(t.baseline or t.control or (t.confirm or {}).get("of") == s.baseline
+               for t in references), "only the baseline's measurements are outside"
+    assert len(references) >= 3  # the baseline, controls, its confirmation rounds
+    searched = [t for t in trials if t not in references]
+    assert len(searched) >= 8
+    for t in study.trials:
+        if t.number not in {r.number for r in references}:
+            assert t.params["batch_size"] in SMALL and t.params["num_neighbors"] == "10,5"
+            assert t.distributions["batch_size"].choices == SMALL
+    assert result.front and all(r.config["batch_size"] in SMALL and
+                                tuple(r.config["num_neighbors"]) == (10, 5)
+                                for r in result.front)
+    assert result.reference is not None and result.reference.trial == s.baseline
+    assert "outside the space: batch_size 1024, num_neighbors [25, 10]" in \
+        result.reference.marks[0]
+    assert all(r.speedup is not None for r in result.front)  # against the baseline
+    for pick in ("default", "knee", "max-throughput", "min-memory"):
+        exported = yaml.safe_load(result.export(tmp_path / f"{pick}.yaml", pick=pick)
+                                  .read_text())
+        assert exported["config"]["batch_size"] in SMALL, pick
+    assert result.default.config["batch_size"] == 896  # truly 1.10x: the space's fastest
+
+
+def test_a_study_made_with_a_widened_space_resumes_in_it(tmp_path, monkeypatch):
+    """A study made before autotune kept to the space written: its space was widened
+    to hold the baseline, whose trial has params. Resumed, it goes on in that space
+    (Optuna's distributions cannot change), with a note saying so."""
+    from autotune.space import params_for
+    from autotune.study import api, loop
+    from autotune.study import records as rec
+
+    real = api._space_and_baseline
+
+    def widened(*args, **kwargs):  # how a study was made before
+        space, baseline = real(*args, **kwargs)
+        return space.widened(), baseline
+
+    def with_params(opts, study, baseline):
+        study.enqueue_trial(params_for(baseline, opts.space), user_attrs={rec.BASELINE: True})
+
+    with monkeypatch.context() as old:
+        old.setattr(api, "_space_and_baseline", widened)
+        old.setattr(loop, "_enqueue_baseline", with_params)
+        first, trials, s = _search(tmp_path, monkeypatch, FakeMachine(drift=0.0), sizes=SMALL,
+                                   n_trials=4, confirm=0, sampler="tpe")
+    assert trials[s.baseline].complete and trials[s.baseline].in_space
+    notes: list[str] = []
+    result, trials, s = _search(tmp_path, monkeypatch, FakeMachine(drift=0.0), sizes=SMALL,
+                                n_trials=8, confirm=0, sampler="tpe", notes=notes)
+    assert result.study_name == first.study_name
+    assert any("was made before autotune kept to the space written" in n and
+               "batch_size 1024" in n for n in notes), notes
+    assert all(t.state == "complete" for t in trials)
+    # its space is the written one plus the baseline's batch size: 5 configs, all measured
+    assert result.outcome.stopped == ("stopped early: the space is exhausted: all 5 of its "
+                                      "configs are measured")
+    assert sum(t.counts for t in trials) == 5

@@ -5,7 +5,7 @@ import pytest
 
 from autotune.config import TrialConfig
 from autotune.errors import ConfigError
-from autotune.space import SPACES_DIR, load_space, params_for, suggest_config
+from autotune.space import SPACES_DIR, in_space, load_space, params_for, suggest_config
 from autotune.topology import Topology
 
 TWO = Topology(cpus=(0, 1), cores=((0,), (1,)), nodes=((0, 1),))
@@ -66,7 +66,7 @@ def test_cpu_downgrades_a_pinned_gpu_only_choice(tmp_path):
 
 def test_conditional_knobs():
     space = load_space("quick", device="cpu", cores=2, baseline=BASE)
-    trial = optuna.trial.FixedTrial({"batch_size": 256, "num_neighbors": "10,5",
+    trial = optuna.trial.FixedTrial({"batch_size": 512, "num_neighbors": "10,5",
                                      "num_workers": 0, "amp_dtype": "float32",
                                      "checkpointing": False, "compile_mode": "none",
                                      "sampler": "builtin"})
@@ -79,13 +79,21 @@ def test_conditional_knobs():
     assert (config.loader_cores, config.compute_cores) == ((0,), (1,))
 
 
-def test_baseline_is_a_point_of_every_space():
+def test_the_space_stays_as_written_and_notes_the_baseline_outside_it():
+    """The baseline's values outside the space are noted, not added to it; only a
+    study made before that (:meth:`SearchSpace.widened`) holds them."""
     space = load_space("quick", device="cpu", cores=2, baseline=BASE)
-    assert 1024 in space.knobs["batch_size"].choices
+    assert space.knobs["num_neighbors"].choices == ((10, 5), (15, 10))
+    assert space.knobs["num_workers"].choices == (0, 1)
     assert space.knobs["sampler"].choices == ("builtin",), "a pinned knob stays pinned"
+    assert space.outside == {"num_neighbors": ((25, 10), (15, 10)), "num_workers": (2, 1)}
+    assert space.baseline_outside() == {"num_neighbors": [25, 10], "num_workers": 2}
     baseline = space.baseline(BASE)
-    trial = optuna.trial.FixedTrial(params_for(baseline, space))
-    assert suggest_config(trial, space, device="cpu", topology=TWO) == baseline
+    assert not in_space(baseline, space)
+    widened = space.widened()
+    assert in_space(baseline, widened) and widened.outside == space.outside
+    trial = optuna.trial.FixedTrial(params_for(baseline, widened))
+    assert suggest_config(trial, widened, device="cpu", topology=TWO) == baseline
 
 
 def test_affinity_strategies_the_machine_cannot_build_are_left_out(tmp_path):
@@ -104,11 +112,13 @@ def test_model_facts_override_fixed_and_fit_fanouts():
     space = load_space("quick", device="cpu", cores=2, baseline=BASE,
                        facts={"model": "gat", "num_layers": 3, "hidden_channels": 32})
     assert space.fixed == {"hidden_channels": 32, "model": "gat", "num_layers": 3}
-    assert set(space.knobs["num_neighbors"].choices) == {(10, 5, 5), (15, 10, 10), (25, 10, 10)}
+    assert set(space.knobs["num_neighbors"].choices) == {(10, 5, 5), (15, 10, 10)}
+    assert space.outside["num_neighbors"][0] == (25, 10, 10)
     assert any("fitted to 3 layers" in n for n in space.notes)
     baseline = space.baseline(BASE)
     assert (baseline.model, baseline.num_layers, baseline.num_neighbors) == \
         ("gat", 3, (25, 10, 10))
+    space = space.widened()
     trial = optuna.trial.FixedTrial(params_for(baseline, space))
     assert suggest_config(trial, space, device="cpu", topology=TWO) == baseline
 

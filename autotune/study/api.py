@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +22,9 @@ from autotune.config import MODELS, TrialConfig
 from autotune.errors import ConfigError
 from autotune.files import atomic_write
 from autotune.study import records as rec
-from autotune.study.front import FrontRow, study_front, write_export, write_pareto
-from autotune.study.identity import open_study
+from autotune.study.front import FrontRow, study_front, study_reference, write_export, \
+    write_pareto
+from autotune.study.identity import open_study, resumed_space
 from autotune.study.loop import Progress, SearchOutcome, run_search
 from autotune.study.options import SearchOptions, check_study_name
 from autotune.study.records import TrialRecord
@@ -51,6 +53,7 @@ class SearchResult:
     guard: dict[str, Any] | None = None
     _url: str = field(default="", repr=False)
     default: TrialRecord | None = None  # the default pick (see FrontRow.default)
+    reference: FrontRow | None = None  # the baseline, where the front does not hold it
 
     def __repr__(self) -> str:
         return (f"<SearchResult study {self.study_name!r}: {len(self.trials)} trials, "
@@ -80,7 +83,8 @@ def result_of(study: optuna.Study, url: str, outcome: SearchOutcome,
     s = rec.StudyRecord.from_study(study)
     return SearchResult(study.study_name, masked(url), trials, front, by_number.get(s.baseline),
                         by_number.get(knee.trial) if knee else None, outcome, pareto_path,
-                        s.guard, url, by_number.get(default.trial) if default else None)
+                        s.guard, url, by_number.get(default.trial) if default else None,
+                        study_reference(study))
 
 
 @dataclass(frozen=True)
@@ -233,7 +237,10 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
         limits=limits or TrialLimits(), heartbeat_s=heartbeat_s, grace_s=grace_s,
         guard=_guard(accuracy_guard, guard_epochs, objectives))
     study, prepared, stats = _open(opts, baseline)
-    notes = space_.notes + _meaningless_knobs(space_, baseline, prepared, stats)
+    space_, resumed = resumed_space(study, space_)
+    opts = dataclasses.replace(opts, space=space_)
+    notes = space_.notes + (resumed,) * bool(resumed) + \
+        _meaningless_knobs(space_, baseline, prepared, stats)
     progress, on_trial_start, on_note = _printed(study, opts, progress, on_trial_start)
     return SearchPlan(opts, baseline, study, stats, notes, progress, on_trial_start,
                       on_trial_done, on_note)
@@ -363,9 +370,9 @@ def _positive(name: str, value: Any) -> int:
 def _check_budgets(sampler: str, n_trials: int | None, timeout_s: float | None, heartbeat_s: int,
                    grace_s: int) -> None:
     """The cheap checks, before the dataset is prepared."""
-    from autotune.study.samplers import make_sampler
+    from autotune.study.samplers import optuna_sampler
 
-    make_sampler(sampler, 0)
+    optuna_sampler(sampler, 0)
     if n_trials is not None:
         _positive("n_trials", n_trials)
     if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
@@ -466,7 +473,8 @@ def default_config(device: str | None = None) -> TrialConfig:
 
 def _space_and_baseline(space: str | Path | dict, device: str, facts: dict[str, Any],
                         seed: int):
-    """The loaded space (widened to hold the baseline) and the baseline trial's config."""
+    """The loaded space (as written; the baseline's values outside it noted) and the
+    baseline trial's config."""
     from autotune.space import load_space
 
     base = default_config(device)

@@ -106,6 +106,33 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
     return rows
 
 
+def reference_row(trials: list[TrialRecord], baseline_no: int | None) -> FrontRow | None:
+    """The baseline where it is not on the front, as the reference every speed-up is
+    taken against, marked with why: outside the space written (with its values
+    there), or beaten; its confirmed figures where the confirmation measured it. None
+    before it is measured, or where the front holds it."""
+    by_number = {t.number: t for t in trials}
+    base = by_number.get(baseline_no) if baseline_no is not None else None
+    if base is None or not base.complete or not base.values:
+        return None
+    figures = confirmed(trials)
+    if base.in_space and base.number in {p.number for p in front(candidate_points(
+            trials, figures))}:
+        return None
+    if base.outside_space:
+        why = "outside the space: " + ", ".join(f"{name} {value}" for name, value in
+                                                base.outside_space.items())
+    else:
+        why = "beaten: off the front"
+    c = figures.get(base.number)
+    throughput, memory = (c.throughput, c.memory_mib) if c else (base.throughput,
+                                                                base.memory_mib)
+    return FrontRow(base.number, throughput, memory, 1.0, 1.0, base.accuracy,
+                    [f"baseline (reference), {why}"], base.config or {},
+                    c.throughput_interval if c else base.precision, 0.0, None,
+                    c.to_dict() if c else None)
+
+
 def candidate_points(trials: list[TrialRecord], figures: dict[int, Confirmed],
                      explicit: bool = False) -> list[Point]:
     """The points the front is drawn from (``explicit``: every completed trial, for
@@ -153,13 +180,20 @@ def study_front(study) -> list[FrontRow]:
     return front_rows(rec.records(study), s.baseline, s.budget_mib, s.num_train)
 
 
+def study_reference(study) -> FrontRow | None:
+    """The study's baseline as a reference row, where the front does not hold it."""
+    return reference_row(rec.records(study), StudyRecord.from_study(study).baseline)
+
+
 def write_pareto(study, path: Path, url: str) -> None:
     """Rewrites ``pareto.yaml``."""
     s = StudyRecord.from_study(study)
+    reference = study_reference(study)
     blob = {"study": study.study_name, "storage": masked(url), "task": s.task.name,
             "unit": s.task.unit, "baseline_trial": s.baseline,
             "max_memory_mib": s.budget_mib, "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "front": [r.to_dict() for r in study_front(study)],
+            "reference": reference.to_dict() if reference else None,
             "controls": drifts(rec.records(study))}
     atomic_write(path, dump(blob, "yaml"))
 

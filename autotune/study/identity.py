@@ -5,7 +5,7 @@ PyG."""
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
@@ -13,6 +13,9 @@ from autotune.errors import ConfigError, StorageError
 from autotune.study import records as rec
 from autotune.study.options import SearchOptions
 from autotune.storage import masked, open_storage, study_lock
+
+if TYPE_CHECKING:
+    from autotune.space import SearchSpace
 
 
 def open_study(opts: SearchOptions, *, dataset_stats: dict, env: dict) -> optuna.Study:
@@ -45,6 +48,8 @@ def _check_or_set_attrs(study: optuna.Study, opts: SearchOptions, dataset_stats:
         rec.STUDY_GUARD_OPTS: ({"ratio": opts.guard.ratio, "epochs": opts.guard.epochs}
                                if opts.guard.active else None)}
     if rec.STUDY_SPACE in attrs:
+        if attrs[rec.STUDY_SPACE] == opts.space.widened().to_dict():
+            checks[rec.STUDY_SPACE] = attrs[rec.STUDY_SPACE]  # made before: see resumed_space
         was, now = attrs[rec.STUDY_SPACE].get("fixed", {}), opts.space.fixed
         if attrs[rec.STUDY_SPACE].get("name") == opts.space.name and was != now:
             raise ConfigError(f"study {study.study_name!r} was created with the pipeline facts "
@@ -84,3 +89,18 @@ def _difference(key: str, was: Any, now: Any) -> str:
         more = f" and {len(fields) - 1} more field(s)" if len(fields) > 1 else ""
         return f"{key} {fields[0]} ({was.get(fields[0])!r}, now {now.get(fields[0])!r}){more}"
     return f"{key} ({was!r}, now {now!r})"
+
+
+def resumed_space(study: optuna.Study, space: SearchSpace) -> tuple[SearchSpace, str | None]:
+    """The space the study goes on in, and a note where it is not ``space``: a study
+    made before autotune kept to the space written holds the baseline's values in its
+    knobs (Optuna's distributions cannot change within a study), and goes on in that
+    space. Its trials outside ``space`` stay on its front."""
+    stored = study.user_attrs.get(rec.STUDY_SPACE)
+    if not space.outside or stored == space.to_dict() or stored != space.widened().to_dict():
+        return space, None
+    values = ", ".join(f"{name} {value}" for name, value in space.baseline_outside().items())
+    return space.widened(), (f"study {study.study_name!r} was made before autotune kept to "
+                             f"the space written: its space also holds the baseline's "
+                             f"{values}, and it goes on in that space; pass a new "
+                             "--study-name to search only the space written")

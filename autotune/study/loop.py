@@ -35,7 +35,7 @@ from autotune.study import records as rec
 from autotune.study.constraints import set_constraints
 from autotune.study.options import BUDGET_SHARE, SearchOptions
 from autotune.study.records import StudyRecord, TrialRecord
-from autotune.study.samplers import make_sampler
+from autotune.study.samplers import optuna_sampler
 from autotune.render import clock as clock_text
 from autotune.space import params_for, suggest_config
 from autotune.storage import Heartbeat, study_lock
@@ -111,13 +111,14 @@ def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, 
                 time.sleep(POLL_S)
                 continue
             trial.set_user_attr(rec.RESERVE_S, time.monotonic() - asked_at)  # lock + ask
-            config = suggest_config(trial, opts.space, device=opts.device, seed=opts.seed)
-            if trial.user_attrs.get(rec.BASELINE):
+            if trial.user_attrs.get(rec.BASELINE):  # measured as it is: it samples nothing
                 config = baseline
                 study.set_user_attr(rec.STUDY_BASELINE, trial.number)
-            elif defer_compiled(opts, study, trial, config):
-                idle += 1
-                continue
+            else:
+                config = suggest_config(trial, opts.space, device=opts.device, seed=opts.seed)
+                if defer_compiled(opts, study, trial, config):
+                    idle += 1
+                    continue
             trial.set_user_attr(rec.CONFIG_KEY, config.key())
             if on_trial_start is not None:
                 on_trial_start(trial.number, config)
@@ -197,19 +198,21 @@ def _explore(opts: SearchOptions, study: optuna.Study, outcome: SearchOutcome) -
             return True
     outcome.stopped = (f"stopped early: the sampler repeated measured configs {EXPLORE_AFTER} "
                        f"times in a row, and {EXPLORE_DRAWS} random draws found no config "
-                       f"left to measure ({len(_measured_params(study))} measured): the space "
+                       f"left to measure ({len(_measured_configs(study))} measured): the space "
                        "looks exhausted")
     return False
 
 
-def _measured_params(study: optuna.Study) -> set[tuple]:
-    """The distinct params of the search's measured trials (finished, not repeats)."""
-    out = set()
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
-        r = TrialRecord.from_frozen(t)
-        if r.search_point and r.reused_from is None and not r.not_measured:
-            out.add(tuple(sorted((k, repr(v)) for k, v in t.params.items())))
-    return out
+def _measured_configs(study: optuna.Study) -> set[str]:
+    """The distinct configs of the space that the search measured (finished trials,
+    not repeats; the baseline where it lies inside the space)."""
+    return {t.user_attrs.get(rec.CONFIG_KEY) for t in study.get_trials(
+        deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+        if _new_point(TrialRecord.from_frozen(t))}
+
+
+def _new_point(r: TrialRecord) -> bool:
+    return r.search_point and r.in_space and r.reused_from is None and not r.not_measured
 
 
 def _confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, clock: _Clock,
@@ -395,13 +398,13 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
         outcome.orphans += recovery.fail_orphans(study, opts.grace_s)
         trials = rec.records(study)
         if not any(t.baseline and not t.not_measured for t in trials):
-            study.enqueue_trial(params_for(baseline, opts.space), user_attrs={rec.BASELINE: True})
+            _enqueue_baseline(opts, study, baseline)
         done = sum(t.counts for t in trials)
         running = sum(t.state == "running" and t.search_point for t in trials)
         if done >= opts.max_trials:
             return None
         size = opts.space.size()
-        if len(_measured_params(study)) >= size and not running:
+        if len(_measured_configs(study)) >= size and not running:
             outcome.stopped = (f"stopped early: the space is exhausted: all {size} of its "
                                "configs are measured")
             return None
@@ -414,7 +417,7 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
         queued = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
         if explore and not queued and not _explore(opts, study, outcome):
             return None
-        study.sampler = make_sampler(opts.sampler, opts.seed + len(study.get_trials(
+        study.sampler = optuna_sampler(opts.sampler, opts.seed + len(study.get_trials(
             deepcopy=False)))
         with warnings.catch_warnings():  # we beat ourselves, see Heartbeat
             warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
@@ -422,6 +425,17 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
         trial.set_user_attr(rec.WORKER, worker)
         _optuna.beat(study, trial)  # a first beat at once: a trial with none is never stale
         return trial
+
+
+def _enqueue_baseline(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig) -> None:
+    """Queues the baseline, which samples nothing: its config may lie outside the space,
+    so it goes without params (Optuna's distributions stay the space's, and the
+    samplers never see it: :class:`autotune.study.samplers.SpaceOnly`), with the values
+    it has outside the space the user wrote."""
+    attrs: dict[str, Any] = {rec.BASELINE: True}
+    if opts.space.outside:
+        attrs[rec.OUTSIDE] = opts.space.baseline_outside()
+    study.enqueue_trial({}, user_attrs=attrs)
 
 
 def _enqueue_priors(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig) -> None:

@@ -43,7 +43,7 @@ from typing import Callable
 
 from autotune.config import TrialConfig
 from autotune.errors import ConfigError
-from autotune.space import SearchSpace, in_space
+from autotune.space import FITTED_KNOBS, SearchSpace, in_space
 
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
@@ -92,7 +92,7 @@ def prior_configs(baseline: TrialConfig, space: SearchSpace,
     a row takes the space's nearest value instead, so that even a search of a few
     trials measures the user's space."""
     out, seen = [], {baseline.replace(loader_cores=None, compute_cores=None).key()}
-    inside = {name: near for name, (_, near) in space.outside.items()}
+    inside = {name: near for name, (_, near) in space.outside.items() if name in FITTED_KNOBS}
     for prior in PRIORS:
         if not prior.applies(machine):
             continue

@@ -33,6 +33,7 @@ VAL_ACC, ACC_RATIO, ACC_SHORTFALL = "val_acc", "accuracy_ratio", "accuracy_short
 GUARD_S, GUARD_TRAIN_S, GUARD_STEPS = "guard_s", "guard_train_s", "guard_steps"
 MEMORY_EXCESS = "memory_excess_mib"
 WINDOW, PRIOR, DEFERRED, TWIN = "window", "prior", "deferred", "eager_twin"
+OUTSIDE = "outside_space"
 CONTROL, PAIRED, CONFIRM, EXPLORED = "control", "paired", "confirm", "explored"
 # Study attribute keys.
 STUDY_BASELINE, STUDY_DATASET, STUDY_DATASET_REF = "baseline_trial", "dataset", "dataset_ref"
@@ -45,7 +46,7 @@ STUDY_CONTROL_CLAIM, STUDY_CONFIRMATIONS, STUDY_STOPPED = "control_claimed_at", 
 # Fail reasons of trials that never finished: they count against no budget.
 NOT_MEASURED = ("interrupted", "stale", "orphan", "budget")
 # What a reused trial does not copy from the trial it repeats.
-NOT_REUSED = (WORKER, BASELINE, CONFIG_KEY, PRIOR, EXPLORED)
+NOT_REUSED = (WORKER, BASELINE, CONFIG_KEY, PRIOR, EXPLORED, OUTSIDE)
 
 
 
@@ -88,6 +89,9 @@ class TrialRecord:
     paired: dict[str, Any] | None = None  # {control, speedup, interval}: see Paired
     confirm: dict[str, int] | None = None  # {run, round, of}: a confirmation measurement
     explored: bool = False  # drawn at random: the sampler had repeated itself
+    # The baseline's knob values that lie outside the space written: it is then a
+    # reference only, never on the front nor exported.
+    outside_space: dict[str, Any] | None = None
 
     @classmethod
     def from_frozen(cls, trial) -> TrialRecord:
@@ -168,7 +172,12 @@ class TrialRecord:
         """Completed, measured to full precision, and not a repeat of an earlier
         trial (whose measurement it shares): a point the front may hold."""
         return self.complete and not self.screened and self.reused_from is None and \
-            self.search_point
+            self.search_point and self.in_space
+
+    @property
+    def in_space(self) -> bool:
+        """Its config lies inside the space the user wrote (only the baseline may not)."""
+        return not self.outside_space
 
     @property
     def imprecise(self) -> bool:
@@ -261,11 +270,12 @@ def records(study, states: tuple | None = None) -> list[TrialRecord]:
 
 def points(study) -> list[Point]:
     """The completed search trials with their search figures: screened-out ones,
-    controls and the confirmation's measurements left out."""
+    controls, the confirmation's measurements and a baseline outside the space left
+    out."""
     from optuna.trial import TrialState
 
     return [r.point() for r in records(study, (TrialState.COMPLETE,))
-            if not r.screened and r.search_point]
+            if not r.screened and r.search_point and r.in_space]
 
 
 def fastest_fitting(trials: list[TrialRecord], budget_mib: float | None = None

@@ -63,11 +63,11 @@ def _fail_and_requeue(study: optuna.Study, trials: list[FrozenTrial],
 
 def requeue_once(study: optuna.Study, t: FrozenTrial) -> None:
     """Queues the config of a trial that never finished, unless it was itself a retry
-    (or never had a config)."""
-    if rec.RETRY_OF in t.user_attrs or not t.params:
+    (or never had a config: the baseline's is its own, without params)."""
+    if rec.RETRY_OF in t.user_attrs or not (t.params or t.user_attrs.get(rec.BASELINE)):
         return
     attrs: dict[str, Any] = {rec.RETRY_OF: t.number}
-    for role in (rec.BASELINE, rec.PRIOR):  # the baseline or a prior row stays one
+    for role in (rec.BASELINE, rec.PRIOR, rec.OUTSIDE):  # the baseline or a prior row stays one
         if t.user_attrs.get(role):
             attrs[role] = t.user_attrs[role]
     study.enqueue_trial(t.params, user_attrs=attrs, skip_if_exists=False)
