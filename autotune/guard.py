@@ -3,8 +3,10 @@ so a fast config must not win by learning worse.
 
 The baseline trains for ``epochs`` whole epochs; its training time is the budget and
 its validation accuracy the reference. A trial that would join the feasible Pareto
-front (or, with accuracy as an objective, every trial) trains for the same budget,
-in its own process like a trial, before its result is told to Optuna; a validation
+front (or, with accuracy as an objective, every trial) trains for the same budget
+before its result is told to Optuna, in the trial's own process right after its
+window (:class:`autotune.specs.GuardRun`; a process of its own only where the front
+changed while the trial ran, or the baseline had not set the budget); a validation
 accuracy below ``ratio`` x the baseline's becomes a violated Optuna constraint, so
 it leaves ``study.best_trials`` and the dashboard's feasible view. Trials dominated
 by a feasible point when they finish can never reach the front and are not trained.
@@ -19,7 +21,7 @@ from autotune.config import TrialConfig
 from autotune.errors import ConfigError, GuardError
 from autotune.result import TrialResult
 from autotune.runner import inductor_cache_dir, run_trial
-from autotune.specs import GuardOptions
+from autotune.specs import GuardOptions, GuardRun
 from autotune.storage import measurement_lock
 from autotune.training import TrainSpec
 
@@ -80,14 +82,42 @@ def _train(opts, number: int, config: TrialConfig,
 
 def reference(opts, number: int, config: TrialConfig,
               guard: GuardOptions) -> tuple[Verdict, dict]:
-    """Trains the baseline for ``guard.epochs`` epochs: its verdict, and the
-    reference the study keeps (the budget and the baseline's accuracy)."""
+    """Trains the baseline for ``guard.epochs`` epochs in a process of its own: its
+    verdict, and the reference the study keeps (the budget and its accuracy)."""
     result, took = _train(opts, number, config,
                           TrainSpec(epochs=guard.epochs, evaluate_test=False))
-    training = result.training
+    return reference_of(result.training, took, number, guard)
+
+
+def reference_of(training: dict, took: float, number: int,
+                 guard: GuardOptions) -> tuple[Verdict, dict]:
+    """The baseline's verdict and the study's reference from its guard training
+    (``took`` seconds in all)."""
     ref = {"budget_s": training["train_s"], "baseline_val_acc": training["val_acc"],
            "baseline_trial": number, "ratio": guard.ratio, "epochs": guard.epochs}
     return _verdict(training, took, training["val_acc"], guard), ref
+
+
+def run_for(guard: GuardOptions, ref: dict | None, *, baseline: bool,
+            front: tuple[tuple[float, float], ...], budget_mib: float | None) -> GuardRun | None:
+    """What a trial's own process trains after its window: the baseline for the
+    guard's epochs, another trial for the baseline's budget (once ``ref`` holds it),
+    where it could join ``front``; None where nothing is to be trained there."""
+    if not guard.active:
+        return None
+    if baseline:
+        return GuardRun(epochs=guard.epochs, always=True)
+    if not ref:  # the baseline's guard training has not set the budget yet
+        return None
+    return GuardRun(budget_s=ref["budget_s"], front=front, budget_mib=budget_mib,
+                    always=guard.objective)
+
+
+def trained(training: dict) -> dict:
+    """A trial's guard training as its process reported it; GuardError where it failed."""
+    if "error" in training:
+        raise GuardError(training["error"])
+    return training
 
 
 def budget(read: Callable[[], dict | None], alive: Callable[[], bool]) -> dict:
@@ -105,10 +135,17 @@ def budget(read: Callable[[], dict | None], alive: Callable[[], bool]) -> dict:
 
 
 def check(opts, number: int, config: TrialConfig, guard: GuardOptions, ref: dict) -> Verdict:
-    """Trains ``config`` for the baseline's budget and compares its accuracy."""
+    """Trains ``config`` for the baseline's budget in a process of its own (where its
+    trial's process did not: the front changed while it ran) and compares its
+    accuracy."""
     result, took = _train(opts, number, config,
                           TrainSpec(budget_s=ref["budget_s"], evaluate_test=False))
-    return _verdict(result.training, took, ref["baseline_val_acc"], guard)
+    return verdict_of(result.training, took, guard, ref)
+
+
+def verdict_of(training: dict, took: float, guard: GuardOptions, ref: dict) -> Verdict:
+    """A trial's verdict from its guard training against the study's reference."""
+    return _verdict(training, took, ref["baseline_val_acc"], guard)
 
 
 def _verdict(training: dict, took: float, baseline_val_acc: float,

@@ -54,6 +54,32 @@ class Screen:
 
 
 @dataclass(frozen=True)
+class GuardRun:
+    """The accuracy guard's training, in the trial's own process after its window
+    (a fresh process would load the dataset and import torch again: half a search's
+    time went to that): a freshly built pipeline trains for ``epochs`` (the baseline,
+    which sets the budget) or ``budget_s`` seconds (any other trial) and is
+    evaluated on the validation split. A trial trains only where it could join the
+    feasible ``front`` ((throughput, MiB) points) within ``budget_mib``, unless
+    ``always`` (accuracy is an objective) or it is the baseline."""
+
+    epochs: int | None = None
+    budget_s: float | None = None
+    front: tuple[tuple[float, float], ...] = ()
+    budget_mib: float | None = None
+    always: bool = False
+
+    def wanted(self, throughput: float, memory_mib: float) -> bool:
+        """Whether a trial measured at these figures trains for the guard."""
+        if self.always or self.epochs is not None:
+            return True
+        if self.budget_mib is not None and memory_mib > self.budget_mib:
+            return False
+        return not any(t >= throughput and m <= memory_mib and (t, m) != (throughput, memory_mib)
+                       for t, m in self.front)
+
+
+@dataclass(frozen=True)
 class MeasureSpec:
     """How long to warm up and measure. The timed window runs in blocks of steps
     until the throughput's relative 95% confidence half-width is at most
@@ -69,6 +95,7 @@ class MeasureSpec:
     max_warmup_steps: int = 60
     memory_interval_s: float = 0.005
     screen: Screen | None = None
+    guard: GuardRun | None = None  # the accuracy guard's training after the window
 
     def __post_init__(self) -> None:
         for name in ("warmup_steps", "min_steps", "settle_steps", "max_warmup_steps"):
@@ -93,10 +120,12 @@ class MeasureSpec:
 
     @classmethod
     def from_dict(cls, values: dict) -> MeasureSpec:
-        screen = values.get("screen")
+        screen, guard = values.get("screen"), values.get("guard")
         if screen is not None:
             screen = Screen(**{**screen, "front": tuple(map(tuple, screen["front"]))})
-        return cls(**{**values, "screen": screen})
+        if guard is not None:
+            guard = GuardRun(**{**guard, "front": tuple(map(tuple, guard["front"]))})
+        return cls(**{**values, "screen": screen, "guard": guard})
 
 
 @dataclass(frozen=True)

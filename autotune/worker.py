@@ -103,8 +103,8 @@ def run(spec: dict, trial_dir: Path) -> dict:
         return _train(spec, config, dataset, pipe, t_start, t_loaded, t_built)
     fault = _fault_hook(os.environ.get(FAULT_ENV), trial_dir)
     hook = (lambda step: fault(step, pipe)) if fault else None
-    m = measure(pipe, MeasureSpec.from_dict(spec.get("measure", {})), on_step=hook,
-                quiet=tuple(spec.get("quiet_pids", ())))
+    asked = MeasureSpec.from_dict(spec.get("measure", {}))
+    m = measure(pipe, asked, on_step=hook, quiet=tuple(spec.get("quiet_pids", ())))
     t_done = time.time()
     profiled, warnings = _profile(pipe, spec.get("profile"))
     observed = dataclasses.replace(m.observed, trial_start=spec.get("trial_start", ""))
@@ -122,7 +122,38 @@ def run(spec: dict, trial_dir: Path) -> dict:
             "warmup": sum(m.warmup_step_times_s), "window": m.window.wall_s,
             "measure_total": t_done - t_built},
     )
+    if asked.guard is not None and not m.window.screened and \
+            asked.guard.wanted(*result.objectives()):
+        del pipe, m  # the measured pipeline's loader workers go before the guard's start
+        result = dataclasses.replace(result, training=_guard(asked.guard, config, ref, dataset))
     return _unless_diverged(result)
+
+
+def _guard(run, config, ref, dataset) -> dict:
+    """The accuracy guard's training (a :class:`autotune.specs.GuardRun`) on a pipeline
+    built afresh, so it starts where a fresh process would: the training dict, with
+    ``guard_s`` (build, training and evaluation), or ``error`` where it failed (the
+    measurement stands; the search fails the trial's guard)."""
+    import gc
+
+    from autotune.pipeline import build
+    from autotune.training import TrainSpec, fit
+
+    gc.collect()
+    started = time.time()
+    try:
+        pipe = build(config, dataset.data, num_classes=dataset.num_classes,
+                     cache_file=ref.csc_path())
+        training = fit(pipe, dataset.data, TrainSpec(epochs=run.epochs, budget_s=run.budget_s,
+                                                     evaluate_test=False))
+    except Exception as exc:  # recorded: the search fails the trial's guard with it
+        traceback.print_exc()
+        return {"error": f"{type(exc).__name__}: {exc}", "guard_s": time.time() - started}
+    losses = [e.loss for e in training.epochs]
+    if not all(map(_finite, losses)):
+        return {"error": f"training diverged: non-finite loss {losses}",
+                "guard_s": time.time() - started}
+    return {**training.to_dict(), "guard_s": time.time() - started}
 
 
 def _profile(pipe, asked: dict | None) -> tuple[dict, tuple[str, ...]]:

@@ -345,7 +345,9 @@ def _guard() -> list[tuple[str, str, str, str]]:
     g = _load("guard")
     if g:
         for r in g["results"]:
-            out.append(("guard.py", f"{r['dataset']}: guarded knee's val acc / baseline's; "
+            what = r.get("pick", "knee")
+            out.append(("guard.py", f"{r['dataset']}: guarded {what} pick's val acc / "
+                        "baseline's; "
                         f"guard share of search time ({r['trials']} trials)",
                         f"{r['knee_accuracy_ratio']:.3f} (trial {r['knee']['trial']}); "
                         f"{100 * r['guard_share']:.0f}% ({r['guard_s']:.0f} of "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import optuna
 import pytest
@@ -93,7 +94,8 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
     from autotune.study import identity, loop, options, records
 
     (tmp_path / "space.yaml").write_text(
-        "knobs:\n  batch_size: {choices: [16]}\n  num_neighbors: {choices: [[1, 1]]}\n"
+        "knobs:\n  batch_size: {choices: [16, 1024]}\n"
+        "  num_neighbors: {choices: [[1, 1], [25, 10]]}\n"
         "  num_workers: 0\n  dropout_masks: {choices: [bernoulli, bits]}\n"
         "  sampler: builtin\nfixed:\n  hidden_channels: 64\n")
     base = TrialConfig(num_workers=0, hidden_channels=64)
@@ -111,8 +113,9 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
                               guard=GuardOptions(ratio=0.98, epochs=2))
     study = identity.open_study(opts, dataset_stats=dataset.stats(), env={})
 
-    # the baseline, then the two configs, in order, in one run (one fork server)
-    study.enqueue_trial(params_for(baseline, space), user_attrs={records.BASELINE: True})
+    # the baseline, then the two configs, in order, in one run (one fork server); each
+    # trains for the guard in its own process, after its window
+    study.enqueue_trial({}, user_attrs={records.BASELINE: True})
     damaging = baseline.replace(batch_size=16, num_neighbors=(1, 1))
     for config in (damaging, baseline.replace(dropout_masks="bits")):
         study.enqueue_trial(params_for(config, space))
@@ -140,6 +143,7 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
     for t in trials:
         if "val_acc" in t.user_attrs:
             assert t.user_attrs["guard_s"] > 0 and t.user_attrs["guard_train_s"] > 0
+    assert not (tmp_path / "g" / "guard").exists(), "no guard ran in a process of its own"
 
 
 @pytest.mark.slow
@@ -184,3 +188,19 @@ def test_train_takes_the_dataset_from_the_export_and_saves_the_best_epoch(export
     assert other.returncode == 0, other.stderr
     assert "throughputs are not compared" in other.stderr
     assert "no measurement of" in other.stdout.splitlines()[-1]
+
+
+def test_a_trial_trains_for_the_guard_only_where_it_could_join_the_front():
+    """The rule a trial's own process applies after its window (the search's, for a
+    trial it did not train): dominated by a feasible front point, or over the memory
+    budget, it does not train; the baseline and an accuracy objective always do."""
+    from autotune.specs import GuardRun
+
+    run = GuardRun(budget_s=1.0, front=((100.0, 50.0),), budget_mib=80.0)
+    assert not run.wanted(90.0, 60.0)
+    assert run.wanted(110.0, 60.0) and run.wanted(90.0, 40.0) and run.wanted(100.0, 50.0)
+    assert not run.wanted(500.0, 90.0), "over --max-memory"
+    assert GuardRun(epochs=2).wanted(1.0, 1e9)
+    assert GuardRun(budget_s=1.0, front=((100.0, 50.0),), always=True).wanted(1.0, 99.0)
+    spec = MeasureSpec(guard=run)
+    assert MeasureSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec

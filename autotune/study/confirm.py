@@ -53,6 +53,9 @@ def measure(opts: SearchOptions, config: TrialConfig, server: ForkServer, trial_
     (``TrialRecord`` fields), and whether the budget bounded the timeout."""
     with measurement_lock(opts.device, who) as waited:
         limits, budget_bound = limits_within(opts, left, reserve_s)
+        if spec is not None and spec.guard is not None and not budget_bound:
+            # the guard's training after the window gets a timeout of its own
+            limits = dataclasses.replace(limits, timeout_s=2 * limits.timeout_s)
         measured_from = time.time()
         result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir,
                            measure=spec or opts.measure, limits=limits, server=server,

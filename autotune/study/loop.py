@@ -526,7 +526,8 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
             if cut_by_budget:  # counted against nothing, and measured on the next run
                 recovery.requeue_once(study, frozen)
             return frozen
-        return _guard_and_tell(opts, study, trial, config, list(result.objectives()), outcome)
+        return _guard_and_tell(opts, study, trial, config, list(result.objectives()), outcome,
+                               result.training)
     except optuna.exceptions.UpdateFinishedTrialError:
         print(f"autotune: trial {trial.number} was failed as stale by another worker while "
               "it was measured here (heartbeats lost?); its result is dropped and its config "
@@ -538,23 +539,29 @@ def _measure_spec(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial)
     """The search's measure spec; racing, a new config's is screened first against
     the current feasible front and the fastest config that fits (see
     :class:`autotune.specs.Screen`). The baseline is never screened: every speed-up
-    is divided by it."""
-    if not opts.racing or trial.user_attrs.get(rec.BASELINE):
-        return opts.measure
+    is divided by it. With the accuracy guard, it asks for the guard's training
+    after the window (:func:`autotune.guard.run_for`)."""
+    baseline = bool(trial.user_attrs.get(rec.BASELINE))
     front = tuple((p.throughput, p.memory_mib) for p in rec.points(study) if p.feasible)
+    spec = dataclasses.replace(opts.measure, guard=guards.run_for(
+        opts.guard, StudyRecord.from_study(study).guard, baseline=baseline, front=front,
+        budget_mib=opts.budget_mib))
+    if not opts.racing or baseline:
+        return spec
     best = rec.fastest_fitting(rec.records(study), opts.budget_mib)
-    return dataclasses.replace(opts.measure, screen=Screen(
+    return dataclasses.replace(spec, screen=Screen(
         precision=max(opts.screen_precision, opts.measure.precision), front=front,
         budget_mib=opts.budget_mib, best=best.throughput if best is not None else None))
 
 
 def _guard_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
-                    config: TrialConfig, values: list[float], outcome: SearchOutcome):
-    """Trains the trial for the accuracy guard where it must, sets the constraints and
-    tells the objectives."""
+                    config: TrialConfig, values: list[float], outcome: SearchOutcome,
+                    training: dict):
+    """Judges the trial's guard training (``training``, from its own process) or trains
+    it where it must, sets the constraints and tells the objectives."""
     try:
         with Heartbeat(_optuna.storage(study), _optuna.trial_id(trial)):  # guard training is long
-            verdict = _guard(opts, study, trial, config, values, outcome)
+            verdict = _guard(opts, study, trial, config, values, outcome, training)
     except GuardError as exc:
         outcome.failed += 1
         trial.set_user_attr(rec.FAIL_REASON, f"accuracy guard training failed: {exc}")
@@ -573,16 +580,25 @@ def _guard_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tria
 
 
 def _guard(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
-           config: TrialConfig, values: list[float], outcome: SearchOutcome) -> Verdict | None:
-    """Trains the trial for the guard's budget when it must: the baseline (for E
+           config: TrialConfig, values: list[float], outcome: SearchOutcome,
+           training: dict) -> Verdict | None:
+    """The trial's guard verdict where it must have one: the baseline (trained for E
     epochs: it sets the budget), every trial with accuracy as an objective, and
-    otherwise a trial that would join the feasible front. None: not trained."""
+    otherwise a trial that would join the feasible front. Its own process trained it
+    after the window (``training``); where it did not (the front changed meanwhile,
+    or the budget was not set yet), a process of its own trains it now. None: not
+    trained."""
     guard = opts.guard
     if not guard.active:
         return None
     if trial.user_attrs.get(rec.BASELINE):
-        verdict, ref = guards.reference(opts, trial.number, config, guard)
+        verdict, ref = guards.reference_of(guards.trained(training), training["guard_s"],
+                                           trial.number, guard) if training else \
+            guards.reference(opts, trial.number, config, guard)
         study.set_user_attr(rec.STUDY_GUARD, ref)
+    elif training:
+        verdict = guards.verdict_of(guards.trained(training), training["guard_s"], guard,
+                                    StudyRecord.from_study(study).guard)
     else:
         feasible = opts.budget_mib is None or values[1] <= opts.budget_mib
         candidate = Point(trial.number, values[0], values[1])
