@@ -14,17 +14,18 @@ from pathlib import Path
 
 from typing import Any, Callable
 
+from autotune.config import TEMPORAL_STRATEGIES
 from autotune.env import parse_duration, parse_fraction
 from autotune.errors import AutotuneError, ConfigError, GuardError
 from autotune.specs import GuardOptions, MeasureSpec, TrialLimits, check_limits
-from autotune.study.options import BUDGET_SHARE, DEFAULT_N_TRIALS, SAMPLERS, SearchOptions
-from autotune.taskinfo import TASKS, task_info
+from autotune.study.options import BUDGET_SHARE, DEFAULT_N_TRIALS, OPTUNA_SAMPLERS, STUDIES_DIR, \
+    SearchOptions
+from autotune.taskinfo import DEFAULT_TASK, TASKS, task_info
 from autotune.render import FORMATS, Ticker, drift_lines, emit, front_table, profile_text, \
     result_text, short, trial_row, trials_table
 
 EXIT_BAD_INPUT = 2
 EXIT_TRIAL_FAILED = 1
-DEFAULT_STUDIES = "studies"
 STORAGE_ENV, STUDIES_ENV = "AUTOTUNE_STORAGE", "AUTOTUNE_STUDIES_DIR"
 
 SEARCH_EXAMPLE = """examples:
@@ -226,7 +227,7 @@ def _add_dataset_flags(p: argparse.ArgumentParser, *, from_export: bool = False)
                    help="a node attribute of times: temporal sampling, every sampled node no "
                         "later than its seed's time (default: "
                         f"{config}none)")
-    p.add_argument("--temporal-strategy", choices=["uniform", "last"], default=None,
+    p.add_argument("--temporal-strategy", choices=TEMPORAL_STRATEGIES, default=None,
                    help="with --time-attr: draw among the neighbours in time, or take the "
                         f"latest (default: {config}uniform)")
     p.add_argument("--link-edge-type", default=None, metavar="SRC__REL__DST",
@@ -284,7 +285,7 @@ def _add_study_flags(p: argparse.ArgumentParser, reading: bool = False) -> None:
     p.add_argument("--storage", default=os.environ.get(STORAGE_ENV),
                    help=f"an Optuna RDB URL (default: ${STORAGE_ENV}, else "
                         "sqlite:///STUDIES_DIR/STUDY.db)")
-    p.add_argument("--studies-dir", default=os.environ.get(STUDIES_ENV, DEFAULT_STUDIES),
+    p.add_argument("--studies-dir", default=os.environ.get(STUDIES_ENV, STUDIES_DIR),
                    help="where SQLite studies, trial logs and pareto.yaml go (default: "
                         f"${STUDIES_ENV}, else studies)")
 
@@ -353,7 +354,7 @@ def _add_manage_parsers(sub) -> None:
     studies.add_argument("--storage", default=os.environ.get(STORAGE_ENV),
                          help=f"an Optuna RDB URL (default: ${STORAGE_ENV}, else every "
                               "SQLite file in --studies-dir)")
-    studies.add_argument("--studies-dir", default=os.environ.get(STUDIES_ENV, DEFAULT_STUDIES),
+    studies.add_argument("--studies-dir", default=os.environ.get(STUDIES_ENV, STUDIES_DIR),
                          help=f"default: ${STUDIES_ENV}, else studies")
     _add_format(studies)
     delete = _sub(sub, "delete", "delete a study (asks for --yes)",
@@ -374,7 +375,7 @@ def _add_trial_parser(sub) -> None:
                        help="overrides the config's device")
     _add_model_flags(trial)
     _add_measure_flags(trial)
-    trial.add_argument("--studies-dir", default=DEFAULT_STUDIES,
+    trial.add_argument("--studies-dir", default=STUDIES_DIR,
                        help="the trial's logs go to STUDIES_DIR/trials/ (default: studies)")
     trial.add_argument("--profile", metavar="DIR", default=None,
                        help="after the window, profile a few steps with torch.profiler: "
@@ -406,7 +407,7 @@ def _add_train_parser(sub) -> None:
                             "accuracy to PATH (torch.save)")
     train.add_argument("--device", choices=["cpu", "cuda"], default=None,
                        help="overrides the config's device")
-    train.add_argument("--studies-dir", default=DEFAULT_STUDIES,
+    train.add_argument("--studies-dir", default=STUDIES_DIR,
                        help="inductor's kernel cache lives in STUDIES_DIR/.cache (default: "
                             "studies)")
     _add_format(train)
@@ -464,7 +465,7 @@ def _add_search_parser(sub) -> None:
                         help="do not queue the prior table (device-aware first configs) "
                              "after the baseline")
     _add_pairing_flags(search)
-    search.add_argument("--sampler", default=SearchOptions.sampler, choices=SAMPLERS,
+    search.add_argument("--sampler", default=SearchOptions.sampler, choices=OPTUNA_SAMPLERS,
                         help=f"Optuna sampler (default: {SearchOptions.sampler}, the best in "
                              "benchmarks/search_efficiency.py)")
     search.add_argument("--seed", type=int, default=SearchOptions.seed,
@@ -511,7 +512,12 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     import warnings
 
+    import logging
+
+    from autotune.logging import enable_default_handler
+
     debug = getattr(args, "debug", False)
+    enable_default_handler(logging.DEBUG if debug else logging.INFO)
     try:
         _quiet_optuna()
         with warnings.catch_warnings():
@@ -754,7 +760,7 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
     measure, limits = _measure_and_limits(args)
     return dict(dataset=args.dataset or "synthetic", root=args.root, precision=args.precision,
                 scale=1.0 if args.scale is None else args.scale,
-                data_seed=args.data_seed or 0, task=args.task or "node",
+                data_seed=args.data_seed or 0, task=args.task or DEFAULT_TASK,
                 link_edge_type=args.link_edge_type, time_attr=args.time_attr,
                 temporal_strategy=args.temporal_strategy or "uniform", model=args.model,
                 hidden=args.hidden,
@@ -882,7 +888,7 @@ def _study_flags(args: argparse.Namespace) -> list[str]:
     if args.storage:
         secret = masked(args.storage) != args.storage
         return ["--storage", _StorageVariable(masked(args.storage)) if secret else args.storage]
-    if args.studies_dir != DEFAULT_STUDIES:
+    if args.studies_dir != STUDIES_DIR:
         return ["--studies-dir", str(args.studies_dir)]
     return []
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, get_args
 
 from autotune.errors import ConfigError
-from autotune.taskinfo import TASKS
+from autotune.taskinfo import DEFAULT_TASK, TASKS, task_info
 
 CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune",
                       "max-autotune-no-cudagraphs"]
@@ -81,7 +81,7 @@ class TrialConfig:
     edge_fanouts: dict[str, tuple[int, ...]] | None = None
     recompile_limit: int | None = None  # torch._dynamo's per frame; None: torch's (8)
     # pipeline facts
-    task: Task = "node"
+    task: Task = DEFAULT_TASK
     # temporal sampling (node tasks): the node attribute holding times, and how
     # neighbours no later than the seed are drawn; it changes what trains, so a fact
     time_attr: str | None = None
@@ -133,7 +133,7 @@ class TrialConfig:
             raise ConfigError(f"dropout_masks 'bits' is how the built-in models ({', '.join(MODELS)}) "
                               f"draw dropout masks; a user's model draws its own (got model "
                               f"{self.model}); use dropout_masks bernoulli")
-        if self.time_attr is not None and self.task != "node":
+        if self.time_attr is not None and not task_info(self.task).temporal:
             raise ConfigError(f"time_attr samples node batches in time (got task {self.task} "
                               "with time_attr); leave it out, or use the temporal loaders "
                               "of autotune.loader directly")
@@ -375,7 +375,7 @@ def measured_figures(path: str | Path) -> dict[str, Any] | None:
     key (``seed_nodes_per_s``), which is copied."""
     import yaml
 
-    from autotune.taskinfo import TASKS
+    from autotune.taskinfo import DEFAULT_TASK, TASKS, task_info
 
     blob = yaml.safe_load(Path(path).read_text())
     measured = blob.get("measured") if isinstance(blob, dict) else None

@@ -27,7 +27,10 @@ from autotune.env import writable_dir
 from autotune.errors import ConfigError, DatasetError
 from autotune.files import atomic_write
 from autotune.graphs import masks_from_split
-from autotune.taskinfo import task_info
+from autotune.logging import get_logger
+from autotune.taskinfo import DEFAULT_TASK, task_info
+
+log = get_logger(__name__)
 
 DEFAULT_ROOT = "data"
 CACHE_FORMAT = 1
@@ -142,7 +145,7 @@ class Dataset:
     data: "object"
     cache_path: Path
     num_classes: int
-    task: str = "node"
+    task: str = DEFAULT_TASK
 
     @property
     def hetero(self) -> bool:
@@ -214,7 +217,7 @@ def _tensors(data) -> list[Tensor]:
 
 
 def load_dataset(name: str, *, root: str | os.PathLike | None = None, scale: float = 1.0,
-                 seed: int = 0, task: str = "node", edge_type: str | None = None) -> Dataset:
+                 seed: int = 0, task: str = DEFAULT_TASK, edge_type: str | None = None) -> Dataset:
     """Loads ``name`` (a PyG/OGB name, ``synthetic``, ``synthetic-hetero`` or a path to
     a ``.pt`` file), processing it into the memory-mapped cache on first use. ``task``
     link: the graph's link split (:func:`autotune.graphs.link_split`; of ``edge_type``
@@ -256,7 +259,7 @@ def _fits_task(dataset: Dataset) -> Dataset:
     return dataset
 
 
-def _cache_key(name: str, scale: float, seed: int, task: str = "node",
+def _cache_key(name: str, scale: float, seed: int, task: str = DEFAULT_TASK,
                edge_type: str | None = None) -> str:
     try:
         info = task_info(task)
@@ -375,7 +378,8 @@ def _from_pyg(spec: DatasetSpec, root: Path):
                 f"{', '.join(spec.raw_files())} in '{raw_dir}' or pass --root DIR") from exc
         raise DatasetError(f"dataset {spec.name!r} under '{raw_dir}' could not be "
                            f"processed: {type(exc).__name__}: {exc}") from exc
-    sys.stderr.write(chatter.getvalue())
+    for line in chatter.getvalue().splitlines():  # PyG's download and processing lines
+        log.info("%s", line)
     if spec.convert is not None:
         data = spec.convert(dataset)
         data.num_classes = int(dataset.num_classes)
@@ -450,7 +454,7 @@ def _write_cache(data, path: Path) -> None:
     atomic_write(path, lambda tmp: torch.save(blob, tmp))
 
 
-def _read_cache(name: str, path: Path, task: str = "node") -> Dataset:
+def _read_cache(name: str, path: Path, task: str = DEFAULT_TASK) -> Dataset:
     from torch_geometric.data import Data, HeteroData
 
     blob = torch.load(path, mmap=True, weights_only=True)
@@ -493,7 +497,7 @@ class DatasetRef:
     root: str = DEFAULT_ROOT
     scale: float = 1.0
     seed: int = 0
-    task: str = "node"
+    task: str = DEFAULT_TASK
     edge_type: str | None = None  # the supervised edge type of a heterogeneous link task
 
     def record(self) -> dict:

@@ -44,10 +44,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import signal
 import sys
 import time
+
+from autotune.logging import get_logger
+
+log = get_logger(__name__)
 
 # What a trial imports: everything before its dataset load. The heavy imports that
 # PyG pulls in come first, each a step of its own, so that the canary's verdict
@@ -204,8 +209,8 @@ def _canary() -> str | None:
             torch.cuda.synchronize()
             code = 0 if float((x @ x).sum()) == 64 ** 3 else 3
         except BaseException as exc:  # reported to the runner through the exit code
-            print(f"autotune.forkserver: CUDA canary failed: {type(exc).__name__}: {exc}",
-                  file=sys.stderr, flush=True)
+            log.warning("fork server: CUDA canary failed: %s: %s", type(exc).__name__, exc)
+            logging.shutdown()  # flushed: os._exit skips it
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)

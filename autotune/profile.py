@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from autotune.errors import ConfigError
+from autotune.files import atomic_write
 
 TRACE = "trace.json"  # Chrome/Perfetto trace format: chrome://tracing, ui.perfetto.dev
 TOP_OPS = "top-ops.txt"
@@ -73,9 +74,9 @@ def profile_steps(pipe, spec: ProfileSpec) -> dict:
                 torch.cuda.synchronize()
             prof.step()
     folder = Path(spec.folder)
-    prof.export_chrome_trace(str(folder / TRACE))
+    atomic_write(folder / TRACE, lambda tmp: prof.export_chrome_trace(str(tmp)))
     sort_by = "self_cuda_time_total" if cuda else "self_cpu_time_total"
     table = prof.key_averages().table(sort_by=sort_by, row_limit=TOP_ROWS)
-    (folder / TOP_OPS).write_text(table)
+    atomic_write(folder / TOP_OPS, table)
     return {"folder": str(folder), "trace": str(folder / TRACE),
             "top_ops": str(folder / TOP_OPS), "steps": spec.steps, "sorted_by": sort_by}

@@ -30,7 +30,7 @@ def short(config: dict) -> str:
     (task graph) has no fanout and no sampler: ``graphs`` stands for both."""
     affinity = "pin" if config.get("loader_cores") else "-"
     shapes = "pad" if config.get("shapes") == "padded" else "dyn"
-    whole = config.get("task") == "graph"
+    whole = task_info(config).whole_graphs
     sampler = ("graphs" if whole else config["sampler"]) + \
         ("@gpu" if config.get("gpu_sampling") else "") + \
         ("+pinned" if config.get("feature_placement") == "pinned" else "") + \

@@ -11,6 +11,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune.files import atomic_write
 from autotune.pareto import Point
 from autotune.render import drift_lines, front_columns, short
 from autotune.storage import masked
@@ -83,7 +84,7 @@ def write_report(study: optuna.Study, out: Path, *, url: str) -> Report:
         except (ValueError, RuntimeError) as exc:  # too few trials, nothing varied
             report.not_drawn["importance"] = f"{type(exc).__name__}: {exc}"
         report.images["step_times"] = _step_times_png(study, out / "step_times.png")
-    report.html.write_text(_html(study, report, url))
+    atomic_write(report.html, _html(study, report, url))
     return report
 
 
@@ -203,7 +204,7 @@ def _save(fig: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format=path.suffix[1:]))
     plt.close(fig)
     return path
 

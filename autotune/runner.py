@@ -23,6 +23,7 @@ import psutil
 from autotune.config import TrialConfig
 from autotune.datasets import DatasetRef
 from autotune.env import format_bytes
+from autotune.files import atomic_write, dump
 from autotune.measure import MeasureSpec
 from autotune.specs import TrialLimits
 from autotune.result import TrialResult
@@ -74,7 +75,7 @@ def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.P
             "gpu_memory_limit": limits.gpu_memory_limit_bytes,
             # stopped during each measured window: the next trial's spare interpreter
             "quiet_pids": server.quiet_pids() if server is not None else []}
-    spec_path.write_text(json.dumps(spec, indent=2))
+    atomic_write(spec_path, dump(spec, "json"))
     argv = [str(spec_path), str(result_path)]
     out_path, err_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
     if start == FORKED or start.startswith(SPARE):
@@ -162,8 +163,8 @@ class ForkServer:
         else:
             self.ready = reply["ready"]
         if self.folder is not None and reply is not None:
-            (self.folder / "forkserver.json").write_text(json.dumps(
-                {**(reply.get("ready") or {}), "unusable": self.unusable}, indent=2))
+            atomic_write(self.folder / "forkserver.json", dump(
+                {**(reply.get("ready") or {}), "unusable": self.unusable}, "json"))
 
     def _spawn(self, env: dict[str, str], flags: list[str]) -> subprocess.Popen:
         argv = [sys.executable, "-m", "autotune.forkserver", *flags]

@@ -16,6 +16,7 @@ from autotune.config import (AGGREGATIONS, AMP_DTYPES, COMPILE_MODES, DROPOUT_MA
                              PAD_LADDERS, SAMPLERS, SHAPES, TrialConfig, check_field,
                              fit_fanout)
 from autotune.errors import ConfigError, SearchSpaceError
+from autotune.taskinfo import task_info
 from autotune.topology import STRATEGIES, Topology, affinity_sets, this_machine
 
 
@@ -221,7 +222,7 @@ def load_space(space: str | dict, *, device: str = "cpu", cores: int | None = No
                                            name)
     if baseline is not None and "num_layers" in fixed:
         baseline = fitted(baseline, fixed["num_layers"])
-    if fixed.get("task") == "graph":
+    if task_info(fixed.get("task")).whole_graphs:
         knobs = _whole_graph_knobs(path, knobs, notes)
     if device == "cpu":
         knobs = _cpu_only(path, knobs, notes)

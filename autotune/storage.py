@@ -22,7 +22,6 @@ import functools
 import hashlib
 import os
 import sqlite3
-import sys
 import threading
 import time
 from contextlib import closing, contextmanager, suppress
@@ -32,6 +31,9 @@ from typing import Any, Callable, Iterator
 import optuna
 
 from autotune.errors import StorageError
+from autotune.logging import get_logger
+
+log = get_logger(__name__)
 
 
 RETRIES = 5  # storage calls retried this many times after a dropped connection
@@ -108,9 +110,9 @@ def _retrying(method: Callable) -> Callable:
                 if attempt > RETRIES or not _is_dropped_connection(exc):
                     raise
                 cause = exc.__cause__ or exc
-                print(f"autotune: storage call {method.__name__} failed "
-                      f"({type(cause).__name__}: {' '.join(str(cause).split())[:120]}); "
-                      f"retry {attempt}/{RETRIES} in {wait:g} s", file=sys.stderr, flush=True)
+                log.warning("storage call %s failed (%s: %s); retry %d/%d in %g s",
+                            method.__name__, type(cause).__name__,
+                            " ".join(str(cause).split())[:120], attempt, RETRIES, wait)
                 time.sleep(wait)
                 wait *= 2
     return call
@@ -242,8 +244,8 @@ class Heartbeat:
             try:
                 self._storage.record_heartbeat(self._trial_id)
             except Exception as exc:  # retries exhausted: say so; the trial may go stale
-                print(f"autotune: heartbeat for trial id {self._trial_id} failed: "
-                      f"{type(exc).__name__}", file=sys.stderr, flush=True)
+                log.warning("heartbeat for trial id %s failed: %s", self._trial_id,
+                            type(exc).__name__)
             if self._stop.wait(interval):
                 return
 
@@ -347,11 +349,11 @@ def _holder_of(path: Path) -> str:
 def measurement_lock(device: str, who: str) -> Iterator[float]:
     """The host's measurement lock of ``device`` (:func:`measurement_lock_path`): one
     timed window at a time. ``who`` (``trial 4 of study X``) is what another process
-    waiting for it prints, on stderr, with the holder's pid and how long it has
-    held the lock; yields the seconds waited."""
+    waiting for it logs (INFO), with the holder's pid and how long it has held the
+    lock; yields the seconds waited."""
     def say(holder: str, waited: float) -> None:
-        print(f"autotune: {who} waits for the {device} measurement lock, held by {holder} "
-              f"(waited {waited:.0f} s)", file=sys.stderr, flush=True)
+        log.info("%s waits for the %s measurement lock, held by %s (waited %.0f s)", who,
+                 device, holder, waited)
 
     with file_lock(measurement_lock_path(device), holder=f"pid {os.getpid()}, {who}",
                    on_wait=say) as waited:

@@ -34,8 +34,8 @@ class TaskInfo:
     seeds_attr: str  # the dataset attribute holding the training seeds
     val_split: str  # the dataset attribute a validation (the guard) needs
     split: bool = False  # trains on a link split of the dataset, cached apart
-    metric_direction: str = "maximize"
     whole_graphs: bool = False  # batches of whole graphs: no neighbour sampling
+    temporal: bool = False  # takes a time_attr: its seed nodes sampled in time
 
     @property
     def unit(self) -> str:
@@ -59,8 +59,9 @@ class TaskInfo:
         return names + ([f"validation {self.metric}"] if accuracy else [])
 
 
+DEFAULT_TASK = "node"  # a study, dataset or config that names no task
 TASKS: dict[str, TaskInfo] = {info.name: info for info in (
-    TaskInfo("node", "nodes", "accuracy", "train_mask", "val_mask"),
+    TaskInfo("node", "nodes", "accuracy", "train_mask", "val_mask", temporal=True),
     TaskInfo("link", "edges", "ROC-AUC", "train_edge_label_index", "val_edge_label_index",
              split=True),
     TaskInfo("graph", "graphs", "accuracy", "train_mask", "val_mask", whole_graphs=True),
@@ -74,7 +75,7 @@ def task_info(task: Any = None) -> TaskInfo:
         task = task.get("task")
     elif task is not None and not isinstance(task, str):
         task = getattr(task, "task", None)
-    info = TASKS.get(task or "node")
+    info = TASKS.get(task or DEFAULT_TASK)
     if info is None:
         raise ConfigError(f"--task (task=) must be one of {', '.join(TASKS)} (got {task!r})")
     return info

@@ -18,10 +18,10 @@ from __future__ import annotations
 from torch import Tensor
 import torch
 
+from autotune.config import TEMPORAL_STRATEGIES
 from autotune.errors import ConfigError
 from autotune.subgraph import csc_columns
 
-TEMPORAL_STRATEGIES = ("uniform", "last")
 EdgeType = tuple[str, str, str]
 
 

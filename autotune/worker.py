@@ -22,6 +22,9 @@ import traceback
 from pathlib import Path
 
 from autotune.files import atomic_write
+from autotune.logging import get_logger
+
+log = get_logger(__name__)
 
 FAULT_ENV = "AUTOTUNE_TEST_FAULT"
 FAULT_ALLOC_CHUNK = 64 << 20
@@ -122,7 +125,7 @@ def run(spec: dict, trial_dir: Path) -> dict:
             "warmup": sum(m.warmup_step_times_s), "window": m.window.wall_s,
             "measure_total": t_done - t_built},
     )
-    if asked.guard is not None and not m.window.screened and \
+    if asked.guard is not None and (asked.guard.always or not m.window.screened) and \
             asked.guard.wanted(*result.objectives()):
         del pipe, m  # the measured pipeline's loader workers go before the guard's start
         result = dataclasses.replace(result, training=_guard(asked.guard, config, ref, dataset))
@@ -229,8 +232,7 @@ def die_with_parent() -> None:
     except OSError:
         return
     if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) != 0:
-        print(f"autotune.worker: prctl(PR_SET_PDEATHSIG) failed: errno {ctypes.get_errno()}",
-              file=sys.stderr)
+        log.warning("worker: prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads(spec_path.read_text())
     # The trial's session is this pid: a forked trial's command line is the fork
     # server's, so this file is how a reader finds the trial's processes.
-    (spec_path.parent / "worker.pid").write_text(f"{os.getpid()}\n")
+    atomic_write(spec_path.parent / "worker.pid", f"{os.getpid()}\n")
     try:
         blob = run(spec, spec_path.parent)
     except BaseException as exc:  # recorded, never swallowed: it goes into the result

@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+from autotune.taskinfo import DEFAULT_TASK
 from autotune.datasets import DatasetRef
 from autotune.env import fingerprint
 from autotune.study.api import default_config
@@ -26,7 +27,7 @@ def parser(doc: str, out: str) -> argparse.ArgumentParser:
     return p
 
 
-def prepare(args, name: str = "synthetic", task: str = "node") -> tuple[DatasetRef, dict, float]:
+def prepare(args, name: str = "synthetic", task: str = DEFAULT_TASK) -> tuple[DatasetRef, dict, float]:
     ref = DatasetRef(name, root=args.root, scale=args.scale, task=task)
     start = time.perf_counter()
     stats = ref.prepare().stats()

@@ -26,6 +26,7 @@ from _common import write
 
 from autotune.datasets import DatasetRef
 from autotune.storage import masked, open_storage
+from autotune.study.records import records
 
 FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
         "--space", "quick"]
@@ -47,14 +48,12 @@ def run(url: str, workers: int, trials: int, root: Path, lock_dir: Path) -> dict
         raise SystemExit(f"{workers} workers: a worker failed: {failed[0]}")
     storage = open_storage(url)
     study = optuna.load_study(study_name=name, storage=storage)
-    done = study.trials
-    overhead = [t.user_attrs["reserve_s"] + t.user_attrs.get("attrs_write_s", 0.0)
-                for t in done if "reserve_s" in t.user_attrs]
-    measured = [t.user_attrs["measured_at"][1] - t.user_attrs["measured_at"][0]
-                for t in done if "measured_at" in t.user_attrs]
+    done = records(study)
+    overhead = [t.reserve_s + (t.attrs_write_s or 0.0) for t in done if t.reserve_s is not None]
+    measured = [t.measured_at[1] - t.measured_at[0] for t in done if t.measured_at]
     optuna.delete_study(study_name=name, storage=storage)
     return {"workers": workers, "trials": len(done),
-            "complete": sum(t.state.name == "COMPLETE" for t in done),
+            "complete": sum(t.complete for t in done),
             "wall_s": wall, "trials_per_min": 60 * len(done) / wall,
             "median_storage_overhead_ms": 1000 * statistics.median(overhead),
             "max_storage_overhead_ms": 1000 * max(overhead),

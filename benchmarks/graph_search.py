@@ -19,6 +19,7 @@ from _common import baseline, measure_spec, parser, prepare, timed_search, write
 from autotune.result import ratio_half_width
 from autotune.runner import TrialLimits
 from autotune.space import resolve_space_path
+from autotune.study.records import records
 
 
 def space_file(base, folder: Path) -> Path:
@@ -44,23 +45,21 @@ def main() -> None:
         workdir, name, dataset="synthetic-molecules", task="graph", scale=args.scale,
         root=args.root, space=space, n_trials=args.n_trials, measure=measure_spec(args),
         limits=TrialLimits(timeout_s=args.trial_timeout))
-    done = [t for t in study.trials if t.state.name == "COMPLETE"
-            and "reused_from" not in t.user_attrs]
-    base_trial = next(t for t in done if t.user_attrs.get("baseline"))
-    best = max((t for t in done if t.user_attrs.get("window", {}).get("stopped")
-                != "screened"), key=lambda t: t.values[0])
-    precision = {t.number: t.user_attrs.get("window", {}).get("precision")
-                 for t in (base_trial, best)}
+    trials = records(study)
+    done = [t for t in trials if t.complete and t.reused_from is None]
+    base_trial = next(t for t in done if t.baseline)
+    best = max((t for t in done if not t.screened), key=lambda t: t.throughput)
+    precision = {t.number: t.precision for t in (base_trial, best)}
     write(args.out, {
         "benchmark": "graph_search", "dataset": stats, "scale": args.scale,
-        "device": base_trial.user_attrs["config"]["device"], "space": yaml.safe_load(
+        "device": base_trial.config["device"], "space": yaml.safe_load(
             space.read_text()), "n_trials": len(study.trials), "measured_trials": len(done),
-        "failed_trials": sum(t.state.name == "FAIL" for t in study.trials),
+        "failed_trials": sum(t.state == "fail" for t in trials),
         "measure": measure_spec(args).to_dict(),
         "baseline": {"trial": base_trial.number, "graphs_per_s": base_trial.values[0],
                      "peak_mib": base_trial.values[1]},
         "best": {"trial": best.number, "graphs_per_s": best.values[0],
-                 "peak_mib": best.values[1], "config": best.user_attrs["config"]},
+                 "peak_mib": best.values[1], "config": best.config},
         "speedup": best.values[0] / base_trial.values[0],
         "precision": {"baseline": precision[base_trial.number],
                       "best": precision[best.number],

@@ -37,7 +37,7 @@ from _common import baseline, measure_spec, parser, prepare, write
 from autotune.runner import ForkServer, TrialLimits, run_trial
 from autotune.sampler import resolve_backend
 from autotune.errors import AutotuneError, ConfigError
-from autotune.taskinfo import task_info
+from autotune.taskinfo import DEFAULT_TASK, TASKS, task_info
 from autotune.topology import STRATEGIES, affinity_sets, this_machine
 
 
@@ -89,7 +89,7 @@ def variants(base, stats: dict | None = None) -> list[tuple]:
                      "(refused by the fit check, or run)", {**pinned,
                                                             "feature_placement": "gpu"},
                      cap)]
-    if base.task == "graph":
+    if task_info(base).whole_graphs:
         out += [("batch_size", str(b), {"batch_size": b}) for b in (256, 4096)]
     else:  # temporal sampling: what training in time costs (the node times of synthetic)
         out += [("time_attr", f"time, {s}", {"time_attr": "time", "temporal_strategy": s})
@@ -133,11 +133,12 @@ def main() -> None:
     p.add_argument("--trial-timeout", type=float, default=600.0)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--only", default=None, help="measure only the rows of this knob")
-    p.add_argument("--task", choices=["node", "link", "graph"], default="node")
+    p.add_argument("--task", choices=list(TASKS), default=DEFAULT_TASK)
     p.add_argument("--dataset", default=None, help="default: synthetic (synthetic-molecules "
                    "for task graph); synthetic-hetero for a heterogeneous graph")
     args = p.parse_args()
-    name = args.dataset or ("synthetic-molecules" if args.task == "graph" else "synthetic")
+    name = args.dataset or ("synthetic-molecules" if task_info(args.task).whole_graphs
+                            else "synthetic")
     ref, stats, _ = prepare(args, name, args.task)
     base = baseline().replace(sampler="builtin", device=args.device, task=args.task)
     key = task_info(base).throughput_key
@@ -210,8 +211,8 @@ def _rows(args, base, measure, stats: dict) -> tuple[list[dict], list[dict]]:
             continue
         rows.append({"knob": knob, "value": value, **measure(f"{i}", config, *cap)})
     try:
-        if base.task == "graph":
-            raise ConfigError("task graph samples nothing")
+        if task_info(base).whole_graphs:
+            raise ConfigError(f"task {base.task} samples nothing")
         if args.only not in (None, "sampler"):
             raise ConfigError("--only leaves the sampler rows out")
         resolve_backend("pyg")

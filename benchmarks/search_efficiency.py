@@ -30,13 +30,12 @@ from autotune.pareto import Point, hypervolume
 from autotune.runner import run_trial
 from autotune.space import Knob, SearchSpace, suggest_config
 from autotune.study.records import DIRECTIONS
-from autotune.study.samplers import DEFAULT_SAMPLER, optuna_sampler
+from autotune.study.samplers import DEFAULT_SAMPLER, OPTUNA_SAMPLERS, optuna_sampler
 
 GRID = {"batch_size": (256, 512, 1024), "num_neighbors": ((10, 5), (25, 10)),
         "num_workers": (0, 1), "amp_dtype": ("float32", "bfloat16"),
         "checkpointing": (False, True)}
 FIXED = {"hidden_channels": 128, "sampler": "builtin"}
-SAMPLERS = ("tpe", "nsga2", "gp", "random")
 TARGET_RATIO = 0.95
 
 
@@ -112,7 +111,7 @@ def main() -> None:
     ref_mem = 1.1 * max(p.memory_mib for p in grid_points)
     grid_hv = hypervolume(grid_points, ref_mem)
     samplers = {}
-    for name in SAMPLERS:
+    for name in OPTUNA_SAMPLERS:
         runs = []
         for seed in range(args.seeds):
             found = run_sampler(name, seed, table, args.trials)

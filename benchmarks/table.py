@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from autotune.taskinfo import task_info
+
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -365,7 +367,7 @@ def knob_rows(name: str = "knobs") -> str:
     k = _load(name)
     if not k:
         return ""
-    key = "graphs_per_s" if k.get("task") == "graph" else "seed_nodes_per_s"
+    key = task_info(k.get("task")).throughput_key
     unit = key.replace("_per_s", "/s").replace("_", " ")
     lines = [f"| knob | value | {unit} | throughput | peak MiB | memory | note |",
              "|---|---|---|---|---|---|---|",

@@ -160,12 +160,12 @@ def test_the_prior_rows_take_the_spaces_values():
     user's space, not the baseline's fanout [25, 10] outside it, and a note says so."""
     from autotune.space import load_space
     from autotune.study.api import default_config
-    from autotune.study.priors import prior_configs, this_machine
+    from autotune.study.priors import machine_facts, prior_configs
 
     base = default_config("cpu")
     space = load_space("quick", baseline=base)
     assert space.outside["num_neighbors"] == ((25, 10), (15, 10))
-    rows = prior_configs(space.baseline(base), space, this_machine("cpu"))
+    rows = prior_configs(space.baseline(base), space, machine_facts("cpu"))
     assert rows, "no prior row applies"
     for name, config in rows:
         assert config.batch_size in (512, 1024) and config.num_neighbors in ((10, 5), (15, 10))

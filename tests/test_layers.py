@@ -48,3 +48,71 @@ def test_lint_imports_catches_a_break(copy, module, line, broken):
     assert run.returncode != 0, run.stdout[-2000:]
     assert "1 kept, 1 broken" in run.stdout
     assert next(line for line in run.stdout.splitlines() if "BROKEN" in line).startswith(broken)
+
+
+def _modules():
+    import ast
+
+    for path in sorted((ROOT / "autotune").rglob("*.py")):
+        yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text())
+
+
+def _main_blocks(tree) -> set:
+    """The nodes under ``if __name__ == "__main__":`` and in a module's ``main``."""
+    import ast
+
+    inside = set()
+    for node in ast.walk(tree):
+        main = isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) or \
+            isinstance(node, ast.FunctionDef) and node.name == "main"
+        if main:
+            inside.update(id(n) for n in ast.walk(node))
+    return inside
+
+
+PRINTS = ("autotune/cli.py", "autotune/render.py", "autotune/report.py")
+
+
+def test_the_library_logs_and_reads_records_through_their_accessors():
+    """No print or direct stderr write outside the CLI, the renderer and the report
+    (and a module's own main); no Optuna user attribute outside study/records.py;
+    no task compared by name outside taskinfo.py and tasks.py."""
+    import ast
+
+    found = []
+    for name, tree in _modules():
+        mains = _main_blocks(tree)
+        for node in ast.walk(tree):
+            text = ast.unparse(node) if isinstance(node, (ast.Call, ast.Attribute,
+                                                         ast.Compare, ast.keyword)) else ""
+            if isinstance(node, ast.Call) and name not in PRINTS and id(node) not in mains \
+                    and (text.startswith("print(") or text.startswith("sys.stderr.write")):
+                found.append(f"{name}:{node.lineno}: {text[:60]}")
+            if name != "autotune/study/records.py" and (
+                    isinstance(node, ast.Attribute) and "user_attr" in node.attr or
+                    isinstance(node, ast.keyword) and node.arg == "user_attrs"):
+                found.append(f"{name}:{node.lineno}: {text[:60]}")
+            if isinstance(node, ast.Compare) and name not in (
+                    "autotune/taskinfo.py", "autotune/tasks.py") and "task" in text and \
+                    any(isinstance(c, ast.Constant) and c.value in ("node", "link", "graph")
+                        for c in ast.walk(node)):
+                found.append(f"{name}:{node.lineno}: {text[:60]}")
+    assert not found, "\n".join(found)
+
+
+def test_the_autotune_logger_is_routed_levelled_and_silenced(capsys):
+    import logging
+
+    import autotune.logging as at_logging
+
+    log = at_logging.get_logger("autotune.storage")
+    at_logging.enable_default_handler()
+    try:
+        log.info("a lock wait")
+        at_logging.set_verbosity(logging.ERROR)
+        log.warning("a storage retry")
+        assert at_logging.get_verbosity() == logging.ERROR
+    finally:
+        at_logging.disable_default_handler()
+        at_logging.set_verbosity(logging.NOTSET)
+    assert capsys.readouterr().err == "autotune: a lock wait\n"

@@ -17,6 +17,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.storage import retried
+from autotune.study import records as rec
 
 
 def storage(study: optuna.Study) -> optuna.storages.BaseStorage:
@@ -52,7 +53,7 @@ def fail_with_reason(study: optuna.Study, trial: FrozenTrial, reason: str) -> bo
     meanwhile."""
     store = storage(study)
     try:
-        store.set_trial_user_attr(trial_id(trial), "fail_reason", reason)
+        rec.store_in(store, trial_id(trial), fail_reason=reason)
         store.set_trial_state_values(trial_id(trial), TrialState.FAIL)
     except optuna.exceptions.UpdateFinishedTrialError:
         return False

@@ -31,7 +31,7 @@ from autotune.study.records import TrialRecord
 from autotune.study.studies import default_storage, default_study_name
 from autotune.specs import GuardOptions, MeasureSpec, TrialLimits, check_limits
 from autotune.storage import check_storage, masked, study_lock
-from autotune.taskinfo import task_info
+from autotune.taskinfo import DEFAULT_TASK, task_info
 
 DatasetArg = Any  # a name, a .pt path, 'package.module:function', a Data or a function
 ModelArg = Any  # None, sage/gcn/gat, 'package.module:factory' or a factory
@@ -158,7 +158,7 @@ def _keywords_checked(function: Callable[P, R]) -> Callable[P, R]:
 
 @_keywords_checked
 def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None,
-                   scale: float = 1.0, data_seed: int = 0, task: str = "node",
+                   scale: float = 1.0, data_seed: int = 0, task: str = DEFAULT_TASK,
                    link_edge_type: str | None = None, time_attr: str | None = None,
                    temporal_strategy: str = "uniform", model: ModelArg = None,
                    hidden: int | None = None, layers: int | None = None,
@@ -447,7 +447,7 @@ def _time_and_memory(budget: float | str | None, screen_precision: float | str,
 
 
 def _facts(model: ModelArg, hidden: int | None, layers: int | None,
-           recompile_limit: int | None, task: str = "node", *, time_attr: str | None = None,
+           recompile_limit: int | None, task: str = DEFAULT_TASK, *, time_attr: str | None = None,
            temporal_strategy: str = "uniform") -> dict[str, Any]:
     """The pipeline facts given for this search: fixed for its study."""
     from autotune.imports import import_path_of
@@ -511,7 +511,7 @@ def _check_data(baseline: TrialConfig, space, prepared, guard) -> None:
 
 
 def _dataset_ref(dataset: DatasetArg, root: str | None, scale: float, seed: int,
-                 studies: Path, task: str = "node", edge_type: str | None = None):
+                 studies: Path, task: str = DEFAULT_TASK, edge_type: str | None = None):
     """A ``DatasetRef`` for any form of ``dataset``: a Data object is saved once under
     ``STUDIES_DIR/.data/`` (named by its content) for the trial processes to load."""
     from autotune.datasets import DatasetRef, root_default

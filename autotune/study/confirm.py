@@ -19,7 +19,7 @@ import time
 from typing import Any, Callable
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from autotune.config import TrialConfig
 from autotune.result import TrialResult
@@ -80,26 +80,16 @@ def add_measured(opts: SearchOptions, study: optuna.Study, of: FrozenTrial,
     """Stores a measurement of ``of``'s config as a finished trial of the study, with
     ``of``'s params and the constraints ``of`` was told (its accuracy shortfall: the
     same config). Returns it as stored."""
-    attrs = record.to_attrs()
-    attrs[rec.CONFIG_KEY] = result.config.key()
-    if result.ok:
-        values = list(result.objectives())
-        constraints, extra = constraint_values(
-            memory_mib=values[1], budget_mib=opts.budget_mib,
-            guarded=opts.guard.ratio is not None,
-            shortfall=of.user_attrs.get(rec.ACC_SHORTFALL))
-        if opts.guard.objective:
-            values.append(of.values[2])
-        trial = optuna.trial.create_trial(
-            state=TrialState.COMPLETE, values=values, params=of.params,
-            distributions=of.distributions, user_attrs={**attrs, **extra},
-            constraints=constraints or None)
-    else:
-        trial = optuna.trial.create_trial(state=TrialState.FAIL, params=of.params,
-                                          distributions=of.distributions, user_attrs=attrs)
-    study.add_trial(trial)
-    return next(TrialRecord.from_frozen(t) for t in reversed(study.get_trials(deepcopy=False))
-                if t.user_attrs.get(rec.TRIAL_DIR) == record.trial_dir)
+    if not result.ok:
+        return rec.add_finished(study, record, of=of, config_key=result.config.key())
+    values = list(result.objectives())
+    constraints, extra = constraint_values(
+        memory_mib=values[1], budget_mib=opts.budget_mib, guarded=opts.guard.ratio is not None,
+        shortfall=TrialRecord.from_frozen(of).accuracy_shortfall)
+    if opts.guard.objective:
+        values.append(of.values[2])
+    return rec.add_finished(study, record, of=of, values=values, constraints=constraints,
+                            config_key=result.config.key(), **extra)
 
 
 def control_due(opts: SearchOptions, study: optuna.Study) -> FrozenTrial | None:
@@ -113,12 +103,12 @@ def control_due(opts: SearchOptions, study: optuna.Study) -> FrozenTrial | None:
         return None
     refs = [t for t in trials if t.reference and t.complete and t.measured_at]
     since = max([t.measured_at[1] for t in refs] +
-                [study.user_attrs.get(rec.STUDY_CONTROL_CLAIM, 0.0)])
+                [StudyRecord.from_study(study).control_claimed_at])
     measured = sum(1 for t in trials if t.counts and t.measured_at and
                    t.measured_at[1] > since)
     if time.time() - since < opts.control_every_s and measured < opts.control_every_trials:
         return None
-    study.set_user_attr(rec.STUDY_CONTROL_CLAIM, time.time())
+    rec.store_study(study, control_claimed_at=time.time())
     return study.get_trials(deepcopy=False)[baseline_no]
 
 
@@ -295,9 +285,9 @@ def fitted(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],
 def _claim(opts: SearchOptions, study: optuna.Study, numbers: list[int],
            rest: float | None = None, overhead_s: float = 0.0, **extra: Any) -> Plan:
     numbers, rounds = fitted(opts, rec.records(study), numbers, rest, overhead_s)
-    runs = study.user_attrs.get(rec.STUDY_CONFIRMATIONS) or []
+    runs = StudyRecord.from_study(study).confirmations
     frozen = study.get_trials(deepcopy=False)
-    study.set_user_attr(rec.STUDY_CONFIRMATIONS, [*runs, {
+    rec.store_study(study, confirmations=[*runs, {
         "run": len(runs), "started": time.time(), "candidates": numbers,
         "rounds": rounds, **extra}])
     return Plan(len(runs), tuple(frozen[n] for n in numbers), rounds)
@@ -316,7 +306,7 @@ def plan(opts: SearchOptions, study: optuna.Study, rest: float | None = None,
     search = [t for t in trials if t.search_point and t.reused_from is None]
     if any(t.state == "running" for t in search):
         return None
-    runs = study.user_attrs.get(rec.STUDY_CONFIRMATIONS) or []
+    runs = StudyRecord.from_study(study).confirmations
     last_end = max((t.measured_at[1] for t in search if t.measured_at), default=0.0)
     if runs and runs[-1]["started"] > last_end:
         return None
@@ -377,7 +367,7 @@ def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Lef
         if not first and rest is not None and rest < own:  # the estimate was short
             return (f"--budget left {rest:.0f} s, less than measuring #{of.number} takes "
                     f"(about {own:.0f} s): round {round_ + 1} of {the_plan.rounds} was cut")
-        config = TrialConfig.from_dict(of.user_attrs[rec.CONFIG])
+        config = TrialConfig.from_dict(TrialRecord.from_frozen(of).config)
         trial_dir = opts.study_dir / "trials" / f"confirm-{the_plan.run}-{round_}-{of.number}"
         result, where, _ = measure(opts, config, server, trial_dir,
                                    f"confirmation of study {study.study_name}", left,

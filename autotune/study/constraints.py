@@ -30,7 +30,6 @@ def set_constraints(trial: optuna.Trial, **figures) -> None:
     """Records memory over budget and accuracy below the guard on ``trial``
     (``figures``: :func:`constraint_values`'s)."""
     constraints, attrs = constraint_values(**figures)
-    for key, value in attrs.items():
-        trial.set_user_attr(key, value)
+    rec.store(trial, **attrs)
     for key, value in constraints.items():
         trial.set_constraint(key, value)

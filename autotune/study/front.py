@@ -149,7 +149,7 @@ def candidate_points(trials: list[TrialRecord], figures: dict[int, Confirmed],
     return out
 
 
-def eager_twin(trial: TrialRecord, trials: list[TrialRecord]) -> TrialRecord | None:
+def eager_twin_trial(trial: TrialRecord, trials: list[TrialRecord]) -> TrialRecord | None:
     """The completed trial that measured ``trial``'s config without compile."""
     from autotune.config import TrialConfig
     from autotune.space import eager_twin as twin_of
@@ -166,7 +166,7 @@ def payback_epochs(trial: TrialRecord, trials: list[TrialRecord],
     """For a compiled trial: its compile time divided by the time it saves per epoch
     (``train_nodes`` seeds) against its eager twin; inf when it saves nothing, None
     when not compiled or no twin was measured."""
-    twin = eager_twin(trial, trials)
+    twin = eager_twin_trial(trial, trials)
     if twin is None or not train_nodes or not trial.throughput:
         return None
     saved = train_nodes / twin.throughput - train_nodes / trial.throughput

@@ -41,34 +41,33 @@ def open_study(opts: SearchOptions, *, dataset_stats: dict, env: dict) -> optuna
 
 def _check_or_set_attrs(study: optuna.Study, opts: SearchOptions, dataset_stats: dict,
                         env: dict) -> None:
-    attrs = study.user_attrs
+    s = rec.StudyRecord.from_study(study)
     checks: dict[str, Any] = {
-        rec.STUDY_SPACE: opts.space.to_dict(), rec.STUDY_MAX_MEMORY: opts.max_memory_bytes,
-        rec.STUDY_DATASET_REF: opts.dataset.record(), rec.STUDY_DEVICE: opts.device,
-        rec.STUDY_GUARD_OPTS: ({"ratio": opts.guard.ratio, "epochs": opts.guard.epochs}
-                               if opts.guard.active else None)}
-    if rec.STUDY_SPACE in attrs:
-        if attrs[rec.STUDY_SPACE] == opts.space.widened().to_dict():
-            checks[rec.STUDY_SPACE] = attrs[rec.STUDY_SPACE]  # made before: see resumed_space
-        was, now = attrs[rec.STUDY_SPACE].get("fixed", {}), opts.space.fixed
-        if attrs[rec.STUDY_SPACE].get("name") == opts.space.name and was != now:
+        "space": opts.space.to_dict(), "max_memory_bytes": opts.max_memory_bytes,
+        "dataset_ref": opts.dataset.record(), "device": opts.device,
+        "guard_options": ({"ratio": opts.guard.ratio, "epochs": opts.guard.epochs}
+                          if opts.guard.active else None)}
+    if s.space:
+        if s.space == opts.space.widened().to_dict():
+            checks["space"] = s.space  # made before: see resumed_space
+        was, now = s.space.get("fixed", {}), opts.space.fixed
+        if s.space.get("name") == opts.space.name and was != now:
             raise ConfigError(f"study {study.study_name!r} was created with the pipeline facts "
                               f"{was} (now {now}); pass the same --model/--hidden/--layers "
                               "or a new --study-name")
-        for key, value in checks.items():
-            was = attrs.get(key)
-            if key == rec.STUDY_DATASET_REF:  # the same data, wherever its files lie
+        for name, value in checks.items():
+            was = getattr(s, name)
+            if name == "dataset_ref":  # the same data, wherever its files lie
                 was, value = _dataset_identity(type(opts.dataset), was), opts.dataset.identity()
             if was != value:
                 raise ConfigError(f"study {study.study_name!r} was created with another "
-                                  f"{_difference(key, was, value)}; pass a new --study-name "
-                                  "or the original flags")
+                                  f"{_difference(rec.STUDY_KEYS[name], was, value)}; pass a "
+                                  "new --study-name or the original flags")
         return
     with warnings.catch_warnings():  # stable in practice; experimental in name
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(opts.metric_names)
-    for key, value in {**checks, rec.STUDY_DATASET: dataset_stats, rec.STUDY_ENV: env}.items():
-        study.set_user_attr(key, value)
+    rec.store_study(study, **checks, dataset=dataset_stats, env=env)
 
 
 def _dataset_identity(ref_type: type, stored: Any) -> Any:
@@ -96,7 +95,7 @@ def resumed_space(study: optuna.Study, space: SearchSpace) -> tuple[SearchSpace,
     made before autotune kept to the space written holds the baseline's values in its
     knobs (Optuna's distributions cannot change within a study), and goes on in that
     space. Its trials outside ``space`` stay on its front."""
-    stored = study.user_attrs.get(rec.STUDY_SPACE)
+    stored = rec.StudyRecord.from_study(study).space
     if not space.outside or stored == space.to_dict() or stored != space.widened().to_dict():
         return space, None
     values = ", ".join(f"{name} {value}" for name, value in space.baseline_outside().items())

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from autotune import guard as guards
 from autotune.config import TrialConfig
 from autotune.errors import GuardError
 from autotune.guard import Verdict
+from autotune.logging import get_logger
 from autotune.specs import MeasureSpec, Screen
 from autotune.pareto import Point
 from autotune.runner import ForkServer
@@ -39,6 +39,8 @@ from autotune.study.samplers import optuna_sampler
 from autotune.render import clock as clock_text
 from autotune.space import params_for, suggest_config
 from autotune.storage import Heartbeat, study_lock
+
+log = get_logger(__name__)
 
 POLL_S = 2.0  # how often a worker whose budget is taken by running trials looks again
 EXPLORE_AFTER = 3  # repeats in a row, after which a config not yet measured is drawn
@@ -110,16 +112,16 @@ def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, 
             if trial is _WAIT:
                 time.sleep(POLL_S)
                 continue
-            trial.set_user_attr(rec.RESERVE_S, time.monotonic() - asked_at)  # lock + ask
-            if trial.user_attrs.get(rec.BASELINE):  # measured as it is: it samples nothing
+            rec.store(trial, reserve_s=time.monotonic() - asked_at)  # lock + ask
+            if rec.is_baseline(trial):  # measured as it is: it samples nothing
                 config = baseline
-                study.set_user_attr(rec.STUDY_BASELINE, trial.number)
+                rec.store_study(study, baseline=trial.number)
             else:
                 config = suggest_config(trial, opts.space, device=opts.device, seed=opts.seed)
                 if defer_compiled(opts, study, trial, config):
                     idle += 1
                     continue
-            trial.set_user_attr(rec.CONFIG_KEY, config.key())
+            rec.store(trial, config_key=config.key())
             if on_trial_start is not None:
                 on_trial_start(trial.number, config)
             frozen = _measure_or_fail(opts, study, trial, config, outcome, server, clock)
@@ -141,7 +143,7 @@ def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, 
                 break
         outcome.stopped = outcome.stopped or clock.why
         if outcome.stopped:
-            study.set_user_attr(rec.STUDY_STOPPED, outcome.stopped)
+            rec.store_study(study, stopped=outcome.stopped)
             note(outcome.stopped)
         _confirm(opts, study, server, clock, outcome, shown, on_trial_done, on_note)
     outcome.elapsed_s = clock.elapsed()
@@ -186,14 +188,13 @@ def _explore(opts: SearchOptions, study: optuna.Study, outcome: SearchOutcome) -
 
     from autotune.space import random_params
 
-    taken = {t.user_attrs.get(rec.CONFIG_KEY) for t in study.get_trials(deepcopy=False)}
+    taken = {rec.config_key(t) for t in study.get_trials(deepcopy=False)}
     rng = random.Random(opts.seed + len(taken))
     for _ in range(EXPLORE_DRAWS):
         config = suggest_config(FixedTrial(random_params(opts.space, rng)), opts.space,
                                 device=opts.device, seed=opts.seed)
         if config.key() not in taken:
-            study.enqueue_trial(params_for(config, opts.space),
-                                user_attrs={rec.EXPLORED: True})
+            rec.enqueue(study, params_for(config, opts.space), explored=True)
             outcome.explored += 1
             return True
     outcome.stopped = (f"stopped early: the sampler repeated measured configs {EXPLORE_AFTER} "
@@ -206,7 +207,7 @@ def _explore(opts: SearchOptions, study: optuna.Study, outcome: SearchOutcome) -
 def _measured_configs(study: optuna.Study) -> set[str]:
     """The distinct configs of the space that the search measured (finished trials,
     not repeats; the baseline where it lies inside the space)."""
-    return {t.user_attrs.get(rec.CONFIG_KEY) for t in study.get_trials(
+    return {rec.config_key(t) for t in study.get_trials(
         deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
         if _new_point(TrialRecord.from_frozen(t))}
 
@@ -230,8 +231,7 @@ def _confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, clock
         follow_up = clock.confirmed > 0  # the knee moved onto a config not measured
         clock.confirming = clock.confirmed + plan.measurements
         if on_note is not None:
-            names = ", ".join(f"#{t.number}" + (" (baseline)" if t.user_attrs.get(
-                rec.BASELINE) else "") for t in plan.trials)
+            names = ", ".join(f"#{t.number}" + (" (baseline)" if rec.is_baseline(t) else "") for t in plan.trials)
             what = f"the knee moved to #{plan.trials[-1].number}, which the confirmation " \
                 "did not measure: " if follow_up else ""
             fewer = " (all that --budget holds)" if plan.rounds < opts.confirm_rounds else ""
@@ -345,7 +345,7 @@ def _measure_or_fail(opts: SearchOptions, study: optuna.Study, trial: optuna.Tri
     try:
         return _measure_and_tell(opts, study, trial, config, outcome, server, clock)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (the CLI raises it for both)
-        trial.set_user_attr(rec.FAIL_REASON, "interrupted")
+        rec.store(trial, fail_reason="interrupted")
         study.tell(trial, state=TrialState.FAIL)
         recovery.requeue_once(study, study.get_trials(deepcopy=False)[trial.number])  # resumed
         raise
@@ -363,13 +363,13 @@ def defer_compiled(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial
         return False
     twin_key = eager_twin(config).key()
     with study_lock(opts.storage, study.study_name):
-        if any(t.user_attrs.get(rec.CONFIG_KEY) == twin_key for t in study.get_trials(
+        if any(rec.config_key(t) == twin_key for t in study.get_trials(
                 deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))):
             return False
-        study.enqueue_trial(eager_params(trial.params, opts.space, opts.device),
-                            user_attrs={rec.TWIN: trial.number})
-        study.enqueue_trial(trial.params)
-    trial.set_user_attr(rec.DEFERRED, "compile variant: queued again after its eager twin")
+        rec.enqueue(study, eager_params(trial.params, opts.space, opts.device),
+                    eager_twin=trial.number)
+        rec.enqueue(study, trial.params)
+    rec.store(trial, deferred="compile variant: queued again after its eager twin")
     study.tell(trial, state=TrialState.PRUNED)
     return True
 
@@ -422,7 +422,7 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
         with warnings.catch_warnings():  # we beat ourselves, see Heartbeat
             warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
             trial = study.ask()
-        trial.set_user_attr(rec.WORKER, worker)
+        rec.store(trial, worker=worker)
         _optuna.beat(study, trial)  # a first beat at once: a trial with none is never stale
         return trial
 
@@ -432,10 +432,8 @@ def _enqueue_baseline(opts: SearchOptions, study: optuna.Study, baseline: TrialC
     so it goes without params (Optuna's distributions stay the space's, and the
     samplers never see it: :class:`autotune.study.samplers.SpaceOnly`), with the values
     it has outside the space the user wrote."""
-    attrs: dict[str, Any] = {rec.BASELINE: True}
-    if opts.space.outside:
-        attrs[rec.OUTSIDE] = opts.space.baseline_outside()
-    study.enqueue_trial({}, user_attrs=attrs)
+    rec.enqueue(study, {}, baseline=True,
+                outside_space=opts.space.baseline_outside() or None)
 
 
 def _enqueue_priors(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig) -> None:
@@ -443,17 +441,17 @@ def _enqueue_priors(opts: SearchOptions, study: optuna.Study, baseline: TrialCon
     queue is empty, so that the rows run first, in order, and none is left queued
     when the trial budget ends first. While a GPU-resident config is the fastest that
     fits, the rows that sample on the CPU wait (they run if that changes)."""
-    from autotune.study.priors import prior_configs, this_machine
+    from autotune.study.priors import machine_facts, prior_configs
 
     done = list(StudyRecord.from_study(study).priors)
     if not opts.priors or study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         return
     best = rec.fastest_fitting(rec.records(study), opts.budget_mib)
     gpu_wins = best is not None and bool((best.config or {}).get("gpu_sampling"))
-    for name, config in prior_configs(baseline, opts.space, this_machine(opts.device)):
+    for name, config in prior_configs(baseline, opts.space, machine_facts(opts.device)):
         if name not in done and not (gpu_wins and not config.gpu_sampling):
-            study.enqueue_trial(params_for(config, opts.space), user_attrs={rec.PRIOR: name})
-            study.set_user_attr(rec.STUDY_PRIORS, [*done, name])
+            rec.enqueue(study, params_for(config, opts.space), prior=name)
+            rec.store_study(study, priors=[*done, name])
             return
 
 
@@ -469,7 +467,7 @@ def _this_worker() -> dict[str, Any]:
 def _previous(study: optuna.Study, key: str) -> optuna.trial.FrozenTrial | None:
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
         r = TrialRecord.from_frozen(t)
-        if t.user_attrs.get(rec.CONFIG_KEY) == key and not r.not_measured and \
+        if r.config_key == key and not r.not_measured and \
                 r.reused_from is None and r.search_point:
             return t
     return None
@@ -478,16 +476,14 @@ def _previous(study: optuna.Study, key: str) -> optuna.trial.FrozenTrial | None:
 def _reuse(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
            previous: optuna.trial.FrozenTrial, outcome: SearchOutcome):
     """Tells ``trial`` what ``previous`` measured for the same config."""
-    keep = {k: v for k, v in previous.user_attrs.items() if k not in rec.NOT_REUSED}
-    for key, value in {**keep, rec.REUSED_FROM: previous.number}.items():
-        trial.set_user_attr(key, value)
+    rec.copy_measurement(trial, previous)
     outcome.reused += 1
     if previous.state != TrialState.COMPLETE:
         outcome.failed += 1
         return study.tell(trial, state=TrialState.FAIL)
     set_constraints(trial, memory_mib=previous.values[1], budget_mib=opts.budget_mib,
                     guarded=opts.guard.ratio is not None,
-                    shortfall=previous.user_attrs.get(rec.ACC_SHORTFALL))
+                    shortfall=TrialRecord.from_frozen(previous).accuracy_shortfall)
     return study.tell(trial, previous.values)
 
 
@@ -508,7 +504,7 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
             _measure_spec(opts, study, trial))
     outcome.measured += 1
     record = TrialRecord.from_result(trial.number, result, **where)
-    if not trial.user_attrs.get(rec.BASELINE):
+    if not rec.is_baseline(trial):
         record = dataclasses.replace(record, paired=confirmation.paired_figure(
             study, result, where["measured_at"][0]))
     cut_by_budget = result.status == "timeout" and budget_bound
@@ -517,9 +513,8 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
                                      f"{opts.budget_s:g} s ran out while it was measured")
     try:
         written_at = time.monotonic()
-        for key, value in record.to_attrs().items():
-            trial.set_user_attr(key, value)
-        trial.set_user_attr(rec.WRITE_S, time.monotonic() - written_at)
+        rec.write(trial, record)
+        rec.store(trial, attrs_write_s=time.monotonic() - written_at)
         if not result.ok:
             outcome.failed += 1
             frozen = study.tell(trial, state=TrialState.FAIL)
@@ -527,11 +522,11 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
                 recovery.requeue_once(study, frozen)
             return frozen
         return _guard_and_tell(opts, study, trial, config, list(result.objectives()), outcome,
-                               result.training)
+                               result.training, result.window.screened)
     except optuna.exceptions.UpdateFinishedTrialError:
-        print(f"autotune: trial {trial.number} was failed as stale by another worker while "
-              "it was measured here (heartbeats lost?); its result is dropped and its config "
-              "was re-queued", file=sys.stderr, flush=True)
+        log.warning("trial %d was failed as stale by another worker while it was measured "
+                    "here (heartbeats lost?); its result is dropped and its config was "
+                    "re-queued", trial.number)
         return None
 
 
@@ -541,7 +536,7 @@ def _measure_spec(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial)
     :class:`autotune.specs.Screen`). The baseline is never screened: every speed-up
     is divided by it. With the accuracy guard, it asks for the guard's training
     after the window (:func:`autotune.guard.run_for`)."""
-    baseline = bool(trial.user_attrs.get(rec.BASELINE))
+    baseline = rec.is_baseline(trial)
     front = tuple((p.throughput, p.memory_mib) for p in rec.points(study) if p.feasible)
     spec = dataclasses.replace(opts.measure, guard=guards.run_for(
         opts.guard, StudyRecord.from_study(study).guard, baseline=baseline, front=front,
@@ -556,17 +551,17 @@ def _measure_spec(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial)
 
 def _guard_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
                     config: TrialConfig, values: list[float], outcome: SearchOutcome,
-                    training: dict):
+                    training: dict, screened: bool = False):
     """Judges the trial's guard training (``training``, from its own process) or trains
     it where it must, sets the constraints and tells the objectives."""
     try:
         with Heartbeat(_optuna.storage(study), _optuna.trial_id(trial)):  # guard training is long
-            verdict = _guard(opts, study, trial, config, values, outcome, training)
+            verdict = _guard(opts, study, trial, config, values, outcome, training, screened)
     except GuardError as exc:
         outcome.failed += 1
-        trial.set_user_attr(rec.FAIL_REASON, f"accuracy guard training failed: {exc}")
+        rec.store(trial, fail_reason=f"accuracy guard training failed: {exc}")
         frozen = study.tell(trial, state=TrialState.FAIL)
-        if trial.user_attrs.get(rec.BASELINE):  # no budget, no reference: cannot go on
+        if rec.is_baseline(trial):  # no budget, no reference: cannot go on
             raise GuardError(f"the baseline (trial {trial.number}) could not be trained for "
                              f"the accuracy guard: {exc}; see {opts.study_dir / 'guard'}") \
                 from exc
@@ -581,25 +576,28 @@ def _guard_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tria
 
 def _guard(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
            config: TrialConfig, values: list[float], outcome: SearchOutcome,
-           training: dict) -> Verdict | None:
+           training: dict, screened: bool = False) -> Verdict | None:
     """The trial's guard verdict where it must have one: the baseline (trained for E
     epochs: it sets the budget), every trial with accuracy as an objective, and
-    otherwise a trial that would join the feasible front. Its own process trained it
+    otherwise a trial that would join the feasible front (never a screened one: it
+    cannot). Its own process trained it
     after the window (``training``); where it did not (the front changed meanwhile,
     or the budget was not set yet), a process of its own trains it now. None: not
     trained."""
     guard = opts.guard
     if not guard.active:
         return None
-    if trial.user_attrs.get(rec.BASELINE):
+    if rec.is_baseline(trial):
         verdict, ref = guards.reference_of(guards.trained(training), training["guard_s"],
                                            trial.number, guard) if training else \
             guards.reference(opts, trial.number, config, guard)
-        study.set_user_attr(rec.STUDY_GUARD, ref)
+        rec.store_study(study, guard=ref)
     elif training:
         verdict = guards.verdict_of(guards.trained(training), training["guard_s"], guard,
                                     StudyRecord.from_study(study).guard)
     else:
+        if screened and not guard.objective:
+            return None
         feasible = opts.budget_mib is None or values[1] <= opts.budget_mib
         candidate = Point(trial.number, values[0], values[1])
         if not guard.objective and (not feasible or any(
@@ -608,8 +606,7 @@ def _guard(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
         ref = guards.budget(lambda: StudyRecord.from_study(study).guard,
                             lambda: _baseline_pending(study))
         verdict = guards.check(opts, trial.number, config, guard, ref)
-    for key, value in verdict.attrs().items():
-        trial.set_user_attr(key, value)
+    rec.store(trial, **verdict.attrs())
     outcome.guarded += 1
     outcome.guard_violations += verdict.shortfall > 0
     outcome.guard_s += verdict.guard_s

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from autotune.datasets import DatasetRef
     from autotune.space import SearchSpace
 
-SAMPLERS = ("gp", "tpe", "nsga2", "random")  # made by autotune.study.samplers
+STUDIES_DIR = "studies"  # where studies live unless told otherwise
+OPTUNA_SAMPLERS = ("gp", "tpe", "nsga2", "random")  # made by autotune.study.samplers
 DEFAULT_N_TRIALS = 20  # without --n-trials or --budget
 BUDGET_SHARE = 0.25  # the most of --budget that a search keeps aside for its confirmation
 DEFAULT_SAMPLER = "gp"  # the best in benchmarks/search_efficiency.py
@@ -85,7 +86,7 @@ class SearchOptions:
     sampler: str = DEFAULT_SAMPLER
     seed: int = 0
     max_memory_bytes: int | None = None
-    studies_dir: Path = Path("studies")
+    studies_dir: Path = Path(STUDIES_DIR)
     measure: MeasureSpec = field(default_factory=MeasureSpec)
     limits: TrialLimits = field(default_factory=TrialLimits)
     heartbeat_s: int = HEARTBEAT_S

@@ -79,7 +79,7 @@ PRIORS = (
 )
 
 
-def this_machine(device: str) -> Machine:
+def machine_facts(device: str) -> Machine:
     from autotune.env import available_cores, cpu_flags
 
     return Machine(device, len(available_cores()), cpu_flags())

@@ -92,6 +92,10 @@ class TrialRecord:
     # The baseline's knob values that lie outside the space written: it is then a
     # reference only, never on the front nor exported.
     outside_space: dict[str, Any] | None = None
+    config_key: str | None = None  # TrialConfig.key() of the config it measured
+    eager_twin: int | None = None  # the compiled trial whose eager twin it is
+    reserve_s: float | None = None  # taking the study lock and asking Optuna
+    attrs_write_s: float | None = None  # storing its attributes
 
     @classmethod
     def from_frozen(cls, trial) -> TrialRecord:
@@ -263,6 +267,102 @@ class TrialRecord:
                      eager=self.eager)
 
 
+TRIAL_FIELDS = frozenset(f.name for f in fields(TrialRecord)) - {"number", "state", "values"}
+_EMPTY_FIELDS = {name: getattr(TrialRecord(0), name) for name in TRIAL_FIELDS}
+
+
+def stored(**fields: Any) -> dict[str, Any]:
+    """The attributes that store these :class:`TrialRecord` fields (``baseline=True``,
+    ``config_key=...``): what ``enqueue_trial`` and ``create_trial`` take, as
+    :meth:`TrialRecord.to_attrs` writes them (a field at its default is left out)."""
+    unknown = set(fields) - TRIAL_FIELDS
+    if unknown:
+        raise KeyError(f"not a TrialRecord field: {', '.join(sorted(unknown))}")
+    out = {}
+    for name, value in fields.items():
+        if value == _EMPTY_FIELDS[name]:
+            continue
+        if name in PARTS:
+            value = value.to_dict()
+        out[name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def store(trial, **fields: Any) -> None:
+    """Writes :class:`TrialRecord` fields onto a running ``optuna.Trial``."""
+    for key, value in stored(**fields).items():
+        trial.set_user_attr(key, value)
+
+
+def store_in(storage, trial_id: int, **fields: Any) -> None:
+    """Writes :class:`TrialRecord` fields onto any worker's trial, through its storage."""
+    for key, value in stored(**fields).items():
+        storage.set_trial_user_attr(trial_id, key, value)
+
+
+def write(trial, record: TrialRecord) -> None:
+    """Writes a whole record (:meth:`TrialRecord.to_attrs`) onto a running trial."""
+    for key, value in record.to_attrs().items():
+        trial.set_user_attr(key, value)
+
+
+def enqueue(study, params: dict[str, Any], **fields: Any) -> None:
+    """Queues ``params`` (Optuna's) with these :class:`TrialRecord` fields."""
+    study.enqueue_trial(params, user_attrs=stored(**fields), skip_if_exists=False)
+
+
+def copy_measurement(trial, previous) -> None:
+    """Gives a running trial what ``previous`` (same config) measured, as a repeat of
+    it: everything but its role (:data:`NOT_REUSED`)."""
+    for key, value in previous.user_attrs.items():
+        if key not in NOT_REUSED:
+            trial.set_user_attr(key, value)
+    store(trial, reused_from=previous.number)
+
+
+def worker_of(trial) -> dict[str, Any]:
+    """Who runs (or ran) a trial: host, pid and the pid's start time; {} for none."""
+    return trial.user_attrs.get(WORKER) or {}
+
+
+def is_retry(trial) -> bool:
+    return RETRY_OF in trial.user_attrs
+
+
+def add_finished(study, record: TrialRecord, *, of, values: list[float] | None = None,
+                 constraints: dict[str, float] | None = None, **fields: Any) -> TrialRecord:
+    """Adds a finished trial holding ``record`` (and these fields) with ``of``'s params
+    (the trial whose config it measured again): complete with ``values``, else
+    failed. Returns it as stored."""
+    import optuna
+    from optuna.trial import TrialState
+
+    attrs = {**record.to_attrs(), **stored(**fields)}
+    study.add_trial(optuna.trial.create_trial(
+        state=TrialState.COMPLETE if values is not None else TrialState.FAIL, values=values,
+        params=of.params, distributions=of.distributions, user_attrs=attrs,
+        constraints=constraints or None))
+    return next(TrialRecord.from_frozen(t) for t in reversed(study.get_trials(deepcopy=False))
+                if t.user_attrs.get(TRIAL_DIR) == record.trial_dir)
+
+
+def is_baseline(trial) -> bool:
+    """Whether a trial, running, queued or finished, measures the baseline."""
+    return bool(trial.user_attrs.get(BASELINE))
+
+
+def config_key(trial) -> str | None:
+    """The key of the config a trial measured (:meth:`TrialConfig.key`)."""
+    return trial.user_attrs.get(CONFIG_KEY)
+
+
+def retried_roles(trial) -> dict[str, Any]:
+    """What a re-queued trial keeps of the one it retries: baseline or prior row,
+    and the baseline's values outside the space."""
+    return {key: trial.user_attrs[key] for key in (BASELINE, PRIOR, OUTSIDE)
+            if trial.user_attrs.get(key)}
+
+
 def records(study, states: tuple | None = None) -> list[TrialRecord]:
     """Every trial of ``study`` (or those in ``states``), typed."""
     return [TrialRecord.from_frozen(t) for t in study.get_trials(deepcopy=False, states=states)]
@@ -304,6 +404,9 @@ class StudyRecord:
     guard_options: dict[str, Any] | None = None  # ratio, epochs
     guard: dict[str, Any] | None = None  # budget_s, baseline_val_acc, baseline_trial, ...
     priors: tuple[str, ...] = ()
+    stopped: str | None = None  # why the last search stopped before its budget
+    control_claimed_at: float = 0.0  # when a worker last claimed a control
+    confirmations: tuple[dict[str, Any], ...] = ()  # {run, started, candidates, rounds}
 
     @classmethod
     def from_study(cls, study) -> StudyRecord:
@@ -315,7 +418,9 @@ class StudyRecord:
                    space=a.get(STUDY_SPACE) or {}, device=a.get(STUDY_DEVICE),
                    max_memory_bytes=a.get(STUDY_MAX_MEMORY),
                    guard_options=a.get(STUDY_GUARD_OPTS), guard=a.get(STUDY_GUARD),
-                   priors=tuple(a.get(STUDY_PRIORS) or ()))
+                   priors=tuple(a.get(STUDY_PRIORS) or ()), stopped=a.get(STUDY_STOPPED),
+                   control_claimed_at=a.get(STUDY_CONTROL_CLAIM, 0.0),
+                   confirmations=tuple(a.get(STUDY_CONFIRMATIONS) or ()))
 
     @property
     def task(self) -> TaskInfo:
@@ -330,3 +435,18 @@ class StudyRecord:
     def num_train(self) -> int | None:
         """The training seeds of its dataset (nodes, or edges for link)."""
         return self.dataset.get("num_train")
+
+
+STUDY_KEYS = {"baseline": STUDY_BASELINE, "dataset_ref": STUDY_DATASET_REF,
+              "dataset": STUDY_DATASET, "env": STUDY_ENV, "space": STUDY_SPACE,
+              "device": STUDY_DEVICE, "max_memory_bytes": STUDY_MAX_MEMORY,
+              "guard_options": STUDY_GUARD_OPTS, "guard": STUDY_GUARD, "priors": STUDY_PRIORS,
+              "stopped": STUDY_STOPPED, "control_claimed_at": STUDY_CONTROL_CLAIM,
+              "confirmations": STUDY_CONFIRMATIONS}
+
+
+def store_study(study, **fields: Any) -> None:
+    """Writes :class:`StudyRecord` fields onto ``study`` (``baseline=3``)."""
+    for name, value in fields.items():
+        study.set_user_attr(STUDY_KEYS[name], list(value) if isinstance(value, tuple)
+                            else value)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 from datetime import datetime, timedelta
-from typing import Any, Callable
+from typing import Callable
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -26,7 +26,7 @@ def fail_interrupted(study: optuna.Study) -> list[int]:
     exists, as "interrupted" and re-queues their configs once."""
     host, dead = socket.gethostname(), []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        worker = t.user_attrs.get(rec.WORKER, {})
+        worker = rec.worker_of(t)
         if worker.get("host") == host and not _alive(worker.get("pid"), worker.get("started")):
             dead.append(t)
     return _fail_and_requeue(study, dead, lambda w: f"interrupted: search pid {w.get('pid')} "
@@ -45,7 +45,7 @@ def fail_orphans(study: optuna.Study, grace_s: float) -> list[int]:
     """Fails RUNNING trials that no worker ever claimed, once older than ``grace_s``."""
     cutoff = datetime.now() - timedelta(seconds=grace_s)
     orphans = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-               if rec.WORKER not in t.user_attrs and t.datetime_start is not None
+               if not rec.worker_of(t) and t.datetime_start is not None
                and t.datetime_start < cutoff]
     return _fail_and_requeue(study, orphans, lambda w: "orphan: no worker claimed it within "
                              "the grace period")
@@ -55,7 +55,7 @@ def _fail_and_requeue(study: optuna.Study, trials: list[FrozenTrial],
                       reason: Callable[[dict], str]) -> list[int]:
     failed = []
     for t in trials:
-        if _optuna.fail_with_reason(study, t, reason(t.user_attrs.get(rec.WORKER, {}))):
+        if _optuna.fail_with_reason(study, t, reason(rec.worker_of(t))):
             requeue_once(study, t)
             failed.append(t.number)
     return failed
@@ -64,13 +64,11 @@ def _fail_and_requeue(study: optuna.Study, trials: list[FrozenTrial],
 def requeue_once(study: optuna.Study, t: FrozenTrial) -> None:
     """Queues the config of a trial that never finished, unless it was itself a retry
     (or never had a config: the baseline's is its own, without params)."""
-    if rec.RETRY_OF in t.user_attrs or not (t.params or t.user_attrs.get(rec.BASELINE)):
+    if rec.is_retry(t) or not (t.params or rec.is_baseline(t)):
         return
-    attrs: dict[str, Any] = {rec.RETRY_OF: t.number}
-    for role in (rec.BASELINE, rec.PRIOR, rec.OUTSIDE):  # the baseline or a prior row stays one
-        if t.user_attrs.get(role):
-            attrs[role] = t.user_attrs[role]
-    study.enqueue_trial(t.params, user_attrs=attrs, skip_if_exists=False)
+    r = rec.TrialRecord.from_frozen(t)  # the baseline or a prior row stays one
+    rec.enqueue(study, t.params, retry_of=t.number, baseline=r.baseline, prior=r.prior,
+                outside_space=r.outside_space)
 
 
 def _alive(pid: int | None, started: float | None) -> bool:

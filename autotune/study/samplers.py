@@ -13,8 +13,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import ConfigError
-from autotune.study.records import BASELINE
-from autotune.study.options import DEFAULT_SAMPLER, SAMPLERS  # noqa: F401
+from autotune.study.records import is_baseline
+from autotune.study.options import DEFAULT_SAMPLER, OPTUNA_SAMPLERS  # noqa: F401
 
 STARTUP_TRIALS = 4
 
@@ -37,14 +37,14 @@ def _sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
                                          warn_independent_sampling=False)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    raise ConfigError(f"--sampler (sampler=) must be one of {', '.join(SAMPLERS)} "
+    raise ConfigError(f"--sampler (sampler=) must be one of {', '.join(OPTUNA_SAMPLERS)} "
                       f"(got {name!r})")
 
 
 def measures_baseline(trial: FrozenTrial) -> bool:
     """The baseline's trial, or a finished trial that sampled no params: a control or
     a confirmation round of the baseline."""
-    return bool(trial.user_attrs.get(BASELINE)) or (trial.state.is_finished() and
+    return is_baseline(trial) or (trial.state.is_finished() and
                                                     not trial.params)
 
 

@@ -8,11 +8,12 @@ import optuna
 
 from autotune.errors import StudyNotFoundError
 from autotune.storage import masked, open_storage
-from autotune.study.options import default_storage, default_study_name, study_folder  # noqa: F401
+from autotune.study.options import STUDIES_DIR, default_storage, default_study_name, \
+    study_folder  # noqa: F401
 
 
 def load_study(study_name: str, *, storage: str | None = None,
-               studies_dir: str | Path = "studies") -> tuple[optuna.Study, str]:
+               studies_dir: str | Path = STUDIES_DIR) -> tuple[optuna.Study, str]:
     """An existing study and its storage URL; a missing one is a
     ``StudyNotFoundError`` naming the studies that exist."""
     url = storage or default_storage(studies_dir, study_name)
@@ -39,7 +40,7 @@ def load_study(study_name: str, *, storage: str | None = None,
 
 
 def study_names(*, storage: str | None = None,
-                studies_dir: str | Path = "studies") -> list[tuple[str, str]]:
+                studies_dir: str | Path = STUDIES_DIR) -> list[tuple[str, str]]:
     """(study name, storage URL) of every study in ``storage``, or in every SQLite
     file of ``studies_dir``."""
     urls = [storage] if storage else [f"sqlite:///{p.resolve()}"
@@ -48,7 +49,7 @@ def study_names(*, storage: str | None = None,
             for s in optuna.get_all_study_summaries(open_storage(url))]
 
 
-def only_study(*, storage: str | None = None, studies_dir: str | Path = "studies") -> str:
+def only_study(*, storage: str | None = None, studies_dir: str | Path = STUDIES_DIR) -> str:
     """The name of the one study there is; an error listing them when there are more
     or none."""
     names = study_names(storage=storage, studies_dir=studies_dir)
