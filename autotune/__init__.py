@@ -23,6 +23,7 @@ _EXPORTS = {
     "prepare_search": "autotune.study.api",
     "SearchResult": "autotune.study.api",
     "SearchPlan": "autotune.study.api",
+    "SearchRequest": "autotune.study.api",
     "TrialRecord": "autotune.study.records",
     "StudyRecord": "autotune.study.records",
     "train": "autotune.training",
@@ -53,7 +54,8 @@ if TYPE_CHECKING:
     from autotune.errors import (AutotuneError, BackendUnavailableError, ConfigError,
                                  DatasetError, GuardError, SearchSpaceError, StorageError,
                                  StudyNotFoundError)
-    from autotune.study.api import SearchPlan, SearchResult, prepare_search, search
+    from autotune.study.api import SearchPlan, SearchRequest, SearchResult, prepare_search, \
+        search
     from autotune.study.records import StudyRecord, TrialRecord
     from autotune.taskinfo import TaskInfo
     from autotune.training import TrainResult, train

@@ -435,6 +435,31 @@ def _add_pairing_flags(search: argparse.ArgumentParser) -> None:
                              f"{SearchOptions.control_every_trials})")
 
 
+def _add_worker_flags(search) -> None:
+    """How a worker's running trial shows it is alive, and when it is taken for dead."""
+    search.add_argument("--heartbeat", type=_positive_int, default=SearchOptions.heartbeat_s,
+                        help="seconds between a running trial's heartbeats (default: "
+                             f"{SearchOptions.heartbeat_s})")
+    search.add_argument("--grace-period", type=_positive_int, default=SearchOptions.grace_s,
+                        help="a trial whose heartbeat is older than this is failed and its "
+                             f"config re-queued once (default: {SearchOptions.grace_s})")
+
+
+def _add_guard_flags(search) -> None:
+    """The accuracy guard's flags, and accuracy as an objective."""
+    search.add_argument("--accuracy-guard", type=_positive_float, default=None, metavar="RATIO",
+                        help="e.g. 0.99: a config that would join the Pareto front first "
+                             "trains for the baseline's time of --guard-epochs epochs; below "
+                             "RATIO x the baseline's validation accuracy it is infeasible")
+    search.add_argument("--guard-epochs", type=_positive_int, default=GuardOptions.epochs,
+                        help="the baseline's epochs that set the guard's training budget "
+                             f"(default: {GuardOptions.epochs})")
+    search.add_argument("--objectives", default="throughput,memory",
+                        help="throughput,memory (default) or throughput,memory,accuracy: "
+                             "accuracy as a third objective, every trial trained for the "
+                             "guard's budget")
+
+
 def _add_search_parser(sub) -> None:
     search = _sub(sub, "search", "search the Pareto front of throughput and memory",
                   "Optuna multi-objective search: maximise throughput ("
@@ -476,24 +501,9 @@ def _add_search_parser(sub) -> None:
     search.add_argument("--device", choices=["cpu", "cuda"], default=None,
                         help="default: cuda when torch sees a GPU, else cpu")
     _add_model_flags(search)
-    search.add_argument("--accuracy-guard", type=_positive_float, default=None, metavar="RATIO",
-                        help="e.g. 0.99: a config that would join the Pareto front first "
-                             "trains for the baseline's time of --guard-epochs epochs; below "
-                             "RATIO x the baseline's validation accuracy it is infeasible")
-    search.add_argument("--guard-epochs", type=_positive_int, default=GuardOptions.epochs,
-                        help="the baseline's epochs that set the guard's training budget "
-                             f"(default: {GuardOptions.epochs})")
-    search.add_argument("--objectives", default="throughput,memory",
-                        help="throughput,memory (default) or throughput,memory,accuracy: "
-                             "accuracy as a third objective, every trial trained for the "
-                             "guard's budget")
+    _add_guard_flags(search)
     _add_study_flags(search)
-    search.add_argument("--heartbeat", type=_positive_int, default=SearchOptions.heartbeat_s,
-                        help="seconds between a running trial's heartbeats (default: "
-                             f"{SearchOptions.heartbeat_s})")
-    search.add_argument("--grace-period", type=_positive_int, default=SearchOptions.grace_s,
-                        help="a trial whose heartbeat is older than this is failed and its "
-                             f"config re-queued once (default: {SearchOptions.grace_s})")
+    _add_worker_flags(search)
     _add_measure_flags(search, timeout_flag="--trial-timeout")
     _add_format(search)
 

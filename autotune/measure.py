@@ -312,9 +312,30 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
         memory.phase("probe")  # the probe's eager step is charged to no objective
         observed = _observe(pipe, stepper)
         memory.phase("done")
+    compile_info = _compile_info(compiled, (frames0, breaks0, compile0), frames_after_first,
+                                 frames_warm, hits0, limit, graphs_total, graphs_warm)
+    mem = {"peak_rss_warmup_bytes": memory.peaks.get("warmup", 0),
+           "peak_rss_window_bytes": memory.peaks.get("window", 0),
+           "peak_rss_probe_bytes": memory.peaks.get("probe", 0),
+           "rss_covers": "trial process + loader workers",
+           "samples": memory.samples, "interval_s": spec.memory_interval_s, **device_memory}
+    warnings = _warnings(window.times, compile_info)
+    losses = window.losses
+    loss_values = torch.stack(losses).float().tolist() if losses else []
+    return Measurement(window.times, window.seeds, window.nodes, window.edges, warmup,
+                       loss_values, MemoryStats(**mem), CompileStats(**compile_info),
+                       Observed(**observed), warnings, window.stats, stepper.loader_starts[0])
+
+
+def _compile_info(compiled: bool, before: tuple[int, int, float], frames_after_first: int,
+                  frames_warm: int, hits0: int, limit: int, graphs_total: int | None,
+                  graphs_warm: int | None) -> dict:
+    """What compiling did in the trial (``CompileStats``' fields): frames compiled,
+    recompiles (in the window too), graph breaks, CUDA graphs recorded, the limit."""
+    frames0, breaks0, compile0 = before
     frames1, breaks1, compile1 = _dynamo_state()
     hits = _limit_hits() - hits0
-    compile_info = {
+    return {
         "compiled": compiled, "backend": ",".join(_backends()) if compiled else None,
         "compile_time_s": compile1 - compile0,
         "frames_compiled": frames1 - frames0,
@@ -328,17 +349,6 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
         "fell_back_to_eager": hits > 0,
         **_inductor_cache_counts(),
     }
-    mem = {"peak_rss_warmup_bytes": memory.peaks.get("warmup", 0),
-           "peak_rss_window_bytes": memory.peaks.get("window", 0),
-           "peak_rss_probe_bytes": memory.peaks.get("probe", 0),
-           "rss_covers": "trial process + loader workers",
-           "samples": memory.samples, "interval_s": spec.memory_interval_s, **device_memory}
-    warnings = _warnings(window.times, compile_info)
-    losses = window.losses
-    loss_values = torch.stack(losses).float().tolist() if losses else []
-    return Measurement(window.times, window.seeds, window.nodes, window.edges, warmup,
-                       loss_values, MemoryStats(**mem), CompileStats(**compile_info),
-                       Observed(**observed), warnings, window.stats, stepper.loader_starts[0])
 
 
 @contextlib.contextmanager
@@ -377,6 +387,15 @@ class _Window:
     losses: list[torch.Tensor] = dataclasses.field(default_factory=list)
     stats: WindowStats = dataclasses.field(default_factory=WindowStats)
 
+    def add(self, seeds: int, batch, loss: torch.Tensor) -> int:
+        """Records a step's batch and loss; returns its seeds."""
+        nodes, edges = batch_size_of(batch)
+        self.seeds.append(seeds)
+        self.nodes.append(nodes)
+        self.edges.append(edges)
+        self.losses.append(loss)
+        return seeds
+
 
 def block_steps(warmup_times: list[float], workers: int) -> int:
     """Steps per block: at least 2, at least one per loader worker (a prefetching
@@ -390,30 +409,23 @@ def block_steps(warmup_times: list[float], workers: int) -> int:
 def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
             memory_mib: Callable[[], float], warm_rate: float = 0.0) -> _Window:
     """Times blocks of steps until the throughput is known to the target precision
-    (first the screening one, when racing), or until ``spec.max_window_s``. Racing,
-    a config far below the best (:meth:`Screen.hopeless`) stops at its first block
-    when its fastest warm-up step already showed it, else at the block that does."""
+    (the screening one first, racing), or until ``spec.max_window_s``. Racing, a
+    config far below the best (:meth:`Screen.hopeless`) stops at its first block
+    if its fastest warm-up step showed it, else at the block that does."""
     out, per_block = _Window(), block_steps(warmup, stepper.pipe.config.num_workers)
     screen = spec.screen
     target = screen.precision if screen is not None else spec.precision
     hopeless = screen is not None and warm_rate > 0 and screen.hopeless(warm_rate)
-    blocks: list[list[float]] = []
-    clock = _StepClock(stepper.pipe.device)
-    started_at = time.time()
+    clock, started_at = _StepClock(stepper.pipe.device), time.time()
     start = block_start = clock.start()
+    blocks: list[list[float]] = []  # [seeds, seconds] of each block
     block_seeds, stopped, precision, screened_by = 0, "", None, ""
     while not stopped:
         batch, loss = stepper.run()
         clock.lap()
-        out.seeds.append(stepper.pipe.task.seeds(batch))
-        nodes, edges = batch_size_of(batch)
-        out.nodes.append(nodes)
-        out.edges.append(edges)
-        out.losses.append(loss)
-        block_seeds += out.seeds[-1]
+        block_seeds += out.add(stepper.pipe.task.seeds(batch), batch, loss)
         at_block = len(out.seeds) % per_block == 0
-        if at_block:
-            out.times += clock.flush()
+        out.times += clock.flush() if at_block else []
         now = time.perf_counter()
         if at_block:
             blocks.append([block_seeds, now - block_start])

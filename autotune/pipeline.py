@@ -460,25 +460,10 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
     fit = gpu_need(config, features, num_classes, task) if config.gpu_sampling else None
     if fit is not None:
         check_gpu_fit(fit, *gpu_room(device))
-    sampler = None
-    if task.samples:  # a graph-level task batches whole graphs
-        sampler = make_sampler(data, task.fanouts(config, data),
-                               backend=resolve_backend(config.sampler), seed=config.seed,
-                               cache_file=cache_file, cache_dir=cache_dir,
-                               device=device if config.gpu_sampling else None,
-                               time_attr=config.time_attr,
-                               temporal_strategy=config.temporal_strategy)
-    from autotune.loader import chain
-
+    sampler = _sampler(config, task, data, device, cache_file, cache_dir)
     loader_data = _gpu_resident(features, device, config.feature_placement) \
         if config.gpu_sampling else features
-    transform = PadToBucket(config.pad_ladder) if config.shapes == "padded" else None
-    if config.feature_dtype != "float32":
-        transform = chain(FloatFeatures(), transform)
-    gather = HostFeatures(features, device) \
-        if config.gpu_sampling and config.feature_placement == "pinned" else None
-    if gather is not None:
-        transform = chain(gather, transform)
+    transform, gather = _transform(config, features, device)
     workers = config.num_workers
     loader = task.loader(
         _loader_class(sampler), loader_data, sampler, data,
@@ -507,6 +492,32 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
                         list(gather.x.values()) if gather is not None else
                         [s.x for s in loader_data.node_stores if "x" in s]
                         if task.samples else None))
+
+
+def _sampler(config: TrialConfig, task, data, device: torch.device, cache_file, cache_dir):
+    """The neighbour sampler ``config`` asks for; None for a task that batches whole
+    graphs."""
+    if not task.samples:
+        return None
+    return make_sampler(data, task.fanouts(config, data), backend=resolve_backend(config.sampler),
+                        seed=config.seed, cache_file=cache_file, cache_dir=cache_dir,
+                        device=device if config.gpu_sampling else None,
+                        time_attr=config.time_attr, temporal_strategy=config.temporal_strategy)
+
+
+def _transform(config: TrialConfig, features, device: torch.device):
+    """What the loader applies to each batch (padding, float features, the pinned
+    features' gather), and that gather (None unless features stay pinned)."""
+    from autotune.loader import chain
+
+    transform = PadToBucket(config.pad_ladder) if config.shapes == "padded" else None
+    if config.feature_dtype != "float32":
+        transform = chain(FloatFeatures(), transform)
+    gather = HostFeatures(features, device) \
+        if config.gpu_sampling and config.feature_placement == "pinned" else None
+    if gather is not None:
+        transform = chain(gather, transform)
+    return transform, gather
 
 
 def _describe(sampler) -> str:

@@ -16,7 +16,7 @@ from autotune.config import (AGGREGATIONS, AMP_DTYPES, COMPILE_MODES, DROPOUT_MA
                              PAD_LADDERS, SAMPLERS, SHAPES, TrialConfig, check_field,
                              fit_fanout)
 from autotune.errors import ConfigError, SearchSpaceError
-from autotune.taskinfo import task_info
+from autotune.taskinfo import DEFAULT_TASK, TASKS
 from autotune.topology import STRATEGIES, Topology, affinity_sets, this_machine
 
 
@@ -222,7 +222,23 @@ def load_space(space: str | dict, *, device: str = "cpu", cores: int | None = No
                                            name)
     if baseline is not None and "num_layers" in fixed:
         baseline = fitted(baseline, fixed["num_layers"])
-    if task_info(fixed.get("task")).whole_graphs:
+    knobs = _runnable(path, knobs, fixed, device, topology or this_machine(), notes)
+    outside = _outside(knobs, baseline) if baseline is not None else {}
+    if outside:
+        notes.append(_outside_note(outside))
+    space = SearchSpace(path.stem, knobs, fixed, str(blob.get("description", "")), tuple(notes),
+                        outside, _stated_precision(path, blob.get("precision")))
+    _check_fixed(path, space)
+    return space
+
+
+def _runnable(path: Path, knobs: dict[str, Knob], fixed: dict[str, Any], device: str,
+              topology: Topology, notes: list[str]) -> dict[str, Knob]:
+    """The knobs less what cannot run here, each cut noted: the sampling knobs of a
+    task that batches whole graphs, the GPU-only choices on CPU, the aggregations and
+    dropout masks the model refuses, the affinities this machine cannot build."""
+    info = TASKS.get(fixed.get("task") or DEFAULT_TASK)  # a wrong name: _check_fixed says
+    if info is not None and info.whole_graphs:
         knobs = _whole_graph_knobs(path, knobs, notes)
     if device == "cpu":
         knobs = _cpu_only(path, knobs, notes)
@@ -232,22 +248,20 @@ def load_space(space: str | dict, *, device: str = "cpu", cores: int | None = No
         knobs["dropout_masks"] = _model_dropout_masks(path, knobs["dropout_masks"], fixed,
                                                       notes)
     if "affinity" in knobs:
-        knobs["affinity"] = _buildable(path, knobs["affinity"], topology or this_machine(),
-                                       notes)
-    outside: dict[str, tuple[Any, Any]] = {}
-    if baseline is not None:  # a per-edge-type knob holds the baseline's shared fanout
-        for name, knob in list(knobs.items()):
-            value = _baseline_value(baseline, name) if name in BASELINE_KNOBS else \
-                baseline.num_neighbors if _edge_knob(name) else None
-            if value is None or knob.contains(value):
-                continue
+        knobs["affinity"] = _buildable(path, knobs["affinity"], topology, notes)
+    return knobs
+
+
+def _outside(knobs: dict[str, Knob], baseline: TrialConfig) -> dict[str, tuple[Any, Any]]:
+    """The baseline's values the knobs do not hold, each with the knob's nearest (a
+    per-edge-type knob is compared with the baseline's shared fanout)."""
+    outside = {}
+    for name, knob in knobs.items():
+        value = _baseline_value(baseline, name) if name in BASELINE_KNOBS else \
+            baseline.num_neighbors if _edge_knob(name) else None
+        if value is not None and not knob.contains(value):
             outside[name] = (value, knob.nearest(value))
-        if outside:
-            notes.append(_outside_note(outside))
-    space = SearchSpace(path.stem, knobs, fixed, str(blob.get("description", "")), tuple(notes),
-                        outside, _stated_precision(path, blob.get("precision")))
-    _check_fixed(path, space)
-    return space
+    return outside
 
 
 def _model_dropout_masks(path: Path, knob: Knob, fixed: dict[str, Any],

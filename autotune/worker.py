@@ -83,10 +83,8 @@ def run(spec: dict, trial_dir: Path) -> dict:
 
     from autotune.config import TrialConfig
     from autotune.datasets import DatasetRef
-    from autotune.env import fingerprint
     from autotune.measure import MeasureSpec, measure
     from autotune.pipeline import build
-    from autotune.result import TrialResult
 
     t_imported = time.time()
     config = TrialConfig.from_dict(spec["config"])
@@ -110,26 +108,34 @@ def run(spec: dict, trial_dir: Path) -> dict:
     m = measure(pipe, asked, on_step=hook, quiet=tuple(spec.get("quiet_pids", ())))
     t_done = time.time()
     profiled, warnings = _profile(pipe, spec.get("profile"))
-    observed = dataclasses.replace(m.observed, trial_start=spec.get("trial_start", ""))
-    result = TrialResult(
-        status="ok", config=config, step_times_s=tuple(m.step_times_s),
-        seeds_per_step=tuple(m.seeds), nodes_per_step=tuple(m.nodes),
-        edges_per_step=tuple(m.edges), warmup_step_times_s=tuple(m.warmup_step_times_s),
-        losses=tuple(m.losses), memory=m.memory, compile=m.compile, observed=observed,
-        window=m.window, dataset=dataset.stats(), env=fingerprint(config.device),
-        warnings=tuple(m.warnings) + warnings, profile=profiled, phases_s={
-            "startup": t_imported - spec["spawned_at"],
-            "interpreter_start": t_start - spec["spawned_at"],
-            "imports": t_imported - t_start, "dataset_load": t_loaded - t_imported,
-            "build": t_built - t_loaded, "loader_start": m.loader_start_s,
-            "warmup": sum(m.warmup_step_times_s), "window": m.window.wall_s,
-            "measure_total": t_done - t_built},
-    )
+    result = _measured(spec, config, dataset, m, profiled, warnings, {
+        "startup": t_imported - spec["spawned_at"],
+        "interpreter_start": t_start - spec["spawned_at"],
+        "imports": t_imported - t_start, "dataset_load": t_loaded - t_imported,
+        "build": t_built - t_loaded, "loader_start": m.loader_start_s,
+        "warmup": sum(m.warmup_step_times_s), "window": m.window.wall_s,
+        "measure_total": t_done - t_built})
     if asked.guard is not None and (asked.guard.always or not m.window.screened) and \
             asked.guard.wanted(*result.objectives()):
         del pipe, m  # the measured pipeline's loader workers go before the guard's start
         result = dataclasses.replace(result, training=_guard(asked.guard, config, ref, dataset))
     return _unless_diverged(result)
+
+
+def _measured(spec: dict, config, dataset, m, profiled: dict, warnings: tuple,
+              phases_s: dict):
+    """The ``TrialResult`` of a measurement ``m`` (:func:`autotune.measure.measure`)."""
+    from autotune.env import fingerprint
+    from autotune.result import TrialResult
+
+    return TrialResult(
+        status="ok", config=config, step_times_s=tuple(m.step_times_s),
+        seeds_per_step=tuple(m.seeds), nodes_per_step=tuple(m.nodes),
+        edges_per_step=tuple(m.edges), warmup_step_times_s=tuple(m.warmup_step_times_s),
+        losses=tuple(m.losses), memory=m.memory, compile=m.compile,
+        observed=dataclasses.replace(m.observed, trial_start=spec.get("trial_start", "")),
+        window=m.window, dataset=dataset.stats(), env=fingerprint(config.device),
+        warnings=tuple(m.warnings) + warnings, profile=profiled, phases_s=phases_s)
 
 
 def _guard(run, config, ref, dataset) -> dict:

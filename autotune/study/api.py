@@ -135,54 +135,26 @@ KEYWORD_FOR = {"max_seconds": "measure=MeasureSpec(max_window_s=...)",
                "hidden_channels": "hidden=", "num_layers": "layers=", "study": "study_name="}
 
 
-def _keywords_checked(function: Callable[P, R]) -> Callable[P, R]:
-    """``function``, refusing a keyword it does not take with one line that names the
-    one to use (``max_seconds=`` is ``measure=MeasureSpec(max_window_s=...)``),
+def _check_keywords(options: dict[str, Any]) -> None:
+    """Refuses a keyword :class:`SearchRequest` does not have with one line that names
+    the one to use (``max_seconds=`` is ``measure=MeasureSpec(max_window_s=...)``),
     rather than Python's bare TypeError."""
     import difflib
 
-    known = list(inspect.signature(function).parameters)
-
-    @functools.wraps(function)
-    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
-        for key in kwargs:
-            if key in known:
-                continue
-            near = difflib.get_close_matches(key, known, n=1, cutoff=0.7)
-            use = KEYWORD_FOR.get(key) or (f"{near[0]}=" if near else None)
-            raise ConfigError(f"autotune.search() takes no keyword {key}=" +
-                              (f"; use {use}" if use else f"; it takes {', '.join(known)}"))
-        return function(*args, **kwargs)
-    return checked
+    known = [f.name for f in dataclasses.fields(SearchRequest)]
+    for key in options:
+        if key in known:
+            continue
+        near = difflib.get_close_matches(key, known, n=1, cutoff=0.7)
+        use = KEYWORD_FOR.get(key) or (f"{near[0]}=" if near else None)
+        raise ConfigError(f"autotune.search() takes no keyword {key}=" +
+                          (f"; use {use}" if use else f"; it takes {', '.join(known)}"))
 
 
-@_keywords_checked
-def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None,
-                   scale: float = 1.0, data_seed: int = 0, task: str = DEFAULT_TASK,
-                   link_edge_type: str | None = None, time_attr: str | None = None,
-                   temporal_strategy: str = "uniform", model: ModelArg = None,
-                   hidden: int | None = None, layers: int | None = None,
-                   recompile_limit: int | None = None, space: str | Path | dict = "default",
-                   n_trials: int | None = _O.n_trials, timeout_s: float | None = None,
-                   budget: float | str | None = None, racing: bool = _O.racing,
-                   screen_precision: float | str = _O.screen_precision,
-                   priors: bool = _O.priors, confirm: int = _O.confirm,
-                   confirm_rounds: int = _O.confirm_rounds,
-                   control_every: float | str = _O.control_every_s,
-                   control_every_trials: int = _O.control_every_trials,
-                   sampler: str = _O.sampler, seed: int = _O.seed,
-                   max_memory: int | str | None = None, device: str | None = None,
-                   accuracy_guard: float | None = None, guard_epochs: int = _G.epochs,
-                   objectives: str | Sequence[str] = "throughput,memory",
-                   study_name: str | None = None, storage: str | None = None,
-                   studies_dir: str | os.PathLike = _O.studies_dir,
-                   heartbeat_s: int = _O.heartbeat_s, grace_s: int = _O.grace_s,
-                   precision: float | str | None = None, measure: MeasureSpec | None = None,
-                   limits: TrialLimits | None = None,
-                   progress: Progress | bool = True,
-                   on_trial_start: Callable[[int, TrialConfig], None] | None = None,
-                   on_trial_done: Callable[[optuna.Study], None] | None = None) -> SearchPlan:
-    """Checks everything a search needs before its first trial and opens its study.
+@dataclass(frozen=True)
+class SearchRequest:
+    """What a search is asked, every field with its default: :func:`prepare_search`
+    and :func:`search` take them as keywords, or as one object.
 
     ``dataset``: a name (Reddit, Cora, synthetic, synthetic-hetero, synthetic-molecules,
     ogbn-mag, ...), a ``.pt`` path, a TU-format folder, an import path, a
@@ -215,35 +187,100 @@ def prepare_search(*, dataset: DatasetArg = "synthetic", root: str | None = None
     stderr, ``False`` nothing. ``on_trial_done(study)`` after ``pareto.yaml`` is
     rewritten (the CLI publishes the dashboard's note there:
     :func:`autotune.report.save_study_note`)."""
+
+    dataset: DatasetArg = "synthetic"
+    root: str | None = None
+    scale: float = 1.0
+    data_seed: int = 0
+    task: str = DEFAULT_TASK
+    link_edge_type: str | None = None
+    time_attr: str | None = None
+    temporal_strategy: str = "uniform"
+    model: ModelArg = None
+    hidden: int | None = None
+    layers: int | None = None
+    recompile_limit: int | None = None
+    space: str | Path | dict = "default"
+    n_trials: int | None = _O.n_trials
+    timeout_s: float | None = None
+    budget: float | str | None = None
+    racing: bool = _O.racing
+    screen_precision: float | str = _O.screen_precision
+    priors: bool = _O.priors
+    confirm: int = _O.confirm
+    confirm_rounds: int = _O.confirm_rounds
+    control_every: float | str = _O.control_every_s
+    control_every_trials: int = _O.control_every_trials
+    sampler: str = _O.sampler
+    seed: int = _O.seed
+    max_memory: int | str | None = None
+    device: str | None = None
+    accuracy_guard: float | None = None
+    guard_epochs: int = _G.epochs
+    objectives: str | Sequence[str] = "throughput,memory"
+    study_name: str | None = None
+    storage: str | None = None
+    studies_dir: str | os.PathLike = _O.studies_dir
+    heartbeat_s: int = _O.heartbeat_s
+    grace_s: int = _O.grace_s
+    precision: float | str | None = None
+    measure: MeasureSpec | None = None
+    limits: TrialLimits | None = None
+    progress: Progress | bool = True
+    on_trial_start: Callable[[int, TrialConfig], None] | None = None
+    on_trial_done: Callable[[optuna.Study], None] | None = None
+
+
+def prepare_search(request: SearchRequest | None = None, /, **options: Any) -> SearchPlan:
+    """Checks everything a search needs before its first trial and opens its study.
+    The options are :class:`SearchRequest`'s fields, as keywords
+    (``prepare_search(dataset="Cora", n_trials=8)``), or one request with keywords
+    over it (``prepare_search(request, budget="20m")``)."""
+    _check_keywords(options)
+    return _plan(dataclasses.replace(request or SearchRequest(), **options))
+
+
+prepare_search.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                       annotation=f.type) for f in dataclasses.fields(SearchRequest)],
+    return_annotation=SearchPlan)
+
+
+def _plan(r: SearchRequest) -> SearchPlan:
+    """The checks, in order (the cheap ones before the dataset is prepared), then the
+    study, created or joined."""
     import torch
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    check_limits(limits, device)
-    _check_budgets(sampler, n_trials, timeout_s, heartbeat_s, grace_s)
-    pairing = _pairing(confirm, confirm_rounds, control_every, control_every_trials)
-    studies = _studies_folder(studies_dir)
+    device = r.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    check_limits(r.limits, device)
+    _check_budgets(r.sampler, r.n_trials, r.timeout_s, r.heartbeat_s, r.grace_s)
+    pairing = _pairing(r.confirm, r.confirm_rounds, r.control_every, r.control_every_trials)
+    studies = _studies_folder(r.studies_dir)
     space_, baseline = _space_and_baseline(
-        space, device, _facts(model, hidden, layers, recompile_limit, task,
-                              time_attr=time_attr, temporal_strategy=temporal_strategy), seed)
-    ref = _dataset_ref(dataset, root, scale, data_seed, studies, task, link_edge_type)
-    name = check_study_name(study_name) if study_name is not None else \
+        r.space, device, _facts(r.model, r.hidden, r.layers, r.recompile_limit, r.task,
+                                time_attr=r.time_attr, temporal_strategy=r.temporal_strategy),
+        r.seed)
+    ref = _dataset_ref(r.dataset, r.root, r.scale, r.data_seed, studies, r.task,
+                       r.link_edge_type)
+    name = check_study_name(r.study_name) if r.study_name is not None else \
         default_study_name(_study_stem(ref), device)
-    opts = SearchOptions(dataset=ref, space=space_, storage=storage or default_storage(
-        studies, name), study_name=name, device=device, n_trials=n_trials, timeout_s=timeout_s,
-        **_time_and_memory(budget, screen_precision, max_memory, racing=bool(racing),
-                           priors=bool(priors)), **pairing,
-        sampler=sampler, seed=seed, studies_dir=studies,
-        measure=_measure(measure, precision, space_.precision),
-        limits=limits or TrialLimits(), heartbeat_s=heartbeat_s, grace_s=grace_s,
-        guard=_guard(accuracy_guard, guard_epochs, objectives))
+    opts = SearchOptions(
+        dataset=ref, space=space_, storage=r.storage or default_storage(studies, name),
+        study_name=name, device=device, n_trials=r.n_trials, timeout_s=r.timeout_s,
+        **_time_and_memory(r.budget, r.screen_precision, r.max_memory, racing=bool(r.racing),
+                           priors=bool(r.priors)), **pairing,
+        sampler=r.sampler, seed=r.seed, studies_dir=studies,
+        measure=_measure(r.measure, r.precision, space_.precision),
+        limits=r.limits or TrialLimits(), heartbeat_s=r.heartbeat_s, grace_s=r.grace_s,
+        guard=_guard(r.accuracy_guard, r.guard_epochs, r.objectives))
     study, prepared, stats = _open(opts, baseline)
     space_, resumed = resumed_space(study, space_)
     opts = dataclasses.replace(opts, space=space_)
     notes = space_.notes + (resumed,) * bool(resumed) + \
         _meaningless_knobs(space_, baseline, prepared, stats)
-    progress, on_trial_start, on_note = _printed(study, opts, progress, on_trial_start)
+    progress, on_trial_start, on_note = _printed(study, opts, r.progress, r.on_trial_start)
     return SearchPlan(opts, baseline, study, stats, notes, progress, on_trial_start,
-                      on_trial_done, on_note)
+                      r.on_trial_done, on_note)
 
 
 def _printed(study: optuna.Study, opts: SearchOptions, progress: Progress | bool | None,

@@ -85,11 +85,13 @@ def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, 
     fork from one :class:`ForkServer` for the whole run. ``on_note``: a line to show
     (the confirmation starting, an early stop)."""
     outcome, clock = SearchOutcome(), _Clock(opts, _counted(study))
-    worker, repeats, idle = _this_worker(), 0, 0
     knob = opts.space.knobs.get("compile_mode")
     modes = {baseline.compile_mode, *(knob.choices if knob is not None else ())}
 
-    def shown(record: TrialRecord) -> None:
+    def finished(record: TrialRecord) -> None:  # stored: counted, published, shown
+        clock.measured(record)
+        if on_trial_done is not None:
+            on_trial_done(study)
         if progress is not None:
             n_total = _counted(study)
             progress(n_total, opts.max_trials, record, clock.elapsed(),
@@ -101,53 +103,78 @@ def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, 
 
     note(_short_budget(opts))
     with ForkServer(folder=opts.study_dir, compiles=modes != {"none"}) as server:
-        while clock.may_start(study):
-            if _control(opts, study, baseline, server, clock, outcome, shown, on_trial_done):
-                continue
-            asked_at = time.monotonic()
-            trial = _reserve(opts, study, baseline, worker, outcome,
-                             explore=repeats >= EXPLORE_AFTER)
-            if trial is None:
-                break
-            if trial is _WAIT:
-                time.sleep(POLL_S)
-                continue
-            rec.store(trial, reserve_s=time.monotonic() - asked_at)  # lock + ask
-            if rec.is_baseline(trial):  # measured as it is: it samples nothing
-                config = baseline
-                rec.store_study(study, baseline=trial.number)
-            else:
-                config = suggest_config(trial, opts.space, device=opts.device, seed=opts.seed)
-                if defer_compiled(opts, study, trial, config):
-                    idle += 1
-                    continue
-            rec.store(trial, config_key=config.key())
-            if on_trial_start is not None:
-                on_trial_start(trial.number, config)
-            frozen = _measure_or_fail(opts, study, trial, config, outcome, server, clock)
-            if frozen is None:
-                continue
-            record = TrialRecord.from_frozen(frozen)
-            clock.measured(record)
-            repeats = repeats + 1 if record.reused_from is not None else 0
-            idle = idle + 1 if record.reused_from is not None else 0
-            if on_trial_done is not None:
-                on_trial_done(study)
-            shown(record)
-            if record.baseline and record.complete:
-                note(clock.budget_note(study))
-            if idle >= STOP_IDLE:
-                outcome.stopped = (f"stopped early: {idle} proposals in a row measured "
-                                   "nothing new (repeats of measured configs, deferred "
-                                   "compile variants)")
-                break
-        outcome.stopped = outcome.stopped or clock.why
-        if outcome.stopped:
-            rec.store_study(study, stopped=outcome.stopped)
-            note(outcome.stopped)
-        _confirm(opts, study, server, clock, outcome, shown, on_trial_done, on_note)
+        _trials(opts, study, baseline, server, clock, outcome, finished, note,
+                on_trial_start)
+        _stopped(study, outcome, clock, note)
+        _confirm(opts, study, server, clock, outcome, finished, note)
     outcome.elapsed_s = clock.elapsed()
     return outcome
+
+
+def _trials(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
+            server: ForkServer, clock: _Clock, outcome: SearchOutcome,
+            finished: Callable[[TrialRecord], None], note: Callable[[str | None], None],
+            on_trial_start: Callable[[int, TrialConfig], None] | None) -> None:
+    """The search proper: a control whenever one is due, else the next trial reserved,
+    measured and told, while the clock lets one start; stops early once
+    :data:`STOP_IDLE` proposals in a row measured nothing new."""
+    worker, repeats, idle = _this_worker(), 0, 0
+    while clock.may_start(study):
+        if _control(opts, study, baseline, server, clock, outcome, finished):
+            continue
+        asked_at = time.monotonic()
+        trial = _reserve(opts, study, baseline, worker, outcome,
+                         explore=repeats >= EXPLORE_AFTER)
+        if trial is None:
+            break
+        if trial is _WAIT:
+            time.sleep(POLL_S)
+            continue
+        rec.store(trial, reserve_s=time.monotonic() - asked_at)  # lock + ask
+        config = _config_for(opts, study, trial, baseline)
+        if config is None:  # a compile variant, queued again after its eager twin
+            idle += 1
+            continue
+        if on_trial_start is not None:
+            on_trial_start(trial.number, config)
+        frozen = _measure_or_fail(opts, study, trial, config, outcome, server, clock)
+        if frozen is None:
+            continue
+        record = TrialRecord.from_frozen(frozen)
+        finished(record)
+        repeats, idle = (repeats + 1, idle + 1) if record.reused_from is not None else (0, 0)
+        if record.baseline and record.complete:
+            note(clock.budget_note(study))
+        if idle >= STOP_IDLE:
+            outcome.stopped = (f"stopped early: {idle} proposals in a row measured "
+                               "nothing new (repeats of measured configs, deferred "
+                               "compile variants)")
+            break
+
+
+def _config_for(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
+                baseline: TrialConfig) -> TrialConfig | None:
+    """The config a reserved trial measures: the baseline's as it is (it samples
+    nothing), else the one its params suggest; None where it is a compile variant
+    put back until its eager twin is measured."""
+    if rec.is_baseline(trial):
+        rec.store_study(study, baseline=trial.number)
+        config = baseline
+    else:
+        config = suggest_config(trial, opts.space, device=opts.device, seed=opts.seed)
+        if defer_compiled(opts, study, trial, config):
+            return None
+    rec.store(trial, config_key=config.key())
+    return config
+
+
+def _stopped(study: optuna.Study, outcome: SearchOutcome, clock: _Clock,
+             note: Callable[[str | None], None]) -> None:
+    """Why the search stopped before its budget, if it did: stored and said."""
+    outcome.stopped = outcome.stopped or clock.why
+    if outcome.stopped:
+        rec.store_study(study, stopped=outcome.stopped)
+        note(outcome.stopped)
 
 
 def _short_budget(opts: SearchOptions) -> str | None:
@@ -162,7 +189,7 @@ def _short_budget(opts: SearchOptions) -> str | None:
 
 def _control(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
              server: ForkServer, clock: _Clock, outcome: SearchOutcome,
-             shown: Callable[[TrialRecord], None], on_trial_done) -> bool:
+             finished: Callable[[TrialRecord], None]) -> bool:
     """Measures a control if one is due while trials remain; whether it did."""
     if _counted(study) >= opts.max_trials:
         return False
@@ -171,10 +198,7 @@ def _control(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
     if control is None:
         return False
     outcome.controls += 1
-    clock.measured(control)
-    if on_trial_done is not None:
-        on_trial_done(study)
-    shown(control)
+    finished(control)
     return True
 
 
@@ -217,32 +241,29 @@ def _new_point(r: TrialRecord) -> bool:
 
 
 def _confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, clock: _Clock,
-             outcome: SearchOutcome, shown: Callable[[TrialRecord], None],
-             on_trial_done, on_note) -> None:
+             outcome: SearchOutcome, finished: Callable[[TrialRecord], None],
+             note: Callable[[str | None], None]) -> None:
     """The confirmation stage (see :mod:`autotune.study.confirm`), announced by a note."""
     def done(record: TrialRecord) -> None:
         outcome.confirmed += 1
-        clock.measured(record)
-        if on_trial_done is not None:
-            on_trial_done(study)
-        shown(record)
+        finished(record)
 
     def announce(plan: confirmation.Plan) -> None:
         follow_up = clock.confirmed > 0  # the knee moved onto a config not measured
         clock.confirming = clock.confirmed + plan.measurements
-        if on_note is not None:
-            names = ", ".join(f"#{t.number}" + (" (baseline)" if rec.is_baseline(t) else "") for t in plan.trials)
-            what = f"the knee moved to #{plan.trials[-1].number}, which the confirmation " \
-                "did not measure: " if follow_up else ""
-            fewer = " (all that --budget holds)" if plan.rounds < opts.confirm_rounds else ""
-            on_note(f"confirmation: {what}{plan.rounds} interleaved round"
-                    f"{'s' if plan.rounds > 1 else ''}{fewer} of {names}, about "
-                    f"{clock_text(confirmation.plan_s(opts, study, plan, clock.overhead()))}")
+        names = ", ".join(f"#{t.number}" + (" (baseline)" if rec.is_baseline(t) else "")
+                          for t in plan.trials)
+        what = f"the knee moved to #{plan.trials[-1].number}, which the confirmation " \
+            "did not measure: " if follow_up else ""
+        fewer = " (all that --budget holds)" if plan.rounds < opts.confirm_rounds else ""
+        note(f"confirmation: {what}{plan.rounds} interleaved round"
+             f"{'s' if plan.rounds > 1 else ''}{fewer} of {names}, about "
+             f"{clock_text(confirmation.plan_s(opts, study, plan, clock.overhead()))}")
 
     _, outcome.confirm_cut = confirmation.confirm(
         opts, study, server, clock.budget_left, done, announce, clock.overhead())
-    if outcome.confirm_cut and on_note is not None:
-        on_note(f"confirmation cut short: {outcome.confirm_cut}")
+    if outcome.confirm_cut:
+        note(f"confirmation cut short: {outcome.confirm_cut}")
 
 
 class _Clock:

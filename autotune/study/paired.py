@@ -120,25 +120,9 @@ def confirmed(trials: Iterable[TrialRecord], run: int | None = None) -> dict[int
         if t.confirm is not None and t.confirm["run"] == run and t.complete:
             rounds.setdefault(t.confirm["of"], {})[t.confirm["round"]] = t
     base_rounds = rounds.pop(base, {})
-    out = {}
-    for number, measured in rounds.items():
-        both = sorted(r for r in measured if r in base_rounds)
-        if not both:
-            continue
-        refs = {r: _baseline_at(base_rounds, r, _mid(measured[r])) for r in both}
-        ratios = [measured[r].throughput / refs[r] for r in both]
-        rates = [measured[r].throughput for r in both]
-        root_n = math.sqrt(len(both))
-        floor = statistics.median(ratio_half_width(measured[r].precision, base_rounds[
-            r].precision) or 0.0 for r in both) / root_n
-        rate_floor = statistics.median(measured[r].precision or 0.0 for r in both) / root_n
-        several = len(both) > 1
-        out[number] = Confirmed(
-            number, len(both), statistics.median(ratios),
-            max(_spread(ratios), floor) if several else None, statistics.median(rates),
-            max(_spread(rates), rate_floor) if several else None,
-            statistics.median(measured[r].memory_mib for r in both), tuple(ratios),
-            tuple(measured[r].number for r in both))
+    out = {number: _candidate(number, measured, base_rounds)
+           for number, measured in rounds.items()
+           if any(r in base_rounds for r in measured)}
     if base_rounds:
         rates = [t.throughput for _, t in sorted(base_rounds.items())]
         opened = {r for measured in rounds.values() for r in measured} or set(base_rounds)
@@ -149,6 +133,27 @@ def confirmed(trials: Iterable[TrialRecord], run: int | None = None) -> dict[int
                               (1.0,) * len(rates), tuple(t.number for _, t in
                                                          sorted(base_rounds.items())))
     return out
+
+
+def _candidate(number: int, measured: dict[int, TrialRecord],
+               base_rounds: dict[int, TrialRecord]) -> Confirmed:
+    """A candidate's confirmed figures from its rounds and the baseline's (each
+    interval at least the median window's own, shrunk by the rounds' root)."""
+    both = sorted(r for r in measured if r in base_rounds)
+    refs = {r: _baseline_at(base_rounds, r, _mid(measured[r])) for r in both}
+    ratios = [measured[r].throughput / refs[r] for r in both]
+    rates = [measured[r].throughput for r in both]
+    root_n = math.sqrt(len(both))
+    floor = statistics.median(ratio_half_width(measured[r].precision, base_rounds[
+        r].precision) or 0.0 for r in both) / root_n
+    rate_floor = statistics.median(measured[r].precision or 0.0 for r in both) / root_n
+    several = len(both) > 1
+    return Confirmed(
+        number, len(both), statistics.median(ratios),
+        max(_spread(ratios), floor) if several else None, statistics.median(rates),
+        max(_spread(rates), rate_floor) if several else None,
+        statistics.median(measured[r].memory_mib for r in both), tuple(ratios),
+        tuple(measured[r].number for r in both))
 
 
 def _mid(t: TrialRecord) -> float:
