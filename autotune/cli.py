@@ -22,7 +22,8 @@ from autotune.study.options import BUDGET_SHARE, DEFAULT_N_TRIALS, OPTUNA_SAMPLE
     SearchOptions
 from autotune.taskinfo import DEFAULT_TASK, TASKS, task_info
 from autotune.render import FORMATS, Ticker, drift_lines, emit, front_table, profile_text, \
-    result_text, short, trial_row, trials_table
+    result_text, search_blob, search_header, search_summary, short, train_summary, \
+    trial_row, trials_table
 
 EXIT_BAD_INPUT = 2
 EXIT_TRIAL_FAILED = 1
@@ -597,48 +598,17 @@ def _writable_dir(path: Path, option: str) -> Path:
     return make_writable_dir(path, option)
 
 
-def _dataset_ref(args: argparse.Namespace, recorded: dict | None, task: str):
-    """The dataset the --dataset/--root/--scale/--data-seed flags name; a flag not
-    given takes the ``recorded`` dataset's value (an export's), else its default.
-    ``task`` is the config's: a link task trains on the dataset's link split."""
-    from autotune.datasets import DatasetRef, root_default
+def _dataset_of(args: argparse.Namespace, recorded: dict | None, task: str):
+    """The dataset the flags name, the export's (``recorded``) where they do not."""
+    from autotune.datasets import export_dataset
 
-    rec = recorded or {}
-    pick = (lambda flag, key, default: flag if flag is not None else rec.get(key, default))
-    return DatasetRef(pick(args.dataset, "name", "synthetic"),
-                      root=pick(args.root, "root", None) or root_default(),
-                      scale=pick(args.scale, "scale", 1.0), seed=pick(args.data_seed, "seed", 0),
-                      task=task, edge_type=pick(args.link_edge_type, "edge_type", None))
-
-
-def _exported(path: str | None) -> tuple[dict | None, dict | None]:
-    """The dataset an export was measured on and its measured figures (None, None for
-    a hand-written config)."""
-    from autotune.config import measured_figures, recorded_dataset
-
-    if path is None:
-        return None, None
-    return recorded_dataset(path), measured_figures(path)
-
-
-def _same_dataset(ref, recorded: dict | None, config_path: str | None) -> bool:
-    """Whether ``ref`` is the dataset the export was measured on; warns in one line
-    when it is not (throughputs of two datasets do not compare)."""
-    from autotune.datasets import DatasetRef
-
-    if recorded is None:
-        return False
-    if ref.identity() == DatasetRef(**recorded).identity():
-        return True
-    print(f"autotune: warning: {config_path} was measured on {recorded.get('name')} (scale "
-          f"{recorded.get('scale')}, root {recorded.get('root')}); this run uses {ref.name} "
-          f"(scale {ref.scale}, root {ref.root}): throughputs are not compared",
-          file=sys.stderr)
-    return False
+    return export_dataset(recorded, task, name=args.dataset, root=args.root, scale=args.scale,
+                          seed=args.data_seed, edge_type=args.link_edge_type)
 
 
 def cmd_trial(args: argparse.Namespace) -> int:
-    from autotune.config import load_config, with_model
+    from autotune.config import exported, load_config, with_model
+    from autotune.datasets import same_dataset
     from autotune.pipeline import check_config
     from autotune.tasks import check_dataset
     from autotune.runner import inductor_cache_dir, run_trial
@@ -657,10 +627,10 @@ def cmd_trial(args: argparse.Namespace) -> int:
     profile = _profile_spec(args)
     trial_dir = _writable_dir(Path(args.studies_dir) / "trials", "--studies-dir") / \
         time.strftime(f"%Y%m%d-%H%M%S-{os.getpid()}")
-    recorded, _ = _exported(args.config)
-    ref = _dataset_ref(args, recorded, config.task)
+    recorded, _ = exported(args.config)
+    ref = _dataset_of(args, recorded, config.task)
     if recorded is not None:
-        _same_dataset(ref, recorded, args.config)
+        same_dataset(ref, recorded, args.config)
     check_dataset(config, ref.prepare())
     result = run_trial(config, dataset=ref, trial_dir=trial_dir, measure=measure,
                        limits=limits, inductor_cache=inductor_cache_dir(args.studies_dir),
@@ -687,13 +657,11 @@ def _profile_spec(args: argparse.Namespace):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from autotune.runner import inductor_cache_dir
-
-    cache = inductor_cache_dir(args.studies_dir)
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache.resolve()))  # before torch
     from tqdm import tqdm
 
-    from autotune.config import load_config
+    from autotune.config import exported, load_config
+    from autotune.runner import inductor_cache_dir
+    from autotune.datasets import same_dataset
     from autotune.pipeline import check_config
     from autotune.training import train
 
@@ -705,9 +673,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_config(config)
     if args.save:
         _writable_dir(Path(args.save).parent, "--save")
-    recorded, measured = _exported(args.config)
-    ref = _dataset_ref(args, recorded, config.task)
-    if not (_same_dataset(ref, recorded, args.config) and config.device == measured_on):
+    recorded, measured = exported(args.config)
+    ref = _dataset_of(args, recorded, config.task)
+    if not (same_dataset(ref, recorded, args.config) and config.device == measured_on):
         measured = None
     task, table = task_info(config), args.format == "table"
     if table:
@@ -722,42 +690,12 @@ def cmd_train(args: argparse.Namespace) -> int:
                 bar.write(f"{e.epoch:>5} {e.loss:>7.4f} {e.train_s:>8.2f} "
                           f"{e.seeds_per_s:>13,.0f} {e.val_acc:>12.4f} {e.test_acc:>12.4f}",
                           file=sys.stdout)
-        result = train(config, ref, epochs=args.epochs, save=args.save, on_epoch=row)
-    blob, lines = _train_summary(args, result, measured)
+        result = train(config, ref, epochs=args.epochs, save=args.save, on_epoch=row,
+                       inductor_cache=inductor_cache_dir(args.studies_dir))
+    blob, lines = train_summary(result, measured, epochs=args.epochs, config_path=args.config,
+                                save=args.save)
     print(emit(blob, args.format, lambda: "\n".join(lines)))
     return 0
-
-
-CARRY_LOW, CARRY_HIGH = 0.85, 1.15  # a training/trial throughput ratio outside needs a word
-
-
-def _train_summary(args, result, measured: dict | None) -> tuple[dict, list[str]]:
-    """The JSON blob and the closing lines of ``autotune train``."""
-    best, achieved, unit = result.best, result.throughput, result.unit
-    ratio = achieved / measured["throughput"] if measured else None
-    which = "median of epochs 2-" + str(args.epochs) if args.epochs > 1 else "epoch 1"
-    metric = result.metric
-    lines = [f"best validation {metric} {best.val_acc:.4f} at epoch {best.epoch} (test "
-             f"{metric} {best.test_acc:.4f})" + (f"; its weights saved to {args.save}"
-                                               if args.save else "")]
-    line = f"throughput: achieved {achieved:,.0f} {unit} ({which})"
-    if measured:
-        line += (f"; trial #{measured['trial']} measured {measured['throughput']:,.0f} = "
-                 f"{ratio:.2f}x")
-    else:
-        line += f"; no measurement of {args.config} on this dataset and device to compare with"
-    if ratio is not None and ratio < CARRY_LOW:
-        lines.append(f"why {ratio:.2f}x (slower): a trial times training steps only, after a "
-                     f"warm-up; an epoch here ({best.steps} steps) also holds loader start-up, "
-                     "the last partial batch and the epoch's end, and short epochs are noisy")
-    elif ratio is not None and ratio > CARRY_HIGH:
-        lines.append(f"why {ratio:.2f}x (faster): the trial was measured under other "
-                     "conditions: other processes on the machine then, drift over the "
-                     "minutes between, or a screened window; measure both now, side by side, "
-                     "to compare (autotune trial --config of each)")
-    lines.append(line)
-    blob = {**result.to_dict(), "measured": measured, "achieved_over_measured": ratio}
-    return blob, lines
 
 
 def short_config(config) -> str:
@@ -794,7 +732,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     plan = prepare_search(**_search_options(args), progress=False,  # the ticker's, below
                           on_trial_done=save_study_note)
     if args.format == "table":
-        print(_search_header(plan))
+        print(search_header(plan))
         ticker = Ticker(sys.stdout, baseline_record(plan.study),
                         plan.options.confirmation_size())
         plan = dataclasses.replace(plan, progress=ticker.done, on_trial_start=ticker.start,
@@ -805,7 +743,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"autotune: interrupted; the running trial is queued again: run the same "
               f"command again to resume study {plan.options.study_name}", file=sys.stderr)
         return _interrupted_exit(exc)
-    print(emit(_search_blob(result), args.format, lambda: _search_summary(plan, result, args)))
+    export = _command("autotune", "export", "--study-name", result.study_name,
+                      *_study_flags(args), "--out", "best.yaml")
+    print(emit(search_blob(result), args.format,
+               lambda: search_summary(plan, result, export)))
     return _over_budget(plan, result)
 
 
@@ -820,70 +761,6 @@ def _over_budget(plan, result) -> int:
           f"leanest took {leanest:,.0f} MiB); raise the budget or search leaner configs",
           file=sys.stderr)
     return EXIT_TRIAL_FAILED
-
-
-def _search_header(plan) -> str:
-    from autotune.env import format_bytes
-    from autotune.storage import masked
-
-    opts, stats = plan.options, plan.dataset_stats
-    guard = opts.guard
-    kind = ""
-    if "target" in stats:
-        kind = (f" ({stats['node_types']} node types, {stats['edge_types']} edge types; "
-                f"target {stats['target']})")
-    task = task_info(opts.dataset.task)
-    if task.split:
-        kind = f" ({task.name} split: {stats['num_train']:,} training {task.seeds})"
-    if "num_graphs" in stats:
-        kind = f" in {stats['num_graphs']:,} graphs ({stats['num_train']:,} for training)"
-    line = (f"dataset {opts.dataset.name}: {stats['num_nodes']:,} nodes, "
-            f"{stats['num_edges']:,} edges{kind}, {stats['num_features']} features; space "
-            f"{opts.space.name}; sampler {opts.sampler}; device {opts.device}")
-    if opts.max_memory_bytes:
-        line += f"; budget {format_bytes(opts.max_memory_bytes)}"
-    if guard.ratio:
-        line += f"; accuracy guard {guard.ratio:g} x baseline after {guard.epochs} epochs"
-    if guard.objective:
-        line += "; objectives throughput, memory, accuracy"
-    lines = [f"study {opts.study_name} in {masked(opts.storage)}", line]
-    return "\n".join(lines + [note if note.startswith("warning: ") else f"note: {note}"
-                              for note in plan.notes])
-
-
-def _search_summary(plan, result, args: argparse.Namespace) -> str:
-    from autotune.study.paired import drifts
-
-    o, guard = result.outcome, plan.options.guard
-    lines = []
-    if o.interrupted:
-        lines.append(f"marked interrupted trials {o.interrupted} as failed")
-    if o.stale:
-        lines.append(f"marked stale trials {o.stale} (no heartbeat) as failed; configs re-queued")
-    if o.orphans:
-        lines.append(f"marked orphan trials {o.orphans} (no worker) as failed")
-    lines.append(f"\n{o.measured} measured, {o.reused} repeats (counted against nothing), "
-                 f"{o.failed} failed, {o.controls} controls, {o.confirmed} confirmation "
-                 f"measurements; {len(result.trials)} trials in the study")
-    if o.explored:
-        lines.append(f"the sampler repeated itself: {o.explored} proposals were drawn at random")
-    if o.stopped:
-        lines.append(o.stopped)
-    lines += drift_lines(drifts(result.trials))
-    if guard.active:
-        ref = result.guard or {}
-        share = o.guard_s / max(o.elapsed_s, 1e-9)
-        lines.append(f"accuracy guard: {o.guarded} configs trained for "
-                     f"{ref.get('budget_s', 0):.1f} s each (the baseline's {guard.epochs} "
-                     f"epochs, validation accuracy {ref.get('baseline_val_acc', 0):.4f}); "
-                     f"{o.guard_violations} below the guard; guard time {o.guard_s:.0f} s "
-                     f"= {100 * share:.0f}% of this search's {o.elapsed_s:.0f} s")
-    lines.append(front_table(result.front, task_info(plan.options.dataset.task),
-                             result.reference))
-    lines.append(f"\npareto.yaml: {result.pareto_path}\nexport: " + _command(
-        "autotune", "export", "--study-name", result.study_name, *_study_flags(args),
-        "--out", "best.yaml"))
-    return "\n".join(lines)
 
 
 class _StorageVariable(str):
@@ -912,24 +789,6 @@ def _command(*argv: str) -> str:
     note = f"  (set {STORAGE_ENV} to the storage URL: its password is never printed)" \
         if any(isinstance(a, _StorageVariable) for a in argv) else ""
     return " ".join(words) + note
-
-
-def _search_blob(result) -> dict[str, Any]:
-    from autotune.study.paired import drifts
-
-    o = result.outcome
-    return {"study": result.study_name, "storage": result.storage,
-            "baseline_trial": result.baseline.number if result.baseline else None,
-            "knee_trial": result.knee.number if result.knee else None,
-            "default_trial": result.default.number if result.default else None,
-            "measured": o.measured, "reused": o.reused, "failed": o.failed,
-            "controls": o.controls, "confirmation_measurements": o.confirmed,
-            "confirmation_cut": o.confirm_cut or None, "explored": o.explored,
-            "stopped": o.stopped or None, "elapsed_s": o.elapsed_s,
-            "pareto": [r.to_dict() for r in result.front],
-            "reference": result.reference.to_dict() if result.reference else None,
-            "drift": drifts(result.trials),
-            "trials": [trial_row(t) for t in result.trials]}
 
 
 def _load(args: argparse.Namespace):
@@ -1002,20 +861,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_studies(args: argparse.Namespace) -> int:
     from autotune.storage import masked
-    from autotune.study import records as rec
-    from autotune.study.studies import load_study, study_names
+    from autotune.study.studies import study_rows
 
-    rows = []
-    for name, url in study_names(storage=args.storage, studies_dir=args.studies_dir):
-        study, _ = load_study(name, storage=url)
-        trials, task = rec.records(study), rec.StudyRecord.from_study(study).task
-        done = [t.throughput for t in trials if t.complete]
-        starts = [t.datetime_start for t in study.get_trials(deepcopy=False)
-                  if t.datetime_start is not None]
-        rows.append({"study": name, "storage": masked(url), "task": task.name,
-                     "trials": len(trials), "best": max(done) if done else None,
-                     "unit": task.unit,
-                     "last_trial": max(starts).strftime("%Y-%m-%d %H:%M") if starts else None})
+    rows = study_rows(storage=args.storage, studies_dir=args.studies_dir)
     where = masked(args.storage) if args.storage else f"'{args.studies_dir}'"
     print(emit(rows, args.format, lambda: _studies_table(rows, where)))
     return 0
@@ -1033,50 +881,16 @@ def _studies_table(rows: list[dict], where: str) -> str:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    import shutil
-
-    import optuna
-
-    from autotune.storage import masked
-    from autotune.study._optuna import storage as storage_of
-    from autotune.study.studies import study_folder
+    from autotune.study.studies import delete_study, deletion
 
     study, url = _load(args)
-    folder = study_folder(args.studies_dir, study.study_name, url)
-    n_trials = len(study.trials)
-    what = f"study {study.study_name!r} ({n_trials} trials) from {masked(url)}" + \
-        (f" and its folder '{folder}'" if folder.exists() else "")
     if not args.yes:
-        raise ConfigError(f"this would delete {what}; pass --yes to delete it")
-    optuna.delete_study(study_name=study.study_name, storage=storage_of(study))
-    if folder.exists():
-        shutil.rmtree(folder)
-    removed = _remove_own_file(args.studies_dir, study.study_name, url)
-    if removed:
-        what += f" and its file '{removed}'"
-    blob = {"deleted": study.study_name, "storage": masked(url), "trials": n_trials,
-            "folder": str(folder), "file": str(removed) if removed else None}
+        raise ConfigError(f"this would delete {deletion(study, url, args.studies_dir)}; "
+                          "pass --yes to delete it")
+    blob = delete_study(study, url, args.studies_dir)
+    what = blob.pop("what")
     print(emit(blob, args.format, lambda: f"deleted {what}"))
     return 0
-
-
-def _remove_own_file(studies_dir: str, name: str, url: str) -> Path | None:
-    """The study's own SQLite file (``STUDIES_DIR/NAME.db``, the default storage)
-    removed with its -wal, -shm and .lock once it holds no study: a file named for
-    another study, or one still holding a study, is kept."""
-    import optuna
-
-    from autotune.storage import open_storage
-    from autotune.study.studies import default_storage
-
-    if url != default_storage(studies_dir, name):
-        return None
-    if optuna.get_all_study_summaries(open_storage(url)):
-        return None
-    db = Path(studies_dir) / f"{name}.db"
-    for path in (db, *(Path(f"{db}{end}") for end in ("-wal", "-shm", ".lock"))):
-        path.unlink(missing_ok=True)
-    return db
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:

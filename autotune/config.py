@@ -388,3 +388,11 @@ def measured_figures(path: str | Path) -> dict[str, Any] | None:
 
 def _one_line(exc: Exception) -> str:
     return re.sub(r"\s+", " ", str(exc)).strip()
+
+
+def exported(path: str | Path | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The dataset an export was measured on and its measured figures; (None, None)
+    for a hand-written config or none."""
+    if path is None:
+        return None, None
+    return recorded_dataset(path), measured_figures(path)

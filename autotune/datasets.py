@@ -557,3 +557,35 @@ class DatasetRef:
                 build(dataset.data, cache_file=self.csc_path())
             bar.update()
         return dataset
+
+
+def export_dataset(recorded: dict | None, task: str, *, name: str | None = None,
+                   root: str | None = None, scale: float | None = None, seed: int | None = None,
+                   edge_type: str | None = None) -> DatasetRef:
+    """The dataset to run an exported config on: each of ``name``, ``root``, ``scale``,
+    ``seed`` and ``edge_type`` given wins, one not given takes the ``recorded`` dataset's
+    (the export's), else its default. ``task`` is the config's: a link task trains on
+    the dataset's link split."""
+    rec = recorded or {}
+
+    def pick(value, key, default):
+        return value if value is not None else rec.get(key, default)
+
+    return DatasetRef(pick(name, "name", "synthetic"), root=pick(root, "root", None) or
+                      root_default(), scale=pick(scale, "scale", 1.0),
+                      seed=pick(seed, "seed", 0), task=task,
+                      edge_type=pick(edge_type, "edge_type", None))
+
+
+def same_dataset(ref: DatasetRef, recorded: dict | None, config_path: str | None) -> bool:
+    """Whether ``ref`` is the dataset the export was measured on; logs a warning where
+    it is not (throughputs of two datasets do not compare)."""
+    if recorded is None:
+        return False
+    if ref.identity() == DatasetRef(**recorded).identity():
+        return True
+    log.warning("warning: %s was measured on %s (scale %s, root %s); this run uses %s "
+                "(scale %s, root %s): throughputs are not compared", config_path,
+                recorded.get("name"), recorded.get("scale"), recorded.get("root"), ref.name,
+                ref.scale, ref.root)
+    return False

@@ -359,3 +359,121 @@ def _measured_lines(result, format_bytes) -> list[str]:
 def _metric_short(task) -> str:
     """``acc`` for accuracy, else the metric's name (``ROC-AUC``)."""
     return "acc" if task.metric == "accuracy" else task.metric
+
+
+def search_header(plan) -> str:
+    """The lines a search prints before its first trial: the study, the dataset and
+    the search's settings, then the notes."""
+    from autotune.env import format_bytes
+    from autotune.storage import masked
+
+    opts, stats = plan.options, plan.dataset_stats
+    guard = opts.guard
+    kind = ""
+    if "target" in stats:
+        kind = (f" ({stats['node_types']} node types, {stats['edge_types']} edge types; "
+                f"target {stats['target']})")
+    task = task_info(opts.dataset.task)
+    if task.split:
+        kind = f" ({task.name} split: {stats['num_train']:,} training {task.seeds})"
+    if "num_graphs" in stats:
+        kind = f" in {stats['num_graphs']:,} graphs ({stats['num_train']:,} for training)"
+    line = (f"dataset {opts.dataset.name}: {stats['num_nodes']:,} nodes, "
+            f"{stats['num_edges']:,} edges{kind}, {stats['num_features']} features; space "
+            f"{opts.space.name}; sampler {opts.sampler}; device {opts.device}")
+    if opts.max_memory_bytes:
+        line += f"; budget {format_bytes(opts.max_memory_bytes)}"
+    if guard.ratio:
+        line += f"; accuracy guard {guard.ratio:g} x baseline after {guard.epochs} epochs"
+    if guard.objective:
+        line += "; objectives throughput, memory, accuracy"
+    lines = [f"study {opts.study_name} in {masked(opts.storage)}", line]
+    return "\n".join(lines + [note if note.startswith("warning: ") else f"note: {note}"
+                              for note in plan.notes])
+
+
+def search_summary(plan, result, export: str) -> str:
+    """The lines a search prints at its end: what it did, drift, the guard, the front
+    (and the reference row), where its answer is and ``export``, the command that
+    exports it."""
+    o, guard = result.outcome, plan.options.guard
+    lines = []
+    if o.interrupted:
+        lines.append(f"marked interrupted trials {o.interrupted} as failed")
+    if o.stale:
+        lines.append(f"marked stale trials {o.stale} (no heartbeat) as failed; configs re-queued")
+    if o.orphans:
+        lines.append(f"marked orphan trials {o.orphans} (no worker) as failed")
+    lines.append(f"\n{o.measured} measured, {o.reused} repeats (counted against nothing), "
+                 f"{o.failed} failed, {o.controls} controls, {o.confirmed} confirmation "
+                 f"measurements; {len(result.trials)} trials in the study")
+    if o.explored:
+        lines.append(f"the sampler repeated itself: {o.explored} proposals were drawn at random")
+    if o.stopped:
+        lines.append(o.stopped)
+    lines += drift_lines(result.drift)
+    if guard.active:
+        ref = result.guard or {}
+        share = o.guard_s / max(o.elapsed_s, 1e-9)
+        lines.append(f"accuracy guard: {o.guarded} configs trained for "
+                     f"{ref.get('budget_s', 0):.1f} s each (the baseline's {guard.epochs} "
+                     f"epochs, validation accuracy {ref.get('baseline_val_acc', 0):.4f}); "
+                     f"{o.guard_violations} below the guard; guard time {o.guard_s:.0f} s "
+                     f"= {100 * share:.0f}% of this search's {o.elapsed_s:.0f} s")
+    lines.append(front_table(result.front, task_info(plan.options.dataset.task),
+                             result.reference))
+    lines.append(f"\npareto.yaml: {result.pareto_path}\nexport: {export}")
+    return "\n".join(lines)
+
+
+def search_blob(result) -> dict[str, Any]:
+    """A search's result as ``--format json`` prints it."""
+    o = result.outcome
+    return {"study": result.study_name, "storage": result.storage,
+            "baseline_trial": result.baseline.number if result.baseline else None,
+            "knee_trial": result.knee.number if result.knee else None,
+            "default_trial": result.default.number if result.default else None,
+            "measured": o.measured, "reused": o.reused, "failed": o.failed,
+            "controls": o.controls, "confirmation_measurements": o.confirmed,
+            "confirmation_cut": o.confirm_cut or None, "explored": o.explored,
+            "stopped": o.stopped or None, "elapsed_s": o.elapsed_s,
+            "pareto": [r.to_dict() for r in result.front],
+            "reference": result.reference.to_dict() if result.reference else None,
+            "drift": result.drift,
+            "trials": [trial_row(t) for t in result.trials]}
+
+
+def train_summary(result, measured: dict | None, *, epochs: int, config_path: str,
+                  save: str | None = None) -> tuple[dict, list[str]]:
+    """The JSON blob and the closing lines of ``autotune train``: the best epoch, and
+    the throughput achieved against the one its trial measured (``measured``, from
+    the export), with a word on why where the ratio lies outside
+    :data:`autotune.specs.CARRYOVER`."""
+    from autotune.specs import CARRYOVER
+
+    low, high = CARRYOVER
+    best, achieved, unit = result.best, result.throughput, result.unit
+    ratio = achieved / measured["throughput"] if measured else None
+    which = "median of epochs 2-" + str(epochs) if epochs > 1 else "epoch 1"
+    metric = result.metric
+    lines = [f"best validation {metric} {best.val_acc:.4f} at epoch {best.epoch} (test "
+             f"{metric} {best.test_acc:.4f})" + (f"; its weights saved to {save}"
+                                               if save else "")]
+    line = f"throughput: achieved {achieved:,.0f} {unit} ({which})"
+    if measured:
+        line += (f"; trial #{measured['trial']} measured {measured['throughput']:,.0f} = "
+                 f"{ratio:.2f}x")
+    else:
+        line += f"; no measurement of {config_path} on this dataset and device to compare with"
+    if ratio is not None and ratio < low:
+        lines.append(f"why {ratio:.2f}x (slower): a trial times training steps only, after a "
+                     f"warm-up; an epoch here ({best.steps} steps) also holds loader start-up, "
+                     "the last partial batch and the epoch's end, and short epochs are noisy")
+    elif ratio is not None and ratio > high:
+        lines.append(f"why {ratio:.2f}x (faster): the trial was measured under other "
+                     "conditions: other processes on the machine then, drift over the "
+                     "minutes between, or a screened window; measure both now, side by side, "
+                     "to compare (autotune trial --config of each)")
+    lines.append(line)
+    blob = {**result.to_dict(), "measured": measured, "achieved_over_measured": ratio}
+    return blob, lines

@@ -11,12 +11,15 @@ from dataclasses import dataclass
 
 from autotune.errors import ConfigError
 
+STUDIES_DIR = "studies"  # where studies live unless told otherwise
 SCREEN_PRECISION = 0.10  # racing: a new config is measured to this precision first
 DEFAULT_TIMEOUT_S = 900.0  # a trial is killed after this long
 HEARTBEAT_S = 10  # Optuna's heartbeat interval for a running trial
 GRACE_S = 60  # a trial whose heartbeat is older than this is failed as stale
 
 
+# autotune train's throughput over its trial's: outside this range, a word on why
+CARRYOVER = (0.85, 1.15)
 FAR_BELOW = 1 / 3  # a trial whose best case is under this share of the best is cut at once
 
 

@@ -173,16 +173,26 @@ class TrainResult:
 
 def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset, *,
           epochs: int, save: str | os.PathLike | None = None,
-          on_epoch: Callable[[Epoch], None] | None = None) -> TrainResult:
+          on_epoch: Callable[[Epoch], None] | None = None,
+          inductor_cache: str | os.PathLike | None = None) -> TrainResult:
     """Trains with every knob of ``config`` (a ``TrialConfig``, or a file written by
     ``autotune export``) for ``epochs`` whole epochs on ``dataset`` (a
     :class:`autotune.DatasetRef`, prepared here, or a prepared dataset), evaluating
     the task's metric on validation and test after each. The best validation epoch's
-    weights are kept and, with ``save``, written there (``torch.save``)."""
+    weights are kept and, with ``save``, written there (``torch.save``). A compiled
+    config reuses the kernels its search compiled: ``inductor_cache`` (default the
+    studies folder's, :func:`autotune.runner.inductor_cache_dir`), unless
+    ``TORCHINDUCTOR_CACHE_DIR`` is set."""
     from autotune.config import TrialConfig, load_config
     from autotune.files import atomic_write
     from autotune.pipeline import build, check_config
+    from autotune.runner import inductor_cache_dir
+    from autotune.specs import STUDIES_DIR
     from autotune.tasks import check_dataset
+
+    cache_dir = inductor_cache if inductor_cache is not None else \
+        inductor_cache_dir(STUDIES_DIR)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache_dir).resolve()))
 
     if not isinstance(config, TrialConfig):
         config = load_config(config)

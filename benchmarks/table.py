@@ -17,6 +17,12 @@ def _load(name: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _machine(blob: dict) -> str:
+    """Where a benchmark ran: its CPU and cores, from the JSON's ``env``."""
+    env = blob.get("env") or {}
+    return f"{env.get('cpu', '?')}, {env.get('available_cores', '?')} cores"
+
+
 def _verdict(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
@@ -35,7 +41,7 @@ def _quickstart() -> list[tuple[str, str, str, str]]:
         return []
     return [("quickstart.py", f"the README's quick start ({q['command']}), fresh data and "
              "cache: first result line, whole search with its confirmation",
-             f"{q['first_result_line_s']:.0f} s, {q['total_s']:.0f} s",
+             f"{q['first_result_line_s']:.0f} s, {q['total_s']:.0f} s ({_machine(q)})",
              f"<= {q['target_first_result_line_s']:.0f} s, <= {q['target_total_s']:.0f} s: "
              f"{_verdict(q['meets'])}")]
 
@@ -335,8 +341,10 @@ def _carryover() -> list[tuple[str, str, str, str]]:
     c = _load("carryover")
     if c:
         fmt = ", ".join(f"{r['pick']} {r['ratio']:.2f}" for r in c["runs"])
+        steps = c.get("min_steps_per_epoch")
         out.append(("carryover.py", f"autotune train / trial throughput, exported picks "
-                    f"(scale {c['scale']}, {c['epochs']} epochs)",
+                    f"(scale {c['scale']}, {c['epochs']} epochs"
+                    + (f" of {steps}+ steps" if steps else "") + f"; {_machine(c)})",
                     f"{fmt} (median {c['median_ratio']:.2f})",
                     f"0.85-1.15: {_verdict(c['meets'])}"))
     return out
@@ -350,7 +358,7 @@ def _guard() -> list[tuple[str, str, str, str]]:
             what = r.get("pick", "knee")
             out.append(("guard.py", f"{r['dataset']}: guarded {what} pick's val acc / "
                         "baseline's; "
-                        f"guard share of search time ({r['trials']} trials)",
+                        f"guard share of search time ({r['trials']} trials; {_machine(g)})",
                         f"{r['knee_accuracy_ratio']:.3f} (trial {r['knee']['trial']}); "
                         f"{100 * r['guard_share']:.0f}% ({r['guard_s']:.0f} of "
                         f"{r['search_wall_s']:.0f} s)",

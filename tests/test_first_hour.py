@@ -207,13 +207,13 @@ def test_the_importance_leaves_out_knobs_that_never_changed(tmp_path):
 
 @pytest.mark.parametrize("ratio, word", [(2.2, "(faster)"), (0.5, "(slower)"), (1.0, None)])
 def test_train_explains_a_ratio_in_its_own_direction(ratio, word):
-    from autotune.cli import _train_summary
+    from autotune.render import train_summary
 
     best = SimpleNamespace(val_acc=0.9, test_acc=0.8, epoch=2, steps=10)
     result = SimpleNamespace(best=best, throughput=1000.0 * ratio, unit="seed nodes/s",
                              metric="accuracy", to_dict=lambda: {})
-    _, lines = _train_summary(Namespace(epochs=3, save=None, config="best.yaml"), result,
-                              {"throughput": 1000.0, "trial": 4})
+    _, lines = train_summary(result, {"throughput": 1000.0, "trial": 4}, epochs=3,
+                             config_path="best.yaml")
     why = [line for line in lines if line.startswith("why")]
     assert (why[0].split()[2].rstrip(":") if why else None) == word
     if ratio > 1.5:

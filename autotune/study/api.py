@@ -55,6 +55,14 @@ class SearchResult:
     default: TrialRecord | None = None  # the default pick (see FrontRow.default)
     reference: FrontRow | None = None  # the baseline, where the front does not hold it
 
+    @property
+    def drift(self) -> list[dict[str, Any]]:
+        """The baseline's measurements in time order, each with its change from the
+        first (:func:`autotune.study.paired.drifts`)."""
+        from autotune.study.paired import drifts
+
+        return drifts(self.trials)
+
     def __repr__(self) -> str:
         return (f"<SearchResult study {self.study_name!r}: {len(self.trials)} trials, "
                 f"{len(self.front)} on the front, default {self.default!r}>")

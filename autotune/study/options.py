@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autotune.result import MIB
-from autotune.specs import GRACE_S, HEARTBEAT_S, SCREEN_PRECISION, GuardOptions, MeasureSpec, \
-    TrialLimits
+from autotune.specs import GRACE_S, HEARTBEAT_S, SCREEN_PRECISION, STUDIES_DIR, GuardOptions, \
+    MeasureSpec, TrialLimits
 from autotune.study.records import DIRECTIONS
 from autotune.taskinfo import task_info
 
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from autotune.datasets import DatasetRef
     from autotune.space import SearchSpace
 
-STUDIES_DIR = "studies"  # where studies live unless told otherwise
 OPTUNA_SAMPLERS = ("gp", "tpe", "nsga2", "random")  # made by autotune.study.samplers
 DEFAULT_N_TRIALS = 20  # without --n-trials or --budget
 BUDGET_SHARE = 0.25  # the most of --budget that a search keeps aside for its confirmation

@@ -3,6 +3,7 @@ commands that only read a study (show, export, dashboard, report) start fast."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import optuna
 
@@ -68,3 +69,63 @@ def _there(name: str, names: list[str]) -> str:
     near = difflib.get_close_matches(name, names, n=1)
     return f"studies there: {', '.join(names) or 'none'}" + \
         (f"; did you mean {near[0]!r}?" if near else "")
+
+
+def study_rows(*, storage: str | None = None,
+               studies_dir: str | Path = STUDIES_DIR) -> list[dict[str, Any]]:
+    """One row per study (``autotune studies``): its name, storage, task, trials, best
+    throughput and unit, and when its last trial started."""
+    from autotune.study import records as rec
+
+    rows = []
+    for name, url in study_names(storage=storage, studies_dir=studies_dir):
+        study, _ = load_study(name, storage=url)
+        trials, task = rec.records(study), rec.StudyRecord.from_study(study).task
+        done = [t.throughput for t in trials if t.complete]
+        starts = [t.datetime_start for t in study.get_trials(deepcopy=False)
+                  if t.datetime_start is not None]
+        rows.append({"study": name, "storage": masked(url), "task": task.name,
+                     "trials": len(trials), "best": max(done) if done else None,
+                     "unit": task.unit,
+                     "last_trial": max(starts).strftime("%Y-%m-%d %H:%M") if starts else None})
+    return rows
+
+
+def delete_study(study: optuna.Study, url: str, studies_dir: str | Path) -> dict[str, Any]:
+    """Deletes ``study`` from its storage, its folder, and its own SQLite file once that
+    holds no study; returns what it deleted (``what``: in words)."""
+    import shutil
+
+    from autotune.study._optuna import storage as storage_of
+
+    folder = study_folder(studies_dir, study.study_name, url)
+    n_trials, what = len(study.trials), deletion(study, url, studies_dir)
+    optuna.delete_study(study_name=study.study_name, storage=storage_of(study))
+    if folder.exists():
+        shutil.rmtree(folder)
+    removed = _remove_own_file(studies_dir, study.study_name, url)
+    if removed:
+        what += f" and its file '{removed}'"
+    return {"deleted": study.study_name, "storage": masked(url), "trials": n_trials,
+            "folder": str(folder), "file": str(removed) if removed else None, "what": what}
+
+
+def deletion(study: optuna.Study, url: str, studies_dir: str | Path) -> str:
+    """What :func:`delete_study` would delete, in words (for a confirmation)."""
+    folder = study_folder(studies_dir, study.study_name, url)
+    return f"study {study.study_name!r} ({len(study.trials)} trials) from {masked(url)}" + \
+        (f" and its folder '{folder}'" if folder.exists() else "")
+
+
+def _remove_own_file(studies_dir: str | Path, name: str, url: str) -> Path | None:
+    """The study's own SQLite file (``STUDIES_DIR/NAME.db``, the default storage)
+    removed with its -wal, -shm and .lock once it holds no study: a file named for
+    another study, or one still holding a study, is kept."""
+    if url != default_storage(studies_dir, name):
+        return None
+    if optuna.get_all_study_summaries(open_storage(url)):
+        return None
+    db = Path(studies_dir) / f"{name}.db"
+    for path in (db, *(Path(f"{db}{end}") for end in ("-wal", "-shm", ".lock"))):
+        path.unlink(missing_ok=True)
+    return db
