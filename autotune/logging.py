@@ -43,7 +43,7 @@ def enable_default_handler(level: int = logging.INFO) -> None:
     global _handler
     root = logging.getLogger(ROOT)
     if _handler is None:
-        _handler = logging.StreamHandler(sys.stderr)
+        _handler = _Stderr()
         _handler.setFormatter(logging.Formatter(FORMAT))
         root.addHandler(_handler)
     root.setLevel(level)
@@ -57,3 +57,19 @@ def disable_default_handler() -> None:
         root.removeHandler(_handler)
         _handler = None
     root.propagate = True
+
+
+class _Stderr(logging.StreamHandler):
+    """A handler on whatever ``sys.stderr`` is when a record is written (a test's
+    capture, a redirected stream), not on the one it was made with."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass

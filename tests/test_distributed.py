@@ -171,7 +171,7 @@ def test_password_appears_in_no_output_log_or_export(tmp_path, pg_url, pg_study)
     url = make_url(pg_url).set(password=secret).render_as_string(hide_password=False)
     common = ["--storage", url, "--study-name", pg_study, "--studies-dir",
               str(tmp_path / "studies")]
-    runs = [cli("search", *FAST, "--root", str(tmp_path / "data"), "--n-trials", "1", *common),
+    runs = [cli("search", *FAST, "--root", str(tmp_path / "data"), "--n-trials", "2", *common),
             cli("show", *common),
             cli("export", *common, "--out", str(tmp_path / "best.yaml")),
             cli("report", *common, "--out", str(tmp_path / "report"))]

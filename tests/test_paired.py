@@ -410,3 +410,17 @@ def test_a_study_made_with_a_widened_space_resumes_in_it(tmp_path, monkeypatch):
     assert result.outcome.stopped == ("stopped early: the space is exhausted: all 5 of its "
                                       "configs are measured")
     assert sum(t.counts for t in trials) == 5
+
+
+def test_exporting_a_study_that_measured_only_the_outside_baseline_says_so(tmp_path,
+                                                                            monkeypatch):
+    from autotune.errors import ConfigError
+
+    result, trials, s = _search(tmp_path, monkeypatch, FakeMachine(drift=0.0), sizes=SMALL,
+                                n_trials=1, confirm=0)
+    assert [t.baseline for t in trials] == [True] and not result.front
+    with pytest.raises(ConfigError, match=r"only completed trial is its baseline \(#0\), "
+                                          r"which lies outside the space searched"):
+        result.export(tmp_path / "best.yaml")
+    exported = yaml.safe_load(result.export(tmp_path / "base.yaml", pick="trial:0").read_text())
+    assert exported["config"]["batch_size"] == 1024

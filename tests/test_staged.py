@@ -212,7 +212,7 @@ def test_priors_follow_the_device(machine, expected):
 
     device = machine[0]
     base = default_config(device).replace(num_workers=machine[1])
-    space = load_space("default", device=device, baseline=base)
+    space = load_space("default", device=device, baseline=base, cores=machine[1])
     rows = prior_configs(space.baseline(base), space, Machine(*machine))
     names = [name for name, _ in rows]
     assert names == [n for n in expected if n != "workers-on-free-cores" or
@@ -226,7 +226,8 @@ def test_priors_follow_the_device(machine, expected):
     if device == "cpu":
         assert configs["sparse-aggregation"].aggregation == "sparse"
         gcn = base.replace(model="gcn")
-        gcn_space = load_space("default", device=device, baseline=gcn, facts={"model": "gcn"})
+        gcn_space = load_space("default", device=device, baseline=gcn, facts={"model": "gcn"},
+                               cores=machine[1])
         skipped = [n for n, _ in prior_configs(gcn_space.baseline(gcn), gcn_space,
                                                 Machine(*machine))]
         assert "sparse-aggregation" not in skipped, "gcn refuses sparse aggregation"

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune.errors import ConfigError
 from autotune.files import atomic_write, dump
 from autotune.pareto import Point, best_under, default_pick, front, knee, pick
 from autotune.study import records as rec
@@ -209,8 +210,13 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
     explicit = how.startswith("trial:")  # any completed trial, flags and all
     figures = confirmed(trials.values())
     limit = memory_limit(list(trials.values()), s.budget_mib)[0]
-    chosen = pick(candidate_points(list(trials.values()), figures, explicit), how, s.budget_mib,
-                  limit, frozenset(figures))
+    candidates = candidate_points(list(trials.values()), figures, explicit)
+    base = trials.get(s.baseline) if s.baseline is not None else None
+    if not candidates and base is not None and base.complete and base.outside_space:
+        raise ConfigError(f"the study's only completed trial is its baseline (#{base.number}), "
+                          "which lies outside the space searched; run more trials, or export "
+                          f"it with --pick trial:{base.number}")
+    chosen = pick(candidates, how, s.budget_mib, limit, frozenset(figures))
     t, c = trials[chosen.number], figures.get(chosen.number)
     config = TrialConfig.from_dict(t.config)
     ref = s.dataset_ref
