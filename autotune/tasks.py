@@ -28,6 +28,8 @@ A step's seeds are the seed nodes (node tasks), the positive supervision edges
 """
 from __future__ import annotations
 
+import abc
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -35,18 +37,22 @@ from torch import Tensor, nn
 from autotune.config import MODELS, TrialConfig
 from autotune.errors import ConfigError, DatasetError
 from autotune.models import GraphClassifier, HeteroEncoder, lift_to_hetero, make_model
-from autotune.taskinfo import TASKS, task_info
+from autotune.taskinfo import TASKS, TaskInfo, task_info
 
 LINK_NEGATIVES = 1.0  # binary negatives per positive edge in training
 
 
-class NodeTask:
-    """Node classification on a homogeneous graph."""
+class Task(abc.ABC):
+    """What the pipeline, the trial and the guard ask of a task, and all they ask: its
+    row of :mod:`autotune.taskinfo` (``info``: unit, metric, traits), whether its
+    graph is heterogeneous, whether its batches come from the neighbour sampler
+    (``samples``) and how many seed nodes one batch item takes there. The defaults
+    are a homogeneous graph's, sampled with the config's fanout."""
 
-    info = TASKS["node"]
+    info: TaskInfo
     hetero = False
     samples = True  # its batches come from the neighbour sampler
-    seed_nodes_per_item = 1  # the sampler's seed nodes per batch item (a node)
+    seed_nodes_per_item = 1  # the sampler's seed nodes per batch item
 
     def check(self, config: TrialConfig) -> None:
         """The knobs this task (on this kind of graph) cannot take: a ConfigError."""
@@ -57,6 +63,32 @@ class NodeTask:
     def fanouts(self, config: TrialConfig, data):
         """The sampler's ``num_neighbors``: the config's list."""
         return list(config.num_neighbors)
+
+    @abc.abstractmethod
+    def model(self, config: TrialConfig, data, num_classes: int | None) -> nn.Module:
+        """The model the config describes, for this task's output."""
+
+    @abc.abstractmethod
+    def loader(self, loader_cls, data, sampler, seeds_from, **kwargs):
+        """The training loader over ``data``, its seeds from ``seeds_from``."""
+
+    @abc.abstractmethod
+    def loss(self, pipe, batch) -> Tensor:
+        """A training step's loss on ``batch``."""
+
+    @abc.abstractmethod
+    def seeds(self, batch) -> int:
+        """The batch's seeds: what its throughput counts."""
+
+    @abc.abstractmethod
+    def evaluate(self, pipe, data, split: str) -> float:
+        """The task's metric (``info.metric``) on ``split``."""
+
+
+class NodeTask(Task):
+    """Node classification on a homogeneous graph."""
+
+    info = TASKS["node"]
 
     def model(self, config: TrialConfig, data, num_classes: int | None) -> nn.Module:
         """A classifier over the classes."""
@@ -88,13 +120,11 @@ class NodeTask:
             pipe.eager_model(batch.x, pipe.edges(batch)), batch.y, batch.batch_size))
 
 
-class HeteroNodeTask(NodeTask):
-    """Node classification of a heterogeneous graph's target type."""
+class HeteroGraph:
+    """What a task on a heterogeneous graph shares, whatever it predicts: the knobs it
+    refuses and a fanout per edge type. Mixed in before the task's class."""
 
     hetero = True
-
-    def __init__(self, target: str) -> None:
-        self.target = target
 
     def check(self, config: TrialConfig) -> None:
         if config.model in ("gcn", "gat"):
@@ -115,6 +145,13 @@ class HeteroNodeTask(NodeTask):
         out = {"__".join(t): list(config.num_neighbors) for t in data.edge_types}
         out.update({k: list(v) for k, v in (config.edge_fanouts or {}).items()})
         return out
+
+
+class HeteroNodeTask(HeteroGraph, NodeTask):
+    """Node classification of a heterogeneous graph's target type."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
 
     def model(self, config: TrialConfig, data, num_classes: int | None) -> nn.Module:
         """The classifier lifted with ``to_hetero`` (the built-in SAGE in the form it
@@ -156,21 +193,14 @@ class HeteroNodeTask(NodeTask):
         return _accuracy(pipe, loader, run)
 
 
-class LinkTask:
+class LinkTask(Task):
     """Link prediction on a homogeneous graph's link split
     (:func:`autotune.graphs.link_split`): the model encodes nodes, a dot product of
     two embeddings scores an edge."""
 
     info = TASKS["link"]
-    hetero = False
-    samples = True
     # an edge's two ends, and its negative's (LINK_NEGATIVES per positive), at most
     seed_nodes_per_item = int(2 * (1 + LINK_NEGATIVES))
-
-    def check(self, config: TrialConfig) -> None:
-        NodeTask.check(self, config)
-
-    fanouts = NodeTask.fanouts
 
     def model(self, config: TrialConfig, data, num_classes: int | None) -> nn.Module:
         """An encoder into ``hidden_channels`` (the dot-product decoder has no weights)."""
@@ -209,19 +239,12 @@ class LinkTask:
             lambda batch: batch.edge_label)
 
 
-class HeteroLinkTask(LinkTask):
+class HeteroLinkTask(HeteroGraph, LinkTask):
     """Link prediction of one edge type ``(src, rel, dst)`` of a heterogeneous graph's
     link split (:func:`autotune.graphs.hetero_link_split`)."""
 
-    hetero = True
-
     def __init__(self, edge_type: tuple[str, str, str]) -> None:
         self.edge_type = edge_type
-
-    def check(self, config: TrialConfig) -> None:
-        HeteroNodeTask.check(self, config)
-
-    fanouts = HeteroNodeTask.fanouts
 
     def model(self, config: TrialConfig, data, num_classes: int | None) -> nn.Module:
         """The encoder into ``hidden_channels``, lifted with ``to_hetero``."""
@@ -269,14 +292,13 @@ class HeteroLinkTask(LinkTask):
                          lambda batch: batch[self.edge_type].edge_label)
 
 
-class GraphTask:
+class GraphTask(Task):
     """Graph classification (:mod:`autotune.graphsets`): batches of whole graphs from
     PyG's ``DataLoader``, a model that returns one row per graph. A user's factory
     is called as ``forward(x, edge_index, batch)``, with ``edge_attr=`` too when its
     forward takes an ``edge_attr`` argument."""
 
     info = TASKS["graph"]
-    hetero = False
     samples = False
 
     def check(self, config: TrialConfig) -> None:

@@ -115,7 +115,7 @@ def test_public_names_resolve():
 
 
 def test_durations_take_units():
-    from autotune.cli import _duration
+    from autotune.flags import _duration
 
     assert [_duration(t) for t in ("90", "90s", "15m", "2h", "1.5h")] == \
         [90, 90, 900, 7200, 5400]

@@ -244,7 +244,7 @@ def test_a_librarys_warning_is_one_line_without_its_path(monkeypatch, capsys):
         warnings.warn("Some regimes have less than 3 trials.\n  (see the docs)", UserWarning)
         return 0
 
-    monkeypatch.setattr(cli_module, "cmd_studies", warns)
+    monkeypatch.setitem(cli_module.COMMANDS, "studies", warns)
     assert cli_module.main(["studies"]) == 0
     assert capsys.readouterr().err == ("autotune: warning: Some regimes have less than 3 "
                                        "trials. (see the docs) (UserWarning)\n")

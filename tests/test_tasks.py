@@ -250,3 +250,19 @@ def _env(tmp_path):
 
     return {**os.environ, "AUTOTUNE_DATA_ROOT": str(tmp_path / "data"),
             "AUTOTUNE_CACHE": str(tmp_path / "cache")}
+
+
+def test_every_task_is_a_whole_task():
+    """Each task class implements the one Task interface the pipeline asks (no task
+    borrows another's methods), and says what it is through its TaskInfo row."""
+    from autotune.tasks import (GraphTask, HeteroLinkTask, HeteroNodeTask, LinkTask, NodeTask,
+                                Task)
+
+    for cls in (NodeTask, HeteroNodeTask, LinkTask, HeteroLinkTask, GraphTask):
+        assert issubclass(cls, Task) and not cls.__abstractmethods__, cls
+        assert cls.info.name in ("node", "link", "graph")
+    assert [c.hetero for c in (NodeTask, HeteroNodeTask, LinkTask, HeteroLinkTask)] == \
+        [False, True, False, True]
+    assert not GraphTask.samples and GraphTask.info.whole_graphs
+    with pytest.raises(TypeError):
+        Task()
