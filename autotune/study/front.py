@@ -12,7 +12,7 @@ from typing import Any
 
 from autotune.errors import ConfigError
 from autotune.files import atomic_write, dump
-from autotune.pareto import Point, best_under, default_pick, front, knee, pick
+from autotune.pareto import PICKS, Point, best_under, default_pick, front, knee, pick
 from autotune.study import records as rec
 from autotune.study.paired import Confirmed, confirmed, drifts, ties
 from autotune.study.records import StudyRecord, TrialRecord
@@ -212,7 +212,8 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
     limit = memory_limit(list(trials.values()), s.budget_mib)[0]
     candidates = candidate_points(list(trials.values()), figures, explicit)
     base = trials.get(s.baseline) if s.baseline is not None else None
-    if not candidates and base is not None and base.complete and base.outside_space:
+    if how in PICKS and not candidates and base is not None and base.complete and \
+            base.outside_space:  # a bad --pick is said first, by pick()
         raise ConfigError(f"the study's only completed trial is its baseline (#{base.number}), "
                           "which lies outside the space searched; run more trials, or export "
                           f"it with --pick trial:{base.number}")
