@@ -216,7 +216,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             bar.update()
             if table:
                 bar.write(f"{e.epoch:>5} {e.loss:>7.4f} {e.train_s:>8.2f} "
-                          f"{e.seeds_per_s:>13,.0f} {e.val_acc:>12.4f} {e.test_acc:>12.4f}",
+                          f"{e.seeds_per_s:>13,.0f} {e.val_metric:>12.4f} {e.test_metric:>12.4f}",
                           file=sys.stdout)
         result = train(config, ref, epochs=args.epochs, save=args.save, on_epoch=row,
                        inductor_cache=inductor_cache_dir(args.studies_dir))

@@ -2,12 +2,13 @@
 so a fast config must not win by learning worse.
 
 The baseline trains for ``epochs`` whole epochs; its training time is the budget and
-its validation accuracy the reference. A trial that would join the feasible Pareto
+its validation metric (the task's: accuracy, or ROC-AUC for link
+prediction) the reference. A trial that would join the feasible Pareto
 front (or, with accuracy as an objective, every trial) trains for the same budget
 before its result is told to Optuna, in the trial's own process right after its
 window (:class:`autotune.specs.GuardRun`; a process of its own only where the front
 changed while the trial ran, or the baseline had not set the budget); a validation
-accuracy below ``ratio`` x the baseline's becomes a violated Optuna constraint, so
+metric below ``ratio`` x the baseline's becomes a violated Optuna constraint, so
 it leaves ``study.best_trials`` and the dashboard's feasible view. Trials dominated
 by a feasible point when they finish can never reach the front and are not trained.
 """
@@ -21,8 +22,9 @@ from autotune.config import TrialConfig
 from autotune.errors import ConfigError, GuardError
 from autotune.result import TrialResult
 from autotune.runner import inductor_cache_dir, run_trial
-from autotune.specs import GuardOptions, GuardRun
+from autotune.specs import GuardOptions, GuardRun, baseline_metric
 from autotune.storage import measurement_lock
+from autotune.taskinfo import task_info
 from autotune.training import TrainSpec
 
 OBJECTIVES = ("throughput", "memory", "accuracy")
@@ -42,10 +44,11 @@ def parse_objectives(text: str) -> bool:
 
 @dataclass(frozen=True)
 class Verdict:
-    """A trained trial's validation accuracy against the baseline's."""
+    """A trained trial's validation metric (the task's: accuracy or ROC-AUC) against
+    the baseline's."""
 
-    val_acc: float
-    baseline_val_acc: float
+    val_metric: float
+    baseline_val_metric: float
     ratio: float | None
     guard_s: float
     train_s: float
@@ -56,12 +59,11 @@ class Verdict:
         """How far below the guard (> 0: violated; 0 without a guard ratio)."""
         if self.ratio is None:
             return 0.0
-        return self.ratio * self.baseline_val_acc - self.val_acc
+        return self.ratio * self.baseline_val_metric - self.val_metric
 
-    def attrs(self) -> dict:
-        return {"val_acc": self.val_acc, "accuracy_ratio": self.val_acc / self.baseline_val_acc,
-                "accuracy_shortfall": self.shortfall, "guard_s": self.guard_s,
-                "guard_train_s": self.train_s, "guard_steps": self.steps}
+    @property
+    def metric_ratio(self) -> float:
+        return self.val_metric / self.baseline_val_metric
 
 
 def _train(opts, number: int, config: TrialConfig,
@@ -86,16 +88,18 @@ def reference(opts, number: int, config: TrialConfig,
     verdict, and the reference the study keeps (the budget and its accuracy)."""
     result, took = _train(opts, number, config,
                           TrainSpec(epochs=guard.epochs, evaluate_test=False))
-    return reference_of(result.training, took, number, guard)
+    return reference_of(result.training, took, number, config, guard)
 
 
-def reference_of(training: dict, took: float, number: int,
+def reference_of(training: dict, took: float, number: int, config: TrialConfig,
                  guard: GuardOptions) -> tuple[Verdict, dict]:
     """The baseline's verdict and the study's reference from its guard training
-    (``took`` seconds in all)."""
-    ref = {"budget_s": training["train_s"], "baseline_val_acc": training["val_acc"],
-           "baseline_trial": number, "ratio": guard.ratio, "epochs": guard.epochs}
-    return _verdict(training, took, training["val_acc"], guard), ref
+    (``took`` seconds in all): its metric stored under the task's metric's name."""
+    metric = task_info(config).metric_key
+    ref = {"budget_s": training["train_s"], "baseline_trial": number, "ratio": guard.ratio,
+           "epochs": guard.epochs, "baseline_validation": {metric: training["val_metric"]}}
+    return _verdict(training, took, training["val_metric"], guard), ref
+
 
 
 def run_for(guard: GuardOptions, ref: dict | None, *, baseline: bool,
@@ -145,10 +149,9 @@ def check(opts, number: int, config: TrialConfig, guard: GuardOptions, ref: dict
 
 def verdict_of(training: dict, took: float, guard: GuardOptions, ref: dict) -> Verdict:
     """A trial's verdict from its guard training against the study's reference."""
-    return _verdict(training, took, ref["baseline_val_acc"], guard)
+    return _verdict(training, took, baseline_metric(ref), guard)
 
 
-def _verdict(training: dict, took: float, baseline_val_acc: float,
-             guard: GuardOptions) -> Verdict:
-    return Verdict(training["val_acc"], baseline_val_acc, guard.ratio, took,
+def _verdict(training: dict, took: float, baseline: float, guard: GuardOptions) -> Verdict:
+    return Verdict(training["val_metric"], baseline, guard.ratio, took,
                    training["train_s"], sum(e["steps"] for e in training["epochs"]))

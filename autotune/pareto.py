@@ -24,15 +24,16 @@ class Point:
     feasible: bool = True
     baseline: bool = False
     eager: bool = False  # compiled, but torch._dynamo hit its recompile limit and ran eager
-    accuracy: float | None = None  # validation accuracy, where the guard trained the trial
-    accuracy_objective: bool = False  # accuracy is a third objective (it takes part in
+    val_metric: float | None = None  # the task's validation metric, where it was trained
+    metric_objective: bool = False  # that metric is a third objective (it takes part in
     # dominance); otherwise it is only a constraint, already folded into ``feasible``
 
     def dominates(self, other: Point) -> bool:
         mine, theirs = [self.throughput, -self.memory_mib], [other.throughput, -other.memory_mib]
-        if self.accuracy_objective and self.accuracy is not None and other.accuracy is not None:
-            mine.append(self.accuracy)
-            theirs.append(other.accuracy)
+        if self.metric_objective and self.val_metric is not None and \
+                other.val_metric is not None:
+            mine.append(self.val_metric)
+            theirs.append(other.val_metric)
         return all(a >= b for a, b in zip(mine, theirs)) and mine != theirs
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from autotune.files import dump
+from autotune.specs import baseline_metric
 from autotune.taskinfo import task_info
 
 FORMATS = ("table", "json", "yaml")
@@ -178,9 +179,9 @@ def _status(record) -> str:
         status += f", prior {record.prior}"
     if record.explored:
         status += ", drawn at random (the sampler repeated itself)"
-    if record.val_acc is not None:
-        status += (f", val {_metric_short(task_info(record.config))} {record.val_acc:.3f} "
-                   f"({record.accuracy_ratio:.3f}x)")
+    if record.validation:
+        status += (f", val {_metric_short(task_info(record.config))} {record.val_metric:.3f} "
+                   f"({record.guard_ratio:.3f}x)")
         if record.below_guard:
             status += " BELOW GUARD"
     return status
@@ -197,7 +198,7 @@ FRONT_COLUMNS = (("trial", 5), ("{unit}", 13), ("±95%", 6), ("peak MiB", 9),
 def _shown(rows) -> list[int]:
     """The indices of :data:`FRONT_COLUMNS` the front shows: all but the metric's
     unless a row has one."""
-    metric = any(r.val_acc is not None for r in rows)
+    metric = any(r.val_metric is not None for r in rows)
     return [i for i, (name, _) in enumerate(FRONT_COLUMNS)
             if metric or not name.startswith("val ")]
 
@@ -209,7 +210,7 @@ def front_columns(rows, task) -> tuple[list[str], list[list[str]]]:
     header = [FRONT_COLUMNS[i][0].format(unit=task.unit, metric=task.metric) for i in shown]
     cells = [[str(r.trial), f"{r.throughput:,.0f}", pm(r.precision), f"{r.memory_mib:,.0f}",
               ratio(r.speedup, r.speedup_precision), ratio(r.memory_ratio),
-              "-" if r.val_acc is None else f"{r.val_acc:.4f}", short(r.config),
+              "-" if r.val_metric is None else f"{r.val_metric:.4f}", short(r.config),
               ", ".join(r.marks)] for r in rows]
     return header, [[row[i] for i in shown] for row in cells]
 
@@ -254,8 +255,8 @@ def trials_table(trials, task) -> str:
         extra += " SCREENED OUT" if r.screened else " IMPRECISE" if r.imprecise else ""
         extra += f" [{r.fail_reason[:70]}]" if r.fail_reason else ""
         extra += f" [deferred: {r.deferred}]" if r.deferred else ""
-        if r.val_acc is not None:
-            extra += f" (val {_metric_short(task)} {r.val_acc:.4f}" + \
+        if r.validation:
+            extra += f" (val {_metric_short(task)} {r.val_metric:.4f}" + \
                 (", below the accuracy guard)" if r.below_guard else ")")
         lines.append(f"{r.number:>5} {r.state:<8} {tp:>13} {prec:>6} {mem:>9}  {what}{extra}")
     return "\n".join(lines)
@@ -265,7 +266,7 @@ def trial_row(r) -> dict[str, Any]:
     """A trial for JSON/YAML output."""
     return {"trial": r.number, "state": r.state, "throughput": r.throughput,
             "memory_mib": r.memory_mib, "baseline": r.baseline, "reused_from": r.reused_from,
-            "reason": r.fail_reason, "val_acc": r.val_acc, "below_guard": r.below_guard,
+            "reason": r.fail_reason, "validation": r.validation, "below_guard": r.below_guard,
             "precision": r.precision, "screened": r.screened, "imprecise": r.imprecise,
             "prior": r.prior, "deferred": r.deferred, "control": r.control,
             "paired": r.paired, "confirm": r.confirm, "measured_at": r.measured_at,
@@ -412,16 +413,17 @@ def search_summary(plan, result, export: str) -> str:
     if o.stopped:
         lines.append(o.stopped)
     lines += drift_lines(result.drift)
+    task = task_info(plan.options.dataset.task)
     if guard.active:
         ref = result.guard or {}
         share = o.guard_s / max(o.elapsed_s, 1e-9)
+        reference = f"{baseline_metric(ref):.4f}" if ref else "not measured"
         lines.append(f"accuracy guard: {o.guarded} configs trained for "
                      f"{ref.get('budget_s', 0):.1f} s each (the baseline's {guard.epochs} "
-                     f"epochs, validation accuracy {ref.get('baseline_val_acc', 0):.4f}); "
+                     f"epochs, validation {task.metric} {reference}); "
                      f"{o.guard_violations} below the guard; guard time {o.guard_s:.0f} s "
                      f"= {100 * share:.0f}% of this search's {o.elapsed_s:.0f} s")
-    lines.append(front_table(result.front, task_info(plan.options.dataset.task),
-                             result.reference))
+    lines.append(front_table(result.front, task, result.reference))
     lines.append(f"\npareto.yaml: {result.pareto_path}\nexport: {export}")
     return "\n".join(lines)
 
@@ -456,8 +458,8 @@ def train_summary(result, measured: dict | None, *, epochs: int, config_path: st
     ratio = achieved / measured["throughput"] if measured else None
     which = "median of epochs 2-" + str(epochs) if epochs > 1 else "epoch 1"
     metric = result.metric
-    lines = [f"best validation {metric} {best.val_acc:.4f} at epoch {best.epoch} (test "
-             f"{metric} {best.test_acc:.4f})" + (f"; its weights saved to {save}"
+    lines = [f"best validation {metric} {best.val_metric:.4f} at epoch {best.epoch} (test "
+             f"{metric} {best.test_metric:.4f})" + (f"; its weights saved to {save}"
                                                if save else "")]
     line = f"throughput: achieved {achieved:,.0f} {unit} ({which})"
     if measured:

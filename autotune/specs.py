@@ -168,3 +168,12 @@ class GuardOptions:
     @property
     def active(self) -> bool:
         return self.ratio is not None or self.objective
+
+
+def baseline_metric(ref: dict) -> float:
+    """The baseline's validation metric in a study's guard reference (written by
+    :func:`autotune.guard.reference_of`: ``baseline_validation``, named by the task's
+    metric; ``baseline_val_acc`` in a study made before that)."""
+    if "baseline_validation" in ref:
+        return next(iter(ref["baseline_validation"].values()))
+    return ref["baseline_val_acc"]

@@ -43,6 +43,11 @@ class TaskInfo:
         return f"{self.seeds}/s" if self.whole_graphs else f"seed {self.seeds}/s"
 
     @property
+    def metric_key(self) -> str:
+        """The metric's name in stored records and JSON: ``accuracy`` or ``roc_auc``."""
+        return self.metric.lower().replace("-", "_")
+
+    @property
     def throughput_key(self) -> str:
         """The key of the throughput in exports and JSON output."""
         return f"{self.seeds}_per_s" if self.whole_graphs else f"seed_{self.seeds}_per_s"

@@ -46,15 +46,15 @@ class TrainSpec:
 class Epoch:
     """One epoch (or the budget's last, partial one): training time excludes the
     evaluation; throughput is seeds (nodes, or edges for link) per second of training
-    time; ``val_acc``/``test_acc`` hold the task's metric (accuracy or ROC-AUC)."""
+    time; ``val_metric``/``test_metric`` hold the task's metric (accuracy or ROC-AUC)."""
 
     epoch: int
     steps: int
     seeds: int
     train_s: float
     loss: float
-    val_acc: float | None = None
-    test_acc: float | None = None
+    val_metric: float | None = None
+    test_metric: float | None = None
 
     @property
     def seeds_per_s(self) -> float:
@@ -71,8 +71,8 @@ class Training:
         return sum(e.train_s for e in self.epochs)
 
     @property
-    def val_acc(self) -> float | None:
-        return self.epochs[-1].val_acc if self.epochs else None
+    def val_metric(self) -> float | None:
+        return self.epochs[-1].val_metric if self.epochs else None
 
     def steady_seeds_per_s(self) -> float:
         """Median throughput of the epochs after the first (whose first steps warm
@@ -85,10 +85,10 @@ class Training:
     def to_dict(self) -> dict:
         return {"epochs": [{**asdict(e), "seeds_per_s": e.seeds_per_s} for e in self.epochs],
                 "stopped_by_budget": self.stopped_by_budget, "train_s": self.train_s,
-                "val_acc": self.val_acc, "steady_seeds_per_s": self.steady_seeds_per_s()}
+                "val_metric": self.val_metric, "steady_seeds_per_s": self.steady_seeds_per_s()}
 
 
-def accuracy(pipe: Pipeline, data, split: str) -> float:
+def evaluate(pipe: Pipeline, data, split: str) -> float:
     """The task's metric on ``split`` (val or test): accuracy for node tasks, ROC-AUC
     for link prediction (:mod:`autotune.tasks`)."""
     return pipe.task.evaluate(pipe, data, split)
@@ -107,9 +107,9 @@ def fit(pipe: Pipeline, data, spec: TrainSpec,
             out.epochs.append(epoch)
             out.stopped_by_budget = spec.budget_s is not None and out.train_s >= spec.budget_s
             if spec.epochs is not None or out.stopped_by_budget:
-                epoch.val_acc = accuracy(pipe, data, "val")
+                epoch.val_metric = evaluate(pipe, data, "val")
                 if spec.evaluate_test:
-                    epoch.test_acc = accuracy(pipe, data, "test")
+                    epoch.test_metric = evaluate(pipe, data, "test")
             if on_epoch is not None:
                 on_epoch(epoch)
             if out.stopped_by_budget:
@@ -165,9 +165,15 @@ class TrainResult:
         return self.training.steady_seeds_per_s()
 
     def to_dict(self) -> dict[str, Any]:
+        """Its figures for JSON; the best epoch's metric named for what it is
+        (``best_val_accuracy``, or ``best_val_roc_auc`` for link prediction)."""
+        from autotune.taskinfo import task_info
+
+        key = task_info(self.config).metric_key
         return {"config": self.config.to_dict(), **self.training.to_dict(), "unit": self.unit,
                 "metric": self.metric, "best_epoch": self.best.epoch,
-                "best_val_acc": self.best.val_acc, "best_test_acc": self.best.test_acc,
+                f"best_val_{key}": self.best.val_metric,
+                f"best_test_{key}": self.best.test_metric,
                 "saved": None if self.saved is None else str(self.saved)}
 
 
@@ -205,14 +211,17 @@ def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset
     kept: dict[str, Any] = {}
 
     def keep_best(epoch: Epoch) -> None:
-        if "best" not in kept or epoch.val_acc > kept["best"].val_acc:
+        if "best" not in kept or epoch.val_metric > kept["best"].val_metric:
             kept["best"] = epoch
             kept["state"] = {k: v.detach().clone()
                              for k, v in pipe.eager_model.state_dict().items()}
         if on_epoch is not None:
             on_epoch(epoch)
 
-    training = fit(pipe, prepared.data, spec, on_epoch=keep_best)
+    try:
+        training = fit(pipe, prepared.data, spec, on_epoch=keep_best)
+    finally:
+        pipe.close()  # its loader workers end here, not at a later garbage collection
     saved = None
     if save is not None:
         saved = atomic_write(save, lambda tmp: torch.save(kept["state"], tmp))

@@ -117,7 +117,8 @@ def run(spec: dict, trial_dir: Path) -> dict:
         "measure_total": t_done - t_built})
     if asked.guard is not None and (asked.guard.always or not m.window.screened) and \
             asked.guard.wanted(*result.objectives()):
-        del pipe, m  # the measured pipeline's loader workers go before the guard's start
+        pipe.close()  # the measured pipeline's loader workers go before the guard's start
+        del pipe, m
         result = dataclasses.replace(result, training=_guard(asked.guard, config, ref, dataset))
     return _unless_diverged(result)
 

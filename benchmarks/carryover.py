@@ -67,7 +67,7 @@ def main() -> None:
                      "measured_seed_nodes_per_s": blob["measured"]["throughput"],
                      "trained_seed_nodes_per_s": blob["steady_seeds_per_s"],
                      "ratio": blob["achieved_over_measured"],
-                     "epochs": [{k: e[k] for k in ("epoch", "steps", "seeds_per_s", "val_acc")}
+                     "epochs": [{k: e[k] for k in ("epoch", "steps", "seeds_per_s", "val_metric")}
                                 for e in blob["epochs"]], "config": blob["config"]})
         print(pick, runs[-1]["ratio"], flush=True)
     ratios = [r["ratio"] for r in runs]

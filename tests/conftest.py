@@ -31,8 +31,17 @@ if not torch.cuda.is_available():
 
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (pyproject's addopts): a worker per core, at most 4. Every test
-    runs trials that want the cores; past that, workers only wait on each other."""
+    runs trials that want the cores; past that, workers only wait on each other (on
+    2 cores a third worker kept the machine busier, and finished no sooner)."""
     return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
+# Each worker of a parallel run measures under a measurement lock of its own: the
+# host's lock would make one test's trials wait for another's (no test but an
+# ``exclusive`` one compares timings, and those run alone)
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("AUTOTUNE_LOCK_DIR", tempfile.mkdtemp(
+        prefix=f"autotune-locks-{os.environ['PYTEST_XDIST_WORKER']}-"))
 
 
 @pytest.fixture(autouse=True)

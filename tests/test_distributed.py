@@ -11,6 +11,8 @@ import pytest
 
 from _helpers import cli
 
+from autotune.study.records import TrialRecord
+
 FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
         "--max-seconds", "0.5", "--space", "quick", "--confirm", "0"]
 
@@ -44,9 +46,12 @@ def test_two_workers_share_the_budget_and_never_measure_at_once(tmp_path, pg_url
         assert w.returncode == 0, err
     study = _study(pg_url, pg_study)
     trials = study.trials
-    assert len(trials) == 8, "the study holds more or fewer trials than --n-trials"
+    # a repeat of a config measured already (the sampler proposed it again) is in
+    # the study but counts against nothing
+    counted = [t for t in trials if TrialRecord.from_frozen(t).counts]
+    assert len(counted) == 8, "the study counts more or fewer trials than --n-trials"
     assert all(t.state.name == "COMPLETE" for t in trials)
-    assert sorted(t.number for t in trials) == list(range(8))
+    assert sorted(t.number for t in trials) == list(range(len(trials)))
     pids = {t.user_attrs["worker"]["pid"] for t in trials}
     assert pids == {w.pid for w in workers}, "one worker did all the trials"
     assert sum(bool(t.user_attrs.get("baseline")) for t in trials) == 1

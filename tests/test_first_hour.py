@@ -209,7 +209,7 @@ def test_the_importance_leaves_out_knobs_that_never_changed(tmp_path):
 def test_train_explains_a_ratio_in_its_own_direction(ratio, word):
     from autotune.render import train_summary
 
-    best = SimpleNamespace(val_acc=0.9, test_acc=0.8, epoch=2, steps=10)
+    best = SimpleNamespace(val_metric=0.9, test_metric=0.8, epoch=2, steps=10)
     result = SimpleNamespace(best=best, throughput=1000.0 * ratio, unit="seed nodes/s",
                              metric="accuracy", to_dict=lambda: {})
     _, lines = train_summary(result, {"throughput": 1000.0, "trial": 4}, epochs=3,

@@ -94,3 +94,29 @@ def test_train_of_a_link_config_reports_edges_and_roc_auc(tmp_path):
     assert "seed edges/s" in header and "val ROC-AUC" in header and "nodes" not in header
     assert "best validation ROC-AUC" in run.stdout and "accuracy" not in run.stdout
     assert "seed edges/s" in run.stdout.splitlines()[-1]
+
+
+@pytest.mark.parametrize("task, key", [("node", "accuracy"), ("link", "roc_auc")])
+def test_the_guards_stored_metric_is_named_for_what_it_holds(tmp_path, task, key):
+    from autotune.guard import Verdict
+
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 's.db'}"),
+                                directions=DIRECTIONS)
+    config = TrialConfig(task=task)
+    trial = study.ask()
+    rec.store(trial, config=config.to_dict())
+    rec.store_verdict(trial, Verdict(0.8, 0.9, 0.95, 3.0, 2.0, 40), config)
+    study.tell(trial, [100.0, 50.0])
+    record = TrialRecord.from_frozen(study.trials[0])
+    assert study.trials[0].user_attrs["validation"] == {key: 0.8}
+    assert record.val_metric == 0.8 and record.guard_ratio == pytest.approx(0.8 / 0.9)
+    assert record.guard_shortfall == pytest.approx(0.95 * 0.9 - 0.8) and record.below_guard
+    # a study made before: val_acc (ROC-AUC in a link study) and accuracy_* read anew
+    old = study.ask()
+    for name, value in (("config", config.to_dict()), ("val_acc", 0.7),
+                        ("accuracy_ratio", 0.7 / 0.9), ("accuracy_shortfall", 0.155)):
+        old.set_user_attr(name, value)
+    study.tell(old, [90.0, 40.0])
+    legacy = TrialRecord.from_frozen(study.trials[1])
+    assert legacy.validation == {key: 0.7} and legacy.guard_shortfall == 0.155
+    assert legacy.below_guard and legacy.guard_ratio == pytest.approx(0.7 / 0.9)

@@ -126,22 +126,23 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
     guard = study.user_attrs["guard"]
     assert guard["baseline_trial"] == 0 and guard["budget_s"] > 0
     base_t, bad, bits = trials
-    assert base_t.user_attrs["val_acc"] == guard["baseline_val_acc"] > 0.5
+    assert base_t.user_attrs["validation"] == guard["baseline_validation"]
+    assert guard["baseline_validation"]["accuracy"] > 0.5  # named for what it holds
     assert bad.user_attrs["config"]["num_neighbors"] == [1, 1]
-    assert "val_acc" in bad.user_attrs, "the low-memory [1, 1] trial joins the front"
-    assert bad.user_attrs["accuracy_shortfall"] > 0, bad.user_attrs["accuracy_ratio"]
+    assert "validation" in bad.user_attrs, "the low-memory [1, 1] trial joins the front"
+    assert bad.user_attrs["guard_shortfall"] > 0, bad.user_attrs["guard_ratio"]
     assert bad.constraints["accuracy"] > 0
     best = {t.number for t in study.best_trials}
     assert best and 1 not in best, best  # the baseline may be dominated by bits
     assert base_t.constraints["accuracy"] <= 0, "the baseline is feasible"
     assert bits.constraints["accuracy"] <= 0, "the bit-cut dropout config stays feasible"
-    if "val_acc" in bits.user_attrs:  # trained: it joined the front
-        assert bits.user_attrs["accuracy_shortfall"] <= 0, bits.user_attrs["accuracy_ratio"]
+    if "validation" in bits.user_attrs:  # trained: it joined the front
+        assert bits.user_attrs["guard_shortfall"] <= 0, bits.user_attrs["guard_ratio"]
     else:  # dominated by a feasible trial, so it can never be on the front
         assert any(p.feasible and p.dominates(records.TrialRecord.from_frozen(bits).point())
                    for p in records.points(study))
     for t in trials:
-        if "val_acc" in t.user_attrs:
+        if "validation" in t.user_attrs:
             assert t.user_attrs["guard_s"] > 0 and t.user_attrs["guard_train_s"] > 0
     assert not (tmp_path / "g" / "guard").exists(), "no guard ran in a process of its own"
 
@@ -159,7 +160,7 @@ def test_accuracy_as_a_third_objective_trains_every_trial(tmp_path):
     assert study.metric_names[2] == "validation accuracy"
     for t in study.trials:
         assert t.state.name == "COMPLETE" and len(t.values) == 3
-        assert t.values[2] == t.user_attrs["val_acc"]
+        assert t.values[2] == t.user_attrs["validation"]["accuracy"]
     again = cli("search", *FAST, "--root", str(tmp_path / "data"), "--studies-dir",
                 str(studies), "--space", "quick", "--study-name", "acc", "--n-trials", "3",
                 timeout=120)

@@ -85,7 +85,7 @@ def add_measured(opts: SearchOptions, study: optuna.Study, of: FrozenTrial,
     values = list(result.objectives())
     constraints, extra = constraint_values(
         memory_mib=values[1], budget_mib=opts.budget_mib, guarded=opts.guard.ratio is not None,
-        shortfall=TrialRecord.from_frozen(of).accuracy_shortfall)
+        shortfall=TrialRecord.from_frozen(of).guard_shortfall)
     if opts.guard.objective:
         values.append(of.values[2])
     return rec.add_finished(study, record, of=of, values=values, constraints=constraints,

@@ -21,7 +21,7 @@ def constraint_values(*, memory_mib: float, budget_mib: float | None, guarded: b
         constraints[MEMORY] = attrs[rec.MEMORY_EXCESS] = memory_mib - budget_mib
     if guarded:
         if shortfall is not None:
-            attrs[rec.ACC_SHORTFALL] = shortfall
+            attrs[rec.GUARD_SHORTFALL] = shortfall
         constraints[ACCURACY] = shortfall if shortfall is not None else 0.0
     return constraints, attrs
 

@@ -33,7 +33,7 @@ class FrontRow:
     memory_mib: float
     speedup: float | None
     memory_ratio: float | None
-    val_acc: float | None
+    val_metric: float | None  # the task's validation metric (accuracy or ROC-AUC)
     marks: list[str] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
     precision: float | None = None  # relative 95% half-width of the throughput
@@ -102,7 +102,7 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
                          f"compile pays back in {payback:.1f} epochs")
         rows.append(FrontRow(p.number, p.throughput, p.memory_mib, speedup,
                              p.memory_mib / base.memory_mib if base else None,
-                             p.accuracy, marks, p.config, precision, speedup_pm, payback,
+                             p.val_metric, marks, p.config, precision, speedup_pm, payback,
                              c.to_dict() if c is not None else None))
     return rows
 
@@ -128,7 +128,7 @@ def reference_row(trials: list[TrialRecord], baseline_no: int | None) -> FrontRo
     c = figures.get(base.number)
     throughput, memory = (c.throughput, c.memory_mib) if c else (base.throughput,
                                                                 base.memory_mib)
-    return FrontRow(base.number, throughput, memory, 1.0, 1.0, base.accuracy,
+    return FrontRow(base.number, throughput, memory, 1.0, 1.0, base.val_metric,
                     [f"baseline (reference), {why}"], base.config or {},
                     c.throughput_interval if c else base.precision, 0.0, None,
                     c.to_dict() if c else None)
@@ -235,8 +235,8 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
                 "search": {"throughput": t.throughput, "peak_memory_mib": t.memory_mib,
                            "paired": t.paired}, "summary": t.summary,
                 "memory": t.memory.to_dict(), "compile": t.compile.to_dict(),
-                "observed": t.observed.to_dict(), "val_acc": t.val_acc,
-                "accuracy_ratio": t.accuracy_ratio, "window": t.window.to_dict(),
+                "observed": t.observed.to_dict(), "validation": t.validation,
+                "guard_ratio": t.guard_ratio, "window": t.window.to_dict(),
                 "precision": t.precision, "screened": t.screened, "imprecise": t.imprecise,
                 "payback_epochs": payback_epochs(t, list(trials.values()), s.num_train)}
     blob = {"format": CONFIG_FORMAT, "config": config.to_dict(), "model": config.model,

@@ -504,7 +504,7 @@ def _reuse(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
         return study.tell(trial, state=TrialState.FAIL)
     set_constraints(trial, memory_mib=previous.values[1], budget_mib=opts.budget_mib,
                     guarded=opts.guard.ratio is not None,
-                    shortfall=TrialRecord.from_frozen(previous).accuracy_shortfall)
+                    shortfall=TrialRecord.from_frozen(previous).guard_shortfall)
     return study.tell(trial, previous.values)
 
 
@@ -588,7 +588,7 @@ def _guard_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tria
                 from exc
         return frozen
     if verdict is not None and opts.guard.objective:
-        values.append(verdict.val_acc)
+        values.append(verdict.val_metric)
     set_constraints(trial, memory_mib=values[1], budget_mib=opts.budget_mib,
                     guarded=opts.guard.ratio is not None,
                     shortfall=verdict.shortfall if verdict else None)
@@ -610,7 +610,7 @@ def _guard(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
         return None
     if rec.is_baseline(trial):
         verdict, ref = guards.reference_of(guards.trained(training), training["guard_s"],
-                                           trial.number, guard) if training else \
+                                           trial.number, config, guard) if training else \
             guards.reference(opts, trial.number, config, guard)
         rec.store_study(study, guard=ref)
     elif training:
@@ -627,7 +627,7 @@ def _guard(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
         ref = guards.budget(lambda: StudyRecord.from_study(study).guard,
                             lambda: _baseline_pending(study))
         verdict = guards.check(opts, trial.number, config, guard, ref)
-    rec.store(trial, **verdict.attrs())
+    rec.store_verdict(trial, verdict, config)
     outcome.guarded += 1
     outcome.guard_violations += verdict.shortfall > 0
     outcome.guard_s += verdict.guard_s

@@ -29,7 +29,7 @@ FAIL_REASON, STDERR_TAIL, TRIAL_DIR = "fail_reason", "stderr_tail", "trial_dir"
 MEASURED_AT, LOCK_WAIT, WRITE_S, RESERVE_S = "measured_at", "lock_wait_s", "attrs_write_s", \
     "reserve_s"
 WORKER, BASELINE, REUSED_FROM, RETRY_OF = "worker", "baseline", "reused_from", "retry_of"
-VAL_ACC, ACC_RATIO, ACC_SHORTFALL = "val_acc", "accuracy_ratio", "accuracy_shortfall"
+VALIDATION, GUARD_RATIO, GUARD_SHORTFALL = "validation", "guard_ratio", "guard_shortfall"
 GUARD_S, GUARD_TRAIN_S, GUARD_STEPS = "guard_s", "guard_train_s", "guard_steps"
 MEMORY_EXCESS = "memory_excess_mib"
 WINDOW, PRIOR, DEFERRED, TWIN = "window", "prior", "deferred", "eager_twin"
@@ -47,6 +47,20 @@ STUDY_CONTROL_CLAIM, STUDY_CONFIRMATIONS, STUDY_STOPPED = "control_claimed_at", 
 NOT_MEASURED = ("interrupted", "stale", "orphan", "budget")
 # What a reused trial does not copy from the trial it repeats.
 NOT_REUSED = (WORKER, BASELINE, CONFIG_KEY, PRIOR, EXPLORED, OUTSIDE)
+# Keys of studies made before the guard's metric was named for what it holds.
+LEGACY_GUARD_KEYS = {"accuracy_ratio": GUARD_RATIO, "accuracy_shortfall": GUARD_SHORTFALL}
+
+
+def _renamed(attrs: dict[str, Any]) -> dict[str, Any]:
+    """A trial's attributes with an older study's keys in today's names: its
+    ``val_acc`` (which held ROC-AUC for a link study) as ``validation``, named by the
+    task of its config."""
+    if "val_acc" not in attrs and not LEGACY_GUARD_KEYS.keys() & attrs.keys():
+        return attrs
+    out = {LEGACY_GUARD_KEYS.get(k, k): v for k, v in attrs.items() if k != "val_acc"}
+    if attrs.get("val_acc") is not None:
+        out[VALIDATION] = {task_info(attrs.get(CONFIG)).metric_key: attrs["val_acc"]}
+    return out
 
 
 
@@ -76,9 +90,11 @@ class TrialRecord:
     measured_at: tuple[float, float] | None = None
     lock_wait_s: float | None = None
     worker: dict[str, Any] = field(default_factory=dict)
-    val_acc: float | None = None
-    accuracy_ratio: float | None = None
-    accuracy_shortfall: float | None = None
+    # The task's metric on its validation split, named for what it is:
+    # {"accuracy": 0.81} for node and graph tasks, {"roc_auc": 0.93} for link prediction
+    validation: dict[str, float] | None = None
+    guard_ratio: float | None = None  # its validation metric over the baseline's
+    guard_shortfall: float | None = None  # below the guard's ratio (> 0: violated)
     guard_s: float | None = None
     guard_train_s: float | None = None
     guard_steps: int | None = None
@@ -100,7 +116,7 @@ class TrialRecord:
     @classmethod
     def from_frozen(cls, trial) -> TrialRecord:
         """From an ``optuna.trial.FrozenTrial``."""
-        attrs = trial.user_attrs
+        attrs = _renamed(trial.user_attrs)
         kwargs: dict[str, Any] = {f.name: attrs[f.name] for f in fields(cls)
                                   if f.name in attrs and f.name not in PARTS}
         for key, part in PARTS.items():
@@ -162,9 +178,12 @@ class TrialRecord:
         return self.values[1] if self.values else None
 
     @property
-    def accuracy(self) -> float | None:
-        """Validation accuracy: the third objective, else what the guard measured."""
-        return self.values[2] if self.values and len(self.values) > 2 else self.val_acc
+    def val_metric(self) -> float | None:
+        """The task's validation metric (accuracy or ROC-AUC): the third objective,
+        else what the guard measured."""
+        if self.values and len(self.values) > 2:
+            return self.values[2]
+        return next(iter(self.validation.values())) if self.validation else None
 
     @property
     def screened(self) -> bool:
@@ -227,7 +246,7 @@ class TrialRecord:
 
     @property
     def below_guard(self) -> bool:
-        return (self.accuracy_shortfall or 0.0) > 0
+        return (self.guard_shortfall or 0.0) > 0
 
     @property
     def feasible(self) -> bool:
@@ -262,8 +281,8 @@ class TrialRecord:
         assert self.values, f"trial {self.number} has no objectives"
         return Point(number=self.number, throughput=self.values[0],
                      memory_mib=self.values[1], config=self.config or {},
-                     feasible=self.feasible, accuracy=self.accuracy,
-                     accuracy_objective=len(self.values) > 2, baseline=self.baseline,
+                     feasible=self.feasible, val_metric=self.val_metric,
+                     metric_objective=len(self.values) > 2, baseline=self.baseline,
                      eager=self.eager)
 
 
@@ -292,6 +311,14 @@ def store(trial, **fields: Any) -> None:
     """Writes :class:`TrialRecord` fields onto a running ``optuna.Trial``."""
     for key, value in stored(**fields).items():
         trial.set_user_attr(key, value)
+
+
+def store_verdict(trial, verdict, config) -> None:
+    """Writes the guard's verdict (:class:`autotune.guard.Verdict`) onto a running
+    trial, its metric named by the task of ``config``."""
+    store(trial, validation={task_info(config).metric_key: verdict.val_metric},
+          guard_ratio=verdict.metric_ratio, guard_shortfall=verdict.shortfall,
+          guard_s=verdict.guard_s, guard_train_s=verdict.train_s, guard_steps=verdict.steps)
 
 
 def store_in(storage, trial_id: int, **fields: Any) -> None:
@@ -402,7 +429,7 @@ class StudyRecord:
     device: str | None = None
     max_memory_bytes: int | None = None
     guard_options: dict[str, Any] | None = None  # ratio, epochs
-    guard: dict[str, Any] | None = None  # budget_s, baseline_val_acc, baseline_trial, ...
+    guard: dict[str, Any] | None = None  # budget_s, baseline_validation, baseline_trial, ...
     priors: tuple[str, ...] = ()
     stopped: str | None = None  # why the last search stopped before its budget
     control_claimed_at: float = 0.0  # when a worker last claimed a control
