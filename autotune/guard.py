@@ -101,7 +101,6 @@ def reference_of(training: dict, took: float, number: int, config: TrialConfig,
     return _verdict(training, took, training["val_metric"], guard), ref
 
 
-
 def run_for(guard: GuardOptions, ref: dict | None, *, baseline: bool,
             front: tuple[tuple[float, float], ...], budget_mib: float | None) -> GuardRun | None:
     """What a trial's own process trains after its window: the baseline for the
