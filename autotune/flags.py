@@ -372,16 +372,17 @@ def _add_dashboard_parser(sub) -> None:
 
 
 def _add_train_parser(sub) -> None:
-    train = _sub(sub, "train", "train with a config; accuracy every epoch",
-                 "Train with an exported config for whole epochs, evaluating validation and "
-                 "test accuracy after each.", TRAIN_EXAMPLE, "train")
+    train = _sub(sub, "train", "train with a config; its metric every epoch",
+                 "Train with an exported config for whole epochs, evaluating the task's metric "
+                 "(accuracy, or ROC-AUC for link prediction) on validation and test after "
+                 "each.", TRAIN_EXAMPLE, "train")
     _add_dataset_flags(train, from_export=True)
     train.add_argument("--config", required=True,
                        help="a file written by 'autotune export' (or a YAML/JSON TrialConfig)")
     train.add_argument("--epochs", type=_positive_int, required=True, help="whole epochs")
     train.add_argument("--save", default=None, metavar="PATH",
                        help="save the state dict of the epoch with the best validation "
-                            "accuracy to PATH (torch.save)")
+                            "metric to PATH (torch.save)")
     train.add_argument("--device", choices=["cpu", "cuda"], default=None,
                        help="overrides the config's device")
     train.add_argument("--studies-dir", default=STUDIES_DIR,
