@@ -343,7 +343,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             "trials": [trial_row(t) for t in trials]}
     print(emit(blob, args.format, lambda: "\n".join(
         [f"study {study.study_name} in {masked(url)} (task {s.task.name})",
-         front_table(front, s.task, reference), *drift_lines(references), "",
+         front_table(front, s.task, reference, trials), *drift_lines(references), "",
          trials_table(trials, s.task)])))
     return 0
 

@@ -121,6 +121,12 @@ def pick(points: list[Point], how: str, budget_mib: float | None = None,
               "min-memory": lambda: min(pts, key=lambda p: (p.memory_mib, -p.throughput),
                                         default=None)}[how]()
     if chosen is None:
+        infeasible = [p.number for p in points if not p.feasible and not p.baseline]
+        if infeasible:
+            raise ConfigError(f"no completed trial of the space is feasible: {len(infeasible)} "
+                              "fell below the accuracy guard or over the memory budget, so "
+                              "there is nothing to export; --pick trial:N exports one of "
+                              f"them anyway (trials {infeasible})")
         raise ConfigError("the study has no completed feasible trial to export yet; run "
                           "'autotune search' first")
     return chosen

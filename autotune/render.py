@@ -215,9 +215,25 @@ def front_columns(rows, task) -> tuple[list[str], list[list[str]]]:
     return header, [[row[i] for i in shown] for row in cells]
 
 
-def front_table(rows, task, reference=None) -> str:
+def _empty_front(trials) -> str:
+    """Why the front holds nothing: no trial of the space has been measured in full,
+    or each that was is below the accuracy guard or over the memory budget."""
+    done = [t for t in trials if t.on_front_candidate]
+    below = sum(t.below_guard for t in done)
+    over = sum((t.memory_excess_mib or 0.0) > 0 for t in done)
+    if not done:
+        return "Pareto front: no completed trial of the space yet"
+    why = [f"{below} below the accuracy guard"] if below else []
+    why += [f"{over} over the memory budget"] if over else []
+    return (f"Pareto front: none of the space's {len(done)} measured trials is feasible "
+            f"({', '.join(why)}): nothing to export; relax the guard or the budget, or "
+            "search another space")
+
+
+def front_table(rows, task, reference=None, trials=()) -> str:
     """The front as a text table, fastest first; ``reference``: the baseline's row
-    where the front does not hold it, below the front."""
+    where the front does not hold it, below the front. ``trials`` (records) say why
+    an empty front is empty."""
     if not rows and reference is None:
         return "Pareto front: no completed trial yet"
     everything = [*rows, *([reference] if reference is not None else [])]
@@ -227,8 +243,8 @@ def front_table(rows, task, reference=None) -> str:
     def line(row: list[str], marks: str) -> str:
         fixed = " ".join(f"{c:>{w}}" for c, w in zip(row, widths) if w)
         return f"{fixed}  {row[-2]}" + (f"  <- {marks}" if marks else "")
-    lines = ["Pareto front (fastest first):" if rows else
-             "Pareto front: no completed trial of the space yet", line(header, "")]
+    lines = ["Pareto front (fastest first):" if rows else _empty_front(trials),
+             line(header, "")]
     lines += [line(c, c[-1]) for c in cells[:len(rows)]]
     if reference is not None:
         lines += ["reference:", line(cells[-1], cells[-1][-1])]
@@ -423,7 +439,7 @@ def search_summary(plan, result, export: str) -> str:
                      f"epochs, validation {task.metric} {reference}); "
                      f"{o.guard_violations} below the guard; guard time {o.guard_s:.0f} s "
                      f"= {100 * share:.0f}% of this search's {o.elapsed_s:.0f} s")
-    lines.append(front_table(result.front, task, result.reference))
+    lines.append(front_table(result.front, task, result.reference, result.trials))
     lines.append(f"\npareto.yaml: {result.pareto_path}\nexport: {export}")
     return "\n".join(lines)
 

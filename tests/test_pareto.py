@@ -32,6 +32,31 @@ def test_best_under_budget_and_picks():
         pick(PTS, "fastest")
 
 
+def test_an_answer_with_nothing_feasible_says_why():
+    """Every trained candidate below the accuracy guard (CiteSeer did it): the export
+    and the front say that, not 'no completed trial yet'."""
+    from types import SimpleNamespace
+
+    from autotune.render import _empty_front, front_table
+    from autotune.taskinfo import task_info
+
+    below = [Point(1, 300, 1200, feasible=False), Point(2, 320, 900, feasible=False)]
+    with pytest.raises(ConfigError, match=r"no completed trial of the space is feasible: 2 "
+                                          r"fell below the accuracy guard.*trials \[1, 2\]"):
+        pick(below, "default")  # the baseline, outside the space, is no point here
+
+    def record(number, shortfall=None, excess=None):
+        return SimpleNamespace(number=number, on_front_candidate=True,
+                               below_guard=(shortfall or 0) > 0, memory_excess_mib=excess)
+    trials = [record(1, shortfall=0.02), record(2, shortfall=0.01), record(3, excess=50.0)]
+    assert front_table([], task_info("node"), trials=trials) == \
+        "Pareto front: no completed trial yet"  # no row at all, not even the reference
+    assert _empty_front(trials).startswith(
+        "Pareto front: none of the space's 3 measured trials is feasible (2 below the "
+        "accuracy guard, 1 over the memory budget): nothing to export")
+    assert _empty_front([]) == "Pareto front: no completed trial of the space yet"
+
+
 def test_hypervolume():
     assert hypervolume([Point(0, 10, 5)], 10) == 50
     assert hypervolume([Point(0, 10, 5), Point(1, 20, 8)], 10) == 50 + 10 * 2
