@@ -116,3 +116,16 @@ def test_the_autotune_logger_is_routed_levelled_and_silenced(capsys):
         at_logging.disable_default_handler()
         at_logging.set_verbosity(logging.NOTSET)
     assert capsys.readouterr().err == "autotune: a lock wait\n"
+
+
+def test_no_function_over_50_lines_and_a_thin_cli():
+    """Issue 37's bounds, kept: every function in autotune/ at most 50 lines (its
+    docstring included), cli.py under 700."""
+    import ast
+
+    long = [f"{name}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for name, tree in _modules() for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > 50]
+    assert not long, "\n".join(long)
+    assert len((ROOT / "autotune" / "cli.py").read_text().splitlines()) < 700
