@@ -254,7 +254,7 @@ def _search_efficiency() -> list[tuple[str, str, str, str]]:
                         for name, r in e["samplers"].items())
         out.append(("search_efficiency.py", f"best throughput / grid best, hypervolume / grid "
                     f"({e['trials_per_run']} trials, {e['seeds']} seeds, grid of "
-                    f"{e['grid_size']})", fmt,
+                    f"{e['grid_size']}; {_machine(e)})", fmt,
                     f"default ({e['default_sampler']}) >= {e['target_best_ratio']}: "
                     f"{_verdict(e['meets']['default_reaches_target'])}; beats random: "
                     f"{_verdict(e['meets']['default_beats_random'])}"))
@@ -269,7 +269,8 @@ def _distributed() -> list[tuple[str, str, str, str]]:
                         f"{r['trials_per_min']:.1f}/min, {r['median_storage_overhead_ms']:.0f} ms"
                         for r in d["runs"])
         out.append(("distributed.py", f"PostgreSQL, {d['budget_trials']} cheap trials, "
-                    "measurement lock on: trials per minute, storage overhead per trial", fmt,
+                    "measurement lock on: trials per minute, storage overhead per trial "
+                    f"({_machine(d)})", fmt,
                     "reported (no target)"))
     return out
 
@@ -341,11 +342,14 @@ def _carryover() -> list[tuple[str, str, str, str]]:
     c = _load("carryover")
     if c:
         fmt = ", ".join(f"{r['pick']} {r['ratio']:.2f}" for r in c["runs"])
+        again = c.get("median_ratio_to_remeasured")
         steps = c.get("min_steps_per_epoch")
         out.append(("carryover.py", f"autotune train / trial throughput, exported picks "
                     f"(scale {c['scale']}, {c['epochs']} epochs"
                     + (f" of {steps}+ steps" if steps else "") + f"; {_machine(c)})",
-                    f"{fmt} (median {c['median_ratio']:.2f})",
+                    f"{fmt} (median {c['median_ratio']:.2f})"
+                    + (f"; over the pick measured again just before: median {again:.2f}"
+                       if again is not None else ""),
                     f"0.85-1.15: {_verdict(c['meets'])}"))
     return out
 
@@ -359,10 +363,14 @@ def _guard() -> list[tuple[str, str, str, str]]:
             out.append(("guard.py", f"{r['dataset']}: guarded {what} pick's val acc / "
                         "baseline's; "
                         f"guard share of search time ({r['trials']} trials; {_machine(g)})",
-                        f"{r['knee_accuracy_ratio']:.3f} (trial {r['knee']['trial']}); "
-                        f"{100 * r['guard_share']:.0f}% ({r['guard_s']:.0f} of "
-                        f"{r['search_wall_s']:.0f} s)",
-                        f">= {g['ratio']}: {_verdict(r['meets']['knee_ratio'])}; <= "
+                        (f"{r['knee_accuracy_ratio']:.3f} (trial {r['knee']['trial']})"
+                         if r["knee"] else "no pick: all "
+                         f"{sum(x['violated'] for x in r['guarded'])} trained candidates "
+                         "below the guard") + f"; {100 * r['guard_share']:.0f}% "
+                        f"({r['guard_s']:.0f} of {r['search_wall_s']:.0f} s)",
+                        f">= {g['ratio']}: "
+                        + ("nothing to judge" if r["meets"]["knee_ratio"] is None
+                           else _verdict(r["meets"]["knee_ratio"])) + "; <= "
                         f"{100 * g['target_share']:.0f}%: {_verdict(r['meets']['guard_share'])}"))
         for message in g["skipped"]:
             out.append(("guard.py", message, "-", "skipped"))
