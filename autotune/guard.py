@@ -87,7 +87,8 @@ def reference(opts, number: int, config: TrialConfig,
     """Trains the baseline for ``guard.epochs`` epochs in a process of its own: its
     verdict, and the reference the study keeps (the budget and its accuracy)."""
     result, took = _train(opts, number, config,
-                          TrainSpec(epochs=guard.epochs, evaluate_test=False))
+                          TrainSpec(epochs=guard.epochs, evaluate_test=False,
+                                    every_epoch=False))
     return reference_of(result.training, took, number, config, guard)
 
 

@@ -155,7 +155,7 @@ def _guard(run, config, ref, dataset) -> dict:
         pipe = build(config, dataset.data, num_classes=dataset.num_classes,
                      cache_file=ref.csc_path())
         training = fit(pipe, dataset.data, TrainSpec(epochs=run.epochs, budget_s=run.budget_s,
-                                                     evaluate_test=False))
+                                                     evaluate_test=False, every_epoch=False))
     except Exception as exc:  # recorded: the search fails the trial's guard with it
         traceback.print_exc()
         return {"error": f"{type(exc).__name__}: {exc}", "guard_s": time.time() - started}

@@ -70,6 +70,23 @@ def test_the_built_in_models_learn_the_classes(molecules):
     assert max(e.val_metric for e in training.epochs) > 0.4  # four classes: chance is 0.25
 
 
+def test_the_guard_evaluates_its_last_epoch_only(molecules):
+    """A guard run reads one figure, the last epoch's: evaluating every epoch cost the
+    baseline's guard more than its training on CiteSeer."""
+    from autotune.training import TrainSpec, fit
+
+    config = TrialConfig(task="graph", model="gin", batch_size=32, hidden_channels=16)
+    every = fit(build(config, molecules), molecules, TrainSpec(epochs=3))
+    last = fit(build(config, molecules), molecules,
+               TrainSpec(epochs=3, evaluate_test=False, every_epoch=False))
+    assert all(e.val_metric is not None and e.test_metric is not None for e in every.epochs)
+    assert [e.val_metric is not None for e in last.epochs] == [False, False, True]
+    assert all(e.test_metric is None for e in last.epochs)
+    # seeded: the same first epoch; an evaluation draws from the RNG, so later ones
+    # differ, as the guard's candidates (evaluated once, at the end) always did
+    assert last.epochs[0].loss == every.epochs[0].loss
+
+
 def _write_tu(folder, graphs: int = 12):
     """A TU-format folder: graph i is a path of i + 3 nodes, labelled by parity."""
     folder.mkdir(parents=True, exist_ok=True)
