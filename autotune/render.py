@@ -221,7 +221,7 @@ def _empty_front(trials) -> str:
     done = [t for t in trials if t.on_front_candidate]
     below = sum(t.below_guard for t in done)
     over = sum((t.memory_excess_mib or 0.0) > 0 for t in done)
-    if not done:
+    if not below and not over:
         return "Pareto front: no completed trial of the space yet"
     why = [f"{below} below the accuracy guard"] if below else []
     why += [f"{over} over the memory budget"] if over else []
