@@ -427,11 +427,18 @@ class Pipeline:
         """Ends the loader's worker processes now. Left to the garbage collector, a
         persistent-workers iterator is often finalised after its own index queues,
         so its shutdown message never reaches the workers and each is joined for
-        torch's 5 s timeout: 10 s lost before a guard training with two workers."""
+        torch's 5 s timeout: 10 s lost before a guard training with two workers.
+        ``with build(...) as pipe:`` closes it at the block's end."""
         iterator = getattr(self.loader, "_iterator", None)
         if iterator is not None and hasattr(iterator, "_shutdown_workers"):
             self.loader._iterator = None
             iterator._shutdown_workers()
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def set_lr(self, lr: float) -> None:
         """Changes the learning rate in place: the tensor keeps compiled code valid."""

@@ -220,7 +220,7 @@ def _empty_front(trials) -> str:
     or each that was is below the accuracy guard or over the memory budget."""
     done = [t for t in trials if t.on_front_candidate]
     below = sum(t.below_guard for t in done)
-    over = sum((t.memory_excess_mib or 0.0) > 0 for t in done)
+    over = sum(t.over_budget for t in done)
     if not below and not over:
         return "Pareto front: no completed trial of the space yet"
     why = [f"{below} below the accuracy guard"] if below else []

@@ -224,10 +224,8 @@ def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset
         if on_epoch is not None:
             on_epoch(epoch)
 
-    try:
+    with pipe:  # its loader workers end here, not at a later garbage collection
         training = fit(pipe, prepared.data, spec, on_epoch=keep_best)
-    finally:
-        pipe.close()  # its loader workers end here, not at a later garbage collection
     saved = None
     if save is not None:
         saved = atomic_write(save, lambda tmp: torch.save(kept["state"], tmp))

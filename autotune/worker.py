@@ -152,10 +152,11 @@ def _guard(run, config, ref, dataset) -> dict:
     gc.collect()
     started = time.time()
     try:
-        pipe = build(config, dataset.data, num_classes=dataset.num_classes,
-                     cache_file=ref.csc_path())
-        training = fit(pipe, dataset.data, TrainSpec(epochs=run.epochs, budget_s=run.budget_s,
-                                                     evaluate_test=False, every_epoch=False))
+        with build(config, dataset.data, num_classes=dataset.num_classes,
+                   cache_file=ref.csc_path()) as pipe:
+            training = fit(pipe, dataset.data, TrainSpec(
+                epochs=run.epochs, budget_s=run.budget_s, evaluate_test=False,
+                every_epoch=False))
     except Exception as exc:  # recorded: the search fails the trial's guard with it
         traceback.print_exc()
         return {"error": f"{type(exc).__name__}: {exc}", "guard_s": time.time() - started}
@@ -189,7 +190,8 @@ def _train(spec: dict, config, dataset, pipe, t_start: float, t_loaded: float,
     from autotune.result import TrialResult
     from autotune.training import TrainSpec, fit
 
-    training = fit(pipe, dataset.data, TrainSpec(**spec["train"]))
+    with pipe:
+        training = fit(pipe, dataset.data, TrainSpec(**spec["train"]))
     return _unless_diverged(TrialResult(
         status="ok", config=config, losses=tuple(e.loss for e in training.epochs),
         dataset=dataset.stats(), env=fingerprint(config.device), training=training.to_dict(),

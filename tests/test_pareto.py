@@ -47,7 +47,7 @@ def test_an_answer_with_nothing_feasible_says_why():
 
     def record(number, shortfall=None, excess=None):
         return SimpleNamespace(number=number, on_front_candidate=True,
-                               below_guard=(shortfall or 0) > 0, memory_excess_mib=excess)
+                               below_guard=(shortfall or 0) > 0, over_budget=(excess or 0) > 0)
     trials = [record(1, shortfall=0.02), record(2, shortfall=0.01), record(3, excess=50.0)]
     assert front_table([], task_info("node"), trials=trials) == \
         "Pareto front: no completed trial yet"  # no row at all, not even the reference

@@ -249,8 +249,13 @@ class TrialRecord:
         return (self.guard_shortfall or 0.0) > 0
 
     @property
+    def over_budget(self) -> bool:
+        """Its peak memory is over the search's ``--max-memory``."""
+        return (self.memory_excess_mib or 0.0) > 0
+
+    @property
     def feasible(self) -> bool:
-        return (self.memory_excess_mib or 0.0) <= 0 and not self.below_guard
+        return not self.over_budget and not self.below_guard
 
     @property
     def device_mib(self) -> float | None:
