@@ -37,7 +37,9 @@ def test_an_answer_with_nothing_feasible_says_why():
     and the front say that, not 'no completed trial yet'."""
     from types import SimpleNamespace
 
+    from autotune.config import TrialConfig
     from autotune.render import _empty_front, front_table
+    from autotune.study.front import FrontRow
     from autotune.taskinfo import task_info
 
     below = [Point(1, 300, 1200, feasible=False), Point(2, 320, 900, feasible=False)]
@@ -51,6 +53,10 @@ def test_an_answer_with_nothing_feasible_says_why():
     trials = [record(1, shortfall=0.02), record(2, shortfall=0.01), record(3, excess=50.0)]
     assert front_table([], task_info("node"), trials=trials) == \
         "Pareto front: no completed trial yet"  # no row at all, not even the reference
+    reference = FrontRow(0, 100.0, 1000.0, 1.0, 1.0, 0.68, ["baseline (reference)"],
+                         TrialConfig().to_dict())  # the baseline, outside the space
+    shown = front_table([], task_info("node"), reference, trials).splitlines()
+    assert shown[0] == _empty_front(trials) and shown[-2] == "reference:"
     assert _empty_front(trials).startswith(
         "Pareto front: none of the space's 3 measured trials is feasible (2 below the "
         "accuracy guard, 1 over the memory budget): nothing to export")
