@@ -411,7 +411,8 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
     """Times blocks of steps until the throughput is known to the target precision
     (the screening one first, racing), or until ``spec.max_window_s``. Racing, a
     config far below the best (:meth:`Screen.hopeless`) stops at its first block
-    if its fastest warm-up step showed it, else at the block that does."""
+    if its fastest warm-up step showed it, else at the block that does
+    (:func:`_best_case`)."""
     out, per_block = _Window(), block_steps(warmup, stepper.pipe.config.num_workers)
     screen = spec.screen
     target = screen.precision if screen is not None else spec.precision
@@ -432,7 +433,7 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
             block_seeds, block_start = 0, now
             precision = rate_half_width(blocks)
         if at_block and screen is not None and (hopeless or screen.hopeless(
-                max(b[0] / max(b[1], 1e-9) for b in blocks))):
+                _best_case(blocks, precision))):
             stopped = "screened"
             screened_by = "warm-up" if hopeless else "window"
         elif now - start >= spec.max_window_s:
@@ -456,6 +457,17 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
         screen_precision=screen.precision if screen is not None else None, stopped=stopped,
         screened_by=screened_by, started_at=started_at, ended_at=time.time())
     return out
+
+
+def _best_case(blocks: list[list[float]], half_width: float | None) -> float:
+    """How fast a window's blocks could be at best: the rate's 95% upper bound once
+    there is one, and never above the fastest block (a prefetching loader's bursts
+    make single blocks fast while the rate is not)."""
+    fastest = max(seeds / max(seconds, 1e-9) for seeds, seconds in blocks)
+    if half_width is None:
+        return fastest
+    rate = sum(b[0] for b in blocks) / sum(b[1] for b in blocks)
+    return min(fastest, rate * (1 + half_width))
 
 
 def _peak_mib(device: torch.device, memory: MemoryTracker) -> float:
