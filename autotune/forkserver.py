@@ -15,10 +15,15 @@ uninitialised. While it imports, a tripwire records every call into the torch.cu
 functions that reach the driver, with the line that made it and the import step it
 came in (``cuda_queries`` in its ready line, ``forkserver.json`` in a search). And
 with ``device="cuda"`` a canary child is forked after each import step of
-:data:`STEPS` and must initialise CUDA and run a matmul: the first step after which
+:func:`steps` and must initialise CUDA and run a matmul: the first step after which
 it fails is named. A server that fails a check forks no trial.
 
-Then trials start as *spare interpreters* (``--spare``): a fresh interpreter that
+Where the canary fails after a later step than torch's own, the runner starts a
+second server that stops before that step (``--stop-before STEP``): its children
+import that step and the ones after it themselves (PyG's import is about 2 of the
+12 s on an H200 machine), after the fork, so CUDA still works in them. Where that
+server fails too (or the first step failed), trials start as *spare interpreters*
+(``--spare``): a fresh interpreter that
 imports everything while the trial before it runs, stopped (SIGSTOP) by that trial
 for each of its measured windows so that its imports overlap none, and takes the
 next trial's request when it comes. It runs that one trial in its own process,
@@ -32,7 +37,8 @@ The server serves one child at a time and exits at the end of its stdin; it asks
 Linux to kill it when the runner dies, and each child asks the same of the server.
 A spare sends its ready line, reads one request and becomes that trial.
 
-    python -m autotune.forkserver [--cuda-canary] [--no-compile] [--spare]
+    python -m autotune.forkserver [--cuda-canary [--canary MODULE:FUNCTION]]
+                                  [--no-compile] [--stop-before STEP] [--spare]
 
 To find the module behind a failed canary, bisect within the step it names (a
 binary search over the step's imports, each probe a fresh interpreter; about a
@@ -73,10 +79,11 @@ CUDA_QUERIES = ("is_available", "device_count", "init", "_lazy_init", "current_d
 CUDA_DRIVER_CALLS = ("_cuda_getDeviceCount", "_cuda_init")  # torch._C, on CUDA builds
 
 
-def steps(compiles: bool = True) -> tuple[str, ...]:
+def steps(compiles: bool = True, stop_before: str | None = None) -> tuple[str, ...]:
     """The server's import steps, in order: :data:`PRELOAD` (without an optional
     module that is not installed), with :data:`PRELOAD_COMPILE` after dynamo for a
-    search that may compile."""
+    search that may compile; with ``stop_before``, only the steps before that one
+    (each trial then imports the rest itself)."""
     out = []
     for name in PRELOAD:
         if name in OPTIONAL and importlib.util.find_spec(name) is None:
@@ -84,7 +91,7 @@ def steps(compiles: bool = True) -> tuple[str, ...]:
         out.append(name)
         if name == "torch._dynamo" and compiles:
             out.extend(PRELOAD_COMPILE)
-    return tuple(out)
+    return tuple(out[:out.index(stop_before)] if stop_before in out else out)
 
 
 _PROTOCOL = None  # the runner's pipe; fd 1 itself points at stderr, for stray prints
@@ -157,33 +164,35 @@ class Tripwire:
             self.calls.append({"call": label, "by": where, "step": self.step})
 
 
-def preload(compiles: bool = True, canary: bool = False) -> dict:
-    """Imports :func:`steps` under a :class:`Tripwire`, with a CUDA canary after each
-    step when ``canary``; what a runner must know before it trusts the server
-    (``canary``: None when every canary passed, else why and after which step; the
-    steps after a failed one are not imported)."""
+def preload(compiles: bool = True, canary=None, stop_before: str | None = None) -> dict:
+    """Imports :func:`steps` under a :class:`Tripwire`, with ``canary`` (None, or a
+    function that returns None or why a forked child cannot use CUDA, such as
+    :func:`_canary`) after each step; what a runner must know before it trusts the
+    server (``canary``: None when every canary passed, else why and after which
+    step, which ``canary_step`` names; the steps after a failed one are not
+    imported)."""
     import importlib
 
     started = time.time()
     import torch
 
-    verdict, timings = None, []
+    verdict, failed_step, timings = None, None, []
     with Tripwire() as wire:
-        for name in steps(compiles):
+        for name in steps(compiles, stop_before):
             wire.step = name
             step_started = time.time()
             importlib.import_module(name)
             timings.append({"step": name, "s": time.time() - step_started})
-            if canary and verdict is None:
-                why = _canary()
-                if why is not None:
-                    verdict = f"{why}, after importing {name} (python -m " \
-                        f"autotune.forkserver --bisect {name} names the module)"
-                    break
+            why = canary() if canary is not None else None
+            if why is not None:
+                verdict, failed_step = f"{why}, after importing {name} (python -m " \
+                    f"autotune.forkserver --bisect {name} names the module)", name
+                break
     return {"import_started_at": started, "import_done_at": time.time(),
             "imports_s": time.time() - started, "pid": os.getpid(), "threads": _threads(),
             "cuda_initialized": bool(torch.cuda.is_initialized()), "steps": timings,
-            "cuda_queries": wire.calls, "canary": verdict}
+            "cuda_queries": wire.calls, "canary": verdict, "canary_step": failed_step,
+            "stop_before": stop_before}
 
 
 def describe_queries(queries: list[dict], limit: int = 3) -> str:
@@ -262,7 +271,9 @@ def _child(request: dict) -> None:
         os._exit(code)
 
 
-def serve(cuda_canary: bool, compiles: bool = True) -> int:
+def serve(canary=None, compiles: bool = True, stop_before: str | None = None) -> int:
+    """The fork server's main: :func:`preload` (``canary`` after each step), its
+    ready line, then a forked child per request until the end of stdin."""
     global _PROTOCOL
     _PROTOCOL = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # an import that prints must not corrupt the protocol
@@ -270,7 +281,7 @@ def serve(cuda_canary: bool, compiles: bool = True) -> int:
 
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner ends it, by closing stdin
-    ready = preload(compiles, canary=cuda_canary)
+    ready = preload(compiles, canary, stop_before)
     unusable = None
     if ready["cuda_initialized"]:
         unusable = "importing torch and PyG initialised CUDA in the fork server"
@@ -448,6 +459,8 @@ if __name__ == "__main__":
     if "--bisect" in args:
         print(json.dumps(bisect(_flag(args, "--bisect"), _flag(args, "--canary")), indent=2))
         sys.exit(0)
+    check = None if "--cuda-canary" not in args else \
+        _load(_flag(args, "--canary")) if "--canary" in args else _canary
     code = spare("--no-compile" not in args) if "--spare" in args else \
-        serve("--cuda-canary" in args, "--no-compile" not in args)
+        serve(check, "--no-compile" not in args, _flag(args, "--stop-before"))
     _leave(code)

@@ -24,9 +24,12 @@ from autotune.config import TrialConfig
 from autotune.datasets import DatasetRef
 from autotune.env import format_bytes
 from autotune.files import atomic_write, dump
+from autotune.logging import get_logger
 from autotune.measure import MeasureSpec
 from autotune.specs import TrialLimits
 from autotune.result import TrialResult
+
+log = get_logger(__name__)
 
 POLL_S = 0.02  # how often the runner looks at a trial: has it ended, its memory
 TREE_SCAN_S = 0.25  # how often it scans /proc for the trial's new processes (with a
@@ -81,7 +84,7 @@ def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.P
     atomic_write(spec_path, dump(spec, "json"))
     argv = [str(spec_path), str(result_path)]
     out_path, err_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
-    if start == FORKED or start.startswith(SPARE):
+    if start.startswith((FORKED, SPARE)):
         proc = server.fork(argv, out_path, err_path, child_env)
         try:
             verdict = _watch(proc, limits)
@@ -113,15 +116,18 @@ class ForkServer:
     a context manager."""
 
     def __init__(self, folder: Path | None = None, *, compiles: bool = True,
-                 method: str = "auto") -> None:
+                 method: str = "auto", canary: str | None = None) -> None:
         # FOLDER/forkserver.log: the server's and spares' stderr (None: this process's);
         # FOLDER/forkserver.json: its pid, import steps, CUDA queries and checks.
         # compiles: whether a trial may compile (else inductor is left to the child)
+        # canary: MODULE:FUNCTION checked in place of the CUDA canary, on any device
         if method not in ("auto", "spare"):
             raise ValueError(f"method must be auto or spare, not {method!r}")
         self.folder = Path(folder) if folder is not None else None
         self.compiles = compiles
         self.method = method
+        self.canary = canary
+        self.stop_before: str | None = None  # the step each forked trial imports itself
         self.proc: subprocess.Popen | None = None
         self.ready: dict | None = None
         self.unusable: str | None = None
@@ -145,7 +151,8 @@ class ForkServer:
             if self.method == "auto" and self.unusable is None and self.proc is None:
                 self._launch(env, device)
             if self.method == "auto" and self.unusable is None:
-                return FORKED
+                return FORKED if self.stop_before is None else \
+                    f"{FORKED} (stopped before {self.stop_before}, which the trial imports)"
             if self.spares_failed is None:
                 self._taken = self._take_spare(env)
             if self._taken is not None:
@@ -156,7 +163,29 @@ class ForkServer:
         return SPARE + "".join(f" ({w})" for w in why)
 
     def _launch(self, env: dict[str, str], device: str) -> None:
-        self.proc = self._spawn(env, ["--cuda-canary"] if device == "cuda" else [])
+        """Starts the server; where a canary fails after a later step than the
+        first, once more with the server stopping before that step."""
+        flags = ["--cuda-canary"] if device == "cuda" or self.canary else []
+        flags += ["--canary", self.canary] if self.canary else []
+        reply = self._serve(env, flags)
+        ready = (reply or {}).get("ready") or {}
+        failed, first = ready.get("canary_step"), None
+        if failed and ready["steps"][0]["step"] != failed:
+            first, self.unusable = self.unusable, None
+            reply = self._serve(env, [*flags, "--stop-before", failed])
+            if self.unusable is None:
+                self.stop_before = failed
+                log.warning("fork server: %s; a second server stops before %s, which "
+                            "each trial imports itself", first, failed)
+        if self.folder is not None and reply is not None:
+            atomic_write(self.folder / "forkserver.json", dump(
+                {**(reply.get("ready") or {}), "unusable": self.unusable,
+                 "first_server": first}, "json"))
+
+    def _serve(self, env: dict[str, str], flags: list[str]) -> dict | None:
+        """One server's start: its ready line, or None; :attr:`unusable` says why
+        it cannot fork trials."""
+        self.proc = self._spawn(env, flags)
         self._lines = _Lines(self.proc)
         reply = self._lines.read(SERVER_READY_TIMEOUT_S)
         if reply is None or "ready" not in reply:
@@ -165,9 +194,7 @@ class ForkServer:
             self._fail(reply["unusable"])
         else:
             self.ready = reply["ready"]
-        if self.folder is not None and reply is not None:
-            atomic_write(self.folder / "forkserver.json", dump(
-                {**(reply.get("ready") or {}), "unusable": self.unusable}, "json"))
+        return reply
 
     def _spawn(self, env: dict[str, str], flags: list[str]) -> subprocess.Popen:
         argv = [sys.executable, "-m", "autotune.forkserver", *flags]

@@ -375,6 +375,47 @@ def test_a_fork_server_whose_children_cannot_use_cuda_gives_way_to_spares(prepar
         os.kill(left, 0)
 
 
+_CANARY_AFTER_PYG = """import sys
+
+
+def canary():
+    # a forked child 'cannot use CUDA' once PyG is imported (as on the H200 machine)
+    return "PyG was imported" if "torch_geometric" in sys.modules else None
+"""
+
+
+@pytest.mark.slow
+def test_a_canary_failing_after_pyg_leaves_a_server_that_stops_before_it(prepared, tmp_path):
+    """On an H200 machine a forked child could not use CUDA once the server had
+    imported torch_geometric, and every trial started in a spare (6.5 to 12 s each).
+    A canary that fails after a later step than torch's gets a second server that
+    stops before that step; trials fork from it and import the rest themselves."""
+    import json
+    import os
+    import sys
+
+    from autotune.config import TrialConfig
+    from autotune.runner import FORKED, ForkServer, run_trial
+
+    (tmp_path / "pyg_canary.py").write_text(_CANARY_AFTER_PYG)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    config = TrialConfig(batch_size=64, num_neighbors=(5, 5), hidden_channels=16)
+    spec = MeasureSpec(warmup_steps=1, min_steps=3, max_window_s=0.3)
+    with ForkServer(folder=tmp_path, compiles=False, canary="pyg_canary:canary") as server:
+        start = server.start(env, "cpu")
+        assert start == f"{FORKED} (stopped before torch_geometric, which the trial imports)"
+        result = run_trial(config, dataset=prepared, trial_dir=tmp_path / "t", server=server,
+                           measure=spec, env=env)
+    assert result.ok, result.stderr_tail
+    assert result.observed.trial_start == start
+    info = json.loads((tmp_path / "forkserver.json").read_text())
+    imported = [s["step"] for s in info["steps"]]
+    assert imported[0] == "torch" and "torch._dynamo" in imported
+    assert "torch_geometric" not in imported and info["stop_before"] == "torch_geometric"
+    assert info["unusable"] is None and info["canary"] is None
+    assert "PyG was imported, after importing torch_geometric" in info["first_server"]
+
+
 def test_stopped_holds_a_process_for_the_block_only():
     import subprocess
     import sys
