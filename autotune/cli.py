@@ -17,8 +17,9 @@ from autotune.errors import AutotuneError, ConfigError, GuardError
 from autotune.flags import EXIT_BAD_INPUT, STORAGE_ENV, STUDIES_ENV, build_parser  # noqa: F401
 from autotune.specs import STUDIES_DIR, MeasureSpec, TrialLimits, check_limits
 from autotune.taskinfo import DEFAULT_TASK, task_info
-from autotune.render import Ticker, drift_lines, emit, front_table, profile_text, result_text, \
-    search_blob, search_header, search_summary, short, train_summary, trial_row, trials_table
+from autotune.render import Ticker, drift_lines, emit, front_table, infeasible, profile_text, \
+    result_text, search_blob, search_header, search_summary, short, train_summary, trial_row, \
+    trials_table
 
 EXIT_TRIAL_FAILED = 1
 
@@ -275,19 +276,26 @@ def cmd_search(args: argparse.Namespace) -> int:
                       *_study_flags(args), "--out", "best.yaml")
     print(emit(search_blob(result), args.format,
                lambda: search_summary(plan, result, export)))
-    return _over_budget(plan, result)
+    return _nothing_feasible(plan, result)
 
 
-def _over_budget(plan, result) -> int:
-    """Exit 1, with one line, when a budget left no completed trial feasible."""
-    budget = plan.options.budget_mib
-    done = [t for t in result.trials if t.complete]
-    if budget is None or not done or result.front:
+def _nothing_feasible(plan, result) -> int:
+    """Exit 1, with one line, when the memory budget or the accuracy guard left no
+    measured trial of the space feasible: nothing to export."""
+    budget, done = plan.options.budget_mib, [t for t in result.trials if t.complete]
+    if result.front or not done:
         return 0
-    leanest = min(t.memory_mib for t in done)
-    print(f"autotune: every completed trial is over --max-memory {budget:,.0f} MiB (the "
-          f"leanest took {leanest:,.0f} MiB); raise the budget or search leaner configs",
-          file=sys.stderr)
+    if budget is not None and all(t.memory_mib > budget for t in done):
+        leanest = min(t.memory_mib for t in done)
+        print(f"autotune: every completed trial is over --max-memory {budget:,.0f} MiB (the "
+              f"leanest took {leanest:,.0f} MiB); raise the budget or search leaner configs",
+              file=sys.stderr)
+        return EXIT_TRIAL_FAILED
+    why = infeasible(result.trials)
+    if why is None:
+        return 0
+    print(f"autotune: {why}: nothing to export; relax the guard or the budget, or search "
+          "another space", file=sys.stderr)
     return EXIT_TRIAL_FAILED
 
 

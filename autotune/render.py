@@ -215,18 +215,26 @@ def front_columns(rows, task) -> tuple[list[str], list[list[str]]]:
     return header, [[row[i] for i in shown] for row in cells]
 
 
-def _empty_front(trials) -> str:
-    """Why the front holds nothing: no trial of the space has been measured in full,
-    or each that was is below the accuracy guard or over the memory budget."""
+def infeasible(trials) -> str | None:
+    """Why no measured trial of the space is feasible (each is below the accuracy
+    guard or over the memory budget), or None when one is, or none was measured."""
     done = [t for t in trials if t.on_front_candidate]
     below = sum(t.below_guard for t in done)
     over = sum(t.over_budget for t in done)
-    if not below and not over:
-        return "Pareto front: no completed trial of the space yet"
+    if not done or sum(t.below_guard or t.over_budget for t in done) < len(done):
+        return None
     why = [f"{below} below the accuracy guard"] if below else []
     why += [f"{over} over the memory budget"] if over else []
-    return (f"Pareto front: none of the space's {len(done)} measured trials is feasible "
-            f"({', '.join(why)}): nothing to export; relax the guard or the budget, or "
+    return f"none of the space's {len(done)} measured trials is feasible ({', '.join(why)})"
+
+
+def _empty_front(trials) -> str:
+    """Why the front holds nothing: no trial of the space has been measured in full,
+    or each that was is below the accuracy guard or over the memory budget."""
+    why = infeasible(trials)
+    if why is None:
+        return "Pareto front: no completed trial of the space yet"
+    return (f"Pareto front: {why}: nothing to export; relax the guard or the budget, or "
             "search another space")
 
 

@@ -63,6 +63,32 @@ def test_an_answer_with_nothing_feasible_says_why():
     assert _empty_front([]) == "Pareto front: no completed trial of the space yet"
 
 
+def test_a_search_with_nothing_feasible_exits_1_whatever_ruled_it_out(capsys):
+    """`autotune search` exits 1 with one line when the memory budget left nothing
+    feasible, and so when the accuracy guard did (it exited 0 there)."""
+    from types import SimpleNamespace
+
+    from autotune.cli import _nothing_feasible
+
+    def record(number, memory, below=False):
+        return SimpleNamespace(number=number, complete=True, on_front_candidate=number > 0,
+                               memory_mib=memory, below_guard=below, over_budget=False)
+    trials = (record(0, 900.0), record(1, 800.0, below=True), record(2, 700.0, below=True))
+    plan = SimpleNamespace(options=SimpleNamespace(budget_mib=None))
+    assert _nothing_feasible(plan, SimpleNamespace(front=(), trials=trials)) == 1
+    said = capsys.readouterr().err.splitlines()
+    assert said == ["autotune: none of the space's 2 measured trials is feasible (2 below "
+                    "the accuracy guard): nothing to export; relax the guard or the budget, "
+                    "or search another space"]
+    feasible = trials[:2] + (record(2, 700.0),)
+    assert _nothing_feasible(plan, SimpleNamespace(front=("a row",), trials=feasible)) == 0
+    assert _nothing_feasible(plan, SimpleNamespace(front=(), trials=())) == 0
+    plan = SimpleNamespace(options=SimpleNamespace(budget_mib=100.0))
+    assert _nothing_feasible(plan, SimpleNamespace(front=(), trials=trials)) == 1
+    assert "every completed trial is over --max-memory 100 MiB (the leanest took 700 MiB)" \
+        in capsys.readouterr().err
+
+
 def test_hypervolume():
     assert hypervolume([Point(0, 10, 5)], 10) == 50
     assert hypervolume([Point(0, 10, 5), Point(1, 20, 8)], 10) == 50 + 10 * 2
