@@ -88,7 +88,7 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
         precision = t.precision
         if c is not None:
             speedup, speedup_pm, precision = c.speedup, c.interval, c.throughput_interval
-            marks.append(f"confirmed in {c.rounds} rounds" + (
+            marks.append(f"confirmed in {c.rounds} round{'s' if c.rounds != 1 else ''}" + (
                 f", tied with {', '.join(f'#{n}' for n in tied[p.number])}"
                 if tied[p.number] else ""))
         elif figures:
