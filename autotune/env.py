@@ -128,6 +128,11 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+# The flags that decide how fast a CPU trains in bfloat16 (oneDNN's AMX and AVX-512
+# bf16 kernels): recorded with every trial, since machines of one model name differ.
+SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
 def check_cores(name: str, cores: tuple[int, ...] | None) -> None:
     """Rejects a core set that names a core this machine (or this process) lacks."""
     if cores is None:
@@ -153,7 +158,8 @@ def fingerprint(device: str = "cpu") -> dict:
         "autotune": __import__("autotune").__version__,
         "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
         "optuna": optuna.__version__, "python": platform.python_version(),
-        "cpu": cpu_model(), "logical_cores": psutil.cpu_count(logical=True),
+        "cpu": cpu_model(), "cpu_features": [f for f in SPEED_FLAGS if f in cpu_flags()],
+        "logical_cores": psutil.cpu_count(logical=True),
         "physical_cores": psutil.cpu_count(logical=False),
         "available_cores": len(available_cores()),
         "memory_bytes": psutil.virtual_memory().total,

@@ -411,8 +411,7 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
     """Times blocks of steps until the throughput is known to the target precision
     (the screening one first, racing), or until ``spec.max_window_s``. Racing, a
     config far below the best (:meth:`Screen.hopeless`) stops at its first block
-    if its fastest warm-up step showed it, else at the block that does
-    (:func:`_best_case`)."""
+    if its fastest warm-up step showed it, else at the block that does."""
     out, per_block = _Window(), block_steps(warmup, stepper.pipe.config.num_workers)
     screen = spec.screen
     target = screen.precision if screen is not None else spec.precision

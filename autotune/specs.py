@@ -23,6 +23,14 @@ CARRYOVER = (0.85, 1.15)
 FAR_BELOW = 1 / 3  # a trial whose best case is under this share of the best is cut at once
 
 
+def dominated(throughput: float, memory_mib: float,
+              front: tuple[tuple[float, float], ...]) -> bool:
+    """Whether a (seed nodes/s, MiB) point is beaten by one of ``front``'s: as fast or
+    faster and as lean or leaner, and not the same point."""
+    return any(t >= throughput and m <= memory_mib and (t, m) != (throughput, memory_mib)
+               for t, m in front)
+
+
 @dataclass(frozen=True)
 class Screen:
     """Racing: a new config is measured to ``precision`` first, and goes on to the
@@ -51,9 +59,8 @@ class Screen:
 
     def rules_out(self, rate: float, half_width: float, memory_mib: float) -> bool:
         best_case = rate * (1 + half_width)
-        if self.over_budget(memory_mib) or self.hopeless(best_case):
-            return True
-        return any(t >= best_case and m <= memory_mib for t, m in self.front)
+        return self.over_budget(memory_mib) or self.hopeless(best_case) or \
+            dominated(best_case, memory_mib, self.front)
 
 
 @dataclass(frozen=True)
@@ -78,8 +85,7 @@ class GuardRun:
             return True
         if self.budget_mib is not None and memory_mib > self.budget_mib:
             return False
-        return not any(t >= throughput and m <= memory_mib and (t, m) != (throughput, memory_mib)
-                       for t, m in self.front)
+        return not dominated(throughput, memory_mib, self.front)
 
 
 @dataclass(frozen=True)

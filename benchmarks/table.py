@@ -20,7 +20,11 @@ def _load(name: str) -> dict | None:
 def _machine(blob: dict) -> str:
     """Where a benchmark ran: its CPU and cores, from the JSON's ``env``."""
     env = blob.get("env") or {}
-    return f"{env.get('cpu', '?')}, {env.get('available_cores', '?')} cores"
+    features = env.get("cpu_features")  # absent from results written before it was kept
+    bf16 = "" if features is None else ", avx512_bf16" if "avx512_bf16" in features else \
+        ", no avx512_bf16"
+    amx = ", AMX" if features and "amx_bf16" in features else ""
+    return f"{env.get('cpu', '?')}{bf16}{amx}, {env.get('available_cores', '?')} cores"
 
 
 def _verdict(ok: bool) -> str:
