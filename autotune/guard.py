@@ -5,8 +5,9 @@ The baseline trains for ``epochs`` whole epochs; its training time is the budget
 its validation metric (the task's: accuracy, or ROC-AUC for link
 prediction) the reference. A trial that would join the feasible Pareto
 front (or, with accuracy as an objective, every trial) trains for the same budget
-before its result is told to Optuna, in the trial's own process right after its
-window (:class:`autotune.specs.GuardRun`; a process of its own only where the front
+before its result is told to Optuna, in the trial's own process, where the
+measurement's warm-up and window were its first steps (:class:`autotune.specs.GuardRun`,
+:class:`autotune.worker.GuardMark`; a process of its own only where the front
 changed while the trial ran, or the baseline had not set the budget); a validation
 metric below ``ratio`` x the baseline's becomes a violated Optuna constraint, so
 it leaves ``study.best_trials`` and the dashboard's feasible view. Trials dominated
@@ -153,5 +154,7 @@ def verdict_of(training: dict, took: float, guard: GuardOptions, ref: dict) -> V
 
 
 def _verdict(training: dict, took: float, baseline: float, guard: GuardOptions) -> Verdict:
+    steps = sum(e["steps"] for e in training["epochs"])
+    steps += training.get("from_window", {}).get("steps", 0)  # the measurement's own
     return Verdict(training["val_metric"], baseline, guard.ratio, took,
-                   training["train_s"], sum(e["steps"] for e in training["epochs"]))
+                   training["train_s"], steps)

@@ -103,9 +103,12 @@ def run(spec: dict, trial_dir: Path) -> dict:
     if spec.get("train"):
         return _train(spec, config, dataset, pipe, t_start, t_loaded, t_built)
     fault = _fault_hook(os.environ.get(FAULT_ENV), trial_dir)
-    hook = (lambda step: fault(step, pipe)) if fault else None
     asked = MeasureSpec.from_dict(spec.get("measure", {}))
-    m = measure(pipe, asked, on_step=hook, quiet=tuple(spec.get("quiet_pids", ())))
+    guard_run = asked.guard
+    mark = GuardMark(pipe, guard_run.budget_s) if guard_run and guard_run.budget_s else None
+    hooks = [h for h in ((lambda step: fault(step, pipe)) if fault else None, mark) if h]
+    m = measure(pipe, asked, on_step=(lambda step: [h(step) for h in hooks]) if hooks else None,
+                quiet=tuple(spec.get("quiet_pids", ())))
     t_done = time.time()
     profiled, warnings = _profile(pipe, spec.get("profile"))
     result = _measured(spec, config, dataset, m, profiled, warnings, {
@@ -115,12 +118,23 @@ def run(spec: dict, trial_dir: Path) -> dict:
         "build": t_built - t_loaded, "loader_start": m.loader_start_s,
         "warmup": sum(m.warmup_step_times_s), "window": m.window.wall_s,
         "measure_total": t_done - t_built})
-    if asked.guard is not None and (asked.guard.always or not m.window.screened) and \
-            asked.guard.wanted(*result.objectives()):
-        pipe.close()  # the measured pipeline's loader workers go before the guard's start
-        del pipe, m
-        result = dataclasses.replace(result, training=_guard(asked.guard, config, ref, dataset))
+    if guard_run is not None and (guard_run.always or not m.window.screened) and \
+            guard_run.wanted(*result.objectives()):
+        result = dataclasses.replace(result, training=_guard_training(
+            guard_run, mark, pipe, m, config, ref, dataset))
     return _unless_diverged(result)
+
+
+def _guard_training(guard_run, mark, pipe, m, config, ref, dataset) -> dict:
+    """The guard's training after a measurement: on from the window where a
+    ``mark`` followed it (:func:`_guard_on`), else (the baseline, whole epochs from
+    the start) on a pipeline built afresh (:func:`_guard`)."""
+    if mark is not None:
+        with pipe:
+            return _guard_on(pipe, m, mark, dataset.data)
+    pipe.close()  # the measured pipeline's loader workers go before the guard's
+    del pipe, m
+    return _guard(guard_run, config, ref, dataset)
 
 
 def _measured(spec: dict, config, dataset, m, profiled: dict, warnings: tuple,
@@ -137,6 +151,66 @@ def _measured(spec: dict, config, dataset, m, profiled: dict, warnings: tuple,
         observed=dataclasses.replace(m.observed, trial_start=spec.get("trial_start", "")),
         window=m.window, dataset=dataset.stats(), env=fingerprint(config.device),
         warnings=tuple(m.warnings) + warnings, profile=profiled, phases_s=phases_s)
+
+
+class GuardMark:
+    """The guard's budget inside the measurement. The warm-up and the window train
+    the measured model from the seed's fresh weights, as the guard's training
+    would, so they are its first steps. Called before each step, the mark keeps a
+    copy of the weights once the steps so far have taken ``budget_s`` (on CUDA by
+    the host's clock, a few queued steps ahead of the device); the copy is a
+    fraction of a batch's activations."""
+
+    def __init__(self, pipe, budget_s: float) -> None:
+        self.pipe, self.budget_s = pipe, budget_s
+        self.started: float | None = None
+        self.weights: dict | None = None
+        self.steps, self.trained_s = 0, 0.0
+
+    def __call__(self, step: int) -> None:
+        now = time.perf_counter()
+        if self.started is None:
+            self.started = now
+        elif self.weights is None and now - self.started >= self.budget_s:
+            self.steps, self.trained_s = step, now - self.started
+            self.weights = {k: v.detach().clone()
+                            for k, v in self.pipe.model.state_dict().items()}
+
+
+def _guard_on(pipe, m, mark: GuardMark, data) -> dict:
+    """The guard's training on the measured pipeline (see :class:`GuardMark`): the
+    weights it had when its steps reached the budget, or, where the warm-up and the
+    window were shorter, trained on for what is left of the budget; then evaluated
+    on the validation split. The training dict's ``from_window`` says how many
+    steps and seconds the measurement gave."""
+    from autotune.training import Training, TrainSpec, evaluate, fit
+
+    started = time.time()
+    steps = len(m.warmup_step_times_s) + len(m.step_times_s)
+    trained_s = sum(m.warmup_step_times_s) + sum(m.step_times_s)
+    training = Training()
+    try:
+        if mark.weights is not None:
+            pipe.model.load_state_dict(mark.weights)
+            steps, trained_s = mark.steps, mark.trained_s
+        elif trained_s < mark.budget_s:  # else it ended within a step of the budget
+            training = fit(pipe, data, TrainSpec(budget_s=mark.budget_s - trained_s,
+                                                 evaluate_test=False, every_epoch=False))
+        if training.val_metric is None:
+            with pipe.activate():
+                val = evaluate(pipe, data, "val")
+        else:
+            val = training.val_metric
+    except Exception as exc:  # recorded: the search fails the trial's guard with it
+        traceback.print_exc()
+        return {"error": f"{type(exc).__name__}: {exc}", "guard_s": time.time() - started}
+    losses = [e.loss for e in training.epochs]
+    if not all(map(_finite, losses)):
+        return {"error": f"training diverged: non-finite loss {losses}",
+                "guard_s": time.time() - started}
+    return {**training.to_dict(), "val_metric": val, "train_s": trained_s + training.train_s,
+            "from_window": {"steps": steps, "train_s": trained_s},
+            "guard_s": time.time() - started}
 
 
 def _guard(run, config, ref, dataset) -> dict:
