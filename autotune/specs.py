@@ -69,8 +69,8 @@ class GuardRun:
     (a fresh process would load the dataset and import torch again: half a search's
     time went to that): a freshly built pipeline trains for ``epochs`` (the baseline,
     which sets the budget); any other trial's model trains for ``budget_s`` seconds
-    in all, its warm-up and window counted (:class:`autotune.worker.GuardMark`), and
-    is evaluated on the validation split. A trial trains only where it could join the
+    in all, an eager config's warm-up and window counted
+    (:class:`autotune.worker.GuardMark`), and is evaluated on the validation split. A trial trains only where it could join the
     feasible ``front`` ((throughput, MiB) points) within ``budget_mib``, unless
     ``always`` (accuracy is an objective) or it is the baseline."""
 

@@ -105,7 +105,8 @@ def run(spec: dict, trial_dir: Path) -> dict:
     fault = _fault_hook(os.environ.get(FAULT_ENV), trial_dir)
     asked = MeasureSpec.from_dict(spec.get("measure", {}))
     guard_run = asked.guard
-    mark = GuardMark(pipe, guard_run.budget_s) if guard_run and guard_run.budget_s else None
+    mark = GuardMark(pipe, guard_run.budget_s) if guard_run and guard_run.budget_s and \
+        config.compile_mode == "none" else None  # a warm-up that compiles is no training
     hooks = [h for h in ((lambda step: fault(step, pipe)) if fault else None, mark) if h]
     m = measure(pipe, asked, on_step=(lambda step: [h(step) for h in hooks]) if hooks else None,
                 quiet=tuple(spec.get("quiet_pids", ())))
@@ -128,7 +129,8 @@ def run(spec: dict, trial_dir: Path) -> dict:
 def _guard_training(guard_run, mark, pipe, m, config, ref, dataset) -> dict:
     """The guard's training after a measurement: on from the window where a
     ``mark`` followed it (:func:`_guard_on`), else (the baseline, whole epochs from
-    the start) on a pipeline built afresh (:func:`_guard`)."""
+    the start, and a compiled config, whose warm-up spent its time compiling) on a
+    pipeline built afresh (:func:`_guard`)."""
     if mark is not None:
         with pipe:
             return _guard_on(pipe, m, mark, dataset.data)
