@@ -161,7 +161,8 @@ class GuardMark:
     would, so they are its first steps. Called before each step, the mark keeps a
     copy of the weights once the steps so far have taken ``budget_s`` (on CUDA by
     the host's clock, a few queued steps ahead of the device); the copy is a
-    fraction of a batch's activations."""
+    fraction of a batch's activations. (The probe's one step after the window
+    trains too, uncounted.)"""
 
     def __init__(self, pipe, budget_s: float) -> None:
         self.pipe, self.budget_s = pipe, budget_s
