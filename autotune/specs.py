@@ -70,9 +70,10 @@ class GuardRun:
     time went to that): a freshly built pipeline trains for ``epochs`` (the baseline,
     which sets the budget); any other trial's model trains for ``budget_s`` seconds
     in all, an eager config's warm-up and window counted
-    (:class:`autotune.worker.GuardMark`), and is evaluated on the validation split. A trial trains only where it could join the
-    feasible ``front`` ((throughput, MiB) points) within ``budget_mib``, unless
-    ``always`` (accuracy is an objective) or it is the baseline."""
+    (:class:`autotune.worker.GuardMark`), and is evaluated on the validation split.
+    A trial trains only where it could join the feasible ``front`` ((throughput,
+    MiB) points) within ``budget_mib``, unless ``always`` (accuracy is an
+    objective) or it is the baseline."""
 
     epochs: int | None = None
     budget_s: float | None = None
