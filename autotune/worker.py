@@ -188,52 +188,53 @@ def _guard_on(pipe, m, mark: GuardMark, data) -> dict:
     steps and seconds the measurement gave."""
     from autotune.training import Training, TrainSpec, evaluate, fit
 
-    started = time.time()
-    steps = len(m.warmup_step_times_s) + len(m.step_times_s)
-    trained_s = sum(m.warmup_step_times_s) + sum(m.step_times_s)
-    training = Training()
-    try:
+    def train():
+        steps = len(m.warmup_step_times_s) + len(m.step_times_s)
+        trained_s = sum(m.warmup_step_times_s) + sum(m.step_times_s)
+        training = Training()
         if mark.weights is not None:
             pipe.model.load_state_dict(mark.weights)
             steps, trained_s = mark.steps, mark.trained_s
         elif trained_s < mark.budget_s:  # else it ended within a step of the budget
             training = fit(pipe, data, TrainSpec(budget_s=mark.budget_s - trained_s,
                                                  evaluate_test=False, every_epoch=False))
-        if training.val_metric is None:
+        val = training.val_metric
+        if val is None:
             with pipe.activate():
                 val = evaluate(pipe, data, "val")
-        else:
-            val = training.val_metric
-    except Exception as exc:  # recorded: the search fails the trial's guard with it
-        traceback.print_exc()
-        return {"error": f"{type(exc).__name__}: {exc}", "guard_s": time.time() - started}
-    losses = [e.loss for e in training.epochs]
-    if not all(map(_finite, losses)):
-        return {"error": f"training diverged: non-finite loss {losses}",
-                "guard_s": time.time() - started}
-    return {**training.to_dict(), "val_metric": val, "train_s": trained_s + training.train_s,
-            "from_window": {"steps": steps, "train_s": trained_s},
-            "guard_s": time.time() - started}
+        return training, {"val_metric": val, "train_s": trained_s + training.train_s,
+                          "from_window": {"steps": steps, "train_s": trained_s}}
+
+    return _guard_record(train)
 
 
 def _guard(run, config, ref, dataset) -> dict:
     """The accuracy guard's training (a :class:`autotune.specs.GuardRun`) on a pipeline
-    built afresh, so it starts where a fresh process would: the training dict, with
-    ``guard_s`` (build, training and evaluation), or ``error`` where it failed (the
-    measurement stands; the search fails the trial's guard)."""
+    built afresh, so it starts where a fresh process would."""
     import gc
 
     from autotune.pipeline import build
     from autotune.training import TrainSpec, fit
 
-    gc.collect()
-    started = time.time()
-    try:
+    def train():
         with build(config, dataset.data, num_classes=dataset.num_classes,
                    cache_file=ref.csc_path()) as pipe:
-            training = fit(pipe, dataset.data, TrainSpec(
+            return fit(pipe, dataset.data, TrainSpec(
                 epochs=run.epochs, budget_s=run.budget_s, evaluate_test=False,
-                every_epoch=False))
+                every_epoch=False)), {}
+
+    gc.collect()
+    return _guard_record(train)
+
+
+def _guard_record(train) -> dict:
+    """Runs ``train`` (which returns the ``Training`` and what to add to its dict),
+    timed: the training dict with ``guard_s`` (training and evaluation, and the
+    build where there is one), or ``error`` where it failed or diverged (the
+    measurement stands; the search fails the trial's guard)."""
+    started = time.time()
+    try:
+        training, extra = train()
     except Exception as exc:  # recorded: the search fails the trial's guard with it
         traceback.print_exc()
         return {"error": f"{type(exc).__name__}: {exc}", "guard_s": time.time() - started}
@@ -241,7 +242,7 @@ def _guard(run, config, ref, dataset) -> dict:
     if not all(map(_finite, losses)):
         return {"error": f"training diverged: non-finite loss {losses}",
                 "guard_s": time.time() - started}
-    return {**training.to_dict(), "guard_s": time.time() - started}
+    return {**training.to_dict(), **extra, "guard_s": time.time() - started}
 
 
 def _profile(pipe, asked: dict | None) -> tuple[dict, tuple[str, ...]]:
