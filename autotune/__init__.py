@@ -43,11 +43,13 @@ _EXPORTS = {
     "TrialResult": "autotune.result",
     "TrialLimits": "autotune.specs",
     "run_trial": "autotune.runner",
+    "hold_heap": "autotune.allocator",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
+    from autotune.allocator import hold_heap
     from autotune.config import TrialConfig, load_config
     from autotune.datasets import DatasetRef, load_dataset
     from autotune.synthetic import synthetic_reddit

@@ -32,7 +32,8 @@ def _measure_and_limits(args: argparse.Namespace):
                          else parse_bytes(limit, option="--memory-limit"),
                          gpu_memory_limit_bytes=None if gpu is None
                          else parse_bytes(gpu, option="--gpu-memory-limit"))
-    measure = MeasureSpec(warmup_steps=args.warmup, min_steps=args.steps,
+    measure = MeasureSpec(warmup_steps=args.warmup, min_warmup_s=args.warmup_time,
+                          min_steps=args.steps,
                           max_window_s=args.max_seconds, precision=args.precision or
                           MeasureSpec.precision)
     return measure, limits

@@ -159,6 +159,8 @@ def _argument(parse: Callable[[str], Any], expected: str) -> Callable[[str], Any
 _duration = _argument(parse_duration, "a duration such as 90s, 15m or 2h")  # 90, 90s, 1.5h
 _fraction = _argument(parse_fraction, "a fraction in (0, 1) such as 3% or 0.03")
 _positive_int = _number(int, "positive integer")
+_warmup_time = _argument(lambda text: 0.0 if text.strip() in ("0", "0s") else
+                         parse_duration(text), "a duration such as 2s, or 0")
 
 
 def _count(text: str) -> int:
@@ -254,6 +256,9 @@ def _add_measure_flags(p: argparse.ArgumentParser, timeout_flag: str = "--timeou
     p.add_argument("--warmup", type=_positive_int, default=m.warmup_steps,
                    help="warm-up steps at least (compiled modes go on until no recompile "
                         f"for {m.settle_steps} steps; default: {m.warmup_steps})")
+    p.add_argument("--warmup-time", type=_warmup_time, default=m.min_warmup_s,
+                   help="warm-up seconds at least, e.g. 2s or 0 (up to "
+                        f"{m.max_warmup_steps} steps; default: {m.min_warmup_s:g}s)")
     p.add_argument("--max-seconds", type=_duration, default=m.max_window_s,
                    help="end the timed window after this long even if --precision is not "
                         "reached (the trial is flagged imprecise), e.g. 90s or 2m "

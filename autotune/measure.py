@@ -22,6 +22,7 @@ import psutil
 import torch
 from torch import nn
 
+from autotune import allocator
 from autotune.pipeline import Pipeline
 from autotune.specs import MeasureSpec
 from autotune.result import MIB, CompileStats, MemoryStats, Observed, WindowStats, \
@@ -499,8 +500,9 @@ def _warnings(times: list[float], compile_info: dict) -> list[str]:
 
 def _warm_up(stepper: _Stepper, spec: MeasureSpec, compiled: bool,
              graphs: GraphRecordings) -> tuple[list[float], int, float]:
-    """At least ``warmup_steps`` steps; compiled, also until ``settle_steps`` steps in a
-    row compiled nothing new and recorded no CUDA graph (up to ``max_warmup_steps``).
+    """At least ``warmup_steps`` steps and ``min_warmup_s`` seconds; compiled, also
+    until ``settle_steps`` steps in a row compiled nothing new and recorded no CUDA
+    graph (up to ``max_warmup_steps``).
     Returns the steps' times, the frames compiled after the first, and the fastest
     step's seeds/s after the first (an optimistic rate, for screening)."""
     times: list[float] = []
@@ -516,7 +518,8 @@ def _warm_up(stepper: _Stepper, spec: MeasureSpec, compiled: bool,
         else:
             fastest = max(fastest, stepper.pipe.task.seeds(batch) / max(took, 1e-9))
         quiet = quiet + 1 if after == before else 0
-        enough = len(times) >= spec.warmup_steps and (not compiled or quiet >= spec.settle_steps)
+        enough = len(times) >= spec.warmup_steps and sum(times) >= spec.min_warmup_s and \
+            (not compiled or quiet >= spec.settle_steps)
         if enough or len(times) >= spec.max_warmup_steps:
             return times, frames_after_first, fastest
 
@@ -559,7 +562,7 @@ def _observe(pipe: Pipeline, stepper: _Stepper) -> dict:
         "worker_affinity": workers,
         "expected_worker_affinity": pipe.worker_cores,
         "num_workers_alive": len(workers),
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads(), "malloc": allocator.state(),
         "sampler_backend": pipe.sampler_backend,
         "feature_storage": pipe.feature_storage,
         "batch_shapes": len(stepper.shapes),

@@ -51,6 +51,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data, HeteroData
 
+from autotune.allocator import hold_heap
 from autotune.config import TrialConfig
 from autotune.env import check_cores
 from autotune.errors import ConfigError, DeviceMemoryError
@@ -447,7 +448,11 @@ class Pipeline:
     @contextlib.contextmanager
     def activate(self) -> Iterator[Pipeline]:
         """Applies the compute-core affinity (and thread count) to this process and
-        the loader-core affinity to workers started inside the block."""
+        the loader-core affinity to workers started inside the block. glibc's malloc
+        is held in its late-training state for the rest of the process
+        (:func:`autotune.allocator.hold_heap`), so that a window's early steps run
+        as a long training's later ones do."""
+        hold_heap()
         restore_cores, restore_threads = os.sched_getaffinity(0), torch.get_num_threads()
         compute = self.config.compute_cores
         try:

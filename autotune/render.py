@@ -377,6 +377,7 @@ def _measured_lines(result, format_bytes) -> list[str]:
         f"saved for backward {format_bytes(o.saved_tensor_bytes)}, aggregated by "
         f"{', '.join(o.aggregation_ops) or 'no scatter or sparse op'}, dropout masks by "
         f"{', '.join(o.dropout_ops) or 'no op (no dropout)'}",
+        f"malloc          {o.malloc or 'not recorded'}",
     ]
     return lines + [f"warning         {w}" for w in result.warnings]
 

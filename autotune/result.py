@@ -91,6 +91,7 @@ class Observed(_Part):
     expected_worker_affinity: list[list[int]] | None = None
     num_workers_alive: int = 0
     torch_threads: int = 0
+    malloc: str = ""  # what autotune.allocator did to glibc's malloc in the trial
     sampler_backend: str = ""
     batch_shapes: int = 0
     pad_buckets: list | None = None

@@ -92,12 +92,17 @@ class GuardRun:
 
 @dataclass(frozen=True)
 class MeasureSpec:
-    """How long to warm up and measure. The timed window runs in blocks of steps
-    until the throughput's relative 95% confidence half-width is at most
-    ``precision`` (and at least ``min_steps`` steps, ``min_window_s`` seconds and
-    4 blocks have run), or until ``max_window_s``, which wins over the minimums."""
+    """How long to warm up and measure. The warm-up runs ``warmup_steps`` steps and
+    ``min_warmup_s`` seconds at least (up to ``max_warmup_steps``): a step's one-off
+    costs, oneDNN's kernels for each new batch shape and the heap's growth, fade over
+    the first few dozen steps, which a config of short steps runs in that time. The
+    timed window runs in blocks of steps until the throughput's relative 95%
+    confidence half-width is at most ``precision`` (and at least ``min_steps``
+    steps, ``min_window_s`` seconds and 4 blocks have run), or until
+    ``max_window_s``, which wins over the minimums."""
 
     warmup_steps: int = 5
+    min_warmup_s: float = 2.0
     min_steps: int = 10
     min_window_s: float = 1.0
     max_window_s: float = 60.0
@@ -116,6 +121,8 @@ class MeasureSpec:
                                   f"(got {value!r})")
         if not self.max_window_s > 0:
             raise ConfigError(f"max-seconds must be positive (got {self.max_window_s!r})")
+        if not self.min_warmup_s >= 0:
+            raise ConfigError(f"--warmup-time must be >= 0 (got {self.min_warmup_s!r})")
         if not self.min_window_s >= 0:
             raise ConfigError(f"min_window_s must be >= 0 (got {self.min_window_s!r})")
         for value in (self.precision, self.screen.precision if self.screen else 0.5):

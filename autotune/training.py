@@ -173,6 +173,7 @@ class TrainResult:
     def to_dict(self) -> dict[str, Any]:
         """Its figures for JSON; the best epoch's metric named for what it is
         (``best_val_accuracy``, or ``best_val_roc_auc`` for link prediction)."""
+        from autotune import allocator
         from autotune.taskinfo import task_info
 
         key = task_info(self.config).metric_key
@@ -180,7 +181,8 @@ class TrainResult:
                 "metric": self.metric, "best_epoch": self.best.epoch,
                 f"best_val_{key}": self.best.val_metric,
                 f"best_test_{key}": self.best.test_metric,
-                "saved": None if self.saved is None else str(self.saved)}
+                "saved": None if self.saved is None else str(self.saved),
+                "malloc": allocator.state()}
 
 
 def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset, *,

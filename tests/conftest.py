@@ -152,7 +152,8 @@ def prepared(tmp_path_factory):
 def quick_measure():
     from autotune.specs import MeasureSpec
 
-    return MeasureSpec(warmup_steps=2, min_steps=5, min_window_s=0.0, max_window_s=0.5)
+    return MeasureSpec(warmup_steps=2, min_warmup_s=0.0,
+                       min_steps=5, min_window_s=0.0, max_window_s=0.5)
 
 
 _TALLY = {"fault": [0, 0], "bad_input": [0, 0]}  # [passed, ran]

@@ -17,6 +17,7 @@ import pytest
 from _helpers import cli
 
 TINY = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "2", "--warmup", "1",
+        "--warmup-time", "0",
         "--max-seconds", "0.5"]
 HETERO = ["--dataset", "synthetic-hetero", "--scale", "0.004"]
 

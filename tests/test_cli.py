@@ -67,7 +67,8 @@ def test_trial_prints_json(tmp_path):
     cfg.write_text("batch_size: 64\nnum_neighbors: [5, 5]\nhidden_channels: 16\n")
     proc = autotune("trial", "--dataset", "synthetic", "--scale", "0.004", "--root",
                     str(tmp_path / "data"), "--config", str(cfg), "--steps", "4", "--warmup",
-                    "1", "--max-seconds", "0.5", "--precision", "5%", "--format", "json",
+                    "1", "--warmup-time", "0", "--max-seconds", "0.5", "--precision", "5%",
+                    "--format", "json",
                     "--studies-dir", str(tmp_path / "studies"))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
@@ -87,6 +88,7 @@ def test_trial_profile_writes_a_trace_and_prints_the_top_ops(tmp_path):
     prof = tmp_path / "prof"
     proc = autotune("trial", "--dataset", "synthetic", "--scale", "0.004", "--root",
                     str(tmp_path / "data"), "--config", str(cfg), "--warmup", "1",
+                    "--warmup-time", "0",
                     "--max-seconds", "0.5", "--profile", str(prof), "--profile-steps", "3",
                     "--studies-dir", str(tmp_path / "studies"))
     assert proc.returncode == 0, proc.stderr

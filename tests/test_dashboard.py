@@ -17,6 +17,7 @@ import pytest
 from _helpers import cli
 
 FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
+        "--warmup-time", "0",
         "--max-seconds", "0.5", "--space", "quick", "--confirm", "0"]
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 METRICS = ("throughput (seed nodes/s)", "peak memory (MiB)")

@@ -14,6 +14,7 @@ from _helpers import cli
 from autotune.study.records import TrialRecord
 
 FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
+        "--warmup-time", "0",
         "--max-seconds", "0.5", "--space", "quick", "--confirm", "0"]
 
 

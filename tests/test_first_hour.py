@@ -19,7 +19,7 @@ from _helpers import cli
 import autotune
 from autotune.errors import ConfigError
 
-FAST = ["--steps", "2", "--warmup", "1", "--max-seconds", "0.5"]
+FAST = ["--steps", "2", "--warmup", "1", "--warmup-time", "0", "--max-seconds", "0.5"]
 MODELS = '''
 from torch_geometric.nn import SAGEConv
 import torch

@@ -172,7 +172,8 @@ def test_search_and_train_on_synthetic_molecules(tmp_path):
     env_args = ["--dataset", "synthetic-molecules", "--scale", "0.005", "--task", "graph",
                 "--root", str(tmp_path / "data")]
     proc = cli("search", *env_args, "--n-trials", "2", "--space", "quick", "--studies-dir",
-               str(tmp_path / "studies"), "--steps", "3", "--warmup", "1", "--max-seconds",
+               str(tmp_path / "studies"), "--steps", "3", "--warmup", "1",
+               "--warmup-time", "0", "--max-seconds",
                "1", "--confirm", "0", "-f", "json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     blob = json.loads(proc.stdout)

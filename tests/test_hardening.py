@@ -26,7 +26,8 @@ FAULT_SPACE = """knobs:
 fixed:
   hidden_channels: 16
 """
-FAST = ["--dataset", "synthetic", "--scale", "0.004", "--warmup", "1", "--seed", "3",
+FAST = ["--dataset", "synthetic", "--scale", "0.004", "--warmup", "1",
+        "--warmup-time", "0", "--seed", "3",
         "--confirm", "0"]
 DEAD_WORKER = (r"DataLoader worker \(pid(\(s\))? [\d, ]+\) (is killed|exited unexpectedly)"
                r"|Connection|a loader worker died")

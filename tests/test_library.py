@@ -25,7 +25,8 @@ SPACE = {"knobs": {"batch_size": {"choices": [32, 64]}, "num_neighbors": {"choic
                    "num_workers": 0, "checkpointing": {"choices": [False, True]},
                    "sampler": "builtin"},
          "fixed": {"hidden_channels": 16}}
-FAST = MeasureSpec(warmup_steps=1, min_steps=3, min_window_s=0.0, max_window_s=0.5)
+FAST = MeasureSpec(warmup_steps=1, min_warmup_s=0.0,
+                   min_steps=3, min_window_s=0.0, max_window_s=0.5)
 
 
 def test_a_factory_crosses_processes_by_its_import_path():
@@ -128,6 +129,7 @@ def test_search_a_user_model_from_the_cli_and_train_it(tmp_path):
     common = ["--dataset", "user_models:tiny_graph", "--model", MODEL, "--root",
               str(tmp_path / "d"), "--studies-dir", str(tmp_path / "s"), "--study-name", "cli",
               "--space", "quick", "--hidden", "16", "--steps", "3", "--warmup", "1",
+              "--warmup-time", "0",
               "--max-seconds", "0.5"]
     run = cli("search", *common, "--n-trials", "2", "--confirm", "0", env=env, cwd=tmp_path,
               timeout=600)

@@ -248,7 +248,8 @@ def test_a_temporal_search(tmp_path):
     tests = str(Path(__file__).parent)
     env = {"PYTHONPATH": tests}
     proc = cli("search", *common, "--n-trials", "2", "--space", "quick", "--studies-dir",
-               str(tmp_path / "studies"), "--steps", "3", "--warmup", "1", "--max-seconds",
+               str(tmp_path / "studies"), "--steps", "3", "--warmup", "1",
+               "--warmup-time", "0", "--max-seconds",
                "1", "--no-priors", "--confirm", "0", "-f", "json", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     done = [t for t in json.loads(proc.stdout)["trials"] if t["state"] == "complete"]

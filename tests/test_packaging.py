@@ -32,7 +32,8 @@ def test_a_wheel_install_runs_a_search_on_a_shipped_space(tmp_path):
     assert (Path(spaces) / "quick.yaml").exists()
     run = subprocess.run([str(venv / "bin" / "autotune"), "search", "--space", "quick",
                           "--n-trials", "1", "--dataset", "synthetic", "--scale", "0.004",
-                          "--steps", "2", "--warmup", "1", "--max-seconds", "0.5", "--root",
+                          "--steps", "2", "--warmup", "1",
+                          "--warmup-time", "0", "--max-seconds", "0.5", "--root",
                           str(tmp_path / "data")],
                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert run.returncode == 0, run.stderr

@@ -261,7 +261,8 @@ def test_a_real_confirmation_measures_each_candidate_in_its_own_process(tmp_path
     """A real search's confirmation: rounds interleaved by their timestamps, each
     measurement its own forked process, and the front's figures the confirmed ones."""
     proc = cli("search", "--dataset", "synthetic", "--scale", "0.004", "--steps", "3",
-               "--warmup", "1", "--max-seconds", "0.5", "--space", "quick", "--n-trials", "4",
+               "--warmup", "1", "--warmup-time", "0", "--max-seconds", "0.5", "--space", "quick",
+               "--n-trials", "4",
                "--root", str(tmp_path / "data"), "--studies-dir", str(tmp_path / "studies"),
                "--study-name", "c", "--confirm", "1", "--no-racing")
     assert proc.returncode == 0, proc.stderr

@@ -320,7 +320,7 @@ def test_reduce_overhead_records_its_cuda_graphs_in_the_warm_up(tiny_synthetic):
     config = TrialConfig(batch_size=64, hidden_channels=32, sampler="builtin", device="cuda",
                          gpu_sampling=True, compile_mode="reduce-overhead", shapes="padded")
     result = measure(build(config, tiny_synthetic, num_classes=4),
-                     MeasureSpec(warmup_steps=3, min_steps=10, max_window_s=5.0))
+                     MeasureSpec(warmup_steps=3, min_warmup_s=0.0, min_steps=10, max_window_s=5.0))
     compiled = result.compile
     assert compiled.cuda_graphs_recorded >= 2  # a forward and a backward graph at least
     assert compiled.cuda_graphs_recorded_in_window <= compiled.cuda_graphs_recorded

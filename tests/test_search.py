@@ -13,6 +13,7 @@ import yaml
 from autotune.config import TrialConfig, load_config
 
 FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
+        "--warmup-time", "0",
         "--max-seconds", "0.5",
         "--seed", "1", "--confirm", "0"]
 

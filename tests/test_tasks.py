@@ -234,7 +234,8 @@ def test_search_end_to_end(tmp_path, args, request):
                      "knobs:\n  batch_size: {choices: [256, 512]}\n"
                      "  num_neighbors: {choices: [[5, 5], [10, 5]]}\n")
     proc = cli("search", *args, "--n-trials", "4", "--space", str(space), "--studies-dir",
-               str(tmp_path / "studies"), "--steps", "3", "--warmup", "1", "--max-seconds",
+               str(tmp_path / "studies"), "--steps", "3", "--warmup", "1",
+               "--warmup-time", "0", "--max-seconds",
                "1", "--no-priors", "--confirm", "0", "-f", "json", env=_env(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     blob = json.loads(proc.stdout)

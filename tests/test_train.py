@@ -15,6 +15,7 @@ from autotune.specs import GuardOptions
 from autotune.specs import MeasureSpec
 
 FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
+        "--warmup-time", "0",
         "--max-seconds", "0.5", "--confirm", "0"]
 
 
@@ -105,8 +106,9 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
     dataset = ref.prepare()
     opts = options.SearchOptions(dataset=ref, space=space, n_trials=1, sampler="random",
                               storage=f"sqlite:///{tmp_path / 'g.db'}", study_name="g",
-                              studies_dir=tmp_path, measure=MeasureSpec(warmup_steps=1, min_steps=3,
-                                                                        max_window_s=0.5),
+                              studies_dir=tmp_path,
+                              measure=MeasureSpec(warmup_steps=1, min_warmup_s=0.0, min_steps=3,
+                                                  max_window_s=0.5),
                               # 0.98, not 0.99: the guard trains each config for the
                               # baseline's wall time, and on a loaded CI machine a kept config
                               # fell 0.04% short of 0.99 once; [1, 1] stays below 0.1
@@ -215,7 +217,8 @@ def test_the_guard_training_goes_on_from_the_window(tmp_path):
     def guarded(budget_s: float, window_s: float):
         pipe = build(config, dataset.data, num_classes=dataset.num_classes)
         mark = GuardMark(pipe, budget_s)
-        m = measure(pipe, MeasureSpec(warmup_steps=2, min_steps=3, min_window_s=window_s,
+        m = measure(pipe, MeasureSpec(warmup_steps=2, min_warmup_s=0.0, min_steps=3,
+                                      min_window_s=window_s,
                                       max_window_s=window_s, precision=1e-6), on_step=mark)
         live = {k: v.clone() for k, v in pipe.model.state_dict().items()}
         with pipe:

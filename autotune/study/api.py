@@ -135,6 +135,7 @@ R = TypeVar("R")
 # The CLI's flags, or a guess at them, that are no keyword of search(): what to pass.
 KEYWORD_FOR = {"max_seconds": "measure=MeasureSpec(max_window_s=...)",
                "warmup": "measure=MeasureSpec(warmup_steps=...)",
+               "warmup_time": "measure=MeasureSpec(min_warmup_s=...)",
                "steps": "measure=MeasureSpec(min_steps=...)",
                "timeout": "timeout_s= (seconds)",
                "trial_timeout": "limits=TrialLimits(timeout_s=...)",
