@@ -77,4 +77,4 @@ def hold_heap() -> str:
 
 def state() -> str:
     """What :func:`hold_heap` did in this process, or that it has not run."""
-    return _state if _state is not None else "glibc defaults (hold_heap not called)"
+    return _state if _state is not None else "as the process found it (hold_heap not called)"

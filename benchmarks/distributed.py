@@ -31,7 +31,7 @@ from autotune.study.records import records
 # Cheap trials, so that the storage's share shows: a tiny graph, a window of at most a
 # second at a loose precision, and no confirmation rounds at the end.
 FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
-        "--space", "quick", "--precision", "10%", "--max-seconds", "1", "--confirm", "0"]
+        "--warmup-time", "0", "--space", "quick", "--precision", "10%", "--max-seconds", "1", "--confirm", "0"]
 
 
 def run(url: str, workers: int, trials: int, root: Path, lock_dir: Path) -> dict:
