@@ -9,7 +9,7 @@ threshold starts at 128 KiB and rises each time a mapped block is freed (up to
 Measured on a 2-core AMD EPYC with avx512_bf16 (2026-11-26): a bfloat16 step of
 the synthetic graph faulted 20,000 to 35,000 pages for its first 400 steps and
 under 2,000 after 650, its throughput rose by a third, and a trial's window (its
-first hundred steps) promised 0.8x the speed its training went on to run. Held
+first hundred steps) promised 0.8 to 0.9 of the speed its training went on to run. Held
 here, the same config faulted under 3,000 pages a step from the first, and a
 float32 one, whose largest blocks stay over 32 MiB and were mapped every step,
 ran 1.4x faster throughout.
