@@ -40,17 +40,17 @@ def parse_bytes(text: str | int, *, option: str = "size") -> int:
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
 
 
-def parse_duration(text: str | float | int) -> float:
+def parse_duration(text: str | float | int, *, zero: bool = False) -> float:
     """Seconds from a number or '90', '90s', '15m', '2h', '1.5h'; ValueError if not
-    a positive duration."""
+    a positive duration (or, with ``zero``, a duration of 0)."""
     import re
 
     if isinstance(text, (int, float)) and not isinstance(text, bool):
-        if text > 0:
+        if text > 0 or zero and text == 0:
             return float(text)
         raise ValueError(text)
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", str(text))
-    if match is None or not float(match.group(1)) > 0:
+    if match is None or not (float(match.group(1)) > 0 or zero):
         raise ValueError(text)
     return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
 

@@ -5,6 +5,7 @@ from the option records (:mod:`autotune.specs`, :class:`SearchOptions`), each
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 from typing import Any, Callable
 
@@ -159,8 +160,8 @@ def _argument(parse: Callable[[str], Any], expected: str) -> Callable[[str], Any
 _duration = _argument(parse_duration, "a duration such as 90s, 15m or 2h")  # 90, 90s, 1.5h
 _fraction = _argument(parse_fraction, "a fraction in (0, 1) such as 3% or 0.03")
 _positive_int = _number(int, "positive integer")
-_warmup_time = _argument(lambda text: 0.0 if text.strip() in ("0", "0s") else
-                         parse_duration(text), "a duration such as 2s, or 0")
+_warmup_time = _argument(functools.partial(parse_duration, zero=True),
+                         "a duration such as 2s, or 0")
 
 
 def _count(text: str) -> int:

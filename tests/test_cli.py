@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -117,10 +118,15 @@ def test_public_names_resolve():
 
 
 def test_durations_take_units():
-    from autotune.flags import _duration
+    from autotune.flags import _duration, _warmup_time
 
     assert [_duration(t) for t in ("90", "90s", "15m", "2h", "1.5h")] == \
         [90, 90, 900, 7200, 5400]
+    assert [_warmup_time(t) for t in ("0", "0s", "2s", "1.5")] == [0, 0, 2, 1.5]
+    with pytest.raises(argparse.ArgumentTypeError, match="a duration such as 2s, or 0"):
+        _warmup_time("-1")
+    with pytest.raises(argparse.ArgumentTypeError):
+        _duration("0")  # a timeout or a window of 0 s is no duration
     proc = autotune("search", "--timeout", "15x")
     assert proc.returncode == 2 and "expected a duration such as 90s, 15m or 2h" in proc.stderr
 
