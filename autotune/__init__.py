@@ -19,54 +19,54 @@ _EXPORTS = {
     "StorageError": "autotune.errors",
     "StudyNotFoundError": "autotune.errors",
     "GuardError": "autotune.errors",
-    "search": "autotune.study.api",
-    "prepare_search": "autotune.study.api",
-    "SearchResult": "autotune.study.api",
-    "SearchPlan": "autotune.study.api",
-    "SearchRequest": "autotune.study.api",
-    "TrialRecord": "autotune.study.records",
-    "StudyRecord": "autotune.study.records",
-    "train": "autotune.training",
-    "TrainResult": "autotune.training",
+    "search": "autotune.study",
+    "prepare_search": "autotune.study",
+    "SearchResult": "autotune.study",
+    "SearchPlan": "autotune.study",
+    "SearchRequest": "autotune.study",
+    "TrialRecord": "autotune.study",
+    "StudyRecord": "autotune.study",
+    "train": "autotune.pipeline",
+    "TrainResult": "autotune.pipeline",
     "TaskInfo": "autotune.taskinfo",
-    "load_study": "autotune.study.studies",
-    "NeighborSampler": "autotune.sampler",
-    "make_sampler": "autotune.sampler",
+    "load_study": "autotune.study",
+    "NeighborSampler": "autotune.sampling",
+    "make_sampler": "autotune.sampling",
     "TrialConfig": "autotune.config",
     "load_config": "autotune.config",
-    "DatasetRef": "autotune.datasets",
-    "load_dataset": "autotune.datasets",
-    "synthetic_reddit": "autotune.synthetic",
+    "DatasetRef": "autotune.data",
+    "load_dataset": "autotune.data",
+    "synthetic_reddit": "autotune.data",
     "build": "autotune.pipeline",
     "Pipeline": "autotune.pipeline",
     "MeasureSpec": "autotune.specs",
-    "TrialResult": "autotune.result",
+    "TrialResult": "autotune.trial",
     "TrialLimits": "autotune.specs",
-    "run_trial": "autotune.runner",
-    "hold_heap": "autotune.allocator",
+    "run_trial": "autotune.trial",
+    "hold_heap": "autotune.pipeline",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from autotune.allocator import hold_heap
+    from autotune.pipeline import hold_heap
     from autotune.config import TrialConfig, load_config
-    from autotune.datasets import DatasetRef, load_dataset
-    from autotune.synthetic import synthetic_reddit
+    from autotune.data import DatasetRef, load_dataset
+    from autotune.data import synthetic_reddit
     from autotune.errors import (AutotuneError, BackendUnavailableError, ConfigError,
                                  DatasetError, GuardError, SearchSpaceError, StorageError,
                                  StudyNotFoundError)
-    from autotune.study.api import SearchPlan, SearchRequest, SearchResult, prepare_search, \
+    from autotune.study import SearchPlan, SearchRequest, SearchResult, prepare_search, \
         search
-    from autotune.study.records import StudyRecord, TrialRecord
+    from autotune.study import StudyRecord, TrialRecord
     from autotune.taskinfo import TaskInfo
-    from autotune.training import TrainResult, train
-    from autotune.study.studies import load_study
+    from autotune.pipeline import TrainResult, train
+    from autotune.study import load_study
     from autotune.specs import MeasureSpec, TrialLimits
     from autotune.pipeline import Pipeline, build
-    from autotune.result import TrialResult
-    from autotune.runner import run_trial
-    from autotune.sampler import NeighborSampler, make_sampler
+    from autotune.trial import TrialResult
+    from autotune.trial import run_trial
+    from autotune.sampling import NeighborSampler, make_sampler
 
 
 def __getattr__(name: str) -> Any:

@@ -136,7 +136,7 @@ class TrialConfig:
         if self.time_attr is not None and not task_info(self.task).temporal:
             raise ConfigError(f"time_attr samples node batches in time (got task {self.task} "
                               "with time_attr); leave it out, or use the temporal loaders "
-                              "of autotune.loader directly")
+                              "of autotune.sampling._loader directly")
         if self.shapes == "padded" and self.compile_mode == "none":
             raise ConfigError("shapes 'padded' only helps a compiled model; set compile_mode "
                               "(got compile_mode 'none')")
@@ -396,3 +396,29 @@ def exported(path: str | Path | None) -> tuple[dict[str, Any] | None, dict[str, 
     if path is None:
         return None, None
     return recorded_dataset(path), measured_figures(path)
+
+
+def short(config: dict) -> str:
+    """A config in one short line: batch, fanout, workers/affinity, compile/shapes,
+    dtype, checkpointing, sampler (``@gpu`` with GPU sampling, ``@gpu+pinned`` with
+    its features in pinned host memory), ``+spmm`` for the
+    sparse aggregation, ``+bits`` for dropout masks from random bits and ``+xbf16``
+    for features stored in bfloat16 (see the README's "Reading a config code"); a named edge
+    type's fanout follows the shared one as ``REL[k, ...]``. A graph-level config
+    (task graph) has no fanout and no sampler: ``graphs`` stands for both."""
+    affinity = "pin" if config.get("loader_cores") else "-"
+    shapes = "pad" if config.get("shapes") == "padded" else "dyn"
+    whole = task_info(config).whole_graphs
+    sampler = ("graphs" if whole else config["sampler"]) + \
+        ("@gpu" if config.get("gpu_sampling") else "") + \
+        ("+pinned" if config.get("feature_placement") == "pinned" else "") + \
+        ("+spmm" if config.get("aggregation") == "sparse" else "") + \
+        ("+bits" if config.get("dropout_masks") == "bits" else "") + \
+        ("+xbf16" if config.get("feature_dtype") == "bfloat16" else "")
+    fanout = "" if whole else f"f{list(config['num_neighbors'])}" + "".join(
+        f" {edge_type.split('__')[1]}{list(k)}"  # a named edge type's own fanout
+        for edge_type, k in (config.get("edge_fanouts") or {}).items()) + " "
+    return (f"b{config['batch_size']} {fanout}"
+            f"w{config['num_workers']}/{affinity} {config['compile_mode']}/{shapes} "
+            f"{config['amp_dtype'].replace('float', 'f')} "
+            f"ck{'+' if config['checkpointing'] else '-'} {sampler}")

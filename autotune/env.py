@@ -164,8 +164,13 @@ def fingerprint(device: str = "cpu") -> dict:
         "available_cores": len(available_cores()),
         "memory_bytes": psutil.virtual_memory().total,
         "gpu": gpu, "cuda": torch.version.cuda,
-        "trial_start_method": "forked from autotune.forkserver in a search, else a fresh "
+        "trial_start_method": "forked from autotune.trial._forkserver in a search, else a fresh "
                               "interpreter (observed.trial_start says which)",
         "loader_start_method": torch.multiprocessing.get_start_method(allow_none=True) or "fork",
         "host": socket.gethostname(),
     }
+
+
+def clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}:{secs:02d}"

@@ -35,3 +35,9 @@ def dump(blob: Any, fmt: Literal["json", "yaml"]) -> str:
     import yaml
 
     return yaml.safe_dump(json.loads(text), sort_keys=False)
+
+
+def inductor_cache_dir(studies_dir: str | os.PathLike) -> Path:
+    """Where compiled kernels persist between trials (and training runs) of a studies
+    folder: ``STUDIES_DIR/.cache/inductor``."""
+    return Path(studies_dir) / ".cache" / "inductor"

@@ -81,3 +81,18 @@ def user_code(what: str, path: str, call: Callable[..., T], *args: Any) -> T:
 def _said(exc: Exception) -> str:
     """What a user's code raised, on one line: ``ValueError: its message``."""
     return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+
+
+def lazy_exports(package: str, exports: dict[str, str]) -> Callable[[str], Any]:
+    """A package's ``__getattr__`` that imports a public name from its private module
+    on first use (``exports``: name -> module inside ``package``), as optuna's
+    ``_LazyImport`` does: so ``autotune --help`` and the commands that only read a
+    study never import torch or PyG through a package's ``__init__``."""
+
+    def __getattr__(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{package}.{module}"), name)
+
+    return __getattr__

@@ -1,6 +1,6 @@
 """The option records of a measurement, a trial's limits and the accuracy guard:
 frozen, validated on construction, and the one place each default is written.
-:class:`autotune.study.options.SearchOptions` holds them for a search, and the CLI
+:class:`autotune.study._options.SearchOptions` holds them for a search, and the CLI
 takes its flags' defaults from them. Imports neither torch, PyG nor Optuna, so
 ``autotune --help`` stays fast.
 """
@@ -70,7 +70,7 @@ class GuardRun:
     time went to that): a freshly built pipeline trains for ``epochs`` (the baseline,
     which sets the budget); any other trial's model trains for ``budget_s`` seconds
     in all, an eager config's warm-up and window counted
-    (:class:`autotune.worker.GuardMark`), and is evaluated on the validation split.
+    (:class:`autotune.trial._worker.GuardMark`), and is evaluated on the validation split.
     A trial trains only where it could join the feasible ``front`` ((throughput,
     MiB) points) within ``budget_mib``, unless ``always`` (accuracy is an
     objective) or it is the baseline."""
@@ -187,7 +187,7 @@ class GuardOptions:
 
 def baseline_metric(ref: dict) -> float:
     """The baseline's validation metric in a study's guard reference (written by
-    :func:`autotune.guard.reference_of`: ``baseline_validation``, named by the task's
+    :func:`autotune.study._guard.reference_of`: ``baseline_validation``, named by the task's
     metric; ``baseline_val_acc`` in a study made before that)."""
     if "baseline_validation" in ref:
         return next(iter(ref["baseline_validation"].values()))

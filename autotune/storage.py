@@ -125,7 +125,7 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
     applied twice; for ``create_new_trial`` that leaves one extra RUNNING trial that
     no worker claims. Until the grace period passes it holds a budget slot (a worker
     waits rather than overrun the budget); then any worker fails it as an orphan
-    (:func:`autotune.study.recovery.fail_orphans`) and the slot is free again.
+    (:func:`autotune.study._recovery.fail_orphans`) and the slot is free again.
     """
 
 

@@ -7,12 +7,12 @@ task   throughput   metric   the dataset holds
 node   seed nodes/s accuracy ``train_mask`` (seeds), ``val_mask`` (the guard's split)
 link   seed edges/s ROC-AUC  its link split: ``train_edge_label_index`` (seeds),
                              ``val_edge_label_index``/``val_edge_label``
-graph  graphs/s     accuracy many small graphs (:mod:`autotune.graphsets`): a
+graph  graphs/s     accuracy many small graphs (:mod:`autotune.data._graphsets`): a
                              per-graph ``train_mask`` (seeds) and ``val_mask``
 =====  ===========  =======  =====================================================
 
 The torch side of a task (its loader, loss, model and evaluation) is
-:mod:`autotune.tasks`; its objects carry their row of this table as ``info``.
+:mod:`autotune.pipeline._tasks`; its objects carry their row of this table as ``info``.
 """
 from __future__ import annotations
 

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 from autotune.taskinfo import DEFAULT_TASK
-from autotune.datasets import DatasetRef
+from autotune.data._datasets import DatasetRef
 from autotune.env import fingerprint
-from autotune.study.api import default_config
+from autotune.study._api import default_config
 
 
 def parser(doc: str, out: str) -> argparse.ArgumentParser:
@@ -67,8 +67,8 @@ def timed_search(workdir, study_name: str, **options):
     import optuna
 
     import autotune
-    from autotune.render import progress_line
-    from autotune.study.studies import load_study
+    from autotune.cli._render import progress_line
+    from autotune.study._studies import load_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress lines say it all
     lines: list[str] = []
@@ -91,13 +91,13 @@ def rounds(configs: dict, ref, args, server, n_rounds: int, tag: str,
     every config in order (the first, ``configs``' first, is the reference), each
     measurement a forked trial, then the reference once more to close the last
     round. Returns the measurements as ``TrialRecord``s and each config's figures
-    from :func:`autotune.study.paired.confirmed` (paired with the reference of its
+    from :func:`autotune.study._paired.confirmed` (paired with the reference of its
     round, interpolated in time), keyed by name."""
     import dataclasses
 
-    from autotune.runner import run_trial
-    from autotune.study.paired import confirmed
-    from autotune.study.records import TrialRecord
+    from autotune.trial._runner import run_trial
+    from autotune.study._paired import confirmed
+    from autotune.study._records import TrialRecord
 
     names = list(configs)
     schedule = [(r, n) for r in range(n_rounds) for n in names] + [(n_rounds, names[0])]

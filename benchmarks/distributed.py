@@ -24,9 +24,9 @@ import optuna
 
 from _common import write
 
-from autotune.datasets import DatasetRef
+from autotune.data._datasets import DatasetRef
 from autotune.storage import masked, open_storage
-from autotune.study.records import records
+from autotune.study._records import records
 
 # Cheap trials, so that the storage's share shows: a tiny graph, a window of at most a
 # second at a loose precision, and no confirmation rounds at the end.

@@ -16,10 +16,10 @@ import yaml
 
 from _common import baseline, measure_spec, parser, prepare, timed_search, write, write_space
 
-from autotune.result import ratio_half_width
-from autotune.runner import TrialLimits
-from autotune.space import resolve_space_path
-from autotune.study.records import records
+from autotune.trial._result import ratio_half_width
+from autotune.trial._runner import TrialLimits
+from autotune.study._space import resolve_space_path
+from autotune.study._records import records
 
 
 def space_file(base, folder: Path) -> Path:

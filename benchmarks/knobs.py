@@ -34,8 +34,8 @@ from pathlib import Path
 
 from _common import baseline, measure_spec, parser, prepare, write
 
-from autotune.runner import ForkServer, TrialLimits, run_trial
-from autotune.sampler import resolve_backend
+from autotune.trial._runner import ForkServer, TrialLimits, run_trial
+from autotune.sampling._neighbor import resolve_backend
 from autotune.errors import AutotuneError, ConfigError
 from autotune.taskinfo import DEFAULT_TASK, TASKS, task_info
 from autotune.topology import STRATEGIES, affinity_sets, this_machine

@@ -22,7 +22,7 @@ import time
 
 from _common import baseline, measure_spec, parser, prepare, rounds, write
 
-from autotune.runner import ForkServer, run_trial
+from autotune.trial._runner import ForkServer, run_trial
 
 PAIRED_TARGET = 0.05
 

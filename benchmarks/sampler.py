@@ -42,9 +42,9 @@ from pathlib import Path
 
 import torch
 
-from autotune.synthetic import synthetic_reddit
+from autotune.data._synthetic import synthetic_reddit
 from autotune.env import cpu_model
-from autotune.sampler import NeighborSampler, star_forest, uniformity_chi_square
+from autotune.sampling._neighbor import NeighborSampler, star_forest, uniformity_chi_square
 from torch_geometric.sampler import NodeSamplerInput
 
 BATCH = 1024
@@ -171,7 +171,7 @@ def measure_link(data, batches: int, warmup: int, cuda: bool) -> dict:
 
 def measure_hetero(batches: int, warmup: int, cuda: bool) -> dict:
     """``sample_from_nodes`` on the ogbn-mag-shaped graph, 1024 paper seeds."""
-    from autotune.synthetic import synthetic_mag
+    from autotune.data._synthetic import synthetic_mag
 
     started = time.perf_counter()
     data = synthetic_mag(scale=1.0, seed=0, num_features=1)
@@ -222,9 +222,9 @@ def measure_temporal(data, batches: int, warmup: int, cuda: bool) -> dict:
 
 def measure_graph_batches(batches: int, warmup: int) -> dict:
     """Collating 1024 whole graphs per batch, unpadded and padded."""
-    from autotune.graphsets import synthetic_molecules
-    from autotune.loader import GraphLoader
-    from autotune.pipeline import PadToBucket
+    from autotune.data._graphsets import synthetic_molecules
+    from autotune.sampling._loader import GraphLoader
+    from autotune.pipeline._build import PadToBucket
 
     graphs = synthetic_molecules(scale=0.1, seed=0).split("train")
     loaders = {"graphs_cpu": GraphLoader(graphs, batch_size=BATCH, shuffle=True),

@@ -23,14 +23,14 @@ from pathlib import Path
 import optuna
 
 from autotune.config import TrialConfig
-from autotune.datasets import DatasetRef
+from autotune.data._datasets import DatasetRef
 from autotune.env import fingerprint
 from autotune.specs import MeasureSpec
-from autotune.pareto import Point, hypervolume
-from autotune.runner import run_trial
-from autotune.space import Knob, SearchSpace, suggest_config
-from autotune.study.records import DIRECTIONS
-from autotune.study.samplers import DEFAULT_SAMPLER, OPTUNA_SAMPLERS, optuna_sampler
+from autotune.study._pareto import Point, hypervolume
+from autotune.trial._runner import run_trial
+from autotune.study._space import Knob, SearchSpace, suggest_config
+from autotune.study._records import DIRECTIONS
+from autotune.study._optuna_samplers import DEFAULT_SAMPLER, OPTUNA_SAMPLERS, optuna_sampler
 
 GRID = {"batch_size": (256, 512, 1024), "num_neighbors": ((10, 5), (25, 10)),
         "num_workers": (0, 1), "amp_dtype": ("float32", "bfloat16"),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from _common import baseline, measure_spec, parser, prepare, timed_search, write, write_space
 
-from autotune.runner import TrialLimits
+from autotune.trial._runner import TrialLimits
 
 REDDIT_TRAIN_NODES = 153_431
 TARGET_CPU, TARGET_GPU, TARGET_EPOCHS = 3.0, 2.5, 10
@@ -27,7 +27,7 @@ def searched_space(base) -> dict:
     """search_spaces/default.yaml with batch size and fanout pinned to the baseline's."""
     import yaml
 
-    from autotune.space import resolve_space_path
+    from autotune.study._space import resolve_space_path
 
     space = yaml.safe_load(resolve_space_path("default").read_text())
     space["description"] = ("benchmarks/speedup.py: search_spaces/default.yaml, batch size "

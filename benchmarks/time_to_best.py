@@ -32,7 +32,7 @@ from pathlib import Path
 from _common import baseline, measure_spec, parser, prepare, rounds, timed_search, write
 from speedup import space_file
 
-from autotune.runner import ForkServer, TrialLimits
+from autotune.trial._runner import ForkServer, TrialLimits
 
 TARGET_S, NEAR = {"cpu": 600.0, "cuda": 300.0}, 0.90
 TARGET_SPEEDUP = {"cuda": 15.0}  # the search's confirmed best over the baseline

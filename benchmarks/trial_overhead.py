@@ -22,7 +22,7 @@ from pathlib import Path
 
 from _common import baseline, measure_spec, parser, prepare, write
 
-from autotune.runner import ForkServer, run_trial
+from autotune.trial._runner import ForkServer, run_trial
 
 STARTUP_TARGET_S = 1.0
 OUTSIDE_WINDOW_TARGET = 0.20

@@ -83,7 +83,7 @@ def assert_window_kept_its_promise(steps: int, window: dict, min_steps: int,
     ``precise`` only after ``min_steps`` steps and 4 blocks, or ``max-seconds`` once
     ``max_window_s`` has passed, which wins over the minimums (the trial is then
     flagged imprecise). ``window`` is the result's ``window`` as a dict."""
-    from autotune.measure import MIN_BLOCKS
+    from autotune.trial._window import MIN_BLOCKS
 
     assert steps >= 1
     if window["stopped"] == "precise":

@@ -1,4 +1,4 @@
-"""autotune.allocator: a process that trains keeps its heap from its first step, so
+"""autotune.pipeline._allocator: a process that trains keeps its heap from its first step, so
 a window's early steps fault no more pages than a long training's later ones."""
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 and the fix, shows no traceback, and leaves the stored study and every file of the
 studies folder exactly as they were.
 
-The cases run in this process, through ``autotune.cli.main`` (all that ``python -m
+The cases run in this process, through ``autotune.cli._main.main`` (all that ``python -m
 autotune`` adds is ``sys.exit``): a fresh interpreter per case cost 4 s of imports
 each. The study they must not touch is made by a real ``autotune search``, and
 ``test_debug_shows_the_traceback`` runs the command as a user does."""
@@ -66,7 +66,7 @@ def base(tmp_path_factory):
 def _no_training_nodes(path):
     import torch
 
-    from autotune.synthetic import synthetic_reddit
+    from autotune.data._synthetic import synthetic_reddit
 
     data = synthetic_reddit(scale=0.003, seed=0, mean_degree=8, num_features=8, num_classes=2)
     data.train_mask = torch.zeros_like(data.train_mask)
@@ -81,7 +81,7 @@ def _cli(*args):
 
 def _main(args, capsys) -> tuple[int, str, str]:
     """``autotune ARGS`` in this process: its exit code, stdout and stderr."""
-    from autotune.cli import main
+    from autotune.cli._main import main
 
     capsys.readouterr()
     try:
@@ -299,10 +299,10 @@ def test_bad_input(base, case, capsys):
 
 @pytest.mark.bad_input
 def test_float16_where_the_build_lacks_it(monkeypatch, capsys, tmp_path):
-    import autotune.pipeline
-    from autotune.cli import main
+    import autotune.pipeline._build
+    from autotune.cli._main import main
 
-    monkeypatch.setattr(autotune.pipeline, "amp_supported", lambda device, dtype: False)
+    monkeypatch.setattr(autotune.pipeline._build, "amp_supported", lambda device, dtype: False)
     cfg = tmp_path / "fp16.yaml"
     cfg.write_text("amp_dtype: float16\n")
     assert main(["trial", "--config", str(cfg), "--device", "cpu"]) == 2

@@ -26,7 +26,7 @@ def _one_line_error(proc, *needles):
 
 
 def test_help_does_not_import_torch():
-    code = ("import sys; from autotune.cli import build_parser; build_parser(); "
+    code = ("import sys; from autotune.cli._main import build_parser; build_parser(); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -118,7 +118,7 @@ def test_public_names_resolve():
 
 
 def test_durations_take_units():
-    from autotune.flags import _duration, _warmup_time
+    from autotune.cli._flags import _duration, _warmup_time
 
     assert [_duration(t) for t in ("90", "90s", "15m", "2h", "1.5h")] == \
         [90, 90, 900, 7200, 5400]
@@ -160,7 +160,7 @@ def test_study_management_lists_picks_the_only_one_and_deletes_on_yes(tmp_path):
 def test_a_datasets_identity_is_what_defines_its_data(tmp_path, monkeypatch):
     """Not where its files lie: a generated graph is the same at any root, a real one
     under any folder, a .pt file by any path to it; its scale and seed define it."""
-    from autotune.datasets import DatasetRef
+    from autotune.data._datasets import DatasetRef
 
     monkeypatch.chdir(tmp_path)
     relative = DatasetRef("synthetic", root="data", scale=0.5)

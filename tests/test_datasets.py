@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from autotune.datasets import DatasetRef, load_dataset
-from autotune.synthetic import (REDDIT_CLASSES, REDDIT_FEATURES, REDDIT_NODES,
+from autotune.data._datasets import DatasetRef, load_dataset
+from autotune.data._synthetic import (REDDIT_CLASSES, REDDIT_FEATURES, REDDIT_NODES,
                                 synthetic_reddit)
 from autotune.errors import DatasetError
 

@@ -27,7 +27,7 @@ def test_command_reference_is_generated_from_the_parsers():
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     page = (ROOT / "docs" / "reference.md").read_text()
-    from autotune.cli import build_parser
+    from autotune.cli._main import build_parser
 
     build_parser()  # every command of the parser has its section
     for command in ("search", "trial", "show", "export", "train", "studies", "delete",

@@ -39,7 +39,7 @@ def factory(in_channels, out_channels, config):
 '''
 DATA = '''
 def load():
-    from autotune.synthetic import synthetic_reddit
+    from autotune.data._synthetic import synthetic_reddit
 
     return synthetic_reddit(scale=0.003, seed=1, mean_degree=8, num_features=12,
                             num_classes=3)
@@ -97,9 +97,9 @@ def test_a_study_resumes_from_another_folder_and_names_what_differs(tmp_path, mo
 
 
 def test_delete_removes_the_studys_own_file_and_lock(tmp_path):
-    from autotune.cli import main
+    from autotune.cli._main import main
     from autotune.storage import open_storage, study_lock
-    from autotune.study.options import default_storage
+    from autotune.study._options import default_storage
 
     url = default_storage(tmp_path, "gone")
     optuna.create_study(study_name="gone", storage=open_storage(url))
@@ -111,7 +111,7 @@ def test_delete_removes_the_studys_own_file_and_lock(tmp_path):
 
 
 def test_studies_in_an_empty_folder_says_where_it_looked(tmp_path, capsys):
-    from autotune.cli import main
+    from autotune.cli._main import main
 
     assert main(["studies", "--studies-dir", str(tmp_path)]) == 0
     assert f"no studies in '{tmp_path}'" in capsys.readouterr().out
@@ -119,7 +119,7 @@ def test_studies_in_an_empty_folder_says_where_it_looked(tmp_path, capsys):
 
 @pytest.mark.parametrize("storage", [None, "postgresql://tuner:s3cret@db-host/autotune"])
 def test_printed_commands_paste(tmp_path, storage):
-    from autotune.cli import _command, _study_flags
+    from autotune.cli._main import _command, _study_flags
 
     name = "études-图表 ✓"
     args = Namespace(storage=storage, studies_dir=str(tmp_path / "my studies"))
@@ -158,9 +158,9 @@ def test_a_lock_wait_says_who_holds_it_and_for_how_long(tmp_path):
 def test_the_prior_rows_take_the_spaces_values():
     """With --n-trials 4, only the baseline and the prior rows run: they measure the
     user's space, not the baseline's fanout [25, 10] outside it, and a note says so."""
-    from autotune.space import load_space
-    from autotune.study.api import default_config
-    from autotune.study.priors import machine_facts, prior_configs
+    from autotune.study._space import load_space
+    from autotune.study._api import default_config
+    from autotune.study._priors import machine_facts, prior_configs
 
     base = default_config("cpu")
     space = load_space("quick", baseline=base)
@@ -176,8 +176,8 @@ def test_the_prior_rows_take_the_spaces_values():
 
 
 def test_an_interrupted_prior_row_is_queued_again_as_a_prior_row():
-    from autotune.study import records as rec
-    from autotune.study.recovery import requeue_once
+    from autotune.study import _records as rec
+    from autotune.study._recovery import requeue_once
 
     study = optuna.create_study()
     study.enqueue_trial({"batch_size": 512}, user_attrs={rec.PRIOR: "bf16"})
@@ -190,7 +190,7 @@ def test_an_interrupted_prior_row_is_queued_again_as_a_prior_row():
 
 
 def test_the_importance_leaves_out_knobs_that_never_changed(tmp_path):
-    from autotune.report import _importance_png, _varied_knobs
+    from autotune.cli._report import _importance_png, _varied_knobs
 
     dist = {"batch_size": optuna.distributions.CategoricalDistribution([512, 1024]),
             "amp_dtype": optuna.distributions.CategoricalDistribution(["float32", "bfloat16"])}
@@ -207,7 +207,7 @@ def test_the_importance_leaves_out_knobs_that_never_changed(tmp_path):
 
 @pytest.mark.parametrize("ratio, word", [(2.2, "(faster)"), (0.5, "(slower)"), (1.0, None)])
 def test_train_explains_a_ratio_in_its_own_direction(ratio, word):
-    from autotune.render import train_summary
+    from autotune.cli._render import train_summary
 
     best = SimpleNamespace(val_metric=0.9, test_metric=0.8, epoch=2, steps=10)
     result = SimpleNamespace(best=best, throughput=1000.0 * ratio, unit="seed nodes/s",
@@ -221,9 +221,9 @@ def test_train_explains_a_ratio_in_its_own_direction(ratio, word):
 
 
 def test_an_unknown_precision_reads_the_same_in_both_tables():
-    from autotune.render import front_table, trials_table
-    from autotune.study.front import FrontRow
-    from autotune.study.records import TrialRecord
+    from autotune.cli._render import front_table, trials_table
+    from autotune.study._front import FrontRow
+    from autotune.study._records import TrialRecord
     from autotune.taskinfo import task_info
 
     config = autotune.TrialConfig().to_dict()
@@ -238,7 +238,7 @@ def test_a_librarys_warning_is_one_line_without_its_path(monkeypatch, capsys):
     a command prints a warning as one line (``--debug`` keeps Python's form)."""
     import warnings
 
-    import autotune.cli as cli_module
+    import autotune.cli._main as cli_module
 
     def warns(args):
         warnings.warn("Some regimes have less than 3 trials.\n  (see the docs)", UserWarning)

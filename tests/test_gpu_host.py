@@ -9,7 +9,7 @@ import torch
 
 from autotune.config import TrialConfig
 from autotune.errors import ConfigError, DeviceMemoryError
-from autotune.pipeline import batch_working_bytes, build, check_config, gpu_need, \
+from autotune.pipeline._build import batch_working_bytes, build, check_config, gpu_need, \
     gpu_resident_bytes, gpu_room, limit_gpu_memory
 from fake_cuda import GIB
 
@@ -97,7 +97,7 @@ def test_a_trials_memory_figures_come_from_the_device(fake_cuda):
     (the memory objective counts against it) and the fit check's count."""
     from types import SimpleNamespace
 
-    from autotune.measure import _device_memory, _peak_mib
+    from autotune.trial._window import _device_memory, _peak_mib
 
     fake_cuda.reserved = fake_cuda.peak_reserved = 3 * GIB
     fake_cuda.peak_allocated = 2 * GIB
@@ -113,7 +113,7 @@ def test_a_trials_memory_figures_come_from_the_device(fake_cuda):
 def test_cuda_trials_count_devices_through_nvml(monkeypatch):
     """The fork server's imports may ask torch.cuda.is_available(); through NVML that
     leaves the driver alone, so forked CUDA trials keep working."""
-    from autotune.runner import trial_env
+    from autotune.trial._runner import trial_env
 
     monkeypatch.delenv("PYTORCH_NVML_BASED_CUDA_CHECK", raising=False)
     assert trial_env("cuda")["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1"

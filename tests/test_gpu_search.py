@@ -14,9 +14,9 @@ import optuna
 import pytest
 
 from autotune.specs import MeasureSpec
-from autotune.result import MIB, MemoryStats, Observed, TrialResult, WindowStats
-from autotune.study import confirm as confirm_module
-from autotune.study.records import StudyRecord, records
+from autotune.trial._result import MIB, MemoryStats, Observed, TrialResult, WindowStats
+from autotune.study import _confirm as confirm_module
+from autotune.study._records import StudyRecord, records
 from fake_cuda import GIB
 
 BASELINE_RATE = 5_702.0
@@ -136,8 +136,8 @@ def test_the_reserve_counts_each_config_at_its_own_pace():
     from types import SimpleNamespace
 
     from autotune.specs import MeasureSpec
-    from autotune.study.confirm import _seconds, baseline_precision, fitted
-    from autotune.study.records import TrialRecord
+    from autotune.study._confirm import _seconds, baseline_precision, fitted
+    from autotune.study._records import TrialRecord
 
     opts = SimpleNamespace(measure=MeasureSpec(precision=0.03), confirm=3, confirm_rounds=3)
     base = TrialRecord(0, "complete", (5_702.0, 4220.0), baseline=True,

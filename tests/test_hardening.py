@@ -13,7 +13,7 @@ import pytest
 import yaml
 from _helpers import cli, trial_processes
 
-from autotune.study.records import TrialRecord
+from autotune.study._records import TrialRecord
 
 FAULT_SPACE = """knobs:
   batch_size: {choices: [64, 128]}

@@ -53,9 +53,9 @@ def test_a_factory_crosses_processes_by_its_import_path():
 def test_every_knob_reaches_a_user_model(tiny_synthetic):
     """Checkpointing wraps every MessagePassing layer wherever it sits; padding keeps
     the loss and gradients exact; bfloat16 reaches the layers; the probe sees them."""
-    from autotune.measure import probe_model
-    from autotune.models import make_model
-    from autotune.pipeline import PadToBucket, apply_checkpointing, build
+    from autotune.trial._window import probe_model
+    from autotune.pipeline._models import make_model
+    from autotune.pipeline._build import PadToBucket, apply_checkpointing, build
 
     config = TrialConfig(model=MODEL, hidden_channels=16, batch_size=32, num_neighbors=(5, 5),
                          sampler="builtin", dropout=0.0)
@@ -81,14 +81,14 @@ def test_every_knob_reaches_a_user_model(tiny_synthetic):
 
 
 def test_a_factory_that_returns_no_module_is_refused(tiny_synthetic):
-    from autotune.models import make_model
+    from autotune.pipeline._models import make_model
 
     with pytest.raises(ConfigError, match="must return a torch.nn.Module"):
         make_model(TrialConfig(model="user_models:not_a_module"), 8, 2)
 
 
 def test_a_dataset_function_is_checked(tmp_path):
-    from autotune.datasets import load_dataset
+    from autotune.data._datasets import load_dataset
 
     data = load_dataset("user_models:tiny_graph", root=tmp_path)
     assert data.stats()["num_features"] == 24 and data.num_classes == 3
@@ -157,8 +157,8 @@ def test_a_lambda_model_is_refused_before_any_trial(tmp_path):
 def test_a_space_that_fixes_three_layers_takes_the_baseline(tmp_path):
     """The baseline's 2-layer fanout is fitted to the space's layer count before it is
     compared with the space (it used to be refused: '(25, 10) needs 3 entries')."""
-    from autotune.space import load_space
-    from autotune.study.api import default_config
+    from autotune.study._space import load_space
+    from autotune.study._api import default_config
 
     path = tmp_path / "three.yaml"
     path.write_text("knobs:\n  num_neighbors: {choices: [[10, 5, 5], [5, 5, 5]]}\n"
@@ -173,7 +173,7 @@ def test_a_space_that_fixes_three_layers_takes_the_baseline(tmp_path):
 def test_reading_commands_import_neither_torch_nor_pyg(tmp_path):
     storage = f"sqlite:///{tmp_path / 'r.db'}"
     optuna.create_study(study_name="r", storage=storage, directions=["maximize", "minimize"])
-    code = ("import sys\nfrom autotune.cli import main\n"
+    code = ("import sys\nfrom autotune.cli._main import main\n"
             f"for argv in (['show', '--study-name', 'r', '--storage', '{storage}'],\n"
             f"             ['show', '--study-name', 'nosuch', '--storage', '{storage}'],\n"
             f"             ['export', '--study-name', 'r', '--storage', '{storage}', '--out',"
@@ -187,7 +187,7 @@ def test_reading_commands_import_neither_torch_nor_pyg(tmp_path):
 
 
 def test_an_unknown_study_is_a_study_not_found_error(tmp_path):
-    from autotune.study.studies import load_study
+    from autotune.study._studies import load_study
 
     storage = f"sqlite:///{tmp_path / 'r.db'}"
     optuna.create_study(study_name="there", storage=storage)

@@ -10,9 +10,9 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import NegativeSampling
 
 import autotune
-from autotune import sampler as sampler_mod
+from autotune.sampling import _neighbor as sampler_mod
 from autotune.errors import ConfigError
-from autotune.loader import LinkNeighborLoader, NeighborLoader
+from autotune.sampling._loader import LinkNeighborLoader, NeighborLoader
 
 CHI2_39DOF_P001 = 72.05  # chi-square, 39 degrees of freedom, p = 0.001
 
@@ -24,7 +24,7 @@ def _keys(src, dst, n):
 @pytest.fixture(scope="module")
 def mag():
     """A small mag-shaped graph: four node types, seven edge types."""
-    from autotune.synthetic import synthetic_mag
+    from autotune.data._synthetic import synthetic_mag
 
     return synthetic_mag(scale=0.002, seed=3)
 
@@ -334,7 +334,7 @@ def test_graphsage_inference_equals_a_full_graph_forward(random_graph):
 
 
 def test_roc_auc_is_the_mann_whitney_statistic():
-    from autotune.tasks import roc_auc
+    from autotune.pipeline._tasks import roc_auc
 
     gen = torch.Generator().manual_seed(0)
     scores = torch.randint(0, 8, (200,), generator=gen).float()  # many ties
@@ -413,7 +413,7 @@ def test_gpu_resident_views_of_hetero_and_link_graphs_give_exact_batches(mag, ra
     interpreter, and the sizes the fit check counts."""
     from torch_geometric.loader import LinkLoader, NodeLoader
 
-    from autotune.pipeline import HostFeatures, _gpu_resident, gpu_resident_bytes
+    from autotune.pipeline._build import HostFeatures, _gpu_resident, gpu_resident_bytes
 
     if torch.cuda.is_available():
         pytest.skip("the interpreter runs on machines without CUDA; cuda tests cover it")
@@ -449,7 +449,7 @@ def test_gpu_resident_views_of_hetero_and_link_graphs_give_exact_batches(mag, ra
 
 def test_gpu_sampling_is_refused_only_where_nothing_is_sampled():
     from autotune.config import TrialConfig
-    from autotune.tasks import GraphTask, HeteroLinkTask, HeteroNodeTask, LinkTask
+    from autotune.pipeline._tasks import GraphTask, HeteroLinkTask, HeteroNodeTask, LinkTask
 
     config = TrialConfig(device="cuda", gpu_sampling=True, sampler="builtin", num_workers=0)
     for task in (LinkTask(), HeteroNodeTask("paper"),
@@ -463,8 +463,8 @@ def test_gpu_sampling_is_refused_only_where_nothing_is_sampled():
 @pytest.mark.parametrize("placement", ["gpu", "pinned"])
 def test_gpu_resident_link_and_hetero_pipelines_train_on_the_gpu(mag, random_graph, placement):
     from autotune.config import TrialConfig
-    from autotune.graphs import link_split
-    from autotune.pipeline import build
+    from autotune.data._splits import link_split
+    from autotune.pipeline._build import build
 
     config = TrialConfig(device="cuda", gpu_sampling=True, sampler="builtin", num_workers=0,
                          feature_placement=placement, batch_size=32, num_neighbors=(4, 2),

@@ -11,7 +11,7 @@ from torch_geometric.data import Data, HeteroData
 
 import autotune
 from autotune.errors import ConfigError
-from autotune.loader import LinkNeighborLoader, NeighborLoader
+from autotune.sampling._loader import LinkNeighborLoader, NeighborLoader
 
 
 def _pairs(edge_index) -> set[tuple[int, int]]:
@@ -48,7 +48,7 @@ def test_bidirectional_holds_every_sampled_edge_both_ways(random_graph):
 
 
 def test_bidirectional_on_a_heterogeneous_graph():
-    from autotune.synthetic import synthetic_mag
+    from autotune.data._synthetic import synthetic_mag
 
     mag = synthetic_mag(scale=0.002, seed=3)
     loader = NeighborLoader(mag, [3, 2], input_nodes="paper", batch_size=8,
@@ -73,7 +73,7 @@ def test_induced_holds_every_graph_edge_among_its_nodes(random_graph):
 
 
 def test_induced_on_a_heterogeneous_graph():
-    from autotune.synthetic import synthetic_mag
+    from autotune.data._synthetic import synthetic_mag
 
     mag = synthetic_mag(scale=0.002, seed=3)
     batch = next(iter(NeighborLoader(mag, [2, 2], input_nodes="paper", batch_size=8,
@@ -105,7 +105,7 @@ def test_zero_hops_gives_the_seeds_alone(random_graph):
 
 
 def test_hop_counts_that_differ_use_pygs_wording():
-    from autotune.synthetic import synthetic_mag
+    from autotune.data._synthetic import synthetic_mag
 
     mag = synthetic_mag(scale=0.002, seed=3)
     fanout = {t: [2, 2] for t in mag.edge_types}
@@ -183,7 +183,7 @@ def test_uniform_draws_among_all_neighbours_in_time():
 
 
 def test_temporal_heterogeneous_sampling():
-    from autotune.synthetic import synthetic_mag
+    from autotune.data._synthetic import synthetic_mag
 
     mag = synthetic_mag(scale=0.002, seed=3)
     gen = torch.Generator().manual_seed(4)
@@ -260,7 +260,7 @@ def test_a_temporal_search(tmp_path):
 
 def test_the_pipeline_samples_in_time(timed_graph):
     from autotune.config import TrialConfig
-    from autotune.pipeline import build
+    from autotune.pipeline._build import build
 
     data = Data(x=torch.randn(timed_graph.num_nodes, 8), edge_index=timed_graph.edge_index,
                 y=torch.randint(0, 3, (timed_graph.num_nodes,)), time=timed_graph.time,

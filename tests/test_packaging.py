@@ -24,7 +24,7 @@ def test_a_wheel_install_runs_a_search_on_a_shipped_space(tmp_path):
     install = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(ROOT)],
                              capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, install.stderr[-3000:]
-    where = subprocess.run([str(py), "-c", "import autotune, autotune.space as s; "
+    where = subprocess.run([str(py), "-c", "import autotune, autotune.study._space as s; "
                             "print(autotune.__file__); print(s.SPACES_DIR)"],
                            capture_output=True, text=True, cwd=tmp_path)
     module, spaces = where.stdout.split()

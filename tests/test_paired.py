@@ -15,11 +15,11 @@ import yaml
 from _helpers import cli
 
 from autotune.config import TrialConfig
-from autotune.result import MIB, MemoryStats, Observed, TrialResult, WindowStats
-from autotune.study import confirm as confirm_module
-from autotune.study.front import front_rows
-from autotune.study.paired import confirmed, drifts
-from autotune.study.records import StudyRecord, TrialRecord, records
+from autotune.trial._result import MIB, MemoryStats, Observed, TrialResult, WindowStats
+from autotune.study import _confirm as confirm_module
+from autotune.study._front import front_rows
+from autotune.study._paired import confirmed, drifts
+from autotune.study._records import StudyRecord, TrialRecord, records
 
 WORKERS = min(6, len(os.sched_getaffinity(0)))  # the baseline's loader workers here
 # batch size -> (true seed nodes/s, peak MiB); 1024 is the baseline's, 896 truly 1.10x.
@@ -179,7 +179,7 @@ def test_a_sampler_that_repeats_itself_explores_then_stops(tmp_path, monkeypatch
     against nothing."""
     from optuna.samplers import BaseSampler
 
-    from autotune.study import loop
+    from autotune.study import _loop as loop
 
     class Stuck(BaseSampler):
         def infer_relative_search_space(self, study, trial):
@@ -380,9 +380,9 @@ def test_a_study_made_with_a_widened_space_resumes_in_it(tmp_path, monkeypatch):
     """A study made before autotune kept to the space written: its space was widened
     to hold the baseline, whose trial has params. Resumed, it goes on in that space
     (Optuna's distributions cannot change), with a note saying so."""
-    from autotune.space import params_for
-    from autotune.study import api, loop
-    from autotune.study import records as rec
+    from autotune.study._space import params_for
+    from autotune.study import _api as api, _loop as loop
+    from autotune.study import _records as rec
 
     real = api._space_and_baseline
 

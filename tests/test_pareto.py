@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.pareto import Point, best_under, default_pick, front, hypervolume, knee, pick
+from autotune.study._pareto import Point, best_under, default_pick, front, hypervolume, knee, pick
 
 PTS = [Point(0, 100, 1000, baseline=True), Point(1, 300, 1200), Point(2, 320, 3000),
        Point(3, 90, 500), Point(4, 250, 1500), Point(5, 400, 9000, feasible=False)]
@@ -38,8 +38,8 @@ def test_an_answer_with_nothing_feasible_says_why():
     from types import SimpleNamespace
 
     from autotune.config import TrialConfig
-    from autotune.render import _empty_front, front_table
-    from autotune.study.front import FrontRow
+    from autotune.cli._render import _empty_front, front_table
+    from autotune.study._front import FrontRow
     from autotune.taskinfo import task_info
 
     below = [Point(1, 300, 1200, feasible=False), Point(2, 320, 900, feasible=False)]
@@ -68,7 +68,7 @@ def test_a_search_with_nothing_feasible_exits_1_whatever_ruled_it_out(capsys):
     feasible, and so when the accuracy guard did (it exited 0 there)."""
     from types import SimpleNamespace
 
-    from autotune.cli import _nothing_feasible
+    from autotune.cli._main import _nothing_feasible
 
     def record(number, memory, below=False):
         return SimpleNamespace(number=number, complete=True, on_front_candidate=number > 0,

@@ -8,8 +8,8 @@ from _helpers import loss_and_grads as _loss_and_grads
 
 from autotune.config import TrialConfig
 from autotune.errors import ConfigError, DeviceMemoryError
-from autotune.models import BUILT_IN as MODELS, SAGE
-from autotune.pipeline import (PadToBucket, apply_checkpointing, bucket, build, check_config,
+from autotune.pipeline._models import BUILT_IN as MODELS, SAGE
+from autotune.pipeline._build import (PadToBucket, apply_checkpointing, bucket, build, check_config,
                                check_gpu_fit, gpu_resident_bytes,
                                sparse_adjacency, worker_core_sets)
 
@@ -25,7 +25,7 @@ def test_bucket_ladders(n, ladder, expected):
 def _a_batch(data, fanout=(5, 5), batch_size=32):
     from torch_geometric.loader import NodeLoader
 
-    from autotune.sampler import NeighborSampler
+    from autotune.sampling._neighbor import NeighborSampler
 
     loader = NodeLoader(data, node_sampler=NeighborSampler(data, list(fanout), seed=0),
                         input_nodes=data.train_mask, batch_size=batch_size)
@@ -112,7 +112,7 @@ def test_check_config_rejects_what_the_machine_lacks():
     ("float16", "float16", "sage"), ("bfloat16", "bfloat16", "gcn"),
     ("bfloat16", "bfloat16", "gat")])
 def test_build_trains_and_amp_reaches_the_convs(tiny_synthetic, amp, dtype, model):
-    from autotune.measure import probe_model
+    from autotune.trial._window import probe_model
 
     pipe = build(TrialConfig(batch_size=64, hidden_channels=32, amp_dtype=amp,
                              checkpointing=True, sampler="builtin", model=model),
@@ -195,7 +195,7 @@ def test_sparse_aggregation_gives_scatters_loss_and_gradients(tiny_synthetic, pa
 @pytest.mark.parametrize("amp", ["float32", "bfloat16"])
 def test_aggregation_knob_trains_and_the_probe_reads_which_op_ran(tiny_synthetic, aggregation,
                                                                    op, amp):
-    from autotune.measure import probe_model
+    from autotune.trial._window import probe_model
 
     pipe = build(TrialConfig(batch_size=64, hidden_channels=32, sampler="builtin",
                              aggregation=aggregation, amp_dtype=amp), tiny_synthetic,
@@ -214,7 +214,7 @@ def test_aggregation_knob_trains_and_the_probe_reads_which_op_ran(tiny_synthetic
                                        ("bits", "aten::random_")])
 def test_dropout_masks_knob_trains_and_the_probe_reads_which_op_drew_them(tiny_synthetic,
                                                                           masks, op):
-    from autotune.measure import probe_model
+    from autotune.trial._window import probe_model
 
     pipe = build(TrialConfig(batch_size=64, hidden_channels=32, sampler="builtin",
                              dropout_masks=masks), tiny_synthetic, num_classes=4)
@@ -234,7 +234,7 @@ def test_bits_dropout_keeps_each_element_with_probability_one_minus_p(p):
     the identity when not training."""
     import torch
 
-    from autotune.models import bits_dropout
+    from autotune.pipeline._models import bits_dropout
 
     torch.manual_seed(0)
     x = torch.ones(2_000_000, requires_grad=True)
@@ -252,7 +252,7 @@ def test_bits_dropout_keeps_each_element_with_probability_one_minus_p(p):
 
 def test_bits_dropout_refused_where_it_cannot_act():
     """A user's model draws its own masks; to_hetero does not trace bits_dropout."""
-    from autotune.tasks import HeteroNodeTask
+    from autotune.pipeline._tasks import HeteroNodeTask
 
     with pytest.raises(ConfigError, match="draws its own"):
         TrialConfig(dropout_masks="bits", model="mypkg.models:factory")
@@ -314,7 +314,7 @@ def test_gpu_resident_steps_never_sync_the_device(tiny_synthetic):
 def test_reduce_overhead_records_its_cuda_graphs_in_the_warm_up(tiny_synthetic):
     """The warm-up runs until no step records a CUDA graph; one recorded later (a
     padded bucket first seen in the window) is counted and said."""
-    from autotune.measure import measure
+    from autotune.trial._window import measure
     from autotune.specs import MeasureSpec
 
     config = TrialConfig(batch_size=64, hidden_channels=32, sampler="builtin", device="cuda",
@@ -356,8 +356,8 @@ def test_host_features_gather_each_batchs_rows_in_the_loader(tiny_synthetic):
     from torch_geometric.loader import NodeLoader
 
     import autotune
-    from autotune.loader import chain
-    from autotune.pipeline import HostFeatures, PadToBucket
+    from autotune.sampling._loader import chain
+    from autotune.pipeline._build import HostFeatures, PadToBucket
 
     if torch.cuda.is_available():
         pytest.skip("the interpreter runs on machines without CUDA; a cuda test covers it")
@@ -379,7 +379,7 @@ def test_pinned_features_train_as_gpu_resident_ones(tiny_synthetic):
     import torch
 
     from autotune.config import TrialConfig
-    from autotune.pipeline import build
+    from autotune.pipeline._build import build
 
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
@@ -404,7 +404,7 @@ def test_feature_dtype_stores_and_gathers_features_in_bfloat16(tiny_synthetic):
     import torch
 
     from autotune.config import TrialConfig
-    from autotune.pipeline import build
+    from autotune.pipeline._build import build
 
     data = tiny_synthetic
     before = data.x.clone()
@@ -419,7 +419,7 @@ def test_feature_dtype_stores_and_gathers_features_in_bfloat16(tiny_synthetic):
     plain = build(TrialConfig(batch_size=64, num_neighbors=(5, 3), hidden_channels=16), data,
                   num_classes=4)
     assert plain.feature_storage == "float32 in host memory"
-    from autotune.tasks import GraphTask
+    from autotune.pipeline._tasks import GraphTask
 
     with pytest.raises(ConfigError, match="whole graphs"):
         GraphTask().check(TrialConfig(task="graph", feature_dtype="bfloat16"))

@@ -8,9 +8,9 @@ from torch_geometric.data import Data
 from torch_geometric.loader import NodeLoader
 
 import autotune
-from autotune import sampler as sampler_mod
-from autotune import subgraph
-from autotune.subgraph import UNSET
+from autotune.sampling import _neighbor as sampler_mod
+from autotune.sampling import _subgraph as subgraph
+from autotune.sampling._subgraph import UNSET
 from autotune.errors import BackendUnavailableError, ConfigError
 
 # chi-square critical value for 39 degrees of freedom at p = 0.001: a uniform
@@ -297,7 +297,7 @@ def test_cuda_kernel_sampling_never_syncs_the_device(random_graph):
 def test_lookahead_loader_gives_node_loaders_batches(random_graph, kernel):
     """One batch launched ahead, the same batches in the same order (the random
     streams are drawn at launch, in batch order), the last, smaller one included."""
-    from autotune.loader import LookaheadNodeLoader
+    from autotune.sampling._loader import LookaheadNodeLoader
 
     if kernel == "torch":
         with pytest.raises(ConfigError, match="triton kernel"):
@@ -323,7 +323,7 @@ def test_gather_rows_is_exactly_x_of_index(dtype):
     kernel's blocks (602 features, as Reddit's), a negative index a row of zeros."""
     if torch.cuda.is_available():
         pytest.skip("the interpreter runs on machines without CUDA; a cuda test covers it")
-    from autotune.kernels import gather_rows
+    from autotune.sampling._kernels import gather_rows
 
     g = torch.Generator().manual_seed(0)
     x = (torch.randn(300, 602, generator=g) * 100).to(dtype)
@@ -346,7 +346,7 @@ def test_gather_rows_is_exactly_x_of_index(dtype):
 def test_gather_rows_reads_pinned_host_features_from_the_gpu():
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    from autotune.kernels import gather_rows
+    from autotune.sampling._kernels import gather_rows
 
     x = torch.randn(10_000, 602).to(torch.bfloat16).pin_memory()
     index = torch.randint(0, 10_000, (4096,), device="cuda")

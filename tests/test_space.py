@@ -5,7 +5,7 @@ import pytest
 
 from autotune.config import TrialConfig
 from autotune.errors import ConfigError
-from autotune.space import SPACES_DIR, in_space, load_space, params_for, suggest_config
+from autotune.study._space import SPACES_DIR, in_space, load_space, params_for, suggest_config
 from autotune.topology import Topology
 
 TWO = Topology(cpus=(0, 1), cores=((0,), (1,)), nodes=((0, 1),))
@@ -150,7 +150,7 @@ def test_a_compiled_configs_eager_twin_takes_its_aggregation_not_a_sampled_one()
     before one must be that very config uncompiled, with aggregation scatter set,
     not left for the sampler to draw (it drew sparse, the twin never matched, and the
     variant was deferred again and again)."""
-    from autotune.space import eager_params, eager_twin
+    from autotune.study._space import eager_params, eager_twin
 
     space = load_space("default", device="cpu", cores=2, baseline=BASE)
     params = {"batch_size": 1024, "num_neighbors": "25,10", "num_workers": 0,

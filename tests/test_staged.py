@@ -13,9 +13,9 @@ import optuna
 import pytest
 from _helpers import cli
 
-from autotune.measure import _window
+from autotune.trial._window import _window
 from autotune.specs import MeasureSpec, Screen
-from autotune.result import WindowStats, rate_half_width
+from autotune.trial._result import WindowStats, rate_half_width
 
 FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
         "--warmup-time", "0",
@@ -30,7 +30,7 @@ class _FakeStepper:
         self.delays = delays
         import torch
 
-        from autotune.tasks import NodeTask
+        from autotune.pipeline._tasks import NodeTask
 
         self.pipe = SimpleNamespace(config=SimpleNamespace(num_workers=workers),
                                     device=torch.device("cpu"), task=NodeTask())
@@ -86,7 +86,7 @@ def test_the_warm_up_runs_its_seconds_too(step_s, warmup_s, steps):
     next 170 (oneDNN's kernels for new batch shapes, the heap's growth): 5 steps of
     warm-up put those in the window. The warm-up runs ``min_warmup_s`` too, up to
     ``max_warmup_steps``; steps here take ``step_s`` as the clock reads them."""
-    from autotune.measure import GraphRecordings, _warm_up
+    from autotune.trial._window import GraphRecordings, _warm_up
 
     stepper = SimpleNamespace(pipe=SimpleNamespace(task=SimpleNamespace(seeds=lambda b: 1)),
                               step=lambda: (step_s, None, None))
@@ -104,7 +104,7 @@ def test_the_warm_up_lasts_until_no_cuda_graph_is_recorded():
     test in test_pipeline.py."""
     from torch._dynamo.callback import CallbackTrigger, callback_handler
 
-    from autotune.measure import GraphRecordings, _warm_up
+    from autotune.trial._window import GraphRecordings, _warm_up
 
     def record(trigger=CallbackTrigger.CUDAGRAPH_RECORDING):
         with callback_handler.install_callbacks(trigger, "0/0"):
@@ -198,7 +198,7 @@ def test_a_bursty_config_far_below_the_best_stops_within_seconds():
 
 
 def _record(number, throughput, memory, stopped="precise", config=None, **kw):
-    from autotune.study.records import TrialRecord
+    from autotune.study._records import TrialRecord
 
     return TrialRecord(number, state="complete", values=(throughput, memory),
                        config=config or {"batch_size": number},
@@ -206,7 +206,7 @@ def _record(number, throughput, memory, stopped="precise", config=None, **kw):
 
 
 def test_a_screened_trial_never_reaches_the_front():
-    from autotune.study.front import front_rows
+    from autotune.study._front import front_rows
 
     trials = [_record(0, 100.0, 50.0, baseline=True), _record(1, 300.0, 40.0, "screened"),
               _record(2, 200.0, 60.0), _record(3, 200.0, 60.0, reused_from=2)]
@@ -219,8 +219,8 @@ def test_a_screened_trial_never_reaches_the_front():
 
 def test_payback_epochs_of_a_compiled_config():
     from autotune.config import TrialConfig
-    from autotune.result import CompileStats
-    from autotune.study.front import payback_epochs
+    from autotune.trial._result import CompileStats
+    from autotune.study._front import payback_epochs
 
     eager = TrialConfig(batch_size=512)
     compiled = eager.replace(compile_mode="default")
@@ -243,9 +243,9 @@ def test_payback_epochs_of_a_compiled_config():
                                               "workers-on-free-cores", "in-process-sampling"]),
 ])
 def test_priors_follow_the_device(machine, expected):
-    from autotune.space import load_space
-    from autotune.study.api import default_config
-    from autotune.study.priors import Machine, prior_configs
+    from autotune.study._space import load_space
+    from autotune.study._api import default_config
+    from autotune.study._priors import Machine, prior_configs
 
     device = machine[0]
     base = default_config(device).replace(num_workers=machine[1])
@@ -272,10 +272,10 @@ def test_priors_follow_the_device(machine, expected):
 
 def test_a_compile_variant_waits_for_its_eager_twin(tmp_path):
     from autotune.config import TrialConfig
-    from autotune.space import load_space, suggest_config
-    from autotune.study import records as rec
-    from autotune.study.loop import defer_compiled
-    from autotune.study.options import SearchOptions
+    from autotune.study._space import load_space, suggest_config
+    from autotune.study import _records as rec
+    from autotune.study._loop import defer_compiled
+    from autotune.study._options import SearchOptions
 
     space = load_space({"knobs": {"batch_size": {"choices": [64, 128]},
                                   "compile_mode": {"choices": ["none", "default"]},
@@ -374,7 +374,7 @@ def test_a_fork_server_whose_children_cannot_use_cuda_gives_way_to_spares(prepar
     import os
 
     from autotune.config import TrialConfig
-    from autotune.runner import SPARE, ForkServer, run_trial
+    from autotune.trial._runner import SPARE, ForkServer, run_trial
 
     config = TrialConfig(batch_size=64, num_neighbors=(5, 5), hidden_channels=16)
     spec = MeasureSpec(warmup_steps=1, min_warmup_s=0.0, min_steps=3, max_window_s=0.3)
@@ -382,7 +382,7 @@ def test_a_fork_server_whose_children_cannot_use_cuda_gives_way_to_spares(prepar
         start = server.start(dict(os.environ), "cuda")
         assert start.startswith(f"{SPARE} (fork server unusable: a forked child could "
                                 "not use CUDA"), start
-        assert "after importing torch (python -m autotune.forkserver --bisect torch" in start
+        assert "after importing torch (python -m autotune.trial._forkserver --bisect torch" in start
         assert server.proc is None, "an unusable server must be shut down"
         results = [run_trial(config, dataset=prepared, trial_dir=tmp_path / f"t{i}",
                              server=server, measure=spec) for i in range(2)]
@@ -419,7 +419,7 @@ def test_a_canary_failing_after_pyg_leaves_a_server_that_stops_before_it(prepare
     import sys
 
     from autotune.config import TrialConfig
-    from autotune.runner import FORKED, ForkServer, run_trial
+    from autotune.trial._runner import FORKED, ForkServer, run_trial
 
     (tmp_path / "pyg_canary.py").write_text(_CANARY_AFTER_PYG)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
@@ -446,7 +446,7 @@ def test_stopped_holds_a_process_for_the_block_only():
 
     import psutil
 
-    from autotune.measure import stopped
+    from autotune.trial._window import stopped
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
@@ -472,7 +472,7 @@ torch.cuda._is_compiled = lambda: True
 torch.backends.cuda.is_built = lambda: True
 torch._C._cuda_getDeviceCount = lambda: 1
 torch._C._cuda_getCurrentRawStream = lambda device: 0
-from autotune import forkserver
+from autotune.trial import _forkserver as forkserver
 forkserver.PRELOAD += ("planted_cuda_query",)
 print(json.dumps(forkserver.preload()))
 """
@@ -523,7 +523,7 @@ def test_bisect_names_the_module_whose_import_broke_the_canary(tmp_path):
     import os
     import sys
 
-    from autotune.forkserver import bisect
+    from autotune.trial._forkserver import bisect
 
     pkg = tmp_path / "planted"
     (pkg / "sub").mkdir(parents=True)

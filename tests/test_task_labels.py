@@ -11,10 +11,10 @@ import yaml
 from _helpers import cli
 
 from autotune.config import TrialConfig
-from autotune.result import WindowStats
+from autotune.trial._result import WindowStats
 from autotune.storage import open_storage
-from autotune.study import records as rec
-from autotune.study.records import DIRECTIONS, TrialRecord
+from autotune.study import _records as rec
+from autotune.study._records import DIRECTIONS, TrialRecord
 from autotune.taskinfo import TASKS, task_info
 
 
@@ -67,8 +67,8 @@ def test_every_reading_command_labels_the_study_by_its_task(tmp_path, task):
 
 @pytest.mark.parametrize("task", list(TASKS))
 def test_the_pareto_plot_and_the_note_name_the_tasks_unit(tmp_path, task, monkeypatch):
-    from autotune import report
-    from autotune.study.studies import load_study
+    from autotune.cli import _report as report
+    from autotune.study._studies import load_study
 
     name = _study(tmp_path, task)
     study, _ = load_study(name, storage=f"sqlite:///{tmp_path / f'{name}.db'}")
@@ -98,7 +98,7 @@ def test_train_of_a_link_config_reports_edges_and_roc_auc(tmp_path):
 
 @pytest.mark.parametrize("task, key", [("node", "accuracy"), ("link", "roc_auc")])
 def test_the_guards_stored_metric_is_named_for_what_it_holds(tmp_path, task, key):
-    from autotune.guard import Verdict
+    from autotune.study._guard import Verdict
 
     study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 's.db'}"),
                                 directions=DIRECTIONS)

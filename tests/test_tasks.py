@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from autotune.config import TrialConfig
-from autotune.datasets import DatasetRef, load_dataset
-from autotune.graphs import link_split, mag_from_ogb, target_type
-from autotune.synthetic import MAG_NODES, synthetic_mag
-from autotune.pipeline import PadToBucket, apply_checkpointing, build
-from autotune.training import TrainSpec, _one_epoch, evaluate, fit
+from autotune.data._datasets import DatasetRef, load_dataset
+from autotune.data._splits import link_split, mag_from_ogb, target_type
+from autotune.data._synthetic import MAG_NODES, synthetic_mag
+from autotune.pipeline._build import PadToBucket, apply_checkpointing, build
+from autotune.pipeline._training import TrainSpec, _one_epoch, evaluate, fit
 
 from _helpers import cli
 
@@ -88,7 +88,7 @@ def test_ogbn_mag_becomes_a_hetero_graph_with_features_everywhere():
 def test_link_split_holds_out_edges_and_negatives():
     from torch_geometric.utils import coalesce
 
-    from autotune.synthetic import synthetic_reddit
+    from autotune.data._synthetic import synthetic_reddit
 
     data = synthetic_reddit(scale=0.002, seed=0)
     data.edge_index = coalesce(data.edge_index)  # a multigraph's twin edges would leak
@@ -135,7 +135,7 @@ def test_checkpointing_wraps_every_message_passing_module_of_a_hetero_model(mag)
 
 
 def test_an_edge_types_own_fanout_acts_and_is_read_back(mag):
-    from autotune.measure import edges_by_type
+    from autotune.trial._window import edges_by_type
 
     _, dataset = mag
     config = TrialConfig(batch_size=64, num_neighbors=(4, 3), hidden_channels=16,
@@ -184,7 +184,7 @@ def test_link_prediction_on_real_cora_reaches_auc_085(cora_root):
 
 
 def test_hetero_link_split_holds_out_both_directions(tmp_path):
-    from autotune.graphs import LINK_ATTR
+    from autotune.data._splits import LINK_ATTR
 
     writes, reverse = ("author", "writes", "paper"), ("paper", "rev_writes", "author")
     base = load_dataset("synthetic-hetero", root=tmp_path, scale=0.004).data
@@ -260,7 +260,7 @@ def _env(tmp_path):
 def test_every_task_is_a_whole_task():
     """Each task class implements the one Task interface the pipeline asks (no task
     borrows another's methods), and says what it is through its TaskInfo row."""
-    from autotune.tasks import (GraphTask, HeteroLinkTask, HeteroNodeTask, LinkTask, NodeTask,
+    from autotune.pipeline._tasks import (GraphTask, HeteroLinkTask, HeteroNodeTask, LinkTask, NodeTask,
                                 Task)
 
     for cls in (NodeTask, HeteroNodeTask, LinkTask, HeteroLinkTask, GraphTask):

@@ -33,7 +33,7 @@ def not_a_module(in_channels: int, out_channels: int, config):
 
 def tiny_graph():
     """A dataset function: returns a Data with x, y, edge_index and the masks."""
-    from autotune.synthetic import synthetic_reddit
+    from autotune.data._synthetic import synthetic_reddit
 
     return synthetic_reddit(scale=0.003, seed=3, mean_degree=10, num_features=24,
                             num_classes=3)
@@ -93,6 +93,6 @@ def timed_graph():
 
 def molecules_by_function():
     """A graph-level dataset function: a list of small graphs with a label each."""
-    from autotune.graphsets import synthetic_molecules
+    from autotune.data._graphsets import synthetic_molecules
 
     return [synthetic_molecules(scale=0.002, seed=2).graphs[i] for i in range(80)]

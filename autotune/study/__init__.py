@@ -1,36 +1,60 @@
-"""The study side of a search (``autotune.search`` is its entry point): one module per concern.
+"""A search: ``autotune.search`` and the study it keeps.
 
-- :mod:`.api`: :func:`search`, :func:`prepare_search`, :class:`SearchResult`;
-- :mod:`.options`: :class:`SearchOptions`, the search's options and their defaults;
-- :mod:`.loop`: reserve, measure, tell;
-- :mod:`.recovery`: interrupted, stale and orphan trials, re-queued once;
-- :mod:`.constraints`: memory budget and accuracy guard as Optuna constraints;
-- :mod:`.samplers`: the Optuna samplers;
-- :mod:`.records`: :class:`TrialRecord`, the attribute keys;
-- :mod:`.front`: the Pareto rows, ``pareto.yaml`` and exports;
-- :mod:`.studies`: naming, finding and loading studies;
-- :mod:`.identity`: creating or joining a study, and what it must keep;
-- :mod:`._optuna`: the one adapter to Optuna's private API.
+- ``_api``: :func:`search`, :func:`prepare_search`, :class:`SearchResult`;
+- ``_options``: :class:`SearchOptions`, the search's options and their defaults;
+- ``_space``: search spaces, the only code that calls ``trial.suggest_*``;
+- ``_identity``: creating or joining a study, and what it must keep;
+- ``_loop``: reserve, measure, tell; ``_recovery``: interrupted, stale and orphan trials;
+- ``_confirm``: the controls and the confirmation; ``_paired``: paired speed-ups;
+- ``_constraints``: memory budget and accuracy guard as Optuna constraints;
+- ``_guard``: the accuracy guard's training runs;
+- ``_optuna_samplers``: the Optuna samplers; ``_priors``: the prior table;
+- ``_records``: :class:`TrialRecord`, :class:`StudyRecord`, the attribute keys;
+- ``_pareto``: the front's maths; ``_front``: the Pareto rows, ``pareto.yaml`` and exports;
+- ``_studies``: naming, finding and loading studies;
+- ``_optuna``: the one adapter to Optuna's private API.
 
 Reading a study (records, front, studies) imports neither torch nor PyG.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from autotune.imports import lazy_exports
 
-if TYPE_CHECKING:
-    from autotune.study.api import SearchPlan, SearchResult, prepare_search, search
-    from autotune.study.records import TrialRecord
-
-_LAZY = {"search": "api", "prepare_search": "api", "SearchResult": "api", "SearchPlan": "api",
-         "TrialRecord": "records"}
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    import importlib
-
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'autotune.study' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"autotune.study.{module}"), name)
+_EXPORTS = {
+    "SearchPlan": "_api",
+    "SearchRequest": "_api",
+    "SearchResult": "_api",
+    "baseline_record": "_api",
+    "default_config": "_api",
+    "prepare_search": "_api",
+    "search": "_api",
+    "export_blob": "_front",
+    "study_front": "_front",
+    "study_reference": "_front",
+    "write_export": "_front",
+    "BUDGET_SHARE": "_options",
+    "DEFAULT_N_TRIALS": "_options",
+    "OPTUNA_SAMPLERS": "_options",
+    "SearchOptions": "_options",
+    "study_id": "_optuna",
+    "Ticker": "_progress",
+    "drift_lines": "_progress",
+    "metric_short": "_progress",
+    "pm": "_progress",
+    "progress_line": "_progress",
+    "ratio": "_progress",
+    "seeds_per_s": "_progress",
+    "drifts": "_paired",
+    "Point": "_pareto",
+    "StudyRecord": "_records",
+    "TrialRecord": "_records",
+    "points": "_records",
+    "default_storage": "_studies",
+    "delete_study": "_studies",
+    "deletion": "_studies",
+    "load_study": "_studies",
+    "only_study": "_studies",
+    "study_rows": "_studies",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -17,7 +17,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.storage import retried
-from autotune.study import records as rec
+from autotune.study import _records as rec
 
 
 def storage(study: optuna.Study) -> optuna.storages.BaseStorage:

@@ -1,0 +1,233 @@
+"""Training with a config: whole epochs over the training seeds, the task's metric
+on validation and test after each (:func:`train`, which ``autotune train`` calls),
+or training for a wall-clock budget and then validation (:func:`fit` with a budget:
+the accuracy guard of ``autotune search``).
+
+Both use :func:`autotune.build`, so what trains is what a trial measured.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+from autotune.errors import ConfigError
+from autotune.pipeline._build import Pipeline, device_sync
+
+if TYPE_CHECKING:
+    from autotune.config import TrialConfig
+    from autotune.data import Dataset, DatasetRef
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """How long to train: ``epochs`` whole epochs, or until ``budget_s`` seconds of
+    training (then the epoch in progress stops at the next step). Whole epochs are
+    evaluated after each, unless ``every_epoch`` is False (the guard reads only the
+    last: the baseline's 50 guard epochs on CiteSeer spent 3.1 s evaluating, more
+    than their 2.2 s of training)."""
+
+    epochs: int | None = None
+    budget_s: float | None = None
+    evaluate_test: bool = True
+    every_epoch: bool = True
+
+    def __post_init__(self) -> None:
+        if (self.epochs is None) == (self.budget_s is None):
+            raise ConfigError("training needs either epochs or a time budget, not both")
+        if self.epochs is not None and not (isinstance(self.epochs, int) and self.epochs > 0):
+            raise ConfigError(f"epochs must be a positive int (got {self.epochs!r})")
+        if self.budget_s is not None and not self.budget_s > 0:
+            raise ConfigError(f"the training budget must be positive (got {self.budget_s!r})")
+
+
+@dataclass
+class Epoch:
+    """One epoch (or the budget's last, partial one): training time excludes the
+    evaluation; throughput is seeds (nodes, or edges for link) per second of training
+    time; ``val_metric``/``test_metric`` hold the task's metric (accuracy or ROC-AUC)."""
+
+    epoch: int
+    steps: int
+    seeds: int
+    train_s: float
+    loss: float
+    val_metric: float | None = None
+    test_metric: float | None = None
+
+    @property
+    def seeds_per_s(self) -> float:
+        return self.seeds / self.train_s if self.train_s > 0 else 0.0
+
+
+@dataclass
+class Training:
+    epochs: list[Epoch] = field(default_factory=list)
+    stopped_by_budget: bool = False
+
+    @property
+    def train_s(self) -> float:
+        return sum(e.train_s for e in self.epochs)
+
+    @property
+    def val_metric(self) -> float | None:
+        return self.epochs[-1].val_metric if self.epochs else None
+
+    def steady_seeds_per_s(self) -> float:
+        """Median throughput of the epochs after the first (whose first steps warm
+        up and compile), or the first epoch's when it is the only one."""
+        import statistics
+
+        rates = [e.seeds_per_s for e in self.epochs if e.steps]
+        return statistics.median(rates[1:] or rates) if rates else 0.0
+
+    def to_dict(self) -> dict:
+        return {"epochs": [{**asdict(e), "seeds_per_s": e.seeds_per_s} for e in self.epochs],
+                "stopped_by_budget": self.stopped_by_budget, "train_s": self.train_s,
+                "val_metric": self.val_metric, "steady_seeds_per_s": self.steady_seeds_per_s()}
+
+
+def evaluate(pipe: Pipeline, data, split: str) -> float:
+    """The task's metric on ``split`` (val or test): accuracy for node tasks, ROC-AUC
+    for link prediction (:mod:`autotune.pipeline._tasks`)."""
+    return pipe.task.evaluate(pipe, data, split)
+
+
+def fit(pipe: Pipeline, data, spec: TrainSpec,
+        on_epoch: Callable[[Epoch], None] | None = None) -> Training:
+    """Trains ``pipe`` as ``spec`` says, evaluating after every epoch (validation,
+    and test when asked), or after the last only (``spec.every_epoch`` False); with a
+    budget, once the budget is spent. The budget counts training time only, not
+    evaluation."""
+    out = Training()
+    with pipe.activate():
+        while spec.epochs is None or len(out.epochs) < spec.epochs:
+            left = None if spec.budget_s is None else spec.budget_s - out.train_s
+            epoch = _one_epoch(pipe, len(out.epochs) + 1, left)
+            out.epochs.append(epoch)
+            out.stopped_by_budget = spec.budget_s is not None and out.train_s >= spec.budget_s
+            last = out.stopped_by_budget or len(out.epochs) == spec.epochs
+            if last or spec.epochs is not None and spec.every_epoch:
+                epoch.val_metric = evaluate(pipe, data, "val")
+                if spec.evaluate_test:
+                    epoch.test_metric = evaluate(pipe, data, "test")
+            if on_epoch is not None:
+                on_epoch(epoch)
+            if out.stopped_by_budget:
+                break
+    return out
+
+
+def _one_epoch(pipe: Pipeline, number: int, left_s: float | None) -> Epoch:
+    """One pass over the training nodes, or less when ``left_s`` runs out first."""
+    steps = seeds = 0
+    loss = torch.zeros(())
+    sync = device_sync(pipe.device)
+    sync()
+    t0 = time.perf_counter()
+    for batch in pipe.loader:
+        loss = pipe.train_step(batch)
+        steps += 1
+        seeds += pipe.task.seeds(batch)
+        if left_s is not None and time.perf_counter() - t0 >= left_s:
+            break
+    sync()
+    return Epoch(epoch=number, steps=steps, seeds=seeds, train_s=time.perf_counter() - t0,
+                 loss=float(loss))
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What :func:`train` did: every epoch, the best validation epoch (whose weights
+    ``state`` holds, and ``saved`` names where they were written), and the unit and
+    metric of the config's task."""
+
+    config: TrialConfig
+    training: Training
+    best: Epoch
+    state: dict[str, Any] = field(repr=False)
+    saved: Path | None = None
+
+    @property
+    def unit(self) -> str:
+        from autotune.taskinfo import task_info
+
+        return task_info(self.config).unit
+
+    @property
+    def metric(self) -> str:
+        from autotune.taskinfo import task_info
+
+        return task_info(self.config).metric
+
+    @property
+    def throughput(self) -> float:
+        """The steady training throughput (:meth:`Training.steady_seeds_per_s`)."""
+        return self.training.steady_seeds_per_s()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its figures for JSON; the best epoch's metric named for what it is
+        (``best_val_accuracy``, or ``best_val_roc_auc`` for link prediction)."""
+        from autotune.pipeline._allocator import heap_state
+        from autotune.taskinfo import task_info
+
+        key = task_info(self.config).metric_key
+        return {"config": self.config.to_dict(), **self.training.to_dict(), "unit": self.unit,
+                "metric": self.metric, "best_epoch": self.best.epoch,
+                f"best_val_{key}": self.best.val_metric,
+                f"best_test_{key}": self.best.test_metric,
+                "saved": None if self.saved is None else str(self.saved),
+                "malloc": heap_state()}
+
+
+def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset, *,
+          epochs: int, save: str | os.PathLike | None = None,
+          on_epoch: Callable[[Epoch], None] | None = None,
+          inductor_cache: str | os.PathLike | None = None) -> TrainResult:
+    """Trains with every knob of ``config`` (a ``TrialConfig``, or a file written by
+    ``autotune export``) for ``epochs`` whole epochs on ``dataset`` (a
+    :class:`autotune.DatasetRef`, prepared here, or a prepared dataset), evaluating
+    the task's metric on validation and test after each. The best validation epoch's
+    weights are kept and, with ``save``, written there (``torch.save``). A compiled
+    config reuses the kernels its search compiled: ``inductor_cache`` (default the
+    studies folder's, :func:`autotune.files.inductor_cache_dir`), unless
+    ``TORCHINDUCTOR_CACHE_DIR`` is set."""
+    from autotune.config import TrialConfig, load_config
+    from autotune.files import atomic_write
+    from autotune.pipeline._build import build, check_config
+    from autotune.files import inductor_cache_dir
+    from autotune.specs import STUDIES_DIR
+    from autotune.pipeline._tasks import check_dataset
+
+    cache_dir = inductor_cache if inductor_cache is not None else \
+        inductor_cache_dir(STUDIES_DIR)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache_dir).resolve()))
+
+    if not isinstance(config, TrialConfig):
+        config = load_config(config)
+    check_config(config)
+    spec = TrainSpec(epochs=epochs)
+    prepared = dataset.prepare() if hasattr(dataset, "prepare") else dataset
+    check_dataset(config, prepared)
+    cache = dataset.csc_path() if hasattr(dataset, "csc_path") else None
+    pipe = build(config, prepared.data, num_classes=prepared.num_classes, cache_file=cache)
+    kept: dict[str, Any] = {}
+
+    def keep_best(epoch: Epoch) -> None:
+        if "best" not in kept or epoch.val_metric > kept["best"].val_metric:
+            kept["best"] = epoch
+            kept["state"] = {k: v.detach().clone()
+                             for k, v in pipe.eager_model.state_dict().items()}
+        if on_epoch is not None:
+            on_epoch(epoch)
+
+    with pipe:  # its loader workers end here, not at a later garbage collection
+        training = fit(pipe, prepared.data, spec, on_epoch=keep_best)
+    saved = None
+    if save is not None:
+        saved = atomic_write(save, lambda tmp: torch.save(kept["state"], tmp))
+    return TrainResult(config, training, kept["best"], kept["state"], saved)

@@ -1,0 +1,382 @@
+"""The measurements a search makes beside its trials: controls and the confirmation.
+
+A *control* measures the baseline's config again once the search has run
+``control_every_s`` seconds or ``control_every_trials`` measured trials since the
+last reference, so that every trial's speed-up is paired with a baseline measured
+close in time (:mod:`autotune.study._paired`). The *confirmation* ends a search: the
+front's ``confirm`` fastest configs, the knee and the baseline are measured again,
+interleaved in ``confirm_rounds`` rounds (A B C D, A B C D, ...), each measurement a
+fresh trial process. Confirmed figures can move the front: where the knee then
+falls on a config the confirmation did not measure, a follow-up confirmation
+measures it against the baseline, in as many rounds (at most :data:`FOLLOW_UPS`).
+Both are stored as trials of the study (``control`` or ``confirm`` set) that count
+against no budget and never join the front themselves.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from autotune.config import TrialConfig
+from autotune.trial import TrialResult
+from autotune.specs import MeasureSpec
+from autotune.specs import TrialLimits
+from autotune.files import inductor_cache_dir
+from autotune.trial import ForkServer, run_trial
+from autotune.study import _records as rec
+from autotune.study._constraints import constraint_values
+from autotune.study._front import front_rows
+from autotune.study._options import SearchOptions
+from autotune.study._paired import latest_reference, pair
+from autotune.study._records import StudyRecord, TrialRecord
+from autotune.storage import measurement_lock, study_lock
+
+FOLLOW_UPS = 1  # confirmations of a knee that moved onto an unconfirmed config
+# Every candidate at least FAR_AHEAD times the baseline: the confirmation measures the
+# baseline to LOOSE_PRECISION only. A 3x ratio is plain at +-20%, and a slow baseline's
+# precise window would take most of a GPU search's confirmation (on an H100: 108 s
+# for the baseline, 1 to 4 s for a GPU-resident config's window).
+FAR_AHEAD = 3.0
+LOOSE_PRECISION = 0.20
+Left = Callable[[], "float | None"]  # the seconds left of --budget (None: no budget)
+Done = Callable[[TrialRecord], None]  # called with each measurement as it is stored
+
+
+def measure(opts: SearchOptions, config: TrialConfig, server: ForkServer, trial_dir,
+            who: str, left: Left, reserve_s: float = 0.0, spec: MeasureSpec | None = None
+            ) -> tuple[TrialResult, dict, bool]:
+    """Measures ``config`` in its own process under the host's measurement lock (to
+    ``spec``, default the search's), its timeout cut to what is left of the budget
+    (less ``reserve_s``). Returns the result, where and when it was measured
+    (``TrialRecord`` fields), and whether the budget bounded the timeout."""
+    with measurement_lock(opts.device, who) as waited:
+        limits, budget_bound = limits_within(opts, left, reserve_s)
+        if spec is not None and spec.guard is not None and not budget_bound:
+            # the guard's training after the window gets a timeout of its own
+            limits = dataclasses.replace(limits, timeout_s=2 * limits.timeout_s)
+        measured_from = time.time()
+        result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir,
+                           measure=spec or opts.measure, limits=limits, server=server,
+                           inductor_cache=inductor_cache_dir(opts.studies_dir))
+    where = dict(trial_dir=str(trial_dir), measured_at=(measured_from, time.time()),
+                 lock_wait_s=waited)
+    return result, where, budget_bound
+
+
+def limits_within(opts: SearchOptions, left: Left, reserve_s: float = 0.0
+                  ) -> tuple[TrialLimits, bool]:
+    """The trial's limits, its timeout cut to what is left of ``budget_s`` (less
+    ``reserve_s``); and whether the budget is what bounds it."""
+    rest = left()
+    if rest is None or rest - reserve_s >= opts.limits.timeout_s:
+        return opts.limits, False
+    return dataclasses.replace(opts.limits, timeout_s=max(rest - reserve_s, 1.0)), True
+
+
+def add_measured(opts: SearchOptions, study: optuna.Study, of: FrozenTrial,
+                 record: TrialRecord, result: TrialResult) -> TrialRecord:
+    """Stores a measurement of ``of``'s config as a finished trial of the study, with
+    ``of``'s params and the constraints ``of`` was told (its accuracy shortfall: the
+    same config). Returns it as stored."""
+    if not result.ok:
+        return rec.add_finished(study, record, of=of, config_key=result.config.key())
+    values = list(result.objectives())
+    constraints, extra = constraint_values(
+        memory_mib=values[1], budget_mib=opts.budget_mib, guarded=opts.guard.ratio is not None,
+        shortfall=TrialRecord.from_frozen(of).guard_shortfall)
+    if opts.guard.objective:
+        values.append(of.values[2])
+    return rec.add_finished(study, record, of=of, values=values, constraints=constraints,
+                            config_key=result.config.key(), **extra)
+
+
+def control_due(opts: SearchOptions, study: optuna.Study) -> FrozenTrial | None:
+    """Under the study's lock: the baseline trial when a control is due (and then
+    claims it, so no other worker measures one too), else None. Due once the
+    search has run ``control_every_s`` or measured ``control_every_trials`` trials
+    since the latest reference (or claim)."""
+    baseline_no = StudyRecord.from_study(study).baseline
+    trials = rec.records(study)
+    if baseline_no is None or not trials[baseline_no].complete:
+        return None
+    refs = [t for t in trials if t.reference and t.complete and t.measured_at]
+    since = max([t.measured_at[1] for t in refs] +
+                [StudyRecord.from_study(study).control_claimed_at])
+    measured = sum(1 for t in trials if t.counts and t.measured_at and
+                   t.measured_at[1] > since)
+    if time.time() - since < opts.control_every_s and measured < opts.control_every_trials:
+        return None
+    rec.store_study(study, control_claimed_at=time.time())
+    return study.get_trials(deepcopy=False)[baseline_no]
+
+
+def measure_control(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
+                    server: ForkServer, left: Left, reserve_s: float) -> TrialRecord | None:
+    """Measures a control when one is due; the stored control, or None."""
+    with study_lock(opts.storage, study.study_name):
+        of = control_due(opts, study)
+    if of is None:
+        return None
+    trial_dir = opts.study_dir / "trials" / f"control-{int(time.time())}"
+    result, where, _ = measure(opts, baseline, server, trial_dir,
+                               f"a control of study {study.study_name}", left, reserve_s)
+    record = _record(result, where, control=True,
+                     paired=paired_figure(study, result, where["measured_at"][0]))
+    return add_measured(opts, study, of, record, result)
+
+
+def paired_figure(study: optuna.Study, result: TrialResult, started: float) -> dict | None:
+    """What a trial stores as its paired speed-up: ``result``'s ratio to the
+    reference measured last before ``started`` (None: it failed, or none was)."""
+    ref = latest_reference(rec.records(study), started)
+    if not result.ok or ref is None:
+        return None
+    return pair(result.throughput, result.window.precision, ref)
+
+
+def _record(result: TrialResult, where: dict, **marks: Any) -> TrialRecord:
+    return dataclasses.replace(TrialRecord.from_result(0, result, **where), **marks)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the confirmation will measure: the candidates' trials (the baseline
+    first) in each of ``rounds`` rounds, then the baseline once more to close the
+    last round."""
+
+    run: int
+    trials: tuple[FrozenTrial, ...]
+    rounds: int
+
+    @property
+    def measurements(self) -> int:
+        return self.rounds * len(self.trials) + 1
+
+    def schedule(self) -> list[tuple[int, FrozenTrial]]:
+        """(round, trial) in measuring order: A B C, A B C, ..., then A."""
+        return [(r, t) for r in range(self.rounds) for t in self.trials] + \
+            [(self.rounds, self.trials[0])]
+
+
+def baseline_precision(opts: SearchOptions, trials: list[TrialRecord],
+                       numbers: list[int]) -> float:
+    """The precision the confirmation asks of the baseline (``numbers[0]``) beside the
+    candidates (``numbers[1:]``): the search's, or :data:`LOOSE_PRECISION` where each
+    candidate's search figure is :data:`FAR_AHEAD` times the baseline's or more."""
+    base = trials[numbers[0]].throughput
+    ratios = [trials[n].throughput / base for n in numbers[1:]
+              if base and trials[n].throughput]
+    if ratios and min(ratios) >= FAR_AHEAD:
+        return max(opts.measure.precision, LOOSE_PRECISION)
+    return opts.measure.precision
+
+
+def measurement_s(record: TrialRecord, precision: float | None = None,
+                  min_window_s: float = 0.0, startup_s: float | None = None) -> float:
+    """How long measuring ``record``'s config again takes: as long as its trial did,
+    from its start to its result, with ``startup_s`` for its start-up where given (the
+    run's first trial starts the fork server). At a ``precision`` looser than the one
+    it reached, its window shrinks as the square of their ratio (a half-width falls
+    as one over the root of the steps), to ``min_window_s``."""
+    if not record.measured_at:
+        return 0.0
+    took = record.measured_at[1] - record.measured_at[0]
+    if startup_s is not None and "startup" in record.phases_s:
+        took += startup_s - record.phases_s["startup"]
+    reached, window = record.window.precision, min(record.window.wall_s, took)
+    if precision is None or not reached or precision <= reached:
+        return max(took, 0.0)
+    return max(took - window + max(window * (reached / precision) ** 2,
+                                   min(min_window_s, window)), 0.0)
+
+
+def _startup_s(trials: list[TrialRecord]) -> float | None:
+    """A trial's typical start-up: the median over measured trials but the first."""
+    starts = sorted(t.phases_s["startup"] for t in trials[1:]
+                    if t.measured_at and "startup" in t.phases_s)
+    return starts[len(starts) // 2] if starts else None
+
+
+def _seconds(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],
+             extra_s: float = 0.0, overhead_s: float = 0.0) -> tuple[float, float]:
+    """(a round, the baseline's measurement) of a confirmation of ``numbers`` (the
+    baseline first), with ``extra_s`` for one candidate more; ``overhead_s``: what
+    storing a measurement takes beside it, each."""
+    startup = _startup_s(trials)
+    base_s = overhead_s + measurement_s(trials[numbers[0]], baseline_precision(
+        opts, trials, numbers), opts.measure.min_window_s, startup)
+    return base_s + extra_s + sum(overhead_s + measurement_s(trials[n], startup_s=startup)
+                                  for n in numbers[1:]), base_s
+
+
+def expected_s(opts: SearchOptions, study: optuna.Study, extra_s: float = 0.0,
+               overhead_s: float = 0.0) -> float:
+    """The seconds the confirmation of the study's front as it stands takes, each
+    config measured as long as its own trial took (the baseline at the precision
+    :func:`baseline_precision` asks) and stored in ``overhead_s``; ``extra_s``: a
+    candidate more, of that many seconds, where the front has room for one (a trial
+    about to run may join it)."""
+    if opts.confirm == 0:
+        return 0.0
+    trials = rec.records(study)
+    numbers = candidates(opts, study)
+    baseline = StudyRecord.from_study(study).baseline
+    if not numbers:
+        if not extra_s or baseline is None or not trials[baseline].complete:
+            return 0.0
+        numbers = [baseline]
+    room = len(numbers) - 1 < opts.confirm + 2  # the fastest N, the knee, the default
+    per_round, base_s = _seconds(opts, trials, numbers, extra_s if room else 0.0, overhead_s)
+    return opts.confirm_rounds * per_round + base_s
+
+
+def plan_s(opts: SearchOptions, study: optuna.Study, the_plan: Plan,
+           overhead_s: float = 0.0) -> float:
+    """The seconds ``the_plan`` takes, as :func:`expected_s` counts them."""
+    per_round, base_s = _seconds(opts, rec.records(study),
+                                 [t.number for t in the_plan.trials], overhead_s=overhead_s)
+    return the_plan.rounds * per_round + base_s
+
+
+def candidates(opts: SearchOptions, study: optuna.Study) -> list[int]:
+    """The trials to confirm: the search front's ``confirm`` fastest besides the
+    baseline, its knee and its default pick, and the baseline first. Empty when
+    there is nothing to compare."""
+    s = StudyRecord.from_study(study)
+    trials = [t for t in rec.records(study) if t.search_point]  # the search's own figures
+    rows = [r for r in front_rows(trials, s.baseline, s.budget_mib) if r.trial != s.baseline]
+    picked = [r.trial for r in rows[:opts.confirm]] + \
+        [r.trial for r in rows if "knee" in r.marks or r.default]
+    picked = [n for n in dict.fromkeys(picked) if n != s.baseline]
+    if s.baseline is None or not picked or not trials[s.baseline].complete:
+        return []
+    return [s.baseline, *picked]
+
+
+def moved_knee(study: optuna.Study) -> int | None:
+    """The front's knee once confirmed figures are in, where the latest confirmation
+    did not measure it (None: the knee is confirmed, or there is none)."""
+    s = StudyRecord.from_study(study)
+    rows = front_rows(rec.records(study), s.baseline, s.budget_mib)
+    knee = next((r for r in rows if "knee" in r.marks), None)
+    if knee is None or knee.trial == s.baseline or "unconfirmed" not in knee.marks:
+        return None
+    return knee.trial
+
+
+def fitted(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],
+           rest: float | None, overhead_s: float = 0.0) -> tuple[list[int], int]:
+    """The candidates (``numbers``, the baseline first) and rounds that ``rest``
+    seconds of the budget hold, closing baseline included: fewer rounds first (one
+    at least), then fewer candidates (the last, the knee or the slowest, first)."""
+    rounds = opts.confirm_rounds
+    if rest is None:
+        return numbers, rounds
+    while True:
+        per_round, base_s = _seconds(opts, trials, numbers, overhead_s=overhead_s)
+        fit = int((rest - base_s) // per_round) if per_round > 0 else rounds
+        if fit >= 1 or len(numbers) <= 2:
+            return numbers, max(1, min(rounds, fit))
+        numbers = numbers[:-1]
+
+
+def _claim(opts: SearchOptions, study: optuna.Study, numbers: list[int],
+           rest: float | None = None, overhead_s: float = 0.0, **extra: Any) -> Plan:
+    numbers, rounds = fitted(opts, rec.records(study), numbers, rest, overhead_s)
+    runs = StudyRecord.from_study(study).confirmations
+    frozen = study.get_trials(deepcopy=False)
+    rec.store_study(study, confirmations=[*runs, {
+        "run": len(runs), "started": time.time(), "candidates": numbers,
+        "rounds": rounds, **extra}])
+    return Plan(len(runs), tuple(frozen[n] for n in numbers), rounds)
+
+
+def plan(opts: SearchOptions, study: optuna.Study, rest: float | None = None,
+         overhead_s: float = 0.0) -> Plan | None:
+    """Under the study's lock: the confirmation this worker runs now, claimed so that
+    no other worker runs it too; None when it is off, nothing is to be confirmed,
+    search trials are still running elsewhere, or a confirmation started after the
+    last search trial ended. ``rest``: the budget's seconds left, which the plan's
+    rounds and candidates are :func:`fitted` to."""
+    if opts.confirm == 0:
+        return None
+    trials = rec.records(study)
+    search = [t for t in trials if t.search_point and t.reused_from is None]
+    if any(t.state == "running" for t in search):
+        return None
+    runs = StudyRecord.from_study(study).confirmations
+    last_end = max((t.measured_at[1] for t in search if t.measured_at), default=0.0)
+    if runs and runs[-1]["started"] > last_end:
+        return None
+    numbers = candidates(opts, study)
+    if not numbers:
+        return None
+    return _claim(opts, study, numbers, rest, overhead_s)
+
+
+def confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
+            done: Done | None = None, on_plan: Callable[[Plan], None] | None = None,
+            overhead_s: float = 0.0) -> tuple[Plan | None, str]:
+    """Runs the confirmation, if one is due, then its follow-ups while the knee moves
+    onto a config it did not measure: round by round, each candidate measured in a
+    fresh trial process. Returns the first plan and why it stopped early ("" when it
+    ran all rounds): the budget would run out before the next round ends.
+    ``overhead_s``: what storing a measurement takes, each (the plan counts it)."""
+    with study_lock(opts.storage, study.study_name):
+        first = plan(opts, study, left(), overhead_s)
+    the_plan, cut = first, ""
+    for _ in range(FOLLOW_UPS + 1):
+        if the_plan is None:
+            break
+        if on_plan is not None:
+            on_plan(the_plan)
+        cut = _run(opts, study, server, left, the_plan, done, overhead_s)
+        if cut:
+            break
+        knee = moved_knee(study)
+        if knee is None:
+            break
+        with study_lock(opts.storage, study.study_name):
+            the_plan = _claim(opts, study, [the_plan.trials[0].number, knee], left(),
+                              overhead_s, follow_up_of=the_plan.run)
+    return first, cut
+
+
+def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
+         the_plan: Plan, done: Done | None, overhead_s: float = 0.0) -> str:
+    """One confirmation's rounds; why it stopped early ("" when it ran them all). The
+    baseline is measured to :func:`baseline_precision`."""
+    trials = rec.records(study)
+    numbers = [t.number for t in the_plan.trials]
+    per_round, base_s = _seconds(opts, trials, numbers, overhead_s=overhead_s)
+    startup = _startup_s(trials)
+    base_spec = dataclasses.replace(opts.measure, precision=baseline_precision(
+        opts, trials, numbers))
+    for round_, of in the_plan.schedule():
+        rest = left()
+        needs = per_round if round_ < the_plan.rounds else base_s
+        first = of is the_plan.trials[0]
+        if first and rest is not None and rest < needs:
+            return (f"--budget left {rest:.0f} s, less than the next round takes "
+                    f"(about {needs:.0f} s): {round_} of {the_plan.rounds} rounds "
+                    "ran" + (", and not the closing baseline"
+                             if round_ == the_plan.rounds else ""))
+        own = overhead_s + measurement_s(trials[of.number], startup_s=startup)
+        if not first and rest is not None and rest < own:  # the estimate was short
+            return (f"--budget left {rest:.0f} s, less than measuring #{of.number} takes "
+                    f"(about {own:.0f} s): round {round_ + 1} of {the_plan.rounds} was cut")
+        config = TrialConfig.from_dict(TrialRecord.from_frozen(of).config)
+        trial_dir = opts.study_dir / "trials" / f"confirm-{the_plan.run}-{round_}-{of.number}"
+        result, where, _ = measure(opts, config, server, trial_dir,
+                                   f"confirmation of study {study.study_name}", left,
+                                   spec=base_spec if first else None)
+        record = _record(result, where, confirm={"run": the_plan.run, "round": round_,
+                                                 "of": of.number})
+        stored = add_measured(opts, study, of, record, result)
+        if done is not None:
+            done(stored)
+    return ""

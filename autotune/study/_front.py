@@ -1,0 +1,252 @@
+"""What a study's answer looks like: the Pareto front with ratios against the
+baseline, ``pareto.yaml`` and the export file, each rewritten atomically so a crash
+never loses the current answer. Imports neither torch nor PyG."""
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import ConfigError
+from autotune.files import atomic_write, dump
+from autotune.study._pareto import PICKS, Point, best_under, default_pick, front, knee, pick
+from autotune.study import _records as rec
+from autotune.study._paired import Confirmed, confirmed, drifts, ties
+from autotune.study._records import StudyRecord, TrialRecord
+from autotune.storage import masked
+
+
+DEFAULT = "default"  # the mark of the default pick, which goes on to say why
+
+
+@dataclass(frozen=True)
+class FrontRow:
+    """One trial of the front, fastest first, with ratios against the baseline: the
+    confirmed figures where the confirmation measured it (``confirmed``), else its
+    search figures and its speed-up paired with the control measured before it."""
+
+    trial: int
+    throughput: float
+    memory_mib: float
+    speedup: float | None
+    memory_ratio: float | None
+    val_metric: float | None  # the task's validation metric (accuracy or ROC-AUC)
+    marks: list[str] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    precision: float | None = None  # relative 95% half-width of the throughput
+    speedup_precision: float | None = None  # of the speed-up, the baseline's included
+    payback_epochs: float | None = None  # compiled: compile time / time saved per epoch
+    confirmed: dict[str, Any] | None = None  # Confirmed.to_dict()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def default(self) -> bool:
+        """The default pick: what ``export`` writes unless told otherwise."""
+        return any(m.startswith(DEFAULT + ":") for m in self.marks)
+
+
+def memory_limit(trials: list[TrialRecord], budget: float | None) -> tuple[float | None, str]:
+    """What memory counts against, in MiB, and in words: ``--max-memory``, else what
+    the device has (the least any search trial's device had: its GPU's memory within
+    its cap, or the machine's RAM); None where no trial stored it."""
+    if budget is not None:
+        return budget, f"within --max-memory {budget:,.0f} MiB"
+    sizes = [t.device_mib for t in trials if t.search_point and t.device_mib]
+    if not sizes:
+        return None, "(no device memory stored)"
+    return min(sizes), f"within the device's {min(sizes):,.0f} MiB"
+
+
+def front_rows(trials: list[TrialRecord], baseline_no: int | None,
+               budget: float | None, train_nodes: int | None = None) -> list[FrontRow]:
+    """The Pareto front, fastest first, with ratios against the baseline and marks."""
+    by_number = {t.number: t for t in trials}
+    figures = confirmed(trials)
+    pts = candidate_points(trials, figures)
+    base = by_number.get(baseline_no) if baseline_no is not None else None
+    base = base if base is not None and base.complete else None
+    limit, within = memory_limit(trials, budget)
+    k, best = knee(pts, limit), best_under(pts, budget)
+    chosen = default_pick(pts, limit, frozenset(figures))
+    default = f"{DEFAULT}: the fastest {'confirmed ' if figures else ''}config {within}"
+    tied = ties(figures)
+    rows = []
+    for p in front(pts):
+        marks = [m for m, hit in ((default, chosen and p.number == chosen.number),
+                                  ("knee", k and p.number == k.number),
+                                  ("best-under-budget", budget is not None and best
+                                   and p.number == best.number),
+                                  ("baseline", p.number == baseline_no),
+                                  ("eager: recompile limit hit", p.eager)) if hit]
+        t, c = by_number[p.number], figures.get(p.number)
+        speedup, speedup_pm = t.paired_speedup(base)
+        precision = t.precision
+        if c is not None:
+            speedup, speedup_pm, precision = c.speedup, c.interval, c.throughput_interval
+            marks.append(f"confirmed in {c.rounds} round{'s' if c.rounds != 1 else ''}" + (
+                f", tied with {', '.join(f'#{n}' for n in tied[p.number])}"
+                if tied[p.number] else ""))
+        elif figures:
+            marks.append("unconfirmed")
+        payback = payback_epochs(t, trials, train_nodes)
+        if t.imprecise and c is None:
+            marks.append(f"IMPRECISE: --max-seconds ran out at ±{100 * t.precision:.1f}%"
+                         if t.precision is not None else "IMPRECISE")
+        if payback is not None:
+            marks.append("compile never pays back" if payback == float("inf") else
+                         f"compile pays back in {payback:.1f} epochs")
+        rows.append(FrontRow(p.number, p.throughput, p.memory_mib, speedup,
+                             p.memory_mib / base.memory_mib if base else None,
+                             p.val_metric, marks, p.config, precision, speedup_pm, payback,
+                             c.to_dict() if c is not None else None))
+    return rows
+
+
+def reference_row(trials: list[TrialRecord], baseline_no: int | None) -> FrontRow | None:
+    """The baseline where it is not on the front, as the reference every speed-up is
+    taken against, marked with why: outside the space written (with its values
+    there), or beaten; its confirmed figures where the confirmation measured it. None
+    before it is measured, or where the front holds it."""
+    by_number = {t.number: t for t in trials}
+    base = by_number.get(baseline_no) if baseline_no is not None else None
+    if base is None or not base.complete or not base.values:
+        return None
+    figures = confirmed(trials)
+    if base.in_space and base.number in {p.number for p in front(candidate_points(
+            trials, figures))}:
+        return None
+    if base.outside_space:
+        why = "outside the space: " + ", ".join(f"{name} {value}" for name, value in
+                                                base.outside_space.items())
+    else:
+        why = "beaten: off the front"
+    c = figures.get(base.number)
+    throughput, memory = (c.throughput, c.memory_mib) if c else (base.throughput,
+                                                                base.memory_mib)
+    return FrontRow(base.number, throughput, memory, 1.0, 1.0, base.val_metric,
+                    [f"baseline (reference), {why}"], base.config or {},
+                    c.throughput_interval if c else base.precision, 0.0, None,
+                    c.to_dict() if c else None)
+
+
+def candidate_points(trials: list[TrialRecord], figures: dict[int, Confirmed],
+                     explicit: bool = False) -> list[Point]:
+    """The points the front is drawn from (``explicit``: every completed trial, for
+    ``--pick trial:N``), each with its confirmed throughput and memory
+    where the confirmation measured it."""
+    out = []
+    for t in trials:
+        if not (t.complete if explicit else t.on_front_candidate):
+            continue
+        c = figures.get(t.number)
+        out.append(t.point() if c is None else
+                   dataclasses.replace(t.point(), throughput=c.throughput,
+                                       memory_mib=c.memory_mib))
+    return out
+
+
+def eager_twin_trial(trial: TrialRecord, trials: list[TrialRecord]) -> TrialRecord | None:
+    """The completed trial that measured ``trial``'s config without compile."""
+    from autotune.config import TrialConfig
+    from autotune.study._space import eager_twin as twin_of
+
+    if not trial.config or trial.config.get("compile_mode", "none") == "none":
+        return None
+    key = twin_of(TrialConfig.from_dict(trial.config)).key()
+    return next((t for t in trials if t.complete and t.config and t.throughput and
+                 TrialConfig.from_dict(t.config).key() == key), None)
+
+
+def payback_epochs(trial: TrialRecord, trials: list[TrialRecord],
+                   train_nodes: int | None) -> float | None:
+    """For a compiled trial: its compile time divided by the time it saves per epoch
+    (``train_nodes`` seeds) against its eager twin; inf when it saves nothing, None
+    when not compiled or no twin was measured."""
+    twin = eager_twin_trial(trial, trials)
+    if twin is None or not train_nodes or not trial.throughput:
+        return None
+    saved = train_nodes / twin.throughput - train_nodes / trial.throughput
+    return trial.compile.compile_time_s / saved if saved > 0 else float("inf")
+
+
+def study_front(study) -> list[FrontRow]:
+    """The study's front: the one computation ``show``, ``pareto.yaml``, the export's
+    knee, the report and the dashboard note all read."""
+    s = StudyRecord.from_study(study)
+    return front_rows(rec.records(study), s.baseline, s.budget_mib, s.num_train)
+
+
+def study_reference(study) -> FrontRow | None:
+    """The study's baseline as a reference row, where the front does not hold it."""
+    return reference_row(rec.records(study), StudyRecord.from_study(study).baseline)
+
+
+def write_pareto(study, path: Path, url: str) -> None:
+    """Rewrites ``pareto.yaml``."""
+    s = StudyRecord.from_study(study)
+    reference = study_reference(study)
+    blob = {"study": study.study_name, "storage": masked(url), "task": s.task.name,
+            "unit": s.task.unit, "baseline_trial": s.baseline,
+            "max_memory_mib": s.budget_mib, "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "front": [r.to_dict() for r in study_front(study)],
+            "reference": reference.to_dict() if reference else None,
+            "controls": drifts(rec.records(study))}
+    atomic_write(path, dump(blob, "yaml"))
+
+
+def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, TrialRecord]:
+    """The export of the trial ``how`` picks (default, knee, max-throughput,
+    min-memory, trial:N): its full config, the measured figures, the environment and the command
+    that reproduces the measurement."""
+    from autotune.config import CONFIG_FORMAT, TrialConfig
+
+    s = StudyRecord.from_study(study)
+    trials = {t.number: t for t in rec.records(study)}
+    explicit = how.startswith("trial:")  # any completed trial, flags and all
+    figures = confirmed(trials.values())
+    limit = memory_limit(list(trials.values()), s.budget_mib)[0]
+    candidates = candidate_points(list(trials.values()), figures, explicit)
+    base = trials.get(s.baseline) if s.baseline is not None else None
+    if how in PICKS and not candidates and base is not None and base.complete and \
+            base.outside_space:  # a bad --pick is said first, by pick()
+        raise ConfigError(f"the study's only completed trial is its baseline (#{base.number}), "
+                          "which lies outside the space searched; run more trials, or export "
+                          f"it with --pick trial:{base.number}")
+    chosen = pick(candidates, how, s.budget_mib, limit, frozenset(figures))
+    t, c = trials[chosen.number], figures.get(chosen.number)
+    config = TrialConfig.from_dict(t.config)
+    ref = s.dataset_ref
+    reproduce = shlex.join(["autotune", "trial", "--dataset", str(ref.get("name")), "--root",
+                            str(ref.get("root")), "--scale", str(ref.get("scale")),
+                            "--data-seed", str(ref.get("seed")), "--config", str(out)])
+    measured = {"trial": t.number, "measured_in_trial": t.reused_from if t.reused_from
+                is not None else t.number, s.task.throughput_key: chosen.throughput,
+                "throughput": chosen.throughput, "unit": s.task.unit,
+                "peak_memory_mib": chosen.memory_mib,
+                "confirmed": None if c is None else {
+                    "rounds": c.rounds, "speedup": c.speedup, "interval": c.interval,
+                    "throughput": c.throughput, "peak_memory_mib": c.memory_mib,
+                    "trials": list(c.measurements)},
+                "search": {"throughput": t.throughput, "peak_memory_mib": t.memory_mib,
+                           "paired": t.paired}, "summary": t.summary,
+                "memory": t.memory.to_dict(), "compile": t.compile.to_dict(),
+                "observed": t.observed.to_dict(), "validation": t.validation,
+                "guard_ratio": t.guard_ratio, "window": t.window.to_dict(),
+                "precision": t.precision, "screened": t.screened, "imprecise": t.imprecise,
+                "payback_epochs": payback_epochs(t, list(trials.values()), s.num_train)}
+    blob = {"format": CONFIG_FORMAT, "config": config.to_dict(), "model": config.model,
+            "measured": measured, "env": s.env, "dataset": s.dataset, "dataset_ref": ref,
+            "study": study.study_name, "storage": masked(url), "reproduce": reproduce}
+    return blob, t
+
+
+def write_export(study, how: str, url: str, out: Path) -> tuple[dict, TrialRecord]:
+    """Writes the export of ``how``'s trial to ``out`` (.yaml, .yml or .json)."""
+    blob, t = export_blob(study, how, url, out)
+    atomic_write(out, dump(blob, "json" if out.suffix == ".json" else "yaml"))
+    return blob, t

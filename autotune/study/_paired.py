@@ -1,0 +1,183 @@
+"""Speed-ups that hold up across machine drift, read from a study's records.
+
+A machine's speed drifts by more than one window's precision over minutes
+(benchmarks/results/noise.json), so a ratio to a baseline measured at the start of a
+search is partly drift. The search therefore measures the baseline's config again
+(a *control*) every so often, and stores each trial's ratio to the control measured
+nearest before it (:func:`pair`). Its last stage, the confirmation, measures the
+front's candidates and the baseline again, interleaved in rounds, and gives each
+candidate the median over rounds of its ratio to the baseline of the same round
+(:func:`confirmed`). The drift between references (the baseline, the controls, the
+confirmation's baselines) is read back by :func:`drifts`. Imports neither torch nor
+PyG nor Optuna.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable
+
+from autotune.trial import ratio_half_width, t975
+from autotune.study._records import TrialRecord
+
+
+def references(trials: Iterable[TrialRecord]) -> list[TrialRecord]:
+    """The completed measurements of the baseline's config, in time order: the
+    baseline trial, the controls and the confirmation rounds' baselines."""
+    trials = list(trials)
+    base = next((t.number for t in trials if t.baseline), None)
+    refs = [t for t in trials if t.complete and t.measured_at and t.reused_from is None and
+            (t.reference or (t.confirm is not None and t.confirm["of"] == base))]
+    return sorted(refs, key=lambda t: t.measured_at[1])
+
+
+def latest_reference(trials: Iterable[TrialRecord], before: float) -> TrialRecord | None:
+    """The reference whose measurement ended last before ``before`` (time.time())."""
+    earlier = [t for t in references(trials) if t.measured_at[1] <= before]
+    return earlier[-1] if earlier else None
+
+
+def pair(throughput: float, precision: float | None, reference: TrialRecord) -> dict[str, Any]:
+    """A trial's paired figure: its throughput over ``reference``'s, with the ratio's
+    relative 95% half-width."""
+    return {"control": reference.number, "speedup": throughput / reference.throughput,
+            "interval": ratio_half_width(precision, reference.precision)}
+
+
+def drifts(trials: Iterable[TrialRecord]) -> list[dict[str, Any]]:
+    """Each reference in time order, with its throughput's change from the one
+    before: ``drift`` (relative, None for the first) and that change's 95% half-width."""
+    out, previous = [], None
+    for t in references(trials):
+        change = None if previous is None else t.throughput / previous.throughput - 1
+        out.append({"trial": t.number, "at": t.measured_at[1], "throughput": t.throughput,
+                    "precision": t.precision, "drift": change,
+                    "interval": None if previous is None else
+                    ratio_half_width(t.precision, previous.precision)})
+        previous = t
+    return out
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """A candidate's figures from the confirmation: ``speedup`` is the median over
+    rounds of its throughput over the baseline's in the same round, ``interval`` that
+    figure's relative 95% half-width (Student's t over the rounds' log ratios, and no
+    narrower than one round's ratio precision over the square root of the rounds);
+    ``throughput`` and ``memory_mib`` are the medians over rounds, and
+    ``throughput_interval`` the throughput's relative half-width over rounds (drift
+    included: absolute figures minutes apart)."""
+
+    trial: int
+    rounds: int
+    speedup: float
+    interval: float | None
+    throughput: float
+    throughput_interval: float | None
+    memory_mib: float
+    ratios: tuple[float, ...]
+    measurements: tuple[int, ...]  # the trials that measured it, round by round
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def overlaps(self, other: Confirmed) -> bool:
+        """Whether the two speed-up intervals overlap: the two are tied."""
+        lo, hi = self.bounds()
+        other_lo, other_hi = other.bounds()
+        return lo <= other_hi and other_lo <= hi
+
+    def bounds(self) -> tuple[float, float]:
+        h = self.interval or 0.0
+        return self.speedup * (1 - h), self.speedup * (1 + h)
+
+
+def confirmation_runs(trials: Iterable[TrialRecord]) -> list[int]:
+    return sorted({t.confirm["run"] for t in trials if t.confirm is not None})
+
+
+def confirmed(trials: Iterable[TrialRecord], run: int | None = None) -> dict[int, Confirmed]:
+    """Each candidate's confirmed figures from confirmation ``run`` (default: from the
+    latest run that measured it, the baseline's from the latest run), keyed by the
+    candidate's trial number. A round's ratio divides the
+    candidate's throughput by the baseline's interpolated to the candidate's time,
+    between the baseline measured at the start of its round and the one at the start
+    of the next (or the closing one): a drift that is linear over a round cancels. A
+    round counts only where the candidate and its round's baseline completed."""
+    trials = list(trials)
+    runs = confirmation_runs(trials)
+    if not runs:
+        return {}
+    if run is None:  # a follow-up measures the knee again, not every candidate
+        merged: dict[int, Confirmed] = {}
+        for each in runs:
+            merged.update(confirmed(trials, each))
+        return merged
+    base = next((t.number for t in trials if t.baseline), None)
+    rounds: dict[int, dict[int, TrialRecord]] = {}
+    for t in trials:
+        if t.confirm is not None and t.confirm["run"] == run and t.complete:
+            rounds.setdefault(t.confirm["of"], {})[t.confirm["round"]] = t
+    base_rounds = rounds.pop(base, {})
+    out = {number: _candidate(number, measured, base_rounds)
+           for number, measured in rounds.items()
+           if any(r in base_rounds for r in measured)}
+    if base_rounds:
+        rates = [t.throughput for _, t in sorted(base_rounds.items())]
+        opened = {r for measured in rounds.values() for r in measured} or set(base_rounds)
+        out[base] = Confirmed(base, len(opened & set(base_rounds)), 1.0, 0.0,
+                              statistics.median(rates),
+                              _spread(rates) if len(rates) > 1 else None,
+                              statistics.median(t.memory_mib for t in base_rounds.values()),
+                              (1.0,) * len(rates), tuple(t.number for _, t in
+                                                         sorted(base_rounds.items())))
+    return out
+
+
+def _candidate(number: int, measured: dict[int, TrialRecord],
+               base_rounds: dict[int, TrialRecord]) -> Confirmed:
+    """A candidate's confirmed figures from its rounds and the baseline's (each
+    interval at least the median window's own, shrunk by the rounds' root)."""
+    both = sorted(r for r in measured if r in base_rounds)
+    refs = {r: _baseline_at(base_rounds, r, _mid(measured[r])) for r in both}
+    ratios = [measured[r].throughput / refs[r] for r in both]
+    rates = [measured[r].throughput for r in both]
+    root_n = math.sqrt(len(both))
+    floor = statistics.median(ratio_half_width(measured[r].precision, base_rounds[
+        r].precision) or 0.0 for r in both) / root_n
+    rate_floor = statistics.median(measured[r].precision or 0.0 for r in both) / root_n
+    several = len(both) > 1
+    return Confirmed(
+        number, len(both), statistics.median(ratios),
+        max(_spread(ratios), floor) if several else None, statistics.median(rates),
+        max(_spread(rates), rate_floor) if several else None,
+        statistics.median(measured[r].memory_mib for r in both), tuple(ratios),
+        tuple(measured[r].number for r in both))
+
+
+def _mid(t: TrialRecord) -> float:
+    return (t.measured_at[0] + t.measured_at[1]) / 2
+
+
+def _baseline_at(base_rounds: dict[int, TrialRecord], round_: int, at: float) -> float:
+    """The baseline's throughput at time ``at`` of round ``round_``: log-linear
+    between its measurement opening that round and the next one, else the opening."""
+    start, end = base_rounds[round_], base_rounds.get(round_ + 1)
+    if end is None or _mid(end) <= _mid(start):
+        return start.throughput
+    w = min(max((at - _mid(start)) / (_mid(end) - _mid(start)), 0.0), 1.0)
+    return math.exp((1 - w) * math.log(start.throughput) + w * math.log(end.throughput))
+
+
+def _spread(values: list[float]) -> float:
+    """The relative 95% half-width of positive values' geometric mean (Student's t)."""
+    logs = [math.log(v) for v in values]
+    return math.expm1(t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)))
+
+
+def ties(figures: dict[int, Confirmed]) -> dict[int, list[int]]:
+    """For each confirmed config, the others whose speed-up intervals overlap its own
+    (the baseline's, 1 exactly, included)."""
+    return {a: [b for b, other in figures.items() if b != a and one.overlaps(other)]
+            for a, one in figures.items()}

@@ -1,0 +1,80 @@
+"""Trials that will never finish, failed and re-queued so the budget is not lost.
+
+- interrupted: left RUNNING on this host by a search process that no longer exists;
+- stale: RUNNING on any host, its heartbeat older than the grace period;
+- orphan: RUNNING with no worker at all, older than the grace period (a trial
+  created twice by a storage call retried after a dropped connection, or by a
+  worker that died between asking and claiming it).
+
+None of them counts against ``n_trials``; each one's config is queued once more.
+"""
+from __future__ import annotations
+
+import socket
+from datetime import datetime, timedelta
+from typing import Callable
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.study import _optuna
+from autotune.study import _records as rec
+
+
+def fail_interrupted(study: optuna.Study) -> list[int]:
+    """Fails the trials this host left RUNNING, from a search process that no longer
+    exists, as "interrupted" and re-queues their configs once."""
+    host, dead = socket.gethostname(), []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker = rec.worker_of(t)
+        if worker.get("host") == host and not _alive(worker.get("pid"), worker.get("started")):
+            dead.append(t)
+    return _fail_and_requeue(study, dead, lambda w: f"interrupted: search pid {w.get('pid')} "
+                             "is gone")
+
+
+def fail_stale(study: optuna.Study) -> list[int]:
+    """Fails the trials whose worker, on any host, stopped its heartbeat for longer
+    than the grace period, and re-queues them once."""
+    return _fail_and_requeue(study, _optuna.stale_trials(study), lambda w: (
+        f"stale: no heartbeat from {w.get('host')} pid {w.get('pid')} within the grace "
+        "period"))
+
+
+def fail_orphans(study: optuna.Study, grace_s: float) -> list[int]:
+    """Fails RUNNING trials that no worker ever claimed, once older than ``grace_s``."""
+    cutoff = datetime.now() - timedelta(seconds=grace_s)
+    orphans = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+               if not rec.worker_of(t) and t.datetime_start is not None
+               and t.datetime_start < cutoff]
+    return _fail_and_requeue(study, orphans, lambda w: "orphan: no worker claimed it within "
+                             "the grace period")
+
+
+def _fail_and_requeue(study: optuna.Study, trials: list[FrozenTrial],
+                      reason: Callable[[dict], str]) -> list[int]:
+    failed = []
+    for t in trials:
+        if _optuna.fail_with_reason(study, t, reason(rec.worker_of(t))):
+            requeue_once(study, t)
+            failed.append(t.number)
+    return failed
+
+
+def requeue_once(study: optuna.Study, t: FrozenTrial) -> None:
+    """Queues the config of a trial that never finished, unless it was itself a retry
+    (or never had a config: the baseline's is its own, without params)."""
+    if rec.is_retry(t) or not (t.params or rec.is_baseline(t)):
+        return
+    r = rec.TrialRecord.from_frozen(t)  # the baseline or a prior row stays one
+    rec.enqueue(study, t.params, retry_of=t.number, baseline=r.baseline, prior=r.prior,
+                outside_space=r.outside_space)
+
+
+def _alive(pid: int | None, started: float | None) -> bool:
+    import psutil
+
+    try:
+        return pid is not None and abs(psutil.Process(pid).create_time() - started) < 1.0
+    except psutil.NoSuchProcess:
+        return False

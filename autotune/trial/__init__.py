@@ -1,0 +1,26 @@
+"""One trial, measured in a process of its own: ``_runner`` starts it (a fresh
+interpreter or a fork of ``_forkserver``'s), ``_worker`` is that process, ``_window``
+warms up and times the window, ``_result`` is what comes back (:class:`TrialResult`),
+``_profile`` a ``torch.profiler`` trace of its steps.
+"""
+from __future__ import annotations
+
+from autotune.imports import lazy_exports
+
+_EXPORTS = {
+    "ProfileSpec": "_profile",
+    "check_profile_folder": "_profile",
+    "CompileStats": "_result",
+    "MIB": "_result",
+    "MemoryStats": "_result",
+    "Observed": "_result",
+    "PARTS": "_result",
+    "TrialResult": "_result",
+    "WindowStats": "_result",
+    "ratio_half_width": "_result",
+    "t975": "_result",
+    "ForkServer": "_runner",
+    "run_trial": "_runner",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,465 @@
+"""A fork server: one interpreter that imports torch and PyG once, then forks a
+fresh child for each trial, so a trial is ready to build its pipeline in tens of
+milliseconds instead of the seconds ``import torch_geometric`` takes.
+
+Isolation is that of a fresh interpreter. The server itself never builds, trains,
+compiles, samples or touches CUDA: it imports, then waits. Each trial is a child
+that no other trial ran in; it starts its own session, gets its own memory (copy on
+write), initialises its own CUDA context, dynamo and inductor state, and starts its
+own threads (``fork`` copies only the forking thread).
+
+CUDA does not survive a fork once the parent has initialised its driver, and an
+import can do that without torch knowing (``torch.cuda.is_initialized()`` stays
+false). So the server checks three things. Its imports must leave torch's CUDA
+uninitialised. While it imports, a tripwire records every call into the torch.cuda
+functions that reach the driver, with the line that made it and the import step it
+came in (``cuda_queries`` in its ready line, ``forkserver.json`` in a search). And
+with ``device="cuda"`` a canary child is forked after each import step of
+:func:`steps` and must initialise CUDA and run a matmul: the first step after which
+it fails is named. A server that fails a check forks no trial.
+
+Where the canary fails after a later step than torch's own, the runner starts a
+second server that stops before that step (``--stop-before STEP``): its children
+import that step and the ones after it themselves (PyG's import is about 2 of the
+12 s on an H200 machine), after the fork, so CUDA still works in them. Where that
+server fails too (or the first step failed), trials start as *spare interpreters*
+(``--spare``): a fresh interpreter that
+imports everything while the trial before it runs, stopped (SIGSTOP) by that trial
+for each of its measured windows so that its imports overlap none, and takes the
+next trial's request when it comes. It runs that one trial in its own process,
+never forked, so CUDA works in it whatever its imports did.
+
+The protocol is one JSON object per line. Server to runner: ``{"ready": ...}`` once,
+then per request ``{"pid": N}`` and, when the child ends, ``{"pid": N, "exit": CODE}``
+(CODE as ``Popen.returncode``: minus the signal number for a signalled child).
+Runner to server: ``{"argv": [...], "stdout": PATH, "stderr": PATH, "env": {...}}``.
+The server serves one child at a time and exits at the end of its stdin; it asks
+Linux to kill it when the runner dies, and each child asks the same of the server.
+A spare sends its ready line, reads one request and becomes that trial.
+
+    python -m autotune.trial._forkserver [--cuda-canary [--canary MODULE:FUNCTION]]
+                                  [--no-compile] [--stop-before STEP] [--spare]
+
+To find the module behind a failed canary, bisect within the step it names (a
+binary search over the step's imports, each probe a fresh interpreter; about a
+dozen probes for PyG's 1,500 modules):
+
+    python -m autotune.trial._forkserver --bisect torch_geometric
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import signal
+import sys
+import time
+
+from autotune.logging import get_logger
+
+log = get_logger(__name__)
+
+# What a trial imports: everything before its dataset load. The heavy imports that
+# PyG pulls in come first, each a step of its own, so that the canary's verdict
+# names the one after which a forked child could no longer use CUDA.
+PRELOAD = ("torch", "triton", "torch._dynamo", "torch_geometric", "torch_geometric.loader",
+           "torch_geometric.nn", "autotune.trial._worker", "autotune.pipeline._build", "autotune.trial._window",
+           "autotune.sampling._neighbor", "autotune.data._datasets", "autotune.pipeline._training", "autotune.env")
+OPTIONAL = ("triton",)  # preloaded when installed
+# What a compiled trial imports besides (about a second, on a 2-core EPYC: 0.9 s of
+# the server's 3.7 s): preloaded too unless the search compiles nothing
+# (``--no-compile``), since importing it neither compiles nor starts a thread.
+PRELOAD_COMPILE = ("torch._inductor.compile_fx",)
+# The torch.cuda functions that can reach the CUDA driver (lazy initialisation, or a
+# device count through the runtime); the tripwire wraps them while the server imports.
+CUDA_QUERIES = ("is_available", "device_count", "init", "_lazy_init", "current_device",
+                "set_device", "get_device_properties", "get_device_capability",
+                "get_device_name", "mem_get_info", "synchronize", "is_bf16_supported")
+CUDA_DRIVER_CALLS = ("_cuda_getDeviceCount", "_cuda_init")  # torch._C, on CUDA builds
+
+
+def steps(compiles: bool = True, stop_before: str | None = None) -> tuple[str, ...]:
+    """The server's import steps, in order: :data:`PRELOAD` (without an optional
+    module that is not installed), with :data:`PRELOAD_COMPILE` after dynamo for a
+    search that may compile; with ``stop_before``, only the steps before that one
+    (each trial then imports the rest itself)."""
+    out = []
+    for name in PRELOAD:
+        if name in OPTIONAL and importlib.util.find_spec(name) is None:
+            continue
+        out.append(name)
+        if name == "torch._dynamo" and compiles:
+            out.extend(PRELOAD_COMPILE)
+    return tuple(out[:out.index(stop_before)] if stop_before in out else out)
+
+
+_PROTOCOL = None  # the runner's pipe; fd 1 itself points at stderr, for stray prints
+
+
+def _send(blob: dict) -> None:
+    _PROTOCOL.write(json.dumps(blob) + "\n")
+    _PROTOCOL.flush()
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return -1
+
+
+class Tripwire:
+    """Records each call into :data:`CUDA_QUERIES` (and torch._C's
+    :data:`CUDA_DRIVER_CALLS`, where the build has them) while it is armed: which
+    function, the first line outside torch.cuda and the import machinery that called
+    it, and the import step (:attr:`step`) it came in. The wrapped functions call
+    through; on exit the originals are put back (a module that bound a wrapper by
+    name keeps one that only calls through)."""
+
+    def __init__(self) -> None:
+        self.step = ""
+        self.calls: list[dict] = []
+        self.armed = False
+        self._seen: set[tuple[str, str]] = set()
+        self._originals: list[tuple[object, str, object]] = []
+
+    def __enter__(self) -> Tripwire:
+        import torch
+
+        for owner, names, prefix in ((torch.cuda, CUDA_QUERIES, "torch.cuda."),
+                                     (torch._C, CUDA_DRIVER_CALLS, "torch._C.")):
+            for name in names:
+                original = getattr(owner, name, None)
+                if callable(original):
+                    self._originals.append((owner, name, original))
+                    setattr(owner, name, self._wrap(prefix + name, original))
+        self.armed = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.armed = False
+        for owner, name, original in self._originals:
+            setattr(owner, name, original)
+
+    def _wrap(self, label: str, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def tripped(*args, **kwargs):
+            if self.armed:
+                self._record(label)
+            return fn(*args, **kwargs)
+
+        return tripped
+
+    def _record(self, label: str) -> None:
+        frame = sys._getframe(2)
+        skip = (os.sep + os.path.join("torch", "cuda") + os.sep, "<frozen importlib", __file__)
+        while frame is not None and any(s in frame.f_code.co_filename for s in skip):
+            frame = frame.f_back
+        where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame else "?"
+        if (label, where) not in self._seen:
+            self._seen.add((label, where))
+            self.calls.append({"call": label, "by": where, "step": self.step})
+
+
+def preload(compiles: bool = True, canary=None, stop_before: str | None = None) -> dict:
+    """Imports :func:`steps` under a :class:`Tripwire`, with ``canary`` (None, or a
+    function that returns None or why a forked child cannot use CUDA, such as
+    :func:`_canary`) after each step; what a runner must know before it trusts the
+    server (``canary``: None when every canary passed, else why and after which
+    step, which ``canary_step`` names; the steps after a failed one are not
+    imported)."""
+    import importlib
+
+    started = time.time()
+    import torch
+
+    verdict, failed_step, timings = None, None, []
+    with Tripwire() as wire:
+        for name in steps(compiles, stop_before):
+            wire.step = name
+            step_started = time.time()
+            importlib.import_module(name)
+            timings.append({"step": name, "s": time.time() - step_started})
+            why = canary() if canary is not None else None
+            if why is not None:
+                verdict, failed_step = f"{why}, after importing {name} (python -m " \
+                    f"autotune.trial._forkserver --bisect {name} names the module)", name
+                break
+    return {"import_started_at": started, "import_done_at": time.time(),
+            "imports_s": time.time() - started, "pid": os.getpid(), "threads": _threads(),
+            "cuda_initialized": bool(torch.cuda.is_initialized()), "steps": timings,
+            "cuda_queries": wire.calls, "canary": verdict, "canary_step": failed_step,
+            "stop_before": stop_before}
+
+
+def describe_queries(queries: list[dict], limit: int = 3) -> str:
+    """The tripwire's records as a clause for a message ("" when there are none)."""
+    if not queries:
+        return ""
+    shown = "; ".join(f"{q['call']} by {q['by']} (importing {q['step']})"
+                      for q in queries[:limit])
+    more = f" and {len(queries) - limit} more" if len(queries) > limit else ""
+    return f"; CUDA queried while importing: {shown}{more}"
+
+
+def _canary() -> str | None:
+    """Forks a child that initialises CUDA and runs a matmul: None if it worked,
+    else why not (an import that initialised CUDA in the server breaks every child)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            import torch
+
+            x = torch.ones(64, 64, device="cuda")
+            torch.cuda.synchronize()
+            code = 0 if float((x @ x).sum()) == 64 ** 3 else 3
+        except BaseException as exc:  # reported to the runner through the exit code
+            log.warning("fork server: CUDA canary failed: %s: %s", type(exc).__name__, exc)
+            logging.shutdown()  # flushed: os._exit skips it
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return None if code == 0 else f"a forked child could not use CUDA (exit {code}); " \
+        "see the fork server's stderr"
+
+
+def _child(request: dict) -> None:
+    """In the trial's process (a forked child, or a spare): a session of its own,
+    the trial's logs as stdout and stderr, the trial's environment, then the
+    worker's main. Never returns."""
+    code = 1
+    try:
+        os.close(_PROTOCOL.fileno())  # the trial must not write into the protocol
+        os.setsid()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(target, fd)
+            os.close(target)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        sys.stdin = open(0, closefd=False)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        if request.get("env") is not None:  # the trial's whole environment, as spawned
+            os.environ.clear()
+            os.environ.update(request["env"])
+        import random
+
+        random.seed()  # a fresh interpreter's state, not the server's
+        from autotune.trial import _worker as worker
+        code = worker.main(request["argv"])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+def serve(canary=None, compiles: bool = True, stop_before: str | None = None) -> int:
+    """The fork server's main: :func:`preload` (``canary`` after each step), its
+    ready line, then a forked child per request until the end of stdin."""
+    global _PROTOCOL
+    _PROTOCOL = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # an import that prints must not corrupt the protocol
+    from autotune.trial._worker import die_with_parent
+
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner ends it, by closing stdin
+    ready = preload(compiles, canary, stop_before)
+    unusable = None
+    if ready["cuda_initialized"]:
+        unusable = "importing torch and PyG initialised CUDA in the fork server"
+    elif ready["canary"]:
+        unusable = ready["canary"]
+    if unusable:
+        unusable += describe_queries(ready["cuda_queries"])
+    _send({"ready": ready, "unusable": unusable})
+    if unusable:
+        return 1
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _child(request)
+        _send({"pid": pid})
+        _, status = os.waitpid(pid, 0)
+        _send({"pid": pid, "exit": os.waitstatus_to_exitcode(status)})
+    return 0
+
+
+def spare(compiles: bool = True) -> int:
+    """A spare interpreter: imports what a trial imports, says so, waits for one
+    request and runs it here, in this process (never forked). Until then it is in
+    the runner's process group, ignoring SIGINT like the server; the trial gets a
+    session of its own."""
+    global _PROTOCOL
+    _PROTOCOL = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    from autotune.trial._worker import die_with_parent
+
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _send({"ready": preload(compiles)})
+    line = sys.stdin.readline()
+    if not line:  # the runner needed no more trials
+        return 0
+    _child(json.loads(line))
+
+
+PROBE_TIMEOUT_S = 600.0  # one fresh interpreter's imports and one canary
+
+
+class _Completions:
+    """A meta path finder that counts the modules whose import completes (their body
+    has run) and, at the ``at``-th, asks the canary: which module's own import left
+    CUDA unusable in a forked child. The order is deterministic for one interpreter
+    and one set of installed packages, so a count names the same module in every
+    probe."""
+
+    def __init__(self, at: int | None, canary) -> None:
+        self.at, self.canary = at, canary
+        self.names: list[str] = []
+        self.verdict: str | None = None
+
+    def find_spec(self, name, path, target=None):
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _CountingLoader(spec.loader, self)
+        return spec
+
+    def done(self, name: str) -> None:
+        self.names.append(name)
+        if len(self.names) == self.at:
+            self.verdict = self.canary()
+
+
+class _CountingLoader:
+    def __init__(self, loader, counter: _Completions) -> None:
+        self._loader, self._counter = loader, counter
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self._loader.exec_module(module)
+        self._counter.done(module.__name__)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+def probe(step: str, at: int | None, canary: str | None = None) -> dict:
+    """In this fresh interpreter: imports the steps before ``step``, then ``step``,
+    counting the modules it imports as they complete; at the ``at``-th, runs the
+    canary (``module:function`` returning None or why not; default: a forked CUDA
+    child). The modules in completion order, and the verdict."""
+    import importlib
+
+    check = _canary if canary is None else _load(canary)
+    order = steps()
+    for name in order[:order.index(step)] if step in order else ():
+        importlib.import_module(name)
+    counter = _Completions(at, check)
+    sys.meta_path.insert(0, counter)
+    try:
+        importlib.import_module(step)
+    finally:
+        sys.meta_path.remove(counter)
+    return {"step": step, "modules": counter.names, "at": at, "verdict": counter.verdict}
+
+
+def _load(path: str):
+    import importlib
+
+    module, _, function = path.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def bisect(step: str, canary: str | None = None, env: dict | None = None) -> dict:
+    """Which module imported by ``step`` leaves CUDA unusable in forked children: a
+    binary search over the count of completed imports, each probe a fresh
+    interpreter (:func:`probe`). ``culprit`` is None when even the whole step
+    passes (the step is not the culprit)."""
+    import subprocess
+
+    def run(at: int | None) -> dict:
+        argv = [sys.executable, "-m", "autotune.trial._forkserver", "--probe", step]
+        argv += [] if at is None else ["--at", str(at)]
+        argv += [] if canary is None else ["--canary", canary]
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True,
+                             timeout=PROBE_TIMEOUT_S)
+        return json.loads(out.stdout.splitlines()[-1])
+
+    modules = run(None)["modules"]
+    probes = []
+
+    def fails(k: int) -> bool:
+        verdict = run(k)["verdict"]
+        probes.append({"at": k, "module": modules[k - 1], "verdict": verdict})
+        return verdict is not None
+
+    if not modules or not fails(len(modules)):
+        return {"step": step, "culprit": None, "completions": len(modules), "probes": probes}
+    lo, hi = 1, len(modules)  # the first failing count lies in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fails(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return {"step": step, "culprit": modules[lo - 1], "completions": len(modules),
+            "probes": probes}
+
+
+def _leave(code: int) -> None:
+    """Ends a server, or a spare that ran no trial: it holds nothing to write back,
+    so it leaves at once instead of through the interpreter's teardown of torch,
+    which took a second of every search's end."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if _PROTOCOL is not None:
+        _PROTOCOL.flush()
+    os._exit(code)
+
+
+def _flag(args: list[str], name: str) -> str | None:
+    return args[args.index(name) + 1] if name in args else None
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if "--probe" in args:
+        at = _flag(args, "--at")
+        print(json.dumps(probe(_flag(args, "--probe"), None if at is None else int(at),
+                               _flag(args, "--canary"))))
+        sys.exit(0)
+    if "--bisect" in args:
+        print(json.dumps(bisect(_flag(args, "--bisect"), _flag(args, "--canary")), indent=2))
+        sys.exit(0)
+    check = None if "--cuda-canary" not in args else \
+        _load(_flag(args, "--canary")) if "--canary" in args else _canary
+    code = spare("--no-compile" not in args) if "--spare" in args else \
+        serve(check, "--no-compile" not in args, _flag(args, "--stop-before"))
+    _leave(code)

@@ -1,0 +1,513 @@
+"""Runs one trial in a process of its own and reads back its ``TrialResult``.
+
+A trial is either a new interpreter (``python -m autotune.trial._worker``, never a fork of
+this process) or, in a search, a child forked from a :class:`ForkServer` that
+imported torch and PyG once (see :mod:`autotune.trial._forkserver`). Either way it runs in
+its own session, so that the whole process tree, loader workers and compile
+workers included, can be killed as one. A watchdog enforces the timeout and, with
+``memory_limit``, the RSS of the whole tree. Whatever happens, no process of the
+trial survives ``run_trial``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from autotune.config import TrialConfig
+from autotune.data import DatasetRef
+from autotune.env import format_bytes
+from autotune.files import atomic_write, dump
+from autotune.logging import get_logger
+from autotune.trial._window import MeasureSpec
+from autotune.specs import TrialLimits
+from autotune.trial._result import TrialResult
+
+log = get_logger(__name__)
+
+POLL_S = 0.02  # how often the runner looks at a trial: has it ended, its memory
+TREE_SCAN_S = 0.25  # how often it scans /proc for the trial's new processes (with a
+# scan every POLL_S, one trial measured 0.95x of itself scanned every 0.5 s: the median
+# of 4 interleaved pairs, 0.91-1.04, on a 2-core EPYC)
+STACK_DUMP_WAIT_S = 0.5  # after SIGUSR1, for the worker to print its threads' stacks
+STDERR_TAIL_CHARS = 8000  # faulthandler lists extension modules after the stack
+KILL_WAIT_S = 5.0
+# torch.cuda.is_available() counts devices through NVML instead of the CUDA runtime,
+# which would initialise the driver in the fork server and poison every fork: the
+# import of torch._inductor.compile_fx calls it (torch 2.11). PyTorch documents the
+# variable; a CUDA trial's processes get it unless the caller set it.
+NVML_CHECK = ("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+
+
+def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.PathLike,
+              measure: MeasureSpec = MeasureSpec(), limits: TrialLimits = TrialLimits(),
+              inductor_cache: str | os.PathLike | None = None,
+              env: dict[str, str] | None = None, train=None,
+              server: ForkServer | None = None, profile=None) -> TrialResult:
+    """Measures ``config`` in a child process. ``dataset`` must be prepared
+    (:meth:`DatasetRef.prepare`). The child's stdout and stderr go to
+    ``trial_dir/stdout.log`` and ``trial_dir/stderr.log``. ``inductor_cache`` is a
+    folder that compiled kernels persist in, so later trials reuse them. With
+    ``train`` (an :class:`autotune.pipeline._training.TrainSpec`), the child trains instead of
+    measuring and the result's ``training`` holds the epochs and accuracies. With
+    ``server`` (a :class:`ForkServer`), the child is forked from it instead of being
+    a fresh interpreter; the result's ``observed.trial_start`` says which it was.
+    With ``profile`` (an :class:`autotune.trial._profile.ProfileSpec`), a few steps after the
+    window are profiled into its folder; the result's ``profile`` says where."""
+    asked_at = time.time()
+    trial_dir = Path(trial_dir)
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
+    result_path.unlink(missing_ok=True)
+    child_env = trial_env(config.device, env, inductor_cache)
+    start = server.start(child_env, config.device) if server is not None else \
+        "fresh interpreter"
+    spec = {"config": config.to_dict(), "dataset": vars(dataset).copy(),
+            "measure": measure.to_dict(), "spawned_at": asked_at, "trial_start": start,
+            "train": vars(train).copy() if train is not None else None,
+            "profile": profile.to_dict() if profile is not None else None,
+            "gpu_memory_limit": limits.gpu_memory_limit_bytes,
+            # stopped during each measured window: the next trial's spare interpreter
+            "quiet_pids": server.quiet_pids() if server is not None else []}
+    atomic_write(spec_path, dump(spec, "json"))
+    argv = [str(spec_path), str(result_path)]
+    out_path, err_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
+    if start.startswith((FORKED, SPARE)):
+        proc = server.fork(argv, out_path, err_path, child_env)
+        try:
+            verdict = _watch(proc, limits)
+        finally:
+            server.resume()  # whatever the trial did, the next spare imports again
+    else:
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen([sys.executable, "-m", "autotune.trial._worker", *argv],
+                                    stdout=out, stderr=err, env=child_env,
+                                    start_new_session=True)
+            verdict = _watch(proc, limits)
+    return _read_back(config, proc.returncode, verdict, result_path, err_path)
+
+
+FORKED = "fork server"
+SPARE = "spare interpreter"
+SERVER_READY_TIMEOUT_S = 300.0
+
+
+class ForkServer:
+    """How the trials of one search start: forked from one :mod:`autotune.trial._forkserver`
+    (started on the first trial, inside the measurement lock, so its imports overlap
+    no other search's window, then idle while each trial runs, and closed with the
+    search), or, once that server is unusable (its imports initialised CUDA, its
+    canary failed, it died), each in a *spare interpreter*: a fresh interpreter
+    started while the trial before runs, stopped by that trial during its measured
+    windows. ``method="spare"`` starts no server and uses spares from the first
+    trial. Each trial's ``observed.trial_start`` says which it was and why. Use as
+    a context manager."""
+
+    def __init__(self, folder: Path | None = None, *, compiles: bool = True,
+                 method: str = "auto", canary: str | None = None) -> None:
+        # FOLDER/forkserver.log: the server's and spares' stderr (None: this process's);
+        # FOLDER/forkserver.json: its pid, import steps, CUDA queries and checks.
+        # compiles: whether a trial may compile (else inductor is left to the child)
+        # canary: MODULE:FUNCTION checked in place of the CUDA canary, on any device
+        if method not in ("auto", "spare"):
+            raise ValueError(f"method must be auto or spare, not {method!r}")
+        self.folder = Path(folder) if folder is not None else None
+        self.compiles = compiles
+        self.method = method
+        self.canary = canary
+        self.stop_before: str | None = None  # the step each forked trial imports itself
+        self.proc: subprocess.Popen | None = None
+        self.ready: dict | None = None
+        self.unusable: str | None = None
+        self._lines: _Lines | None = None
+        self.spare: subprocess.Popen | None = None  # the next trial's interpreter
+        self._taken: subprocess.Popen | None = None  # this trial's, until it is handed
+        self.spares_failed: str | None = None
+
+    def __enter__(self) -> ForkServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self, env: dict[str, str], device: str) -> str:
+        """Readies the next trial's start; how it starts: :data:`FORKED`, a
+        :data:`SPARE` or a fresh interpreter, and why not forked."""
+        if self._taken is None:  # not readied already (a spare taken and not used yet)
+            if self.proc is not None and self.proc.poll() is not None:
+                self._fail(f"it exited with code {self.proc.returncode} between trials")
+            if self.method == "auto" and self.unusable is None and self.proc is None:
+                self._launch(env, device)
+            if self.method == "auto" and self.unusable is None:
+                return FORKED if self.stop_before is None else \
+                    f"{FORKED} (stopped before {self.stop_before}, which the trial imports)"
+            if self.spares_failed is None:
+                self._taken = self._take_spare(env)
+            if self._taken is not None:
+                self.spare = self._spawn(env, ["--spare"])  # imports while this trial runs
+        why = [] if self.method == "spare" else [f"fork server unusable: {self.unusable}"]
+        if self._taken is None:
+            return f"fresh interpreter ({'; '.join([*why, self.spares_failed])})"
+        return SPARE + "".join(f" ({w})" for w in why)
+
+    def _launch(self, env: dict[str, str], device: str) -> None:
+        """Starts the server; where a canary fails after a later step than the
+        first, once more with the server stopping before that step."""
+        flags = ["--cuda-canary"] if device == "cuda" or self.canary else []
+        flags += ["--canary", self.canary] if self.canary else []
+        reply = self._serve(env, flags)
+        ready = (reply or {}).get("ready") or {}
+        failed, first = ready.get("canary_step"), None
+        if failed and ready["steps"][0]["step"] != failed:
+            first, self.unusable = self.unusable, None
+            reply = self._serve(env, [*flags, "--stop-before", failed])
+            if self.unusable is None:
+                self.stop_before = failed
+                log.warning("fork server: %s; a second server stops before %s, which "
+                            "each trial imports itself", first, failed)
+        if self.folder is not None and reply is not None:
+            atomic_write(self.folder / "forkserver.json", dump(
+                {**(reply.get("ready") or {}), "unusable": self.unusable,
+                 "first_server": first}, "json"))
+
+    def _serve(self, env: dict[str, str], flags: list[str]) -> dict | None:
+        """One server's start: its ready line, or None; :attr:`unusable` says why
+        it cannot fork trials."""
+        self.proc = self._spawn(env, flags)
+        self._lines = _Lines(self.proc)
+        reply = self._lines.read(SERVER_READY_TIMEOUT_S)
+        if reply is None or "ready" not in reply:
+            self._fail("it exited or timed out before it was ready")
+        elif reply.get("unusable"):
+            self._fail(reply["unusable"])
+        else:
+            self.ready = reply["ready"]
+        return reply
+
+    def _spawn(self, env: dict[str, str], flags: list[str]) -> subprocess.Popen:
+        argv = [sys.executable, "-m", "autotune.trial._forkserver", *flags]
+        if not self.compiles:
+            argv.append("--no-compile")
+        err = None
+        if self.folder is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            err = open(self.folder / "forkserver.log", "ab")
+        try:
+            return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=err, env=env)
+        finally:
+            if err is not None:
+                err.close()
+
+    def _take_spare(self, env: dict[str, str]) -> subprocess.Popen | None:
+        """The spare started during the trial before (or one started now), once its
+        imports are done; None when it failed, and spares are not tried again."""
+        spare, self.spare = self.spare, None
+        if spare is None:
+            spare = self._spawn(env, ["--spare"])
+        reply = _Lines(spare).read(SERVER_READY_TIMEOUT_S)
+        if reply is not None and "ready" in reply:
+            return spare
+        _end(spare)
+        self.spares_failed = f"a spare interpreter exited or timed out before it was " \
+            f"ready (exit {spare.returncode})"
+        return None
+
+    def quiet_pids(self) -> list[int]:
+        """What the next trial stops during its windows: the spare that imports."""
+        return [self.spare.pid] if self.spare is not None else []
+
+    def resume(self) -> None:
+        """Lets the next spare go on (after a trial, which may have died while it
+        held it stopped)."""
+        if self.spare is not None:
+            try:
+                os.kill(self.spare.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+    def _fail(self, why: str) -> None:
+        self.unusable = why
+        self._close_server()
+
+    def fork(self, argv: list[str], stdout: Path, stderr: Path,
+             env: dict[str, str]) -> _Forked | subprocess.Popen:
+        """Starts the trial that :meth:`start` readied: forked by the server, or in
+        the spare taken for it."""
+        request = {"argv": argv, "stdout": str(stdout), "stderr": str(stderr), "env": env}
+        if self._taken is not None:
+            spare, self._taken = self._taken, None
+            try:
+                spare.stdin.write((json.dumps(request) + "\n").encode())
+                spare.stdin.close()
+            except OSError:  # it died since it was ready: its exit code is the trial's
+                pass
+            spare.stdout.close()
+            return spare
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:
+            self._fail("it died between trials")
+            raise RuntimeError(f"the fork server failed to fork a trial: {self.unusable}")
+        reply = self._lines.read(SERVER_READY_TIMEOUT_S)
+        if reply is None or "pid" not in reply:
+            self._fail("it died while forking a trial")
+            raise RuntimeError(f"the fork server failed to fork a trial: {self.unusable}")
+        return _Forked(self, reply["pid"])
+
+    def close(self) -> None:
+        self._close_server()
+        for spare in (self.spare, self._taken):
+            if spare is not None:
+                _end(spare)
+        self.spare = self._taken = None
+
+    def _close_server(self) -> None:
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        _end(proc)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Ends a server or a spare that has no trial: at the end of its stdin, or
+    killed after :data:`KILL_WAIT_S`."""
+    try:
+        os.kill(proc.pid, signal.SIGCONT)  # a stopped spare cannot read its stdin's end
+    except ProcessLookupError:
+        pass
+    try:
+        if not proc.stdin.closed:
+            proc.stdin.close()
+        proc.wait(timeout=KILL_WAIT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
+    if not proc.stdout.closed:
+        proc.stdout.close()
+
+
+class _Lines:
+    """A server's or spare's protocol lines."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self._buffer = b""
+
+    def read(self, timeout_s: float | None) -> dict | None:
+        """The next line, or None on end of file or after ``timeout_s`` (0: only
+        what is there already)."""
+        import select
+
+        fd = self.proc.stdout.fileno()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while b"\n" not in self._buffer:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([fd], [], [], wait)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+
+class _Forked:
+    """A trial forked by the server, with the part of ``Popen`` that ``_watch`` uses."""
+
+    def __init__(self, server: ForkServer, pid: int) -> None:
+        self.server, self.pid = server, pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._collect(0.0)
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.returncode is None:
+            self._collect(None)
+        return self.returncode
+
+    def _collect(self, timeout_s: float | None) -> None:
+        reply = self.server._lines.read(timeout_s)
+        if reply is not None and reply.get("pid") == self.pid and "exit" in reply:
+            self.returncode = reply["exit"]
+        elif reply is None and (timeout_s is None or self.server.proc is None
+                                or self.server.proc.poll() is not None):
+            self.server._fail("it died while a trial ran")
+            self.returncode = -signal.SIGKILL  # the trial died with it (PDEATHSIG)
+
+
+def trial_env(device: str, env: dict[str, str] | None = None,
+              inductor_cache: str | os.PathLike | None = None) -> dict[str, str]:
+    """The environment of a trial's processes (the fork server, a spare, the trial):
+    this one's, with ``env`` over it, the package importable, the inductor cache (read
+    by torch at import, so set before the start) and, for CUDA, :data:`NVML_CHECK`."""
+    out = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    out["PYTHONPATH"] = _child_path(out.get("PYTHONPATH"))
+    if device == "cuda":
+        out.setdefault(*NVML_CHECK)
+    if inductor_cache is not None:
+        out["TORCHINDUCTOR_CACHE_DIR"] = str(Path(inductor_cache).resolve())
+    return out
+
+
+def _child_path(pythonpath: str | None) -> str:
+    """This process's import path for the child, so that a user's model factory or
+    dataset function imports there as it did here (a test module's folder, say)."""
+    parts = [os.path.abspath(p or os.curdir) for p in sys.path]  # "" is the current folder
+    parts = [p for p in parts if os.path.isdir(p)]
+    if pythonpath:
+        parts.append(pythonpath)
+    return os.pathsep.join(dict.fromkeys(parts))
+
+
+def _watch(proc: subprocess.Popen | _Forked, limits: TrialLimits) -> tuple[str, str] | None:
+    """Waits for the child; kills the whole tree on timeout or memory excess and
+    returns (status, reason) then. Always leaves no process of the tree alive."""
+    start, tree = time.monotonic(), _Tree(proc.pid)
+    verdict, scanned = None, 0.0
+    try:
+        while proc.poll() is None:
+            if time.monotonic() - scanned >= TREE_SCAN_S:
+                tree.refresh()
+                scanned = time.monotonic()
+            if time.monotonic() - start > limits.timeout_s:
+                verdict = ("timeout", f"trial exceeded its {limits.timeout_s:g} s timeout")
+                _dump_stacks(proc)
+                break
+            if limits.memory_limit_bytes is not None:
+                rss = tree.rss()
+                if rss > limits.memory_limit_bytes:
+                    verdict = ("oom", f"process tree RSS {format_bytes(rss)} exceeded "
+                                      f"--memory-limit {format_bytes(limits.memory_limit_bytes)}")
+                    break
+            time.sleep(POLL_S)
+    finally:
+        tree.kill()
+        proc.wait()
+    return verdict
+
+
+def _dump_stacks(proc: subprocess.Popen | _Forked) -> None:
+    """Asks a hung worker to print every thread's stack to its stderr (faulthandler),
+    so the trial's stderr tail shows where it hung."""
+    try:
+        os.kill(proc.pid, signal.SIGUSR1)
+    except ProcessLookupError:
+        return
+    time.sleep(STACK_DUMP_WAIT_S)
+
+
+class _Tree:
+    """The trial's process tree: its session (process group) plus every descendant
+    seen so far, in case one moved to another group."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.root = psutil.Process(pid)
+        self.known: dict[int, psutil.Process] = {pid: self.root}
+
+    def refresh(self) -> None:
+        try:
+            for child in self.root.children(recursive=True):
+                self.known.setdefault(child.pid, child)
+        except psutil.NoSuchProcess:
+            pass
+
+    def rss(self) -> int:
+        total = 0
+        for proc in list(self.known.values()):
+            try:
+                total += proc.memory_info().rss
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
+    def members(self) -> list[psutil.Process]:
+        self.refresh()
+        members = {p.pid: p for p in self.known.values() if p.is_running()}
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                if proc.pid != os.getpid() and os.getpgid(proc.pid) == self.pid:
+                    members.setdefault(proc.pid, proc)
+            except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+                pass
+        return list(members.values())
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        procs = self.members()
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        # the root is the caller's to reap (Popen.wait, or the fork server)
+        alive = [p for p in _until_dead(procs, KILL_WAIT_S) if p.pid != self.pid]
+        if alive:
+            raise RuntimeError(f"trial processes survived SIGKILL: {[p.pid for p in alive]}")
+
+
+def _until_dead(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Waits until each of ``procs`` is gone or a zombie (it has exited: what is left
+    is its exit status); returns those still running after ``timeout_s``. A loader
+    worker orphaned by its trial is reaped by PID 1, which in a container may take a
+    second: ``psutil.wait_procs`` waited for that, a second or two of every trial."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = [p for p in procs if _running(p)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(POLL_S / 4)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - STDERR_TAIL_CHARS))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _read_back(config: TrialConfig, returncode: int, verdict: tuple[str, str] | None,
+               result_path: Path, stderr_path: Path) -> TrialResult:
+    tail = _tail(stderr_path)
+    if verdict is not None:
+        return TrialResult.failed(verdict[0], config, verdict[1], stderr_tail=tail)
+    if result_path.exists():
+        result = TrialResult.from_dict(json.loads(result_path.read_text()))
+        if result.ok or result.stderr_tail:
+            return result
+        return TrialResult.from_dict({**result.to_dict(), "stderr_tail": tail})
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
+        status = "oom" if name == "SIGKILL" else "crash"
+        reason = f"trial process was killed by {name}" + \
+            (" (the kernel's OOM killer?)" if status == "oom" else "")
+        return TrialResult.failed(status, config, reason, stderr_tail=tail)
+    return TrialResult.failed("crash", config,
+                              f"trial process exited with code {returncode} and no result",
+                              stderr_tail=tail)
