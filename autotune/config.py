@@ -18,7 +18,7 @@ CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune",
                       "max-autotune-no-cudagraphs"]
 Shapes = Literal["dynamic", "padded"]
 AmpDtype = Literal["float32", "bfloat16", "float16"]
-SamplerName = Literal["builtin", "pyg", "auto"]
+SamplingBackend = Literal["builtin", "pyg", "auto"]
 PadLadder = Literal["pow2", "geometric"]
 Device = Literal["cpu", "cuda"]
 ModelName = Literal["sage", "gcn", "gat", "gin"]  # or an import path, see is_import_path
@@ -32,7 +32,7 @@ TemporalStrategy = Literal["uniform", "last"]  # PyG's temporal_strategy
 COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 SHAPES: tuple[str, ...] = get_args(Shapes)
 AMP_DTYPES: tuple[str, ...] = get_args(AmpDtype)
-SAMPLERS: tuple[str, ...] = get_args(SamplerName)
+SAMPLING_BACKENDS: tuple[str, ...] = get_args(SamplingBackend)
 PAD_LADDERS: tuple[str, ...] = get_args(PadLadder)
 DEVICES: tuple[str, ...] = get_args(Device)
 MODELS: tuple[str, ...] = get_args(ModelName)
@@ -63,7 +63,7 @@ class TrialConfig:
     pad_ladder: PadLadder = "pow2"
     amp_dtype: AmpDtype = "float32"
     checkpointing: bool = False
-    sampler: SamplerName = "auto"
+    sampling_backend: SamplingBackend = "auto"
     gpu_sampling: bool = False
     # where gpu_sampling keeps the features: on the GPU, or in pinned host memory,
     # each batch's rows gathered from the GPU (a graph whose features do not fit)
@@ -117,10 +117,10 @@ class TrialConfig:
                               f"layers (got {len(fanout)} entries {list(fanout)})")
         self._validate_edge_fanouts()
         if self.gpu_sampling and (self.device != "cuda" or self.num_workers
-                                  or self.sampler != "builtin"):
-            raise ConfigError("gpu_sampling needs device cuda, num_workers 0 and sampler "
+                                  or self.sampling_backend != "builtin"):
+            raise ConfigError("gpu_sampling needs device cuda, num_workers 0 and sampling_backend "
                               f"builtin (got device {self.device}, num_workers "
-                              f"{self.num_workers}, sampler {self.sampler})")
+                              f"{self.num_workers}, sampling_backend {self.sampling_backend})")
         if self.feature_placement == "pinned" and not self.gpu_sampling:
             raise ConfigError("feature_placement pinned is where gpu_sampling keeps the "
                               "features; without it every batch is copied from the host "
@@ -187,9 +187,12 @@ class TrialConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> TrialConfig:
+        """From a mapping of knob names to values; an older export's or study's names
+        (:data:`RENAMED_KNOBS`) are read as today's."""
         if not isinstance(values, dict):
             raise ConfigError(f"{source} must be a mapping of knob names to values "
                               f"(got {type(values).__name__})")
+        values = renamed_knobs(values)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -203,6 +206,18 @@ class TrialConfig:
     def key(self) -> str:
         """A stable identity of the measured configuration, for de-duplication."""
         return repr(sorted(self.to_dict().items()))
+
+
+# Knobs that an older autotune stored under another name: old name -> today's. The one
+# map that exports, stored trial configs, stored spaces and queued params are read through.
+RENAMED_KNOBS = {"sampler": "sampling_backend"}  # the neighbour-sampling backend
+
+
+def renamed_knobs(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` (knob name -> anything) with older names in today's."""
+    if not RENAMED_KNOBS.keys() & values.keys():
+        return values
+    return {RENAMED_KNOBS.get(k, k): v for k, v in values.items()}
 
 
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
@@ -291,7 +306,7 @@ FIELD_CHECKS: dict[str, Callable[[str, Any], None]] = {
     "prefetch_factor": _positive_int, "loader_cores": _cores, "compute_cores": _cores,
     "compile_mode": _one_of(COMPILE_MODES), "shapes": _one_of(SHAPES),
     "pad_ladder": _one_of(PAD_LADDERS), "amp_dtype": _one_of(AMP_DTYPES),
-    "checkpointing": _flag, "sampler": _one_of(SAMPLERS), "gpu_sampling": _flag,
+    "checkpointing": _flag, "sampling_backend": _one_of(SAMPLING_BACKENDS), "gpu_sampling": _flag,
     "feature_placement": _one_of(FEATURE_PLACEMENTS),
     "feature_dtype": _one_of(FEATURE_DTYPES), "aggregation": _one_of(AGGREGATIONS), "dropout_masks": _one_of(DROPOUT_MASKS),
     "task": _one_of(TASKS), "model": _model,
@@ -331,10 +346,23 @@ def with_model(config: TrialConfig, *, model: str | None = None, hidden: int | N
     return config.replace(**changes) if changes else config
 
 
-def load_config(path: str | Path) -> TrialConfig:
+@dataclass(frozen=True)
+class Export:
+    """A config file read back: the config, and for a file ``autotune export`` wrote,
+    the dataset it was measured on (name, root, scale, seed) and its ``measured``
+    figures (trial number, ``throughput`` in its task's unit, peak memory); None for
+    a config written by hand."""
+
+    config: TrialConfig
+    dataset_ref: dict[str, Any] | None = None
+    measured: dict[str, Any] | None = None
+
+
+def read_export(path: str | Path) -> Export:
     """Reads a config exported by ``autotune export`` (or written by hand) from YAML
-    or JSON. An export's measured figures and environment ride along under other
-    top-level keys and are ignored here."""
+    or JSON: the one reader of that file (``study/_front.py`` is its one writer).
+    An export from before ``throughput`` was written has it under its unit's key
+    (``seed_nodes_per_s``), which is copied."""
     import yaml
 
     path = Path(path)
@@ -345,40 +373,24 @@ def load_config(path: str | Path) -> TrialConfig:
     try:
         blob = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config '{path}' is not valid YAML: {_one_line(exc)}") from exc
-    if isinstance(blob, dict) and "config" in blob:
-        fmt = blob.get("format", CONFIG_FORMAT)
-        if fmt != CONFIG_FORMAT:
-            raise ConfigError(f"config '{path}' has format {fmt!r}; this autotune reads "
-                              f"format {CONFIG_FORMAT}")
-        blob = blob["config"]
-    if blob is None:
-        raise ConfigError(f"config '{path}' is empty; give the knobs to change (batch_size: "
-                          "512, ...), or leave out --config to measure the default config")
-    return TrialConfig.from_dict(blob, source=f"config '{path}'")
+        raise ConfigError(f"config '{path}' is not valid YAML: {one_line(exc)}") from exc
+    if not (isinstance(blob, dict) and "config" in blob):  # a hand-written config
+        if blob is None:
+            raise ConfigError(f"config '{path}' is empty; give the knobs to change "
+                              "(batch_size: 512, ...), or leave out --config to measure the "
+                              "default config")
+        return Export(TrialConfig.from_dict(blob, source=f"config '{path}'"))
+    fmt = blob.get("format", CONFIG_FORMAT)
+    if fmt != CONFIG_FORMAT:
+        raise ConfigError(f"config '{path}' has format {fmt!r}; this autotune reads "
+                          f"format {CONFIG_FORMAT}")
+    ref = blob.get("dataset_ref")
+    return Export(TrialConfig.from_dict(blob["config"], source=f"config '{path}'"),
+                  dataset_ref=ref if isinstance(ref, dict) and "name" in ref else None,
+                  measured=_measured(blob.get("measured")))
 
 
-def recorded_dataset(path: str | Path) -> dict[str, Any] | None:
-    """The dataset (name, root, scale, seed) an export was measured on, or None for
-    a hand-written config."""
-    import yaml
-
-    blob = yaml.safe_load(Path(path).read_text())
-    ref = blob.get("dataset_ref") if isinstance(blob, dict) else None
-    return ref if isinstance(ref, dict) and "name" in ref else None
-
-
-def measured_figures(path: str | Path) -> dict[str, Any] | None:
-    """The ``measured`` block of a file written by ``autotune export`` (trial number,
-    ``throughput`` in its task's unit, peak memory), or None for a hand-written
-    config. An export from before ``throughput`` was written has it under its unit's
-    key (``seed_nodes_per_s``), which is copied."""
-    import yaml
-
-    from autotune.taskinfo import DEFAULT_TASK, TASKS, task_info
-
-    blob = yaml.safe_load(Path(path).read_text())
-    measured = blob.get("measured") if isinstance(blob, dict) else None
+def _measured(measured: Any) -> dict[str, Any] | None:
     if not isinstance(measured, dict):
         return None
     keys = [key for key in ["throughput"] + [t.throughput_key for t in TASKS.values()]
@@ -386,30 +398,30 @@ def measured_figures(path: str | Path) -> dict[str, Any] | None:
     return {**measured, "throughput": measured[keys[0]]} if keys else None
 
 
-def _one_line(exc: Exception) -> str:
+def load_config(path: str | Path) -> TrialConfig:
+    """The config of a file ``autotune export`` wrote (or one written by hand): its
+    measured figures and environment ride along under other keys
+    (:func:`read_export` reads them)."""
+    return read_export(path).config
+
+
+def one_line(exc: Exception | str) -> str:
+    """An error's text on one line, its whitespace runs as single spaces."""
     return re.sub(r"\s+", " ", str(exc)).strip()
-
-
-def exported(path: str | Path | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The dataset an export was measured on and its measured figures; (None, None)
-    for a hand-written config or none."""
-    if path is None:
-        return None, None
-    return recorded_dataset(path), measured_figures(path)
 
 
 def short(config: dict) -> str:
     """A config in one short line: batch, fanout, workers/affinity, compile/shapes,
-    dtype, checkpointing, sampler (``@gpu`` with GPU sampling, ``@gpu+pinned`` with
+    dtype, checkpointing, sampling backend (``@gpu`` with GPU sampling, ``@gpu+pinned`` with
     its features in pinned host memory), ``+spmm`` for the
     sparse aggregation, ``+bits`` for dropout masks from random bits and ``+xbf16``
     for features stored in bfloat16 (see the README's "Reading a config code"); a named edge
     type's fanout follows the shared one as ``REL[k, ...]``. A graph-level config
-    (task graph) has no fanout and no sampler: ``graphs`` stands for both."""
+    (task graph) has no fanout and no sampling backend: ``graphs`` stands for both."""
     affinity = "pin" if config.get("loader_cores") else "-"
     shapes = "pad" if config.get("shapes") == "padded" else "dyn"
     whole = task_info(config).whole_graphs
-    sampler = ("graphs" if whole else config["sampler"]) + \
+    backend = ("graphs" if whole else config["sampling_backend"]) + \
         ("@gpu" if config.get("gpu_sampling") else "") + \
         ("+pinned" if config.get("feature_placement") == "pinned" else "") + \
         ("+spmm" if config.get("aggregation") == "sparse" else "") + \
@@ -421,4 +433,4 @@ def short(config: dict) -> str:
     return (f"b{config['batch_size']} {fanout}"
             f"w{config['num_workers']}/{affinity} {config['compile_mode']}/{shapes} "
             f"{config['amp_dtype'].replace('float', 'f')} "
-            f"ck{'+' if config['checkpointing'] else '-'} {sampler}")
+            f"ck{'+' if config['checkpointing'] else '-'} {backend}")

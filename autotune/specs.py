@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 from autotune.errors import ConfigError
 
@@ -23,12 +24,17 @@ CARRYOVER = (0.85, 1.15)
 FAR_BELOW = 1 / 3  # a trial whose best case is under this share of the best is cut at once
 
 
+def dominates(mine: Sequence[float], theirs: Sequence[float]) -> bool:
+    """Pareto dominance, the one definition: objective vector ``mine`` is as good as
+    ``theirs`` in every objective and is not the same point. Every objective is
+    maximised, so memory enters negated."""
+    return all(a >= b for a, b in zip(mine, theirs)) and tuple(mine) != tuple(theirs)
+
+
 def dominated(throughput: float, memory_mib: float,
               front: tuple[tuple[float, float], ...]) -> bool:
-    """Whether a (seed nodes/s, MiB) point is beaten by one of ``front``'s: as fast or
-    faster and as lean or leaner, and not the same point."""
-    return any(t >= throughput and m <= memory_mib and (t, m) != (throughput, memory_mib)
-               for t, m in front)
+    """Whether a (seed nodes/s, MiB) point is dominated by one of ``front``'s."""
+    return any(dominates((t, -m), (throughput, -memory_mib)) for t, m in front)
 
 
 @dataclass(frozen=True)
@@ -192,3 +198,111 @@ def baseline_metric(ref: dict) -> float:
     if "baseline_validation" in ref:
         return next(iter(ref["baseline_validation"].values()))
     return ref["baseline_val_acc"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """What an option's value must be: ``convert`` turns a value (a flag's text, or a
+    Python value given as a keyword) into the value kept, raising ValueError or
+    TypeError on a bad one; ``expected`` says what it takes, for the one-line error."""
+
+    expected: str
+    convert: Callable[..., Any]
+    labelled: bool = False  # ``convert(value, label)``: it words its own errors
+    choices: tuple[str, ...] | None = None  # for a check that takes one of these
+
+    def __call__(self, label: str, value: Any) -> Any:
+        try:
+            return self.convert(value, label) if self.labelled else self.convert(value)
+        except ConfigError:  # worded already (a ValueError too)
+            raise
+        except (TypeError, ValueError):
+            raise ConfigError(f"{label} must be {self.expected} (got {value!r})") from None
+
+
+def _whole(least: int) -> Callable[[Any], int]:
+    def convert(value: Any) -> int:
+        if isinstance(value, bool) or isinstance(value, float):
+            raise TypeError(value)
+        number = int(value)  # an int, or a flag's text
+        if number < least:
+            raise ValueError(value)
+        return number
+    return convert
+
+
+def _switch(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(value)
+    return value
+
+
+def _duration(value: Any) -> float:
+    from autotune.env import parse_duration
+
+    return parse_duration(value)
+
+
+def _fraction(value: Any) -> float:
+    from autotune.env import parse_fraction
+
+    return parse_fraction(value)
+
+
+def _size(value: Any, label: str) -> int:
+    from autotune.env import parse_bytes
+
+    return parse_bytes(value, option=label)
+
+
+def one_of(*choices: str) -> Check:
+    def convert(value: Any) -> str:
+        if value not in choices:
+            raise ValueError(value)
+        return value
+    return Check(f"one of {', '.join(choices)}", convert, choices=choices)
+
+
+POSITIVE_INT = Check("a positive integer", _whole(1))
+COUNT = Check("a whole number >= 0", _whole(0))
+INTEGER = Check("an integer", _whole(-2 ** 63))
+SWITCH = Check("True or False", _switch)
+DURATION = Check("a duration such as 90s, 15m or 2h", _duration)
+FRACTION = Check("a fraction in (0, 1) such as 3% or 0.03", _fraction)
+SIZE = Check("a size such as 8GiB, 512MiB or 2GB", _size, labelled=True)  # parse_bytes words it
+
+
+def at_least(least: int) -> Check:
+    return Check(f"a whole number >= {least}", _whole(least))
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option, defined once. Its ``name`` is the flag (``--name``, ``_`` as
+    ``-``), the flag's destination, :func:`autotune.search`'s keyword and the
+    :class:`autotune.study.SearchOptions` field; ``default`` is each one's default
+    (None: not set), ``check`` the one check of a value however it was given, and
+    ``unit`` what a number counts (seconds, bytes)."""
+
+    name: str
+    default: Any
+    check: Check
+    help: str
+    unit: str = ""
+    metavar: str | None = None
+    old_flag: str | None = None  # a flag's former name, still read (and said so)
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def label(self) -> str:
+        """How an error names it: ``--n-trials (n_trials=)``."""
+        return f"{self.flag} ({self.name}=)"
+
+    def checked(self, value: Any) -> Any:
+        """``value`` as the option keeps it; None stays None where the default is."""
+        if value is None and self.default is None:
+            return None
+        return self.check(self.label, value)

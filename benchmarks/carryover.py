@@ -33,7 +33,7 @@ SPACE = {
               "num_neighbors": {"choices": [[10, 5], [15, 10]]},
               "num_workers": {"choices": [0, 1]}, "affinity": {"choices": ["none", "split"]},
               "compile_mode": "none", "amp_dtype": {"choices": ["float32", "bfloat16"]},
-              "checkpointing": {"choices": [False, True]}, "sampler": "builtin"},
+              "checkpointing": {"choices": [False, True]}, "sampling_backend": "builtin"},
     "fixed": {"hidden_channels": 64},
 }
 

@@ -27,7 +27,7 @@ SPACE = {
     "knobs": {"batch_size": {"choices": [16, 64, 256, 1024]},
               "num_neighbors": {"choices": [[1, 1], [5, 5], [10, 5], [25, 10]]},
               "num_workers": 0, "amp_dtype": {"choices": ["float32", "bfloat16"]},
-              "checkpointing": {"choices": [False, True]}, "sampler": "builtin"},
+              "checkpointing": {"choices": [False, True]}, "sampling_backend": "builtin"},
     "fixed": {"hidden_channels": 64},
 }
 
@@ -36,7 +36,7 @@ def one(name: str, data: dict, epochs: int, args, workdir: Path) -> dict:
     study_name = f"guard-{name}-{time.strftime('%H%M%S')}"
     _, result, wall, stdout = timed_search(
         workdir, study_name, **data, space=workdir / "space.yaml", n_trials=args.n_trials,
-        accuracy_guard=RATIO, guard_epochs=epochs, sampler="random",
+        accuracy_guard=RATIO, guard_epochs=epochs, optuna_sampler="random",
         measure=measure_spec(args))
     guard, k = result.guard, result.default  # the pick export writes
     guarded = [t for t in result.trials if t.validation and t.reused_from is None]

@@ -140,7 +140,7 @@ def main() -> None:
     name = args.dataset or ("synthetic-molecules" if task_info(args.task).whole_graphs
                             else "synthetic")
     ref, stats, _ = prepare(args, name, args.task)
-    base = baseline().replace(sampler="builtin", device=args.device, task=args.task)
+    base = baseline().replace(sampling_backend="builtin", device=args.device, task=args.task)
     key = task_info(base).throughput_key
     # Trials fork from one server (as a search's do): 11-13 s of torch and PyG imports
     # per trial on the GPU machine are paid once.
@@ -190,7 +190,7 @@ def _measurer(args, ref, server, key: str):
                        observed={k: getattr(result.observed, k) for k in (
                            "main_affinity", "worker_affinity", "torch_threads",
                            "conv_output_dtypes", "checkpointed_layers",
-                           "saved_tensor_bytes", "batch_shapes", "sampler_backend",
+                           "saved_tensor_bytes", "batch_shapes", "sampling_backend",
                            "aggregation_ops", "trial_start")})
         print(name, row.get(key), row.get("peak_mib"), row["status"],
               row["reason"] or "", flush=True)
@@ -217,7 +217,7 @@ def _rows(args, base, measure, stats: dict) -> tuple[list[dict], list[dict]]:
             raise ConfigError("--only leaves the sampler rows out")
         resolve_backend("pyg")
         rows.append({"knob": "sampler", "value": "pyg",
-                     **measure("pyg", base.replace(sampler="pyg"))})
+                     **measure("pyg", base.replace(sampling_backend="pyg"))})
     except AutotuneError as exc:  # BackendUnavailableError: neither pyg-lib nor torch-sparse
         skipped.append({"knob": "sampler", "value": "pyg", "why": str(exc)})
     return rows, skipped

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -44,8 +45,11 @@ import torch
 
 from autotune.data._synthetic import synthetic_reddit
 from autotune.env import cpu_model
-from autotune.sampling._neighbor import NeighborSampler, star_forest, uniformity_chi_square
+from autotune.sampling import NeighborSampler
 from torch_geometric.sampler import NodeSamplerInput
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from uniformity import star_forest, uniformity_chi_square  # noqa: E402  (tests/uniformity.py)
 
 BATCH = 1024
 LINK_BATCH = 512  # supervision edges per link batch (plus as many negatives)

@@ -30,12 +30,12 @@ from autotune.study._pareto import Point, hypervolume
 from autotune.trial._runner import run_trial
 from autotune.study._space import Knob, SearchSpace, suggest_config
 from autotune.study._records import DIRECTIONS
-from autotune.study._optuna_samplers import DEFAULT_SAMPLER, OPTUNA_SAMPLERS, optuna_sampler
+from autotune.study._optuna_samplers import DEFAULT_OPTUNA_SAMPLER, OPTUNA_SAMPLERS, optuna_sampler
 
 GRID = {"batch_size": (256, 512, 1024), "num_neighbors": ((10, 5), (25, 10)),
         "num_workers": (0, 1), "amp_dtype": ("float32", "bfloat16"),
         "checkpointing": (False, True)}
-FIXED = {"hidden_channels": 128, "sampler": "builtin"}
+FIXED = {"hidden_channels": 128, "sampling_backend": "builtin"}
 TARGET_RATIO = 0.95
 
 
@@ -121,13 +121,13 @@ def main() -> None:
                           "median_best_ratio": statistics.median(r["best_ratio"] for r in runs),
                           "median_hypervolume_ratio":
                               statistics.median(r["hypervolume_ratio"] for r in runs)}
-    default, rand = samplers[DEFAULT_SAMPLER], samplers["random"]
+    default, rand = samplers[DEFAULT_OPTUNA_SAMPLER], samplers["random"]
     report = {
         "benchmark": "search_efficiency", "dataset": stats, "grid_size": len(table),
         "grid_failed": sum(1 for r in table.values() if r["values"] is None),
         "grid_best_seed_nodes_per_s": best, "grid_hypervolume": grid_hv,
         "hypervolume_reference_mib": ref_mem, "trials_per_run": args.trials,
-        "seeds": args.seeds, "samplers": samplers, "default_sampler": DEFAULT_SAMPLER,
+        "seeds": args.seeds, "samplers": samplers, "default_sampler": DEFAULT_OPTUNA_SAMPLER,
         "target_best_ratio": TARGET_RATIO,
         "meets": {"default_reaches_target": default["median_best_ratio"] >= TARGET_RATIO,
                   "default_beats_random":

@@ -53,7 +53,7 @@ def main() -> None:
     name = f"speedup-{time.strftime('%Y%m%d-%H%M%S')}"
     _, result, wall, stdout = timed_search(
         workdir, name, dataset="synthetic", scale=args.scale, root=args.root,
-        space=space_file(base, workdir), n_trials=args.n_trials, sampler=args.sampler,
+        space=space_file(base, workdir), n_trials=args.n_trials, optuna_sampler=args.optuna_sampler,
         measure=measure_spec(args),
         limits=TrialLimits(timeout_s=args.trial_timeout))
     best = max((row for row in result.front if row.confirmed),
@@ -75,7 +75,7 @@ def main() -> None:
         "confirmation_measurements": result.outcome.confirmed,
         "stopped": result.outcome.stopped,
         "failed_trials": sum(t.state == "fail" for t in result.trials),
-        "sampler": args.sampler, "measure": measure_spec(args).to_dict(),
+        "sampler": args.optuna_sampler, "measure": measure_spec(args).to_dict(),
         "screened_trials": sum(t.screened for t in result.trials),
         "baseline": {"trial": base_t.number, "seed_nodes_per_s": base_t.throughput,
                      "peak_mib": base_t.memory_mib},

@@ -66,7 +66,7 @@ def cuda_grid(base) -> dict:
         if agg == "sparse" and mode != "none":
             continue
         name = f"{'gpu' if gpu else 'cpu'}-{amp}-{agg}-{mode}"
-        resident = {"gpu_sampling": True, "num_workers": 0, "sampler": "builtin",
+        resident = {"gpu_sampling": True, "num_workers": 0, "sampling_backend": "builtin",
                     "loader_cores": None, "compute_cores": None} if gpu else {}
         config = base.replace(amp_dtype=amp, aggregation=agg, compile_mode=mode, **resident)
         if config.key() != base.key():

@@ -182,7 +182,7 @@ CASES = {
                                         ["model must be one of", "package.module:factory"]),
     "duration without a known unit": (["search", "--timeout", "15x"],
                                       ["--timeout", "a duration such as 90s, 15m or 2h"]),
-    "misspelt choice": (["search", "--sampler", "tpee"], ["invalid choice: 'tpee'",
+    "misspelt choice": (["search", "--optuna-sampler", "tpee"], ["invalid choice: 'tpee'",
                                                           "did you mean 'tpe'"]),
     "delete without --yes": (["delete", "--study-name", "base"], ["would delete study 'base'",
                                                                   "pass --yes"]),

@@ -17,7 +17,7 @@ def test_defaults_follow_pyg_reddit_example():
 def test_round_trip_through_dict():
     c = TrialConfig(batch_size=512, num_neighbors=[15, 5], num_workers=2, loader_cores=[1],
                     compute_cores=[0], compile_mode="default", shapes="padded",
-                    amp_dtype="bfloat16", checkpointing=True, sampler="builtin")
+                    amp_dtype="bfloat16", checkpointing=True, sampling_backend="builtin")
     assert c.num_neighbors == (15, 5) and c.loader_cores == (1,)
     assert TrialConfig.from_dict(c.to_dict()) == c
     hash(c)  # frozen and hashable
@@ -34,7 +34,7 @@ def test_round_trip_through_dict():
     ({"compute_cores": (0, 0)}, r"lists a core twice"),
     ({"num_workers": -1}, r"num_workers must be an int >= 0 \(got -1\)"),
     ({"checkpointing": "yes"}, r"checkpointing must be true or false"),
-    ({"sampler": "torch"}, r"sampler must be one of builtin, pyg, auto"),
+    ({"sampling_backend": "torch"}, r"sampling_backend must be one of builtin, pyg, auto"),
 ])
 def test_validation_names_the_problem(changes, match):
     with pytest.raises(ConfigError, match=match):

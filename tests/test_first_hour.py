@@ -70,7 +70,7 @@ def test_a_data_object_is_a_dataset(tmp_path):
 
 
 @pytest.mark.parametrize("given, use", [({"max_seconds": 3}, "measure=MeasureSpec(max_window_s"),
-                                        ({"timeout": 60}, "timeout_s="),
+                                        ({"trial_timeout": 60}, "limits=TrialLimits("),
                                         ({"warmup": 2}, "measure=MeasureSpec(warmup_steps"),
                                         ({"n_trial": 3}, "n_trials=")])
 def test_a_wrong_keyword_names_the_right_one(given, use):

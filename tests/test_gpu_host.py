@@ -17,7 +17,7 @@ CUDA = torch.device("cuda")  # as the worker builds it: no index
 
 
 def resident(**changes) -> TrialConfig:
-    return TrialConfig(device="cuda", gpu_sampling=True, sampler="builtin", batch_size=64,
+    return TrialConfig(device="cuda", gpu_sampling=True, sampling_backend="builtin", batch_size=64,
                        num_neighbors=(5, 3), hidden_channels=32, **changes)
 
 

@@ -77,7 +77,7 @@ def _search(tmp_path, monkeypatch, machine, **options):
     notes: list[str] = []
     plan = autotune.prepare_search(
         dataset="synthetic", scale=0.004, root=str(tmp_path / "data"), device="cuda",
-        studies_dir=str(tmp_path / "studies"), progress=False, sampler="random",
+        studies_dir=str(tmp_path / "studies"), progress=False, optuna_sampler="random",
         measure=MeasureSpec(max_window_s=60 * SCALE, min_window_s=SCALE), **options)
     import dataclasses
 

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from autotune.config import TrialConfig
-from autotune.data._datasets import DatasetRef, load_dataset
+from autotune.data._datasets import load_dataset
 from autotune.data._graphsets import GraphSet, graph_set, read_tu_folder, synthetic_molecules
 from autotune.pipeline._build import PadToBucket, build
 
@@ -163,7 +163,7 @@ def test_a_graph_space_leaves_the_fanout_out():
     from autotune.study._space import load_space
 
     space = load_space("quick", facts={"task": "graph"})
-    assert "num_neighbors" not in space.knobs and "sampler" not in space.knobs
+    assert "num_neighbors" not in space.knobs and "sampling_backend" not in space.knobs
     assert any("task graph batches whole graphs" in note for note in space.notes)
 
 

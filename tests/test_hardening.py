@@ -22,7 +22,7 @@ FAULT_SPACE = """knobs:
   compile_mode: none
   amp_dtype: float32
   checkpointing: false
-  sampler: builtin
+  sampling_backend: builtin
 fixed:
   hidden_channels: 16
 """

@@ -23,7 +23,7 @@ TESTS = Path(__file__).resolve().parent
 MODEL = "user_models:graphconv"
 SPACE = {"knobs": {"batch_size": {"choices": [32, 64]}, "num_neighbors": {"choices": [[5, 5]]},
                    "num_workers": 0, "checkpointing": {"choices": [False, True]},
-                   "sampler": "builtin"},
+                   "sampling_backend": "builtin"},
          "fixed": {"hidden_channels": 16}}
 FAST = MeasureSpec(warmup_steps=1, min_warmup_s=0.0,
                    min_steps=3, min_window_s=0.0, max_window_s=0.5)
@@ -58,7 +58,7 @@ def test_every_knob_reaches_a_user_model(tiny_synthetic):
     from autotune.pipeline._build import PadToBucket, apply_checkpointing, build
 
     config = TrialConfig(model=MODEL, hidden_channels=16, batch_size=32, num_neighbors=(5, 5),
-                         sampler="builtin", dropout=0.0)
+                         sampling_backend="builtin", dropout=0.0)
     torch.manual_seed(0)
     model = make_model(config, tiny_synthetic.num_features, 4)
     assert isinstance(model, user_models.GraphConvNet)
@@ -101,7 +101,7 @@ def test_a_dataset_function_is_checked(tmp_path):
 @pytest.mark.slow
 def test_search_a_user_model_and_data_from_python(tmp_path, capsys):
     result = autotune.search(dataset=user_models.tiny_graph, model=user_models.graphconv,
-                             space=SPACE, n_trials=3, sampler="random", root=str(tmp_path / "d"),
+                             space=SPACE, n_trials=3, optuna_sampler="random", root=str(tmp_path / "d"),
                              studies_dir=tmp_path / "studies", study_name="mine",
                              measure=FAST, confirm=0)
     assert [t.state for t in result.trials] == ["complete"] * 3, \
@@ -197,10 +197,11 @@ def test_an_unknown_study_is_a_study_not_found_error(tmp_path):
 
 
 @pytest.mark.parametrize("options, needle", [
-    ({"sampler": "nope"}, "--sampler (sampler=) must be one of"),
-    ({"n_trials": 0}, "--n-trials (n_trials=) must be a positive int"),
-    ({"timeout_s": -1}, "--timeout (timeout_s=)"),
-    ({"grace_s": 5}, "--grace-period must be longer than --heartbeat"),
+    ({"optuna_sampler": "nope"}, "--optuna-sampler (optuna_sampler=) must be one of"),
+    ({"n_trials": 0}, "--n-trials (n_trials=) must be a positive integer"),
+    ({"timeout": -1}, "--timeout (timeout=) must be a duration"),
+    ({"grace_period": 5}, "--grace-period must be longer than --heartbeat"),
+    ({"confirm_rounds": 2}, "--confirm-rounds (confirm_rounds=) must be a whole number >= 3"),
     ({"max_memory": "lots"}, "--max-memory (max_memory=)"),
     ({"space": "quik"}, "did you mean 'quick'"),
     ({"space": {"knobs": {"turbo": 1}}}, "unknown knob key 'turbo'"),
@@ -216,7 +217,7 @@ def test_bad_api_options_are_refused_before_the_dataset_is_prepared(tmp_path, op
 def test_knobs_that_mean_nothing_on_the_dataset_are_warned_about(tmp_path):
     space = {"knobs": {"batch_size": {"choices": [4096, 8192]},
                        "num_neighbors": {"choices": [[5000, 5000]]}, "num_workers": 0,
-                       "sampler": "builtin"}}
+                       "sampling_backend": "builtin"}}
     plan = autotune.prepare_search(dataset=user_models.ring_graph, space=space,
                                    root=str(tmp_path / "d"), studies_dir=tmp_path / "s")
     warnings = [n for n in plan.notes if n.startswith("warning: ")]

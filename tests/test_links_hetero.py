@@ -10,7 +10,7 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import NegativeSampling
 
 import autotune
-from autotune.sampling import _neighbor as sampler_mod
+from uniformity import star_forest, uniformity_chi_square
 from autotune.errors import ConfigError
 from autotune.sampling._loader import LinkNeighborLoader, NeighborLoader
 
@@ -72,7 +72,7 @@ def test_every_sampled_hetero_edge_exists_and_degrees_are_min_deg_k(mag):
 
 
 def _hetero_star(num_stars=2000, leaves=40):
-    star = sampler_mod.star_forest(num_stars, leaves)
+    star = star_forest(num_stars, leaves)
     data = HeteroData()
     data["center"].num_nodes = num_stars
     data["leaf"].num_nodes = num_stars * leaves
@@ -101,7 +101,7 @@ def test_uniform_on_one_edge_type_of_a_hetero_star(kernel):
         return edge - colptr[out.node["center"][col]]
 
     # 1,000 stars x 10 rounds = 10,000 draws, 250 a leaf: Triton's interpreter is slow
-    assert sampler_mod.uniformity_chi_square(positions, num_stars=1000) < CHI2_39DOF_P001
+    assert uniformity_chi_square(positions, num_stars=1000) < CHI2_39DOF_P001
 
 
 def test_disjoint_gives_each_seed_its_own_exact_subgraph(random_graph):
@@ -126,18 +126,18 @@ def test_disjoint_gives_each_seed_its_own_exact_subgraph(random_graph):
 
 
 def test_disjoint_is_uniform():
-    s = autotune.NeighborSampler(sampler_mod.star_forest(2000, 40), [5], disjoint=True,
+    s = autotune.NeighborSampler(star_forest(2000, 40), [5], disjoint=True,
                                  seed=99)
 
     def positions(centers):
         out = s.sample(centers)
         return out.edge - s.csc.colptr[out.node[out.col]]
 
-    assert sampler_mod.uniformity_chi_square(positions) < CHI2_39DOF_P001
+    assert uniformity_chi_square(positions) < CHI2_39DOF_P001
 
 
 def _weighted_star(num_stars=2000, leaves=40):
-    data = sampler_mod.star_forest(num_stars, leaves)
+    data = star_forest(num_stars, leaves)
     weight = torch.arange(1, leaves + 1, dtype=torch.float).repeat(num_stars)
     weight[::leaves] = 0.0  # each star's first leaf weighs nothing: never drawn
     data.w = weight
@@ -304,7 +304,7 @@ def test_conflicting_num_neighbors_is_an_error(random_graph):
 def test_a_custom_store_needs_pyg(random_graph):
     from torch_geometric.testing import MyFeatureStore, MyGraphStore
 
-    with pytest.raises(ConfigError, match="custom feature and graph store.*sampler='pyg'"):
+    with pytest.raises(ConfigError, match="custom feature and graph store.*sampling_backend='pyg'"):
         NeighborLoader((MyFeatureStore(), MyGraphStore()), [5])
 
 
@@ -451,7 +451,7 @@ def test_gpu_sampling_is_refused_only_where_nothing_is_sampled():
     from autotune.config import TrialConfig
     from autotune.pipeline._tasks import GraphTask, HeteroLinkTask, HeteroNodeTask, LinkTask
 
-    config = TrialConfig(device="cuda", gpu_sampling=True, sampler="builtin", num_workers=0)
+    config = TrialConfig(device="cuda", gpu_sampling=True, sampling_backend="builtin", num_workers=0)
     for task in (LinkTask(), HeteroNodeTask("paper"),
                  HeteroLinkTask(("paper", "cites", "paper"))):
         task.check(config)
@@ -466,13 +466,13 @@ def test_gpu_resident_link_and_hetero_pipelines_train_on_the_gpu(mag, random_gra
     from autotune.data._splits import link_split
     from autotune.pipeline._build import build
 
-    config = TrialConfig(device="cuda", gpu_sampling=True, sampler="builtin", num_workers=0,
+    config = TrialConfig(device="cuda", gpu_sampling=True, sampling_backend="builtin", num_workers=0,
                          feature_placement=placement, batch_size=32, num_neighbors=(4, 2),
                          hidden_channels=16)
     pipes = [build(config.replace(task="link"), link_split(random_graph, seed=0)),
              build(config, mag, num_classes=int(mag["paper"].y.max()) + 1)]
     for pipe in pipes:
-        assert "triton" in pipe.sampler_backend
+        assert "triton" in pipe.sampling_backend
         batch = next(iter(pipe.loader))
         assert all(s.x.is_cuda for s in batch.node_stores if "x" in s)
         assert torch.isfinite(pipe.train_step(batch))

@@ -68,7 +68,7 @@ def _space(sizes, fanouts=((25, 10),)) -> dict:
     return {"knobs": {"batch_size": {"choices": list(sizes)},
                       "num_neighbors": {"choices": [list(f) for f in fanouts]},
                       "num_workers": {"choices": [WORKERS]}, "compile_mode": "none",
-                      "amp_dtype": "float32", "checkpointing": False, "sampler": "builtin"},
+                      "amp_dtype": "float32", "checkpointing": False, "sampling_backend": "builtin"},
             "fixed": {"hidden_channels": 8}}
 
 
@@ -80,7 +80,7 @@ def _search(tmp_path, monkeypatch, machine, sizes=TRUE, fanouts=((25, 10),), not
     plan = autotune.prepare_search(
         dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
         studies_dir=str(tmp_path / "studies"), space=_space(sizes, fanouts),
-        **{"priors": False, "racing": False, "progress": False, "sampler": "random",
+        **{"priors": False, "racing": False, "progress": False, "optuna_sampler": "random",
            **options})
     result = plan.run()
     study = optuna.load_study(study_name=result.study_name, storage=result._url)
@@ -197,7 +197,7 @@ def test_a_sampler_that_repeats_itself_explores_then_stops(tmp_path, monkeypatch
                         else real(name, seed))
     machine = FakeMachine(drift=0.0)
     result, trials, s = _search(tmp_path, monkeypatch, machine, sizes=[128, 256, 512, 1024],
-                                n_trials=3, confirm=0, sampler="tpe")
+                                n_trials=3, confirm=0, optuna_sampler="tpe")
     assert result.outcome.explored >= 1 and any(t.explored for t in trials)
     assert sum(t.counts for t in trials) == 3
     assert sum(t.reused_from is not None for t in trials) >= loop.EXPLORE_AFTER
@@ -344,7 +344,7 @@ def test_the_search_stays_in_the_space_the_user_wrote(tmp_path, monkeypatch, sam
     space; the baseline is the front's reference row, marked outside it."""
     notes: list[str] = []
     result, trials, s = _search(tmp_path, monkeypatch, FakeMachine(drift=0.0), sizes=SMALL,
-                                fanouts=((10, 5),), n_trials=9, confirm=2, sampler=sampler,
+                                fanouts=((10, 5),), n_trials=9, confirm=2, optuna_sampler=sampler,
                                 priors=True, control_every_trials=3, notes=notes)
     study = optuna.load_study(study_name=result.study_name, storage=result._url)
     base = trials[s.baseline]
@@ -397,11 +397,11 @@ def test_a_study_made_with_a_widened_space_resumes_in_it(tmp_path, monkeypatch):
         old.setattr(api, "_space_and_baseline", widened)
         old.setattr(loop, "_enqueue_baseline", with_params)
         first, trials, s = _search(tmp_path, monkeypatch, FakeMachine(drift=0.0), sizes=SMALL,
-                                   n_trials=4, confirm=0, sampler="tpe")
+                                   n_trials=4, confirm=0, optuna_sampler="tpe")
     assert trials[s.baseline].complete and trials[s.baseline].in_space
     notes: list[str] = []
     result, trials, s = _search(tmp_path, monkeypatch, FakeMachine(drift=0.0), sizes=SMALL,
-                                n_trials=8, confirm=0, sampler="tpe", notes=notes)
+                                n_trials=8, confirm=0, optuna_sampler="tpe", notes=notes)
     assert result.study_name == first.study_name
     assert any("was made before autotune kept to the space written" in n and
                "batch_size 1024" in n for n in notes), notes

@@ -115,7 +115,7 @@ def test_build_trains_and_amp_reaches_the_convs(tiny_synthetic, amp, dtype, mode
     from autotune.trial._window import probe_model
 
     pipe = build(TrialConfig(batch_size=64, hidden_channels=32, amp_dtype=amp,
-                             checkpointing=True, sampler="builtin", model=model),
+                             checkpointing=True, sampling_backend="builtin", model=model),
                  tiny_synthetic, num_classes=4)
     assert type(pipe.eager_model) is MODELS[model]
     with pipe.activate():
@@ -150,9 +150,9 @@ def test_three_layers_and_gat_heads():
 
 def test_gpu_sampling_needs_cuda_and_no_workers():
     with pytest.raises(ConfigError, match="gpu_sampling needs device cuda"):
-        TrialConfig(gpu_sampling=True, sampler="builtin")
+        TrialConfig(gpu_sampling=True, sampling_backend="builtin")
     with pytest.raises(ConfigError, match="num_workers 2"):
-        TrialConfig(gpu_sampling=True, sampler="builtin", device="cuda", num_workers=2)
+        TrialConfig(gpu_sampling=True, sampling_backend="builtin", device="cuda", num_workers=2)
 
 
 @pytest.mark.cuda
@@ -161,7 +161,7 @@ def test_gpu_sampling_needs_cuda_and_no_workers():
 def test_sampler_placement_on_cuda(tiny_synthetic, gpu_sampling):
     """GPU sampling: graph and features on the GPU, batches built there. CPU
     sampling: batches come from the CPU in pinned memory and are copied non-blocking."""
-    config = TrialConfig(batch_size=64, hidden_channels=32, sampler="builtin", device="cuda",
+    config = TrialConfig(batch_size=64, hidden_channels=32, sampling_backend="builtin", device="cuda",
                          gpu_sampling=gpu_sampling)
     pipe = build(config, tiny_synthetic, num_classes=4)
     batch = next(iter(pipe.loader))
@@ -197,7 +197,7 @@ def test_aggregation_knob_trains_and_the_probe_reads_which_op_ran(tiny_synthetic
                                                                    op, amp):
     from autotune.trial._window import probe_model
 
-    pipe = build(TrialConfig(batch_size=64, hidden_channels=32, sampler="builtin",
+    pipe = build(TrialConfig(batch_size=64, hidden_channels=32, sampling_backend="builtin",
                              aggregation=aggregation, amp_dtype=amp), tiny_synthetic,
                  num_classes=4)
     with pipe.activate():
@@ -216,7 +216,7 @@ def test_dropout_masks_knob_trains_and_the_probe_reads_which_op_drew_them(tiny_s
                                                                           masks, op):
     from autotune.trial._window import probe_model
 
-    pipe = build(TrialConfig(batch_size=64, hidden_channels=32, sampler="builtin",
+    pipe = build(TrialConfig(batch_size=64, hidden_channels=32, sampling_backend="builtin",
                              dropout_masks=masks), tiny_synthetic, num_classes=4)
     with pipe.activate():
         losses = [float(pipe.train_step(b)) for _, b in zip(range(15), pipe.loader)]
@@ -283,7 +283,7 @@ def test_gpu_fit_check_counts_the_resident_graph_and_names_its_parts(tiny_synthe
 @pytest.mark.cuda
 def test_gpu_sampling_that_does_not_fit_fails_before_building(tiny_synthetic, monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1 << 20, 80 << 30))
-    config = TrialConfig(batch_size=64, hidden_channels=32, sampler="builtin", device="cuda",
+    config = TrialConfig(batch_size=64, hidden_channels=32, sampling_backend="builtin", device="cuda",
                          gpu_sampling=True)
     before = torch.cuda.memory_allocated()
     with pytest.raises(DeviceMemoryError, match="gpu_sampling needs"):
@@ -295,10 +295,10 @@ def test_gpu_sampling_that_does_not_fit_fails_before_building(tiny_synthetic, mo
 def test_gpu_resident_steps_never_sync_the_device(tiny_synthetic):
     """Sampling (Triton kernel, side stream), feature gathering and the training
     step: sync debug mode raises on any op that waits for the GPU."""
-    config = TrialConfig(batch_size=64, hidden_channels=32, sampler="builtin", device="cuda",
+    config = TrialConfig(batch_size=64, hidden_channels=32, sampling_backend="builtin", device="cuda",
                          gpu_sampling=True, amp_dtype="bfloat16")
     pipe = build(config, tiny_synthetic, num_classes=4)
-    assert pipe.sampler_backend == "autotune.NeighborSampler (triton kernel)"
+    assert pipe.sampling_backend == "autotune.NeighborSampler (triton kernel)"
     batches = iter(pipe.loader)
     pipe.train_step(next(batches))  # compiles the kernel, allocates the scratch maps
     torch.cuda.synchronize()
@@ -317,7 +317,7 @@ def test_reduce_overhead_records_its_cuda_graphs_in_the_warm_up(tiny_synthetic):
     from autotune.trial._window import measure
     from autotune.specs import MeasureSpec
 
-    config = TrialConfig(batch_size=64, hidden_channels=32, sampler="builtin", device="cuda",
+    config = TrialConfig(batch_size=64, hidden_channels=32, sampling_backend="builtin", device="cuda",
                          gpu_sampling=True, compile_mode="reduce-overhead", shapes="padded")
     result = measure(build(config, tiny_synthetic, num_classes=4),
                      MeasureSpec(warmup_steps=3, min_warmup_s=0.0, min_steps=10, max_window_s=5.0))
@@ -385,7 +385,7 @@ def test_pinned_features_train_as_gpu_resident_ones(tiny_synthetic):
         pytest.skip("needs CUDA")
     losses = {}
     for placement in ("gpu", "pinned"):
-        config = TrialConfig(device="cuda", gpu_sampling=True, sampler="builtin",
+        config = TrialConfig(device="cuda", gpu_sampling=True, sampling_backend="builtin",
                              feature_placement=placement, batch_size=64, num_neighbors=(5, 3),
                              hidden_channels=16)
         pipe = build(config, tiny_synthetic, num_classes=4)

@@ -12,7 +12,7 @@ from autotune.pipeline._build import worker_core_sets
 from autotune.trial._runner import TrialLimits, run_trial
 from autotune.topology import NUMA_STRATEGY, affinity_sets, this_machine
 
-SMALL = dict(batch_size=64, num_neighbors=(5, 5), hidden_channels=32, sampler="builtin")
+SMALL = dict(batch_size=64, num_neighbors=(5, 5), hidden_channels=32, sampling_backend="builtin")
 
 
 def _leftovers(trial_dir):
@@ -40,7 +40,7 @@ def test_a_trial_measures_its_window_in_blocks(prepared, quick_measure, tmp_path
     assert all(s == 64 for s in result.seeds_per_step)
     assert result.memory.peak_rss_window_bytes > result.dataset["bytes"]
     assert result.observed.num_workers_alive == 1
-    assert result.observed.sampler_backend == "autotune.NeighborSampler"
+    assert result.observed.sampling_backend == "autotune.NeighborSampler"
     assert (tmp_path / "t" / "stderr.log").exists()
     assert _leftovers(tmp_path / "t") == []
 

@@ -4,11 +4,11 @@ import pickle
 
 import pytest
 import torch
-from torch_geometric.data import Data
 from torch_geometric.loader import NodeLoader
 
 import autotune
 from autotune.sampling import _neighbor as sampler_mod
+from uniformity import star_forest, uniformity_chi_square
 from autotune.sampling import _subgraph as subgraph
 from autotune.sampling._subgraph import UNSET
 from autotune.errors import BackendUnavailableError, ConfigError
@@ -114,9 +114,9 @@ def _builtin_positions(sampler):
 @pytest.mark.parametrize("replace", [False, True])
 def test_chi_square_uniformity_of_a_high_degree_node(kernel, replace):
     # 5 of 40 in-neighbours, 20,000 draws (2,000 stars x 10 rounds), fixed seed.
-    s = autotune.NeighborSampler(sampler_mod.star_forest(2000, 40), [5], seed=1234,
+    s = autotune.NeighborSampler(star_forest(2000, 40), [5], seed=1234,
                                  kernel=kernel, replace=replace)
-    chi2 = sampler_mod.uniformity_chi_square(_builtin_positions(s))
+    chi2 = uniformity_chi_square(_builtin_positions(s))
     assert chi2 < CHI2_39DOF_P001, f"chi2={chi2:.1f} on 39 dof"
 
 
@@ -133,8 +133,8 @@ def test_chi_square_catches_an_exclusive_upper_bound(monkeypatch):
         return out
 
     monkeypatch.setattr(subgraph, "floyd_offsets", biased)
-    s = autotune.NeighborSampler(sampler_mod.star_forest(2000, 40), [5], seed=1234)
-    assert sampler_mod.uniformity_chi_square(_builtin_positions(s)) > CHI2_39DOF_P001
+    s = autotune.NeighborSampler(star_forest(2000, 40), [5], seed=1234)
+    assert uniformity_chi_square(_builtin_positions(s)) > CHI2_39DOF_P001
 
 
 def test_reproducible_with_a_seed(random_graph, kernel):
@@ -273,9 +273,9 @@ def test_cuda_kernel_draws_min_deg_k_distinct_existing_neighbours(random_graph):
 
 @pytest.mark.cuda
 def test_cuda_kernel_chi_square_uniformity():
-    s = autotune.NeighborSampler(sampler_mod.star_forest(2000, 40), [5], seed=1234,
+    s = autotune.NeighborSampler(star_forest(2000, 40), [5], seed=1234,
                                  device="cuda", kernel="triton")
-    chi2 = sampler_mod.uniformity_chi_square(_builtin_positions(s))
+    chi2 = uniformity_chi_square(_builtin_positions(s))
     assert chi2 < CHI2_39DOF_P001, f"chi2={chi2:.1f} on 39 dof"
 
 

@@ -142,7 +142,7 @@ def test_pinned_space_measures_one_configuration(tmp_path):
     workers = min(6, len(os.sched_getaffinity(0)))
     space.write_text("knobs:\n  batch_size: 1024\n  num_neighbors: [25, 10]\n"
                      f"  num_workers: {workers}\n  compile_mode: none\n  amp_dtype: float32\n"
-                     "  checkpointing: false\n  sampler: builtin\nfixed:\n  hidden_channels: 16\n")
+                     "  checkpointing: false\n  sampling_backend: builtin\nfixed:\n  hidden_channels: 16\n")
     proc = autotune("search", *FAST, "--root", str(tmp_path / "data"), "--studies-dir",
                     str(tmp_path / "studies"), "--space", str(space), "--study-name", "pin",
                     "--n-trials", "3")

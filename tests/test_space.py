@@ -69,7 +69,7 @@ def test_conditional_knobs():
     trial = optuna.trial.FixedTrial({"batch_size": 512, "num_neighbors": "10,5",
                                      "num_workers": 0, "amp_dtype": "float32",
                                      "checkpointing": False, "compile_mode": "none",
-                                     "sampler": "builtin"})
+                                     "sampling_backend": "builtin"})
     config = suggest_config(trial, space, device="cpu", topology=TWO)
     assert config.loader_cores is None and config.compute_cores is None
     assert config.num_neighbors == (10, 5) and config.hidden_channels == 64
@@ -85,7 +85,7 @@ def test_the_space_stays_as_written_and_notes_the_baseline_outside_it():
     space = load_space("quick", device="cpu", cores=2, baseline=BASE)
     assert space.knobs["num_neighbors"].choices == ((10, 5), (15, 10))
     assert space.knobs["num_workers"].choices == (0, 1)
-    assert space.knobs["sampler"].choices == ("builtin",), "a pinned knob stays pinned"
+    assert space.knobs["sampling_backend"].choices == ("builtin",), "a pinned knob stays pinned"
     assert space.outside == {"num_neighbors": ((25, 10), (15, 10)), "num_workers": (2, 1)}
     assert space.baseline_outside() == {"num_neighbors": [25, 10], "num_workers": 2}
     baseline = space.baseline(BASE)
@@ -131,7 +131,7 @@ def test_aggregation_is_suggested_only_without_compile():
     space = load_space("default", device="cpu", cores=2, baseline=BASE)
     assert space.knobs["aggregation"].choices == ("scatter", "sparse")
     params = {"batch_size": 1024, "num_neighbors": "25,10", "num_workers": 0,
-              "amp_dtype": "float32", "checkpointing": False, "sampler": "builtin",
+              "amp_dtype": "float32", "checkpointing": False, "sampling_backend": "builtin",
               "dropout_masks": "bernoulli", "feature_dtype": "float32"}
     eager = suggest_config(optuna.trial.FixedTrial(
         {**params, "compile_mode": "none", "aggregation": "sparse"}), space, device="cpu",
@@ -155,7 +155,7 @@ def test_a_compiled_configs_eager_twin_takes_its_aggregation_not_a_sampled_one()
     space = load_space("default", device="cpu", cores=2, baseline=BASE)
     params = {"batch_size": 1024, "num_neighbors": "25,10", "num_workers": 0,
               "compile_mode": "default", "shapes": "dynamic", "amp_dtype": "bfloat16",
-              "checkpointing": False, "sampler": "builtin", "dropout_masks": "bernoulli",
+              "checkpointing": False, "sampling_backend": "builtin", "dropout_masks": "bernoulli",
               "feature_dtype": "float32"}
     compiled = suggest_config(optuna.trial.FixedTrial(params), space, device="cpu",
                               topology=TWO)

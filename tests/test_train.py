@@ -98,13 +98,13 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
         "knobs:\n  batch_size: {choices: [16, 1024]}\n"
         "  num_neighbors: {choices: [[1, 1], [25, 10]]}\n"
         "  num_workers: 0\n  dropout_masks: {choices: [bernoulli, bits]}\n"
-        "  sampler: builtin\nfixed:\n  hidden_channels: 64\n")
+        "  sampling_backend: builtin\nfixed:\n  hidden_channels: 64\n")
     base = TrialConfig(num_workers=0, hidden_channels=64)
     space = load_space(str(tmp_path / "space.yaml"), baseline=base)
     baseline = space.baseline(base)
     ref = DatasetRef("synthetic", root=str(tmp_path / "data"), scale=0.05)
     dataset = ref.prepare()
-    opts = options.SearchOptions(dataset=ref, space=space, n_trials=1, sampler="random",
+    opts = options.SearchOptions(dataset=ref, space=space, n_trials=1, optuna_sampler="random",
                               storage=f"sqlite:///{tmp_path / 'g.db'}", study_name="g",
                               studies_dir=tmp_path,
                               measure=MeasureSpec(warmup_steps=1, min_warmup_s=0.0, min_steps=3,

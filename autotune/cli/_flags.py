@@ -11,8 +11,10 @@ from typing import Any, Callable
 
 from autotune.config import TEMPORAL_STRATEGIES
 from autotune.env import parse_duration, parse_fraction
-from autotune.specs import STUDIES_DIR, GuardOptions, MeasureSpec, TrialLimits
-from autotune.study import BUDGET_SHARE, DEFAULT_N_TRIALS, OPTUNA_SAMPLERS, SearchOptions
+from autotune.errors import ConfigError
+from autotune.specs import FRACTION, STUDIES_DIR, SWITCH, GuardOptions, MeasureSpec, Option, \
+    TrialLimits
+from autotune.study import SEARCH_OPTIONS
 from autotune.taskinfo import TASKS
 from autotune.cli._render import FORMATS
 
@@ -108,6 +110,59 @@ DELETE_EXAMPLE = """example:
   autotune delete --study-name synthetic-cpu-myhost --yes
 
 Without --yes nothing is deleted: the command says what it would delete and exits 2."""
+
+
+def _add_options(p: argparse.ArgumentParser) -> None:
+    """A flag for each option of :data:`SEARCH_OPTIONS`: its name, default, help and
+    check come from the option's one definition (a switch on by default is
+    ``--no-NAME``)."""
+    for option in SEARCH_OPTIONS:
+        if option.check is SWITCH:
+            p.add_argument("--no-" + option.flag[2:], dest=option.name, action="store_false",
+                           default=option.default, help=option.help)
+            continue
+        names = [option.flag] + ([option.old_flag] if option.old_flag else [])
+        typed = dict(choices=option.check.choices) if option.check.choices else \
+            dict(type=_checked(option), metavar=option.metavar)
+        p.add_argument(*names, dest=option.name, default=option.default, **typed,
+                       action=_Renamed if option.old_flag else "store",
+                       help=(option.help + _shown(option)).replace("%", "%%"))
+
+
+def _checked(option: Option) -> Callable[[str], Any]:
+    """An argparse type: the option's own check of a flag's text."""
+    def convert(text: str) -> Any:
+        try:
+            return option.check(option.flag, text)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{option.flag} ")) \
+                from None
+    return convert
+
+
+def _shown(option: Option) -> str:
+    """`` (default: 10%)``: an option's default as its flag takes it."""
+    if option.default is None:
+        return ""
+    value = option.default
+    if option.check is FRACTION:
+        value = f"{100 * value:g}%"
+    elif option.unit == "s":
+        value = f"{value:g}s"
+    return f" (default: {value})"
+
+
+class _Renamed(argparse.Action):
+    """A flag with its old name as a second option string: the old name still works
+    and says, on stderr, what it is called now."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if option_string != self.option_strings[0]:
+            from autotune.logging import get_logger
+
+            get_logger(__name__).warning(f"{option_string} is deprecated: use "
+                                         f"{self.option_strings[0]}")
+        setattr(namespace, self.dest, values)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -397,38 +452,6 @@ def _add_train_parser(sub) -> None:
     _add_format(train)
 
 
-def _add_pairing_flags(search: argparse.ArgumentParser) -> None:
-    """The confirmation's and the controls' flags of ``search``."""
-    search.add_argument("--confirm", type=_count, default=SearchOptions.confirm, metavar="N",
-                        help="end with a confirmation: the front's N fastest configs "
-                             "besides the baseline, its knee, its default pick and the "
-                             "baseline measured again, interleaved in rounds; "
-                             "the front and the export use those paired figures (default: "
-                             f"{SearchOptions.confirm}; 0: off)")
-    search.add_argument("--confirm-rounds", type=_positive_int,
-                        default=SearchOptions.confirm_rounds,
-                        help="the confirmation's rounds, at least 3 (default: "
-                             f"{SearchOptions.confirm_rounds})")
-    search.add_argument("--control-every", type=_duration, default=SearchOptions.control_every_s,
-                        help="measure the baseline again (a control) after this long, so "
-                             "each speed-up is paired with a baseline measured close in time "
-                             f"(default: {SearchOptions.control_every_s / 60:g}m) ...")
-    search.add_argument("--control-every-trials", type=_positive_int,
-                        default=SearchOptions.control_every_trials,
-                        help="... or after this many measured trials (default: "
-                             f"{SearchOptions.control_every_trials})")
-
-
-def _add_worker_flags(search) -> None:
-    """How a worker's running trial shows it is alive, and when it is taken for dead."""
-    search.add_argument("--heartbeat", type=_positive_int, default=SearchOptions.heartbeat_s,
-                        help="seconds between a running trial's heartbeats (default: "
-                             f"{SearchOptions.heartbeat_s})")
-    search.add_argument("--grace-period", type=_positive_int, default=SearchOptions.grace_s,
-                        help="a trial whose heartbeat is older than this is failed and its "
-                             f"config re-queued once (default: {SearchOptions.grace_s})")
-
-
 def _add_guard_flags(search) -> None:
     """The accuracy guard's flags, and accuracy as an objective."""
     search.add_argument("--accuracy-guard", type=_positive_float, default=None, metavar="RATIO",
@@ -452,41 +475,11 @@ def _add_search_parser(sub) -> None:
     _add_dataset_flags(search)
     search.add_argument("--space", default="default",
                         help="a file in search_spaces/ (default, reddit, quick) or a path")
-    search.add_argument("--n-trials", type=_positive_int, default=None,
-                        help="the study's total trial budget (default: as many as --budget "
-                             f"holds, else {DEFAULT_N_TRIALS})")
-    search.add_argument("--budget", type=_duration, default=None,
-                        help="wall-clock limit of this run, e.g. 20m, 1h or 90s, the "
-                             f"confirmation included (at most {100 * BUDGET_SHARE:.0f}%% of it "
-                             "kept for that): "
-                             "the running trial is finished or, past it, failed (and "
-                             "queued again)")
-    search.add_argument("--timeout", type=_duration, default=None,
-                        help="stop starting trials after this long: seconds, or 90s, 15m, 2h")
-    search.add_argument("--screen-precision", type=_fraction,
-                        default=SearchOptions.screen_precision,
-                        help="racing: a new config is measured to this precision first, "
-                             "and to --precision only if its best case could join the front "
-                             f"(default: {100 * SearchOptions.screen_precision:g}%%)")
-    search.add_argument("--no-racing", dest="racing", action="store_false",
-                        help="measure every config to --precision")
-    search.add_argument("--no-priors", dest="priors", action="store_false",
-                        help="do not queue the prior table (device-aware first configs) "
-                             "after the baseline")
-    _add_pairing_flags(search)
-    search.add_argument("--sampler", default=SearchOptions.sampler, choices=OPTUNA_SAMPLERS,
-                        help=f"Optuna sampler (default: {SearchOptions.sampler}, the best in "
-                             "benchmarks/search_efficiency.py)")
-    search.add_argument("--seed", type=int, default=SearchOptions.seed,
-                        help=f"sampler and training seed (default: {SearchOptions.seed})")
-    search.add_argument("--max-memory", default=None,
-                        help="memory budget, e.g. 8GiB (KiB/MiB/GiB are powers of 1024, "
-                             "KB/MB/GB of 1000): an Optuna constraint on peak memory")
+    _add_options(search)
     search.add_argument("--device", choices=["cpu", "cuda"], default=None,
                         help="default: cuda when torch sees a GPU, else cpu")
     _add_model_flags(search)
     _add_guard_flags(search)
     _add_study_flags(search)
-    _add_worker_flags(search)
     _add_measure_flags(search, timeout_flag="--trial-timeout")
     _add_format(search)

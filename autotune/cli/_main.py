@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from autotune.config import one_line
 from autotune.errors import AutotuneError, ConfigError, GuardError
 from autotune.cli._flags import EXIT_BAD_INPUT, STORAGE_ENV, STUDIES_ENV, build_parser  # noqa: F401
 from autotune.specs import STUDIES_DIR, MeasureSpec, TrialLimits, check_limits
 from autotune.taskinfo import DEFAULT_TASK, task_info
-from autotune.cli._render import Ticker, drift_lines, emit, front_table, infeasible, profile_text, \
+from autotune.cli._render import drift_lines, emit, front_table, infeasible, profile_text, \
     result_text, search_blob, search_header, search_summary, short, train_summary, trial_row, \
     trials_table
 
@@ -68,12 +69,12 @@ def _run(args: argparse.Namespace) -> int:
     except GuardError as exc:  # the input was fine; the baseline's guard training was not
         if debug:
             raise
-        print(f"autotune: accuracy guard: {_one_line(str(exc))}", file=sys.stderr)
+        print(f"autotune: accuracy guard: {one_line(exc)}", file=sys.stderr)
         return EXIT_TRIAL_FAILED
     except AutotuneError as exc:
         if debug:
             raise
-        print(f"autotune: error: {_one_line(str(exc))}", file=sys.stderr)
+        print(f"autotune: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as exc:
         print("autotune: interrupted", file=sys.stderr)
@@ -106,7 +107,7 @@ def _current_folder_on_path() -> None:
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    print(f"autotune: warning: {_one_line(str(message))} ({category.__name__})",
+    print(f"autotune: warning: {one_line(message)} ({category.__name__})",
           file=sys.stderr)
 
 
@@ -116,10 +117,6 @@ def _quiet_optuna() -> None:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _writable_dir(path: Path, option: str) -> Path:
@@ -137,7 +134,7 @@ def _dataset_of(args: argparse.Namespace, recorded: dict | None, task: str):
 
 
 def cmd_trial(args: argparse.Namespace) -> int:
-    from autotune.config import exported, load_config, with_model
+    from autotune.config import Export, read_export, with_model
     from autotune.data import same_dataset
     from autotune.pipeline import check_config
     from autotune.pipeline import check_dataset
@@ -145,7 +142,8 @@ def cmd_trial(args: argparse.Namespace) -> int:
     from autotune.trial import run_trial
     from autotune.study import default_config
 
-    config = load_config(args.config) if args.config else default_config()
+    export = read_export(args.config) if args.config else Export(default_config())
+    config = export.config
     if args.device:
         config = config.replace(device=args.device)
     config = with_model(config, model=args.model, hidden=args.hidden, layers=args.layers)
@@ -158,7 +156,7 @@ def cmd_trial(args: argparse.Namespace) -> int:
     profile = _profile_spec(args)
     trial_dir = _writable_dir(Path(args.studies_dir) / "trials", "--studies-dir") / \
         time.strftime(f"%Y%m%d-%H%M%S-{os.getpid()}")
-    recorded, _ = exported(args.config)
+    recorded = export.dataset_ref
     ref = _dataset_of(args, recorded, config.task)
     if recorded is not None:
         same_dataset(ref, recorded, args.config)
@@ -190,21 +188,21 @@ def _profile_spec(args: argparse.Namespace):
 def cmd_train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from autotune.config import exported, load_config
+    from autotune.config import read_export
     from autotune.files import inductor_cache_dir
     from autotune.data import same_dataset
     from autotune.pipeline import check_config
     from autotune.pipeline import train
 
-    config = load_config(args.config)
-    measured_on = config.device
+    export = read_export(args.config)
+    config, measured_on = export.config, export.config.device
     if args.device:
         config = config.replace(device=args.device)
     config = _with_task(config, args)
     check_config(config)
     if args.save:
         _writable_dir(Path(args.save).parent, "--save")
-    recorded, measured = exported(args.config)
+    recorded, measured = export.dataset_ref, export.measured
     ref = _dataset_of(args, recorded, config.task)
     if not (same_dataset(ref, recorded, args.config) and config.device == measured_on):
         measured = None
@@ -235,30 +233,28 @@ def short_config(config) -> str:
 
 
 def _search_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The flags of ``autotune search`` as :func:`autotune.search`'s options."""
+    """The flags of ``autotune search`` as :func:`autotune.search`'s options: each
+    option of ``SEARCH_OPTIONS`` under its own name, and the flags that build the
+    dataset, the space, the measurement, the limits and the guard."""
+    from autotune.study import SEARCH_OPTIONS
+
     measure, limits = _measure_and_limits(args)
     return dict(dataset=args.dataset or "synthetic", root=args.root, precision=args.precision,
                 scale=1.0 if args.scale is None else args.scale,
                 data_seed=args.data_seed or 0, task=args.task or DEFAULT_TASK,
                 link_edge_type=args.link_edge_type, time_attr=args.time_attr,
                 temporal_strategy=args.temporal_strategy or "uniform", model=args.model,
-                hidden=args.hidden,
-                layers=args.layers, recompile_limit=args.recompile_limit, space=args.space,
-                n_trials=args.n_trials, timeout_s=args.timeout, budget=args.budget,
-                racing=args.racing, screen_precision=args.screen_precision,
-                priors=args.priors, confirm=args.confirm, confirm_rounds=args.confirm_rounds,
-                control_every=args.control_every,
-                control_every_trials=args.control_every_trials, sampler=args.sampler,
-                seed=args.seed, max_memory=args.max_memory, device=args.device,
-                accuracy_guard=args.accuracy_guard, guard_epochs=args.guard_epochs,
-                objectives=args.objectives, study_name=args.study_name, storage=args.storage,
-                studies_dir=args.studies_dir, heartbeat_s=args.heartbeat,
-                grace_s=args.grace_period, measure=measure, limits=limits)
+                hidden=args.hidden, layers=args.layers, recompile_limit=args.recompile_limit,
+                space=args.space, device=args.device, accuracy_guard=args.accuracy_guard,
+                guard_epochs=args.guard_epochs, objectives=args.objectives,
+                study_name=args.study_name, storage=args.storage,
+                studies_dir=args.studies_dir, measure=measure, limits=limits,
+                **{o.name: getattr(args, o.name) for o in SEARCH_OPTIONS})
 
 
 def cmd_search(args: argparse.Namespace) -> int:
     from autotune.cli._report import save_study_note
-    from autotune.study import baseline_record, prepare_search
+    from autotune.study import Ticker, baseline_record, prepare_search
 
     plan = prepare_search(**_search_options(args), progress=False,  # the ticker's, below
                           on_trial_done=save_study_note)

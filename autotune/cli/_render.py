@@ -5,14 +5,12 @@ nor PyG."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, Callable
 
 from autotune.config import short
-from autotune.env import clock
 from autotune.files import dump
 from autotune.specs import baseline_metric
-from autotune.study import Ticker, drift_lines, metric_short, pm, progress_line, ratio, \
-    seeds_per_s
+from autotune.study import drift_lines, metric_short, pm, ratio, seeds_per_s
 from autotune.taskinfo import task_info
 
 FORMATS = ("table", "json", "yaml")
@@ -143,7 +141,7 @@ def result_text(result, trial_dir) -> str:
     lines = [f"trial  {result.status}" + (f": {result.reason}" if result.reason else ""),
              f"config batch {cfg.batch_size}, fanout {list(cfg.num_neighbors)}, "
              f"workers {cfg.num_workers}, compile {cfg.compile_mode}, shapes {cfg.shapes}, "
-             f"amp {cfg.amp_dtype}, checkpointing {cfg.checkpointing}, sampler {cfg.sampler}, "
+             f"amp {cfg.amp_dtype}, checkpointing {cfg.checkpointing}, sampling_backend {cfg.sampling_backend}, "
              f"device {cfg.device}, gpu_sampling {cfg.gpu_sampling}"
              + (f" ({cfg.feature_placement} features)" if cfg.gpu_sampling else "")
              + ", aggregation "
@@ -210,7 +208,7 @@ def _measured_lines(result, format_bytes) -> list[str]:
         f"dataset {p['dataset_load']:.2f} s, build {p['build']:.2f} s, loader workers "
         f"{p['loader_start']:.3f} s",
         f"observed        model {o.model} ({o.conv_layers} {'/'.join(o.conv_types)} layers), "
-        f"sampler {o.sampler_backend}, threads {o.torch_threads}, conv dtype "
+        f"sampling {o.sampling_backend}, threads {o.torch_threads}, conv dtype "
         f"{','.join(o.conv_output_dtypes)}, checkpointed layers {o.checkpointed_layers}, "
         f"saved for backward {format_bytes(o.saved_tensor_bytes)}, aggregated by "
         f"{', '.join(o.aggregation_ops) or 'no scatter or sparse op'}, dropout masks by "
@@ -239,9 +237,9 @@ def search_header(plan) -> str:
         kind = f" in {stats['num_graphs']:,} graphs ({stats['num_train']:,} for training)"
     line = (f"dataset {opts.dataset.name}: {stats['num_nodes']:,} nodes, "
             f"{stats['num_edges']:,} edges{kind}, {stats['num_features']} features; space "
-            f"{opts.space.name}; sampler {opts.sampler}; device {opts.device}")
-    if opts.max_memory_bytes:
-        line += f"; budget {format_bytes(opts.max_memory_bytes)}"
+            f"{opts.space.name}; optuna sampler {opts.optuna_sampler}; device {opts.device}")
+    if opts.max_memory:
+        line += f"; budget {format_bytes(opts.max_memory)}"
     if guard.ratio:
         line += f"; accuracy guard {guard.ratio:g} x baseline after {guard.epochs} epochs"
     if guard.objective:
@@ -267,7 +265,7 @@ def search_summary(plan, result, export: str) -> str:
                  f"{o.failed} failed, {o.controls} controls, {o.confirmed} confirmation "
                  f"measurements; {len(result.trials)} trials in the study")
     if o.explored:
-        lines.append(f"the sampler repeated itself: {o.explored} proposals were drawn at random")
+        lines.append(f"the Optuna sampler repeated itself: {o.explored} proposals were drawn at random")
     if o.stopped:
         lines.append(o.stopped)
     lines += drift_lines(result.drift)

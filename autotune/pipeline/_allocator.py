@@ -5,14 +5,9 @@ By default glibc serves a block over its mmap threshold with a mapping of its ow
 and unmaps it when freed, and hands the heap's free top back to the kernel once it
 passes the trim threshold; the next step faults those pages in again. The
 threshold starts at 128 KiB and rises each time a mapped block is freed (up to
-32 MiB), so how much of a step goes on page faults changes as the process ages.
-Measured on a 2-core AMD EPYC with avx512_bf16 (2026-11-26): a bfloat16 step of
-the synthetic graph faulted 20,000 to 35,000 pages for its first 400 steps and
-under 2,000 after 650, its throughput rose by a third, and a trial's window (its
-first hundred steps) promised 0.8 to 0.9 of the speed its training went on to run. Held
-here, the same config faulted under 3,000 pages a step from the first, and a
-float32 one, whose largest blocks stay over 32 MiB and were mapped every step,
-ran 1.4x faster throughout.
+32 MiB), so how much of a step goes on page faults changes as the process ages, and a
+trial's window would promise less than its training goes on to run (the figures:
+docs/benchmarks.md, "The held heap").
 
 A trial measures in this state and ``autotune train`` trains in it
 (:meth:`autotune.pipeline._build.Pipeline.activate` applies it); training code of one's
@@ -20,7 +15,7 @@ own gets the measured speed with the same two settings, ``MALLOC_MMAP_MAX_=0
 MALLOC_TRIM_THRESHOLD_=2147483647`` in its environment or a call to
 :func:`hold_heap`. Where the environment already sets glibc's malloc (those
 variables, ``GLIBC_TUNABLES``' ``glibc.malloc``) or preloads another allocator,
-it is left as set, and :func:`state` says so.
+it is left as set, and :func:`heap_state` says so.
 """
 from __future__ import annotations
 

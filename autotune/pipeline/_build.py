@@ -5,7 +5,7 @@ knob               where it acts
 =================  ===============================================================
 batch_size         ``NodeLoader(batch_size=...)``
 num_neighbors      the sampler's fanout
-sampler            :func:`autotune.sampling._neighbor.make_sampler` (builtin, pyg, auto)
+sampling_backend   :func:`autotune.sampling.make_sampler`'s backend (builtin, pyg, auto)
 gpu_sampling       CSR, features and sampling on the GPU (the Triton sampler, one batch
                    ahead: :class:`autotune.sampling._loader.LookaheadNodeLoader`), no workers
                    (CUDA only); otherwise CPU sampling with pinned, non-blocking
@@ -237,7 +237,7 @@ def check_config(config: TrialConfig) -> None:
     if not amp_supported(config.device, config.amp_dtype):
         raise ConfigError(f"amp_dtype {config.amp_dtype} is not supported on "
                           f"{config.device} by this torch build; use bfloat16 or float32")
-    resolve_backend(config.sampler)
+    resolve_backend(config.sampling_backend)
 
 
 def gpu_resident_bytes(data, feature_placement: str = "gpu") -> dict[str, int]:
@@ -392,7 +392,7 @@ class Pipeline:
     scaler: torch.amp.GradScaler
     device: torch.device
     checkpointed_layers: int
-    sampler_backend: str
+    sampling_backend: str
     task: object = None  # autotune.pipeline._tasks: what a step's loss and seeds are
     worker_cores: list[list[int]] | None = None
     _lr: Tensor | None = field(default=None, repr=False)
@@ -507,7 +507,7 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
     worker_cores = worker_core_sets(config.loader_cores, workers) if config.loader_cores else None
     return Pipeline(config=config, loader=loader, model=compiled, eager_model=model,
                     optimizer=optimizer, scaler=scaler, device=device,
-                    checkpointed_layers=checkpointed, sampler_backend=_describe(sampler),
+                    checkpointed_layers=checkpointed, sampling_backend=_describe(sampler),
                     task=task, worker_cores=worker_cores, _lr=lr,
                     gpu_fit_bytes=sum(fit.values()) if fit is not None else None,
                     feature_storage=_feature_storage(
@@ -521,7 +521,7 @@ def _sampler(config: TrialConfig, task, data, device: torch.device, cache_file, 
     graphs."""
     if not task.samples:
         return None
-    return make_sampler(data, task.fanouts(config, data), backend=resolve_backend(config.sampler),
+    return make_sampler(data, task.fanouts(config, data), backend=resolve_backend(config.sampling_backend),
                         seed=config.seed, cache_file=cache_file, cache_dir=cache_dir,
                         device=device if config.gpu_sampling else None,
                         time_attr=config.time_attr, temporal_strategy=config.temporal_strategy)

@@ -17,6 +17,7 @@ done by the time it is needed.
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import Any, Callable, Iterator
 
 from torch.utils.data import DataLoader
@@ -26,13 +27,13 @@ from torch_geometric.loader.mixin import AffinityMixin
 
 from autotune.errors import ConfigError
 
-LOADER_SAMPLERS = ("builtin", "pyg")
+LOADER_BACKENDS = ("builtin", "pyg")
 
 
 class NeighborLoader(pyg_loader.NeighborLoader):
     """PyG's :class:`~torch_geometric.loader.NeighborLoader`, sampling with
-    :class:`autotune.NeighborSampler` (``sampler="builtin"``, the default) or PyG's own
-    (``sampler="pyg"``, which needs pyg-lib or torch-sparse). Same arguments as PyG's;
+    :class:`autotune.NeighborSampler` (``sampling_backend="builtin"``, the default) or PyG's own
+    (``sampling_backend="pyg"``, which needs pyg-lib or torch-sparse). Same arguments as PyG's;
     ``sampler_options`` go to :class:`autotune.NeighborSampler` (``device``, ``seed``,
     ``cache_dir``, ``kernel``). A ``neighbor_sampler`` passed in must sample the
     ``num_neighbors`` given, or the loader refuses it.
@@ -45,10 +46,12 @@ class NeighborLoader(pyg_loader.NeighborLoader):
                                 input_nodes=data.train_mask, shuffle=True)
     """
 
-    def __init__(self, data, num_neighbors, *args, sampler: str = "builtin",
+    def __init__(self, data, num_neighbors, *args, sampling_backend: str = "builtin",
                  sampler_options: dict[str, Any] | None = None, **kwargs) -> None:
+        sampling_backend = _renamed_backend(kwargs, sampling_backend)
         bound = _bind(pyg_loader.NeighborLoader, self, data, num_neighbors, *args, **kwargs)
-        bound.arguments["neighbor_sampler"] = _neighbor_sampler(bound.arguments, sampler,
+        bound.arguments["neighbor_sampler"] = _neighbor_sampler(bound.arguments,
+                                                                sampling_backend,
                                                                 sampler_options)
         super().__init__(*bound.args[1:], **bound.kwargs)
 
@@ -59,7 +62,7 @@ class LinkNeighborLoader(pyg_loader.LinkNeighborLoader):
     binary and triplet negatives (drawn on the sampler's device, none on an edge of
     the graph), ``disjoint``, ``weight_attr``, ``subgraph_type`` and temporal sampling
     (``time_attr`` with ``edge_label_time``) work; a custom feature and graph store
-    needs ``sampler="pyg"``.
+    needs ``sampling_backend="pyg"``.
 
     Example::
 
@@ -71,11 +74,13 @@ class LinkNeighborLoader(pyg_loader.LinkNeighborLoader):
                                     neg_sampling="binary")
     """
 
-    def __init__(self, data, num_neighbors, *args, sampler: str = "builtin",
+    def __init__(self, data, num_neighbors, *args, sampling_backend: str = "builtin",
                  sampler_options: dict[str, Any] | None = None, **kwargs) -> None:
+        sampling_backend = _renamed_backend(kwargs, sampling_backend)
         bound = _bind(pyg_loader.LinkNeighborLoader, self, data, num_neighbors, *args,
                       **kwargs)
-        bound.arguments["neighbor_sampler"] = _neighbor_sampler(bound.arguments, sampler,
+        bound.arguments["neighbor_sampler"] = _neighbor_sampler(bound.arguments,
+                                                                sampling_backend,
                                                                 sampler_options)
         super().__init__(*bound.args[1:], **bound.kwargs)
 
@@ -88,19 +93,29 @@ def _bind(cls: type, *args, **kwargs) -> inspect.BoundArguments:
     return bound
 
 
-def _neighbor_sampler(args: dict, sampler: str, options: dict[str, Any] | None):
+def _renamed_backend(kwargs: dict[str, Any], backend: str) -> str:
+    """``sampling_backend``, or the value of its old name ``sampler=`` (with a
+    FutureWarning), taken out of ``kwargs``."""
+    if "sampler" not in kwargs:
+        return backend
+    warnings.warn("sampler= is deprecated: pass sampling_backend=", FutureWarning,
+                  stacklevel=3)
+    return kwargs.pop("sampler")
+
+
+def _neighbor_sampler(args: dict, backend: str, options: dict[str, Any] | None):
     """The sampler the loader uses: the one passed in (checked against
     ``num_neighbors``), PyG's (``None``: PyG builds it) or a new built-in one."""
     from autotune.sampling._neighbor import NeighborSampler, resolve_backend
 
-    if sampler not in LOADER_SAMPLERS:
-        raise ConfigError(f"sampler must be one of {', '.join(LOADER_SAMPLERS)} "
-                          f"(got {sampler!r})")
+    if backend not in LOADER_BACKENDS:
+        raise ConfigError(f"sampling_backend must be one of {', '.join(LOADER_BACKENDS)} "
+                          f"(got {backend!r})")
     given = args["neighbor_sampler"]
     if given is not None:
         _check_same_fanout(given, args["num_neighbors"])
         return given
-    if sampler == "pyg":
+    if backend == "pyg":
         resolve_backend("pyg")  # a clear error where neither pyg-lib nor torch-sparse imports
         return None
     subgraph_type = "induced" if args["directed"] is False else args["subgraph_type"]

@@ -16,7 +16,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal, NamedTuple, Sequence
+from typing import Literal, NamedTuple, Sequence
 
 import torch
 from torch import Tensor
@@ -30,6 +30,7 @@ from torch_geometric.sampler import (
     SamplerOutput,
 )
 
+from autotune.config import SAMPLING_BACKENDS
 from autotune.errors import AutotuneError, BackendUnavailableError, ConfigError
 from autotune.files import atomic_write
 from autotune.sampling._subgraph import (
@@ -42,8 +43,6 @@ from autotune.sampling._subgraph import (
     sample_typed,
 )
 
-SamplerBackend = Literal["builtin", "pyg", "auto"]
-SAMPLER_BACKENDS: tuple[str, ...] = ("builtin", "pyg", "auto")
 SamplerKernel = Literal["auto", "triton", "torch"]
 SAMPLER_KERNELS: tuple[str, ...] = ("auto", "triton", "torch")
 
@@ -331,7 +330,7 @@ class NeighborSampler(BaseSampler):
         if not isinstance(data, (Data, HeteroData)):
             raise ConfigError("autotune.NeighborSampler samples Data and HeteroData graphs "
                               f"(got {type(data).__name__}: a custom feature and graph "
-                              "store); pass sampler='pyg' to use PyG's NeighborSampler")
+                              "store); pass sampling_backend='pyg' to use PyG's NeighborSampler")
         self.is_hetero = isinstance(data, HeteroData)
         self.replace, self.weight_attr = bool(replace), weight_attr
         self.subgraph_type = _subgraph_type(subgraph_type)
@@ -785,8 +784,8 @@ def native_backend() -> str | None:
 
 def resolve_backend(backend: str) -> Literal["builtin", "pyg"]:
     """``auto`` prefers PyG's native sampler when pyg-lib or torch-sparse imports."""
-    if backend not in SAMPLER_BACKENDS:
-        raise ConfigError(f"sampler must be one of {', '.join(SAMPLER_BACKENDS)} "
+    if backend not in SAMPLING_BACKENDS:
+        raise ConfigError(f"sampling_backend must be one of {', '.join(SAMPLING_BACKENDS)} "
                           f"(got {backend!r})")
     if backend == "builtin":
         return "builtin"
@@ -795,9 +794,9 @@ def resolve_backend(backend: str) -> Literal["builtin", "pyg"]:
     if backend == "auto":
         return "builtin"
     raise BackendUnavailableError(
-        "sampler 'pyg' needs pyg-lib or torch-sparse, and neither imports; install one "
+        "sampling_backend 'pyg' needs pyg-lib or torch-sparse, and neither imports; install one "
         "(pyg-lib wheels: https://data.pyg.org/whl/, or 'pip install torch-scatter "
-        "torch-sparse' to build from source) or use --sampler builtin")
+        "torch-sparse' to build from source) or use sampling_backend builtin")
 
 
 def make_sampler(data: Data | HeteroData, num_neighbors, *, backend: str = "auto",
@@ -820,26 +819,3 @@ def make_sampler(data: Data | HeteroData, num_neighbors, *, backend: str = "auto
                            weight_attr=weight_attr, cache_dir=cache_dir,
                            cache_file=cache_file, device=device, seed=seed, kernel=kernel,
                            time_attr=time_attr, temporal_strategy=temporal_strategy)
-
-
-def star_forest(num_stars: int, leaves: int) -> Data:
-    """``num_stars`` disjoint stars: node ``i < num_stars`` has ``leaves`` in-neighbours,
-    stored in CSC order. A test bed for uniformity."""
-    centers = torch.arange(num_stars)
-    leaf = num_stars + torch.arange(num_stars * leaves)
-    return Data(edge_index=torch.stack([leaf, centers.repeat_interleave(leaves)]),
-                num_nodes=num_stars * (leaves + 1))
-
-
-def uniformity_chi_square(sample_positions: Callable[[Tensor], Tensor], *,
-                          num_stars: int = 2000, leaves: int = 40, rounds: int = 10) -> float:
-    """Pearson's chi-square (``leaves - 1`` degrees of freedom) of how often each of a
-    star's in-neighbours is drawn. ``sample_positions(centers)`` samples one hop from
-    the star centres of :func:`star_forest` and returns each drawn edge's position
-    within its star (0 .. leaves - 1). 2,000 stars x 10 rounds = 20,000 draws."""
-    counts = torch.zeros(leaves, dtype=torch.float64)
-    for _ in range(rounds):
-        pos = sample_positions(torch.arange(num_stars))
-        counts += torch.bincount(pos.cpu(), minlength=leaves).double()
-    expected = counts.sum() / leaves
-    return float(((counts - expected) ** 2 / expected).sum())

@@ -26,7 +26,9 @@ from autotune.study._front import FrontRow, study_front, study_reference, write_
     write_pareto
 from autotune.study._identity import open_study, resumed_space
 from autotune.study._loop import Progress, SearchOutcome, run_search
-from autotune.study._options import SearchOptions, check_study_name
+from autotune.study._optuna_samplers import optuna_sampler
+from autotune.study._options import RENAMED_KEYWORDS, SEARCH_OPTIONS, SearchOptions, \
+    check_study_name, checked_options, with_options
 from autotune.study._records import TrialRecord
 from autotune.study._studies import default_storage, default_study_name
 from autotune.specs import GuardOptions, MeasureSpec, TrialLimits, check_limits
@@ -137,10 +139,8 @@ KEYWORD_FOR = {"max_seconds": "measure=MeasureSpec(max_window_s=...)",
                "warmup": "measure=MeasureSpec(warmup_steps=...)",
                "warmup_time": "measure=MeasureSpec(min_warmup_s=...)",
                "steps": "measure=MeasureSpec(min_steps=...)",
-               "timeout": "timeout_s= (seconds)",
                "trial_timeout": "limits=TrialLimits(timeout_s=...)",
                "memory_limit": "limits=TrialLimits(memory_limit_bytes=...)",
-               "heartbeat": "heartbeat_s=", "grace_period": "grace_s=",
                "hidden_channels": "hidden=", "num_layers": "layers=", "study": "study_name="}
 
 
@@ -161,6 +161,7 @@ def _check_keywords(options: dict[str, Any]) -> None:
 
 
 @dataclass(frozen=True)
+@with_options
 class SearchRequest:
     """What a search is asked, every field with its default: :func:`prepare_search`
     and :func:`search` take them as keywords, or as one object.
@@ -188,6 +189,12 @@ class SearchRequest:
     and ``control_every_trials``: how often the baseline is measured again, so that
     each trial's speed-up is paired with a baseline measured close in time.
 
+    Then a keyword for each option of :data:`autotune.study._options.SEARCH_OPTIONS`,
+    named as its flag (``n_trials``, ``budget``, ``timeout``, ``racing``,
+    ``screen_precision``, ``priors``, ``confirm``, ``confirm_rounds``,
+    ``control_every``, ``control_every_trials``, ``optuna_sampler``, ``seed``,
+    ``max_memory``, ``heartbeat``, ``grace_period``), with its default.
+
     Callbacks: ``on_trial_start(number, config)`` as a trial starts;
     ``progress(n, total, record, elapsed_s, eta_s)`` as it ends: ``n`` trials of the
     ``total`` budget counted, ``record`` the finished trial's
@@ -210,19 +217,6 @@ class SearchRequest:
     layers: int | None = None
     recompile_limit: int | None = None
     space: str | Path | dict = "default"
-    n_trials: int | None = _O.n_trials
-    timeout_s: float | None = None
-    budget: float | str | None = None
-    racing: bool = _O.racing
-    screen_precision: float | str = _O.screen_precision
-    priors: bool = _O.priors
-    confirm: int = _O.confirm
-    confirm_rounds: int = _O.confirm_rounds
-    control_every: float | str = _O.control_every_s
-    control_every_trials: int = _O.control_every_trials
-    sampler: str = _O.sampler
-    seed: int = _O.seed
-    max_memory: int | str | None = None
     device: str | None = None
     accuracy_guard: float | None = None
     guard_epochs: int = _G.epochs
@@ -230,8 +224,6 @@ class SearchRequest:
     study_name: str | None = None
     storage: str | None = None
     studies_dir: str | os.PathLike = _O.studies_dir
-    heartbeat_s: int = _O.heartbeat_s
-    grace_s: int = _O.grace_s
     precision: float | str | None = None
     measure: MeasureSpec | None = None
     limits: TrialLimits | None = None
@@ -245,8 +237,21 @@ def prepare_search(request: SearchRequest | None = None, /, **options: Any) -> S
     The options are :class:`SearchRequest`'s fields, as keywords
     (``prepare_search(dataset="Cora", n_trials=8)``), or one request with keywords
     over it (``prepare_search(request, budget="20m")``)."""
+    options = _renamed_keywords(options)
     _check_keywords(options)
     return _plan(dataclasses.replace(request or SearchRequest(), **options))
+
+
+def _renamed_keywords(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with an older autotune's keywords (``timeout_s=``) in today's
+    names, each said with a FutureWarning."""
+    import warnings
+
+    for old in RENAMED_KEYWORDS.keys() & options.keys():
+        new = RENAMED_KEYWORDS[old]
+        warnings.warn(f"search({old}=) is deprecated: pass {new}=", FutureWarning, stacklevel=4)
+        options = {(new if k == old else k): v for k, v in options.items()}
+    return options
 
 
 prepare_search.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
@@ -262,26 +267,23 @@ def _plan(r: SearchRequest) -> SearchPlan:
 
     device = r.device or ("cuda" if torch.cuda.is_available() else "cpu")
     check_limits(r.limits, device)
-    _check_budgets(r.sampler, r.n_trials, r.timeout_s, r.heartbeat_s, r.grace_s)
-    pairing = _pairing(r.confirm, r.confirm_rounds, r.control_every, r.control_every_trials)
+    options = checked_options({o.name: getattr(r, o.name) for o in SEARCH_OPTIONS})
+    optuna_sampler(options["optuna_sampler"], 0)  # Optuna's GP sampler needs scipy
     studies = _studies_folder(r.studies_dir)
     space_, baseline = _space_and_baseline(
         r.space, device, _facts(r.model, r.hidden, r.layers, r.recompile_limit, r.task,
                                 time_attr=r.time_attr, temporal_strategy=r.temporal_strategy),
-        r.seed)
+        options["seed"])
     ref = _dataset_ref(r.dataset, r.root, r.scale, r.data_seed, studies, r.task,
                        r.link_edge_type)
     name = check_study_name(r.study_name) if r.study_name is not None else \
         default_study_name(_study_stem(ref), device)
     opts = SearchOptions(
         dataset=ref, space=space_, storage=r.storage or default_storage(studies, name),
-        study_name=name, device=device, n_trials=r.n_trials, timeout_s=r.timeout_s,
-        **_time_and_memory(r.budget, r.screen_precision, r.max_memory, racing=bool(r.racing),
-                           priors=bool(r.priors)), **pairing,
-        sampler=r.sampler, seed=r.seed, studies_dir=studies,
+        study_name=name, device=device, studies_dir=studies,
         measure=_measure(r.measure, r.precision, space_.precision),
-        limits=r.limits or TrialLimits(), heartbeat_s=r.heartbeat_s, grace_s=r.grace_s,
-        guard=_guard(r.accuracy_guard, r.guard_epochs, r.objectives))
+        limits=r.limits or TrialLimits(),
+        guard=_guard(r.accuracy_guard, r.guard_epochs, r.objectives), **options)
     study, prepared, stats = _open(opts, baseline)
     space_, resumed = resumed_space(study, space_)
     opts = dataclasses.replace(opts, space=space_)
@@ -406,30 +408,6 @@ def _meaningless_knobs(space, baseline: TrialConfig, prepared,
     return tuple(notes)
 
 
-def _positive(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"--{name.replace('_', '-')} ({name}=) must be a positive int "
-                          f"(got {value!r})")
-    return value
-
-
-def _check_budgets(sampler: str, n_trials: int | None, timeout_s: float | None, heartbeat_s: int,
-                   grace_s: int) -> None:
-    """The cheap checks, before the dataset is prepared."""
-    from autotune.study._optuna_samplers import optuna_sampler
-
-    optuna_sampler(sampler, 0)
-    if n_trials is not None:
-        _positive("n_trials", n_trials)
-    if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
-        raise ConfigError(f"--timeout (timeout_s=) must be a positive number of seconds "
-                          f"(got {timeout_s!r})")
-    if grace_s <= heartbeat_s:
-        raise ConfigError(f"--grace-period must be longer than --heartbeat (got {grace_s} <= "
-                          f"{heartbeat_s}): a live worker's trial would be failed between two "
-                          "beats")
-
-
 def _measure(measure: MeasureSpec | None, precision: float | str | None,
              stated: float | None) -> MeasureSpec:
     """The trials' measure spec: ``precision`` given wins, then ``measure``'s own when
@@ -448,48 +426,6 @@ def _measure(measure: MeasureSpec | None, precision: float | str | None,
     if stated is not None and measure.precision == MeasureSpec.precision:
         return dataclasses.replace(measure, precision=stated)
     return measure
-
-
-def _pairing(confirm: int, rounds: int, every: float | str, every_trials: int
-             ) -> dict[str, Any]:
-    """The confirmation's and the controls' options, checked, as ``SearchOptions``
-    fields."""
-    from autotune.env import parse_duration
-
-    if not isinstance(confirm, int) or isinstance(confirm, bool) or confirm < 0:
-        raise ConfigError(f"--confirm (confirm=) must be a whole number >= 0: the front's "
-                          f"fastest N to confirm, 0 for none (got {confirm!r})")
-    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 3:
-        raise ConfigError(f"--confirm-rounds (confirm_rounds=) must be a whole number >= 3 "
-                          f"(got {rounds!r})")
-    try:
-        every_s = parse_duration(every)
-    except (TypeError, ValueError):
-        raise ConfigError(f"--control-every (control_every=) must be a duration such as "
-                          f"10m or 600 (got {every!r})") from None
-    return dict(confirm=confirm, confirm_rounds=rounds, control_every_s=every_s,
-                control_every_trials=_positive("control_every_trials", every_trials))
-
-
-def _time_and_memory(budget: float | str | None, screen_precision: float | str,
-                     max_memory: int | str | None, **flags: bool) -> dict[str, Any]:
-    """The search's wall-clock budget, screening precision and memory budget, parsed,
-    as ``SearchOptions`` fields (with ``flags``)."""
-    from autotune.env import parse_bytes, parse_duration, parse_fraction
-
-    try:
-        budget_s = None if budget is None else parse_duration(budget)
-    except ValueError:
-        raise ConfigError(f"--budget (budget=) must be a duration such as 20m, 1h or 90s "
-                          f"(got {budget!r})") from None
-    try:
-        screen = parse_fraction(screen_precision)
-    except (TypeError, ValueError):
-        raise ConfigError(f"--screen-precision (screen_precision=) must be a fraction in "
-                          f"(0, 1) such as 10% or 0.1 (got {screen_precision!r})") from None
-    memory = parse_bytes(max_memory, option="--max-memory (max_memory=)") \
-        if max_memory is not None else None
-    return dict(budget_s=budget_s, screen_precision=screen, max_memory_bytes=memory, **flags)
 
 
 def _facts(model: ModelArg, hidden: int | None, layers: int | None,

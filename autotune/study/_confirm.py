@@ -38,8 +38,8 @@ from autotune.storage import measurement_lock, study_lock
 FOLLOW_UPS = 1  # confirmations of a knee that moved onto an unconfirmed config
 # Every candidate at least FAR_AHEAD times the baseline: the confirmation measures the
 # baseline to LOOSE_PRECISION only. A 3x ratio is plain at +-20%, and a slow baseline's
-# precise window would take most of a GPU search's confirmation (on an H100: 108 s
-# for the baseline, 1 to 4 s for a GPU-resident config's window).
+# precise window would take most of a GPU search's confirmation (docs/benchmarks.md,
+# "The confirmation's loose baseline").
 FAR_AHEAD = 3.0
 LOOSE_PRECISION = 0.20
 Left = Callable[[], "float | None"]  # the seconds left of --budget (None: no budget)
@@ -108,7 +108,7 @@ def control_due(opts: SearchOptions, study: optuna.Study) -> FrozenTrial | None:
                 [StudyRecord.from_study(study).control_claimed_at])
     measured = sum(1 for t in trials if t.counts and t.measured_at and
                    t.measured_at[1] > since)
-    if time.time() - since < opts.control_every_s and measured < opts.control_every_trials:
+    if time.time() - since < opts.control_every and measured < opts.control_every_trials:
         return None
     rec.store_study(study, control_claimed_at=time.time())
     return study.get_trials(deepcopy=False)[baseline_no]

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def open_study(opts: SearchOptions, *, dataset_stats: dict, env: dict) -> optuna.Study:
     """Creates the study or loads it to resume or to join it from another worker;
     refuses one made for other objectives, another search space or another budget."""
-    storage = open_storage(opts.storage, heartbeat_s=opts.heartbeat_s, grace_s=opts.grace_s)
+    storage = open_storage(opts.storage, heartbeat_s=opts.heartbeat, grace_s=opts.grace_period)
     name = opts.study_name
     with study_lock(opts.storage, name):  # two workers starting together write attrs once
         try:
@@ -43,7 +43,7 @@ def _check_or_set_attrs(study: optuna.Study, opts: SearchOptions, dataset_stats:
                         env: dict) -> None:
     s = rec.StudyRecord.from_study(study)
     checks: dict[str, Any] = {
-        "space": opts.space.to_dict(), "max_memory_bytes": opts.max_memory_bytes,
+        "space": opts.space.to_dict(), "max_memory_bytes": opts.max_memory,
         "dataset_ref": opts.dataset.record(), "device": opts.device,
         "guard_options": ({"ratio": opts.guard.ratio, "epochs": opts.guard.epochs}
                           if opts.guard.active else None)}

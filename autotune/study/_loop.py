@@ -180,9 +180,9 @@ def _stopped(study: optuna.Study, outcome: SearchOutcome, clock: _Clock,
 def _short_budget(opts: SearchOptions) -> str | None:
     """Before the first trial: a warning when ``--budget`` is shorter than one
     measurement window may take, so that even the baseline may not finish."""
-    if opts.budget_s is None or opts.budget_s >= opts.measure.max_window_s:
+    if opts.budget is None or opts.budget >= opts.measure.max_window_s:
         return None
-    return (f"warning: --budget {clock_text(opts.budget_s)} is shorter than one measurement "
+    return (f"warning: --budget {clock_text(opts.budget)} is shorter than one measurement "
             f"window may take (--max-seconds {opts.measure.max_window_s:g} s, and the trial's "
             "start-up): the baseline may not finish, and then nothing is compared")
 
@@ -221,7 +221,7 @@ def _explore(opts: SearchOptions, study: optuna.Study, outcome: SearchOutcome) -
             rec.enqueue(study, params_for(config, opts.space), explored=True)
             outcome.explored += 1
             return True
-    outcome.stopped = (f"stopped early: the sampler repeated measured configs {EXPLORE_AFTER} "
+    outcome.stopped = (f"stopped early: the Optuna sampler repeated measured configs {EXPLORE_AFTER} "
                        f"times in a row, and {EXPLORE_DRAWS} random draws found no config "
                        f"left to measure ({len(_measured_configs(study))} measured): the space "
                        "looks exhausted")
@@ -284,7 +284,7 @@ class _Clock:
         return time.monotonic() - self.start
 
     def budget_left(self) -> float | None:
-        return None if self.opts.budget_s is None else self.opts.budget_s - self.elapsed()
+        return None if self.opts.budget is None else self.opts.budget - self.elapsed()
 
     def measured(self, record: TrialRecord) -> None:
         """Counts a stored trial: a measurement's time runs from its start until it
@@ -311,13 +311,13 @@ class _Clock:
         seconds = confirmation.expected_s(self.opts, study,
                                           self.per_measurement() if ahead else 0.0,
                                           self.overhead())
-        if self.opts.budget_s is not None:
-            seconds = min(seconds, BUDGET_SHARE * self.opts.budget_s)
+        if self.opts.budget is not None:
+            seconds = min(seconds, BUDGET_SHARE * self.opts.budget)
         return seconds
 
     def may_start(self, study: optuna.Study) -> bool:
         """Whether a trial may start; if not, ``why`` says why."""
-        timeout, left = self.opts.timeout_s, self.budget_left()
+        timeout, left = self.opts.timeout, self.budget_left()
         if timeout is not None and self.elapsed() > timeout:
             self.why = f"stopped: --timeout {clock_text(timeout)} has passed"
             return False
@@ -326,7 +326,7 @@ class _Clock:
         reserve = self.reserve(study, ahead=1)
         if left - reserve > 0:
             return True
-        self.why = (f"stopped: --budget {clock_text(self.opts.budget_s)} has "
+        self.why = (f"stopped: --budget {clock_text(self.opts.budget)} has "
                     f"{clock_text(max(left, 0.0))} left, kept for the confirmation (about "
                     f"{clock_text(reserve)}, at most {BUDGET_SHARE:.0%} of the "
                     "budget)")
@@ -335,7 +335,7 @@ class _Clock:
     def budget_note(self, study: optuna.Study) -> str | None:
         """After the baseline: how the budget will be spent, or a warning that what is
         left is all kept for the confirmation, so that no other trial starts."""
-        left, budget = self.budget_left(), self.opts.budget_s
+        left, budget = self.budget_left(), self.opts.budget
         if left is None or budget is None:
             return None
         trial, reserve = self.per_measurement(), self.reserve(study, ahead=1)
@@ -416,7 +416,7 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
     with study_lock(opts.storage, study.study_name):
         outcome.interrupted += recovery.fail_interrupted(study)
         outcome.stale += recovery.fail_stale(study)
-        outcome.orphans += recovery.fail_orphans(study, opts.grace_s)
+        outcome.orphans += recovery.fail_orphans(study, opts.grace_period)
         trials = rec.records(study)
         if not any(t.baseline and not t.not_measured for t in trials):
             _enqueue_baseline(opts, study, baseline)
@@ -438,7 +438,7 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
         queued = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
         if explore and not queued and not _explore(opts, study, outcome):
             return None
-        study.sampler = optuna_sampler(opts.sampler, opts.seed + len(study.get_trials(
+        study.sampler = optuna_sampler(opts.optuna_sampler, opts.seed + len(study.get_trials(
             deepcopy=False)))
         with warnings.catch_warnings():  # we beat ourselves, see Heartbeat
             warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
@@ -531,7 +531,7 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
     cut_by_budget = result.status == "timeout" and budget_bound
     if cut_by_budget:
         record = dataclasses.replace(record, fail_reason=f"budget: --budget "
-                                     f"{opts.budget_s:g} s ran out while it was measured")
+                                     f"{opts.budget:g} s ran out while it was measured")
     try:
         written_at = time.monotonic()
         rec.write(trial, record)

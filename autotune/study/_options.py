@@ -1,7 +1,12 @@
 """``SearchOptions``: everything a search needs, checked before its first trial by
-:func:`autotune.study._api.prepare_search` and read by the loop. Its defaults are
-the search's defaults: the CLI's flags and :func:`autotune.search` take theirs from
-here."""
+:func:`autotune.study._api.prepare_search` and read by the loop.
+
+Each of the search's own options is defined once, in :data:`SEARCH_OPTIONS` (name,
+default, unit, help, check: :class:`autotune.specs.Option`): its ``autotune search``
+flag, :func:`autotune.search`'s keyword and the :class:`SearchOptions` field all
+come from that definition, under its one name. The rest of a search's inputs are
+records built from several flags (the dataset, the space, the measurement, the
+trial limits, the guard, the study's name and storage)."""
 from __future__ import annotations
 
 import math
@@ -9,11 +14,13 @@ import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from autotune.errors import ConfigError
 from autotune.trial import MIB
-from autotune.specs import GRACE_S, HEARTBEAT_S, SCREEN_PRECISION, STUDIES_DIR, GuardOptions, \
-    MeasureSpec, TrialLimits
+from autotune.specs import COUNT, DURATION, FRACTION, GRACE_S, HEARTBEAT_S, INTEGER, \
+    POSITIVE_INT, SCREEN_PRECISION, SIZE, STUDIES_DIR, SWITCH, GuardOptions, MeasureSpec, Option, \
+    TrialLimits, at_least, one_of
 from autotune.study._records import DIRECTIONS
 from autotune.taskinfo import task_info
 
@@ -24,7 +31,69 @@ if TYPE_CHECKING:
 OPTUNA_SAMPLERS = ("gp", "tpe", "nsga2", "random")  # made by autotune.study._optuna_samplers
 DEFAULT_N_TRIALS = 20  # without --n-trials or --budget
 BUDGET_SHARE = 0.25  # the most of --budget that a search keeps aside for its confirmation
-DEFAULT_SAMPLER = "gp"  # the best in benchmarks/search_efficiency.py
+DEFAULT_OPTUNA_SAMPLER = "gp"  # the best in benchmarks/search_efficiency.py
+
+SEARCH_OPTIONS: tuple[Option, ...] = (
+    Option("n_trials", None, POSITIVE_INT, "the study's total trial budget (default: as many "
+           f"as --budget holds, else {DEFAULT_N_TRIALS})", unit="trials"),
+    Option("budget", None, DURATION, "wall-clock limit of this run, e.g. 20m, 1h or 90s, the "
+           f"confirmation included (at most {100 * BUDGET_SHARE:.0f}% of it kept for that): "
+           "the running trial is finished or, past it, failed (and queued again)", unit="s"),
+    Option("timeout", None, DURATION, "stop starting trials after this long: seconds, or 90s, "
+           "15m, 2h", unit="s"),
+    Option("racing", True, SWITCH, "measure every config to --precision (without it, a new "
+           "config is measured to --screen-precision first)"),
+    Option("screen_precision", SCREEN_PRECISION, FRACTION, "racing: a new config is measured "
+           "to this precision first, and to --precision only if its best case could join "
+           "the front"),
+    Option("priors", True, SWITCH, "do not queue the prior table (device-aware first "
+           "configs) after the baseline"),
+    Option("confirm", 3, COUNT, "end with a confirmation: the front's N fastest configs "
+           "besides the baseline, its knee, its default pick and the baseline measured "
+           "again, interleaved in rounds; the front and the export use those paired figures "
+           "(0: off)", metavar="N"),
+    Option("confirm_rounds", 3, at_least(3), "the confirmation's rounds, at least 3"),
+    Option("control_every", 600.0, DURATION, "measure the baseline again (a control) after "
+           "this long, so each speed-up is paired with a baseline measured close in time "
+           "...", unit="s"),
+    Option("control_every_trials", 10, POSITIVE_INT, "... or after this many measured trials",
+           unit="trials"),
+    Option("optuna_sampler", DEFAULT_OPTUNA_SAMPLER, one_of(*OPTUNA_SAMPLERS),
+           "the Optuna sampler that proposes configs (the default is the best in "
+           "benchmarks/search_efficiency.py)", old_flag="--sampler"),
+    Option("seed", 0, INTEGER, "Optuna sampler and training seed"),
+    Option("max_memory", None, SIZE, "memory budget, e.g. 8GiB (KiB/MiB/GiB are powers of "
+           "1024, KB/MB/GB of 1000): an Optuna constraint on peak memory", unit="bytes"),
+    Option("heartbeat", HEARTBEAT_S, POSITIVE_INT, "seconds between a running trial's "
+           "heartbeats", unit="s"),
+    Option("grace_period", GRACE_S, POSITIVE_INT, "a trial whose heartbeat is older than this "
+           "is failed and its config re-queued once", unit="s"),
+)
+SEARCH_OPTION = {o.name: o for o in SEARCH_OPTIONS}
+# search() keywords of an older autotune, read as today's (with a FutureWarning)
+RENAMED_KEYWORDS = {"timeout_s": "timeout", "heartbeat_s": "heartbeat",
+                    "grace_s": "grace_period", "sampler": "optuna_sampler"}
+
+
+def with_options(cls: type) -> type:
+    """Gives a class, before ``@dataclass`` makes it one, a field for each option of
+    :data:`SEARCH_OPTIONS` (its name, its default), after its own fields."""
+    for option in SEARCH_OPTIONS:
+        cls.__annotations__[option.name] = "Any"
+        setattr(cls, option.name, option.default)
+    return cls
+
+
+def checked_options(values: dict[str, Any]) -> dict[str, Any]:
+    """Every option of :data:`SEARCH_OPTIONS` in ``values`` (a keyword's or a flag's
+    value), checked and as :class:`SearchOptions` keeps it; then the checks that
+    involve two options."""
+    out = {o.name: o.checked(values.get(o.name, o.default)) for o in SEARCH_OPTIONS}
+    if out["grace_period"] <= out["heartbeat"]:
+        raise ConfigError(f"--grace-period must be longer than --heartbeat (got "
+                          f"{out['grace_period']} <= {out['heartbeat']}): a live worker's "
+                          "trial would be failed between two beats")
+    return out
 
 
 def default_study_name(dataset: str, device: str) -> str:
@@ -38,8 +107,6 @@ MAX_NAME_BYTES = 200  # a file name holds 255 bytes: NAME.db-wal and NAME@HASH f
 def check_study_name(name: object) -> str:
     """A study name that can name its SQLite file and its folder: any characters but
     ``/`` and NUL, at most :data:`MAX_NAME_BYTES` bytes in UTF-8."""
-    from autotune.errors import ConfigError
-
     if not isinstance(name, str) or not name.strip() or name in (".", ".."):
         raise ConfigError(f"--study-name (study_name=) must be a non-empty name (got {name!r})")
     if "/" in name or "\0" in name:
@@ -72,41 +139,29 @@ def study_folder(studies_dir: str | Path, study_name: str, storage: str) -> Path
 
 
 @dataclass(frozen=True)
+@with_options
 class SearchOptions:
-    """Everything a search needs, checked before the first trial."""
+    """Everything a search needs, checked before the first trial: the records built
+    from several flags here, then a field for each option of :data:`SEARCH_OPTIONS`
+    (``n_trials``, ``budget``, ..., ``max_memory`` in bytes, durations in seconds)."""
 
     dataset: DatasetRef
     space: SearchSpace
     storage: str
     study_name: str
     device: str = "cpu"
-    n_trials: int | None = None  # None: DEFAULT_N_TRIALS, or as many as budget_s holds
-    timeout_s: float | None = None
-    sampler: str = DEFAULT_SAMPLER
-    seed: int = 0
-    max_memory_bytes: int | None = None
     studies_dir: Path = Path(STUDIES_DIR)
     measure: MeasureSpec = field(default_factory=MeasureSpec)
     limits: TrialLimits = field(default_factory=TrialLimits)
-    heartbeat_s: int = HEARTBEAT_S
-    grace_s: int = GRACE_S
     guard: GuardOptions = field(default_factory=GuardOptions)
-    budget_s: float | None = None  # wall clock: the running trial is finished or failed
-    racing: bool = True  # a new config is screened at screen_precision first
-    screen_precision: float = SCREEN_PRECISION
-    priors: bool = True  # enqueue the prior table right after the baseline
-    confirm: int = 3  # the front's fastest N (and the knee, and the baseline) confirmed
-    confirm_rounds: int = 3  # interleaved rounds of the confirmation
-    control_every_s: float = 600.0  # the baseline is measured again after this long ...
-    control_every_trials: int = 10  # ... or after this many measured trials
 
     @property
     def max_trials(self) -> float:
         """The counted trials the search runs at most: ``n_trials``; if it is not
-        given, as many as ``budget_s`` holds, else :data:`DEFAULT_N_TRIALS`."""
+        given, as many as ``budget`` holds, else :data:`DEFAULT_N_TRIALS`."""
         if self.n_trials is not None:
             return self.n_trials
-        return math.inf if self.budget_s is not None else DEFAULT_N_TRIALS
+        return math.inf if self.budget is not None else DEFAULT_N_TRIALS
 
     def confirmation_size(self, front: int | None = None) -> int:
         """The confirmation's measurements at most: rounds x (the fastest ``confirm``
@@ -128,7 +183,7 @@ class SearchOptions:
 
     @property
     def budget_mib(self) -> float | None:
-        return self.max_memory_bytes / MIB if self.max_memory_bytes else None
+        return self.max_memory / MIB if self.max_memory else None
 
     @property
     def study_dir(self) -> Path:

@@ -14,7 +14,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import ConfigError
 from autotune.study._records import is_baseline
-from autotune.study._options import DEFAULT_SAMPLER, OPTUNA_SAMPLERS  # noqa: F401
+from autotune.study._options import DEFAULT_OPTUNA_SAMPLER, OPTUNA_SAMPLERS  # noqa: F401
 
 STARTUP_TRIALS = 4
 
@@ -37,7 +37,7 @@ def _sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
                                          warn_independent_sampling=False)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    raise ConfigError(f"--sampler (sampler=) must be one of {', '.join(OPTUNA_SAMPLERS)} "
+    raise ConfigError(f"--optuna-sampler (optuna_sampler=) must be one of {', '.join(OPTUNA_SAMPLERS)} "
                       f"(got {name!r})")
 
 
@@ -80,23 +80,23 @@ class SpaceOnly(optuna.samplers.BaseSampler):
     params would empty."""
 
     def __init__(self, sampler: optuna.samplers.BaseSampler) -> None:
-        self.sampler = sampler
+        self.sampling_backend = sampler
 
     def infer_relative_search_space(self, study, trial):
-        return self.sampler.infer_relative_search_space(_SearchView(study), trial)
+        return self.sampling_backend.infer_relative_search_space(_SearchView(study), trial)
 
     def sample_relative(self, study, trial, search_space):
-        return self.sampler.sample_relative(_SearchView(study), trial, search_space)
+        return self.sampling_backend.sample_relative(_SearchView(study), trial, search_space)
 
     def sample_independent(self, study, trial, param_name, param_distribution):
-        return self.sampler.sample_independent(_SearchView(study), trial, param_name,
+        return self.sampling_backend.sample_independent(_SearchView(study), trial, param_name,
                                                param_distribution)
 
     def before_trial(self, study, trial) -> None:
-        self.sampler.before_trial(_SearchView(study), trial)
+        self.sampling_backend.before_trial(_SearchView(study), trial)
 
     def after_trial(self, study, trial, state, values) -> None:
-        self.sampler.after_trial(_SearchView(study), trial, state, values)
+        self.sampling_backend.after_trial(_SearchView(study), trial, state, values)
 
     def reseed_rng(self) -> None:
-        self.sampler.reseed_rng()
+        self.sampling_backend.reseed_rng()

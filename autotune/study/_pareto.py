@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.specs import dominates
 
 PICKS = ("default", "knee", "max-throughput", "min-memory")
 
@@ -34,7 +35,7 @@ class Point:
                 other.val_metric is not None:
             mine.append(self.val_metric)
             theirs.append(other.val_metric)
-        return all(a >= b for a, b in zip(mine, theirs)) and mine != theirs
+        return dominates(mine, theirs)
 
 
 def front(points: list[Point]) -> list[Point]:

@@ -15,13 +15,11 @@ gpu-resident-bf16      device cuda                         gpu_sampling on, bflo
 gpu-resident           device cuda                         gpu_sampling on, no loader
                                                            workers
 bf16                   CPU with amx_bf16 or avx512_bf16    bfloat16 autocast
-sparse-aggregation     device cpu, a model that takes it   aggregation sparse (2.0x on a
-                                                           2-core Xeon in knobs.py; 0.89x
-                                                           on an H100, so not on CUDA)
+sparse-aggregation     device cpu, a model that takes it   aggregation sparse (it loses on
+                                                           CUDA)
 bits-dropout           device cpu, a built-in model        dropout_masks bits (torch's
-                                                           bernoulli_ was 24% of the best
-                                                           CPU step, autotune trial
-                                                           --profile on a 2-core EPYC)
+                                                           bernoulli_ is a large share of
+                                                           a CPU step)
 workers-on-free-cores  at least 2 cores                    one loader worker per core but
                                                            one (left to the training step)
 in-process-sampling    always                              no loader workers (sampling in
@@ -33,8 +31,8 @@ was measured (see ``loop.defer_compiled``).
 
 Graph-level searches (task graph) take the same rows: the GPU-resident ones drop out
 (a graph space has no ``gpu_sampling``), and the rest are what pays for whole-graph
-batches too: on a 2-core EPYC, bfloat16 1.70x and the sparse aggregation 1.09x, while
-loader workers tie (``benchmarks/results/knobs-graph.json``; docs/tasks.md).
+batches too, while loader workers tie. Each row's figures: docs/benchmarks.md, "The
+prior table".
 """
 from __future__ import annotations
 
@@ -65,9 +63,9 @@ class Prior:
 PRIORS = (
     Prior("gpu-resident-bf16", lambda m: m.device == "cuda",
           lambda m: {"gpu_sampling": True, "amp_dtype": "bfloat16", "num_workers": 0,
-                     "sampler": "builtin"}),
+                     "sampling_backend": "builtin"}),
     Prior("gpu-resident", lambda m: m.device == "cuda",
-          lambda m: {"gpu_sampling": True, "num_workers": 0, "sampler": "builtin"}),
+          lambda m: {"gpu_sampling": True, "num_workers": 0, "sampling_backend": "builtin"}),
     Prior("bf16", lambda m: m.device == "cpu" and any(f in m.cpu_flags for f in BF16_FLAGS),
           lambda m: {"amp_dtype": "bfloat16"}),
     Prior("sparse-aggregation", lambda m: m.device == "cpu",

@@ -137,7 +137,7 @@ def _status(record) -> str:
     if record.prior:
         status += f", prior {record.prior}"
     if record.explored:
-        status += ", drawn at random (the sampler repeated itself)"
+        status += ", drawn at random (the Optuna sampler repeated itself)"
     if record.validation:
         status += (f", val {metric_short(task_info(record.config))} {record.val_metric:.3f} "
                    f"({record.guard_ratio:.3f}x)")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from autotune.study._pareto import Point
+from autotune.config import renamed_knobs
 from autotune.taskinfo import TaskInfo, task_info
 from autotune.trial import MIB, PARTS, CompileStats, MemoryStats, Observed, TrialResult, \
     WindowStats, ratio_half_width
@@ -54,14 +55,26 @@ LEGACY_GUARD_KEYS = {"accuracy_ratio": GUARD_RATIO, "accuracy_shortfall": GUARD_
 def _renamed(attrs: dict[str, Any]) -> dict[str, Any]:
     """A trial's attributes with an older study's keys in today's names: its
     ``val_acc`` (which held ROC-AUC for a link study) as ``validation``, named by the
-    task of its config."""
-    if "val_acc" not in attrs and not LEGACY_GUARD_KEYS.keys() & attrs.keys():
-        return attrs
+    task of its config; its config's knobs and its observed sampling backend as
+    :data:`autotune.config.RENAMED_KNOBS` names them now."""
     out = {LEGACY_GUARD_KEYS.get(k, k): v for k, v in attrs.items() if k != "val_acc"}
     if attrs.get("val_acc") is not None:
         out[VALIDATION] = {task_info(attrs.get(CONFIG)).metric_key: attrs["val_acc"]}
+    if isinstance(out.get(CONFIG), dict):
+        out[CONFIG] = renamed_knobs(out[CONFIG])
+    if isinstance(out.get(OBSERVED), dict) and "sampler_backend" in out[OBSERVED]:
+        observed = dict(out[OBSERVED])
+        observed["sampling_backend"] = observed.pop("sampler_backend")
+        out[OBSERVED] = observed
     return out
 
+
+def _renamed_space(space: dict[str, Any]) -> dict[str, Any]:
+    """A stored space (:meth:`SearchSpace.to_dict`) with its knobs named as today."""
+    if not space:
+        return space
+    return {**space, "knobs": renamed_knobs(space.get("knobs") or {}),
+            "fixed": renamed_knobs(space.get("fixed") or {})}
 
 
 @dataclass(frozen=True, repr=False)
@@ -340,7 +353,8 @@ def write(trial, record: TrialRecord) -> None:
 
 def enqueue(study, params: dict[str, Any], **fields: Any) -> None:
     """Queues ``params`` (Optuna's) with these :class:`TrialRecord` fields."""
-    study.enqueue_trial(params, user_attrs=stored(**fields), skip_if_exists=False)
+    study.enqueue_trial(renamed_knobs(params), user_attrs=stored(**fields),
+                        skip_if_exists=False)
 
 
 def copy_measurement(trial, previous) -> None:
@@ -386,13 +400,6 @@ def is_baseline(trial) -> bool:
 def config_key(trial) -> str | None:
     """The key of the config a trial measured (:meth:`TrialConfig.key`)."""
     return trial.user_attrs.get(CONFIG_KEY)
-
-
-def retried_roles(trial) -> dict[str, Any]:
-    """What a re-queued trial keeps of the one it retries: baseline or prior row,
-    and the baseline's values outside the space."""
-    return {key: trial.user_attrs[key] for key in (BASELINE, PRIOR, OUTSIDE)
-            if trial.user_attrs.get(key)}
 
 
 def records(study, states: tuple | None = None) -> list[TrialRecord]:
@@ -447,7 +454,8 @@ class StudyRecord:
         return cls(name=study.study_name, baseline=a.get(STUDY_BASELINE),
                    dataset_ref=a.get(STUDY_DATASET_REF) or {},
                    dataset=a.get(STUDY_DATASET) or {}, env=a.get(STUDY_ENV) or {},
-                   space=a.get(STUDY_SPACE) or {}, device=a.get(STUDY_DEVICE),
+                   space=_renamed_space(a.get(STUDY_SPACE) or {}),
+                   device=a.get(STUDY_DEVICE),
                    max_memory_bytes=a.get(STUDY_MAX_MEMORY),
                    guard_options=a.get(STUDY_GUARD_OPTS), guard=a.get(STUDY_GUARD),
                    priors=tuple(a.get(STUDY_PRIORS) or ()), stopped=a.get(STUDY_STOPPED),

@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 from autotune.config import (AGGREGATIONS, AMP_DTYPES, COMPILE_MODES, DROPOUT_MASKS,
                              FEATURE_DTYPES, FEATURE_PLACEMENTS, MODELS,
-                             PAD_LADDERS, SAMPLERS, SHAPES, TrialConfig, check_field,
+                             PAD_LADDERS, RENAMED_KNOBS, SAMPLING_BACKENDS, SHAPES, TrialConfig,
+                             check_field,
                              fit_fanout)
 from autotune.errors import ConfigError, SearchSpaceError
 from autotune.taskinfo import DEFAULT_TASK, TASKS
@@ -35,7 +36,7 @@ def _spaces_dir() -> Path:
 SPACES_DIR = _spaces_dir()
 AFFINITY_STRATEGIES = STRATEGIES
 KNOBS = ("batch_size", "num_neighbors", "num_workers", "prefetch_factor", "affinity",
-         "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing", "sampler",
+         "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing", "sampling_backend",
          "gpu_sampling", "feature_placement", "feature_dtype", "aggregation", "dropout_masks")
 FIXED = ("model", "hidden_channels", "num_layers", "lr", "dropout", "seed", "recompile_limit",
          "task", "time_attr", "temporal_strategy")
@@ -47,7 +48,7 @@ TOP_LEVEL = ("description", "knobs", "fixed", "precision")
 ALLOWED: dict[str, tuple | None] = {
     "batch_size": None, "num_neighbors": None, "affinity": AFFINITY_STRATEGIES,
     "compile_mode": COMPILE_MODES, "shapes": SHAPES, "pad_ladder": PAD_LADDERS,
-    "amp_dtype": AMP_DTYPES, "checkpointing": (False, True), "sampler": SAMPLERS,
+    "amp_dtype": AMP_DTYPES, "checkpointing": (False, True), "sampling_backend": SAMPLING_BACKENDS,
     "num_workers": None, "prefetch_factor": None, "gpu_sampling": (False, True),
     "aggregation": AGGREGATIONS, "dropout_masks": DROPOUT_MASKS,
     "feature_placement": FEATURE_PLACEMENTS, "feature_dtype": FEATURE_DTYPES,
@@ -164,7 +165,7 @@ class SearchSpace:
         value of the knobs the example does not define (sampler, prefetch_factor)."""
         layers = self.fixed.get("num_layers", base.num_layers)
         values = {**fitted(base, layers).to_dict(), **self.fixed}
-        for name in ("sampler", "prefetch_factor"):
+        for name in ("sampling_backend", "prefetch_factor"):
             knob = self.knobs.get(name)
             if knob is not None:
                 values[name] = knob.choices[0] if knob.choices is not None else knob.low
@@ -291,7 +292,7 @@ def _stated_precision(path: Path, value: Any) -> float | None:
                                f"(0, 1) such as 5% or 0.05 (got {value!r})") from None
 
 
-SAMPLING_KNOBS = ("num_neighbors", "sampler", "gpu_sampling")  # act on neighbour sampling
+SAMPLING_KNOBS = ("num_neighbors", "sampling_backend", "gpu_sampling")  # act on neighbour sampling
 # act on the node features a sampled batch gathers from the whole graph
 FEATURE_KNOBS = ("feature_placement", "feature_dtype")
 
@@ -366,6 +367,9 @@ def _parse_knobs(path: Path, raw: Any, cores: int) -> dict[str, Knob]:
 
 def _unknown(path: Path, where: str, blob: dict, allowed: tuple[str, ...]) -> None:
     unknown = sorted(set(blob) - set(allowed))
+    if unknown and RENAMED_KNOBS.get(unknown[0]) in allowed:
+        raise SearchSpaceError(f"search space '{path}': {where} key {unknown[0]!r} is now "
+                               f"called {RENAMED_KNOBS[unknown[0]]!r}; rename it")
     if unknown:
         raise SearchSpaceError(f"search space '{path}': unknown {where} key {unknown[0]!r}; "
                                f"allowed: {', '.join(allowed)}")
@@ -538,14 +542,14 @@ ACTIVE_WHEN: dict[str, Callable[[dict[str, Any], str], bool]] = {
     "shapes": lambda v, device: v["compile_mode"] != "none",
     "pad_ladder": lambda v, device: v["shapes"] == "padded",
     "gpu_sampling": lambda v, device: device == "cuda" and v["num_workers"] == 0,
-    "sampler": lambda v, device: not v["gpu_sampling"],
+    "sampling_backend": lambda v, device: not v["gpu_sampling"],
     "feature_placement": lambda v, device: v["gpu_sampling"],
     # a torch.sparse product breaks torch.compile's graph: sparse is an eager-only choice
     "aggregation": lambda v, device: v["compile_mode"] == "none",
 }
 KNOB_ORDER = ("batch_size", "num_neighbors", "num_workers", "prefetch_factor", "affinity",
               "compile_mode", "shapes", "pad_ladder", "amp_dtype", "checkpointing",
-              "gpu_sampling", "feature_placement", "sampler", "aggregation", "dropout_masks",
+              "gpu_sampling", "feature_placement", "sampling_backend", "aggregation", "dropout_masks",
               "feature_dtype")
 _BASE = TrialConfig()
 DEFAULTS: dict[str, Any] = {**{k: getattr(_BASE, k) for k in KNOB_ORDER if k != "affinity"},
@@ -615,7 +619,7 @@ def suggest_config(trial, space: SearchSpace, *, device: str, seed: int = 0,
             values[name] = trial.suggest_int(name, knob.low, knob.high, step=knob.step,
                                              log=knob.log)
     if values["gpu_sampling"]:
-        values["sampler"] = "builtin"
+        values["sampling_backend"] = "builtin"
     values["edge_fanouts"] = _suggest_edge_fanouts(trial, space, values["num_neighbors"])
     strategy = values.pop("affinity")
     values["loader_cores"], values["compute_cores"] = affinity_sets(

@@ -92,7 +92,7 @@ class Observed(_Part):
     num_workers_alive: int = 0
     torch_threads: int = 0
     malloc: str = ""  # what autotune.pipeline._allocator did to glibc's malloc in the trial
-    sampler_backend: str = ""
+    sampling_backend: str = ""
     batch_shapes: int = 0
     pad_buckets: list | None = None
     conv_output_dtypes: list[str] = field(default_factory=list)

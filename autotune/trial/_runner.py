@@ -32,9 +32,8 @@ from autotune.trial._result import TrialResult
 log = get_logger(__name__)
 
 POLL_S = 0.02  # how often the runner looks at a trial: has it ended, its memory
-TREE_SCAN_S = 0.25  # how often it scans /proc for the trial's new processes (with a
-# scan every POLL_S, one trial measured 0.95x of itself scanned every 0.5 s: the median
-# of 4 interleaved pairs, 0.91-1.04, on a 2-core EPYC)
+TREE_SCAN_S = 0.25  # how often it scans /proc for the trial's new processes (a scan
+# every POLL_S slows the trial it watches: docs/benchmarks.md, "The runner's scan")
 STACK_DUMP_WAIT_S = 0.5  # after SIGUSR1, for the worker to print its threads' stacks
 STDERR_TAIL_CHARS = 8000  # faulthandler lists extension modules after the stack
 KILL_WAIT_S = 5.0

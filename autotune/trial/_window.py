@@ -556,7 +556,7 @@ def _observe(pipe: Pipeline, stepper: _Stepper) -> dict:
         "expected_worker_affinity": pipe.worker_cores,
         "num_workers_alive": len(workers),
         "torch_threads": torch.get_num_threads(), "malloc": heap_state(),
-        "sampler_backend": pipe.sampler_backend,
+        "sampling_backend": pipe.sampling_backend,
         "feature_storage": pipe.feature_storage,
         "batch_shapes": len(stepper.shapes),
         "pad_buckets": sorted(stepper.shapes) if pipe.config.shapes == "padded" else None,

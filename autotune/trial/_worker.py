@@ -5,10 +5,8 @@ Started by ``runner.py`` as a fresh interpreter, or forked by ``forkserver.py``
 dataset, builds the pipeline, measures it and writes a ``TrialResult`` as JSON.
 Any exception becomes an ``error`` (or ``oom``) result with its traceback.
 
-``AUTOTUNE_TEST_FAULT=KIND[:STEP][@TRIAL]`` injects a fault at training step STEP
-(for the test suite): raise, segfault, hang, alloc, loader-hang, loader-kill,
-cuda-oom. With ``@TRIAL``, only the trial whose folder is named TRIAL (a study's
-trial number) is hit.
+``AUTOTUNE_TEST_FAULT`` set, it loads the test suite's fault hook
+(:mod:`autotune.trial._faults`); unset, that module is never imported.
 """
 from __future__ import annotations
 
@@ -26,54 +24,7 @@ from autotune.logging import get_logger
 
 log = get_logger(__name__)
 
-FAULT_ENV = "AUTOTUNE_TEST_FAULT"
-FAULT_ALLOC_CHUNK = 64 << 20
-FAULT_ALLOC_MAX = 8 << 30
-
-
-def _fault_hook(spec: str | None, trial_dir: Path):
-    if not spec:
-        return None
-    spec, _, only_trial = spec.partition("@")
-    if only_trial and trial_dir.name != only_trial:
-        return None
-    kind, _, at = spec.partition(":")
-    at_step = int(at) if at else 2
-
-    def fire(step: int, pipe) -> None:
-        if step != at_step:
-            return
-        if kind == "raise":
-            raise RuntimeError(f"injected fault at step {step}")
-        if kind == "segfault":
-            import ctypes
-
-            ctypes.string_at(0)
-        if kind == "hang":
-            time.sleep(3600)
-        if kind == "alloc":
-            import torch
-
-            hoard = []
-            while len(hoard) * FAULT_ALLOC_CHUNK < FAULT_ALLOC_MAX:
-                hoard.append(torch.ones(FAULT_ALLOC_CHUNK // 4))
-            time.sleep(3600)
-        if kind == "cuda-oom":
-            import torch
-
-            torch.empty(1 << 50, dtype=torch.uint8, device=pipe.device)  # a petabyte
-        if kind in ("loader-hang", "loader-kill"):
-            from autotune.trial._window import loader_worker_pids
-
-            pids = loader_worker_pids(pipe.loader)
-            if not pids:
-                raise RuntimeError(f"fault {kind} needs loader workers (num_workers > 0)")
-            for pid in pids:
-                os.kill(pid, signal.SIGSTOP if kind == "loader-hang" else signal.SIGKILL)
-            return
-        raise RuntimeError(f"unknown {FAULT_ENV} kind {kind!r}")
-
-    return fire
+FAULT_ENV = "AUTOTUNE_TEST_FAULT"  # the test suite's fault injection: see _faults.py
 
 
 def run(spec: dict, trial_dir: Path) -> dict:
@@ -102,7 +53,11 @@ def run(spec: dict, trial_dir: Path) -> dict:
     t_built = time.time()
     if spec.get("train"):
         return _train(spec, config, dataset, pipe, t_start, t_loaded, t_built)
-    fault = _fault_hook(os.environ.get(FAULT_ENV), trial_dir)
+    fault = None
+    if os.environ.get(FAULT_ENV):  # the test suite asks for a fault
+        from autotune.trial._faults import fault_hook
+
+        fault = fault_hook(os.environ[FAULT_ENV], trial_dir)
     asked = MeasureSpec.from_dict(spec.get("measure", {}))
     guard_run = asked.guard
     mark = GuardMark(pipe, guard_run.budget_s) if guard_run and guard_run.budget_s and \
