@@ -227,7 +227,7 @@ def measure_temporal(data, batches: int, warmup: int, cuda: bool) -> dict:
 def measure_graph_batches(batches: int, warmup: int) -> dict:
     """Collating 1024 whole graphs per batch, unpadded and padded."""
     from autotune.data._graphsets import synthetic_molecules
-    from autotune.sampling._loader import GraphLoader
+    from autotune.sampling import GraphLoader
     from autotune.pipeline._build import PadToBucket
 
     graphs = synthetic_molecules(scale=0.1, seed=0).split("train")

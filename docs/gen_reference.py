@@ -18,7 +18,7 @@ WIDTH = "88"
 
 def render() -> str:
     os.environ["COLUMNS"] = WIDTH  # argparse wraps help to $COLUMNS
-    from autotune.cli._main import build_parser
+    from autotune.cli._flags import build_parser
 
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

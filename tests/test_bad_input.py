@@ -171,7 +171,7 @@ CASES = {
     "unparsable --max-memory": (["search", "--max-memory", "lots"],
                                 ["--max-memory", "8GiB"]),
     "memory size without a unit": (["search", "--max-memory", "8"],
-                                   ["--max-memory (max_memory=) 8: give a unit", "8GiB", "8000MB"]),
+                                   ["--max-memory: 8: give a unit", "8GiB", "8000MB"]),
     "misspelt space": (["search", "--space", "quik"], ["'quik' not found",
                                                        "did you mean 'quick'"]),
     "unknown study": (["show", "--study-name", "bsae"], ["no study 'bsae'", "studies there:",

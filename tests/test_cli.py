@@ -128,7 +128,7 @@ def test_durations_take_units():
     with pytest.raises(argparse.ArgumentTypeError):
         _duration("0")  # a timeout or a window of 0 s is no duration
     proc = autotune("search", "--timeout", "15x")
-    assert proc.returncode == 2 and "expected a duration such as 90s, 15m or 2h" in proc.stderr
+    assert proc.returncode == 2 and "must be a duration such as 90s, 15m or 2h" in proc.stderr
 
 
 def test_study_management_lists_picks_the_only_one_and_deletes_on_yes(tmp_path):

@@ -55,7 +55,7 @@ def test_two_workers_share_the_budget_and_never_measure_at_once(tmp_path, pg_url
     assert sorted(t.number for t in trials) == list(range(len(trials)))
     pids = {t.user_attrs["worker"]["pid"] for t in trials}
     assert pids == {w.pid for w in workers}, "one worker did all the trials"
-    assert sum(bool(t.user_attrs.get("baseline")) for t in trials) == 1
+    assert sum(t.user_attrs.get("role") == "baseline" for t in trials) == 1
     windows = sorted(tuple(t.user_attrs["measured_at"]) for t in trials
                      if "reused_from" not in t.user_attrs)
     assert len(windows) >= 2

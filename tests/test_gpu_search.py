@@ -140,7 +140,7 @@ def test_the_reserve_counts_each_config_at_its_own_pace():
     from autotune.study._records import TrialRecord
 
     opts = SimpleNamespace(measure=MeasureSpec(precision=0.03), confirm=3, confirm_rounds=3)
-    base = TrialRecord(0, "complete", (5_702.0, 4220.0), baseline=True,
+    base = TrialRecord(0, "complete", (5_702.0, 4220.0), role="baseline",
                        measured_at=(0.0, 108.0), window=WindowStats(wall_s=60.0,
                                                                     precision=0.053))
     fast = TrialRecord(1, "complete", (28 * 5_702.0, 6348.0), measured_at=(110.0, 114.0),

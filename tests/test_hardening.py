@@ -195,11 +195,11 @@ def test_an_interrupt_requeues_the_running_trial_and_exits_128_plus_signal(tmp_p
     assert not _survivors(trial_dir), "the trial's process tree survived the interrupt"
     t0, *rest = _study(tmp_path, "s").trials
     assert (t0.state.name, t0.user_attrs["fail_reason"]) == ("FAIL", "interrupted")
-    assert [(t.state.name, t.user_attrs.get("retry_of"), t.user_attrs.get("baseline"))
-            for t in rest] == [("WAITING", 0, True)], "the interrupted config was not re-queued"
+    assert [(t.state.name, t.user_attrs.get("retry_of"), t.user_attrs.get("role"))
+            for t in rest] == [("WAITING", 0, "baseline")], "the interrupted config was not re-queued"
     if sig == signal.SIGINT:  # one resume shows the queued config measured (the same code)
         resumed = _cli(*_search_args(tmp_path, 1), "--steps", "3", "--max-seconds", "1")
         assert resumed.returncode == 0, resumed.stderr
         retry = _study(tmp_path, "s").trials[1]
         assert (retry.state.name, retry.params) == ("COMPLETE", t0.params)
-        assert retry.user_attrs["baseline"] and retry.user_attrs["retry_of"] == 0
+        assert retry.user_attrs["role"] == "baseline" and retry.user_attrs["retry_of"] == 0

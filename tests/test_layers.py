@@ -152,3 +152,12 @@ def test_no_function_over_50_lines_and_a_thin_cli():
             and node.end_lineno - node.lineno + 1 > 50]
     assert not long, "\n".join(long)
     assert len((ROOT / "autotune" / "cli" / "_main.py").read_text().splitlines()) < 700
+
+
+def test_the_layout_page_names_every_module():
+    """docs/layout.md is drawn from the packages: every module of every package, and
+    every shared module at the top, is named there."""
+    page = (ROOT / "docs" / "layout.md").read_text()
+    missing = [path.relative_to(ROOT).as_posix() for path in (ROOT / "autotune").rglob("*.py")
+               if path.stem not in ("__init__", "__main__") and f"`{path.stem}`" not in page]
+    assert not missing, missing

@@ -30,16 +30,17 @@ def _args(studies: Path) -> list[str]:
 def test_an_old_study_reads_back_typed_with_todays_names(studies):
     from autotune.study import TrialRecord, load_study
 
-    study = load_study(NAME, storage=f"sqlite:///{studies / f'{NAME}.db'}")
+    study, _ = load_study(NAME, studies_dir=studies)
     records = [TrialRecord.from_frozen(t) for t in study.get_trials()]
     assert len(records) == 12 and all(r.complete for r in records)
     assert all(r.config["sampling_backend"] == "builtin" and "sampler" not in r.config
                for r in records)
     assert all(r.observed.sampling_backend for r in records)
-    assert records[0].baseline and [r.prior for r in records[1:4]] == [
-        "bf16", "workers-on-free-cores", "in-process-sampling"]
-    assert records[4].search_point and not records[4].prior
-    assert all(r.confirm is not None for r in records[5:])
+    assert [r.role for r in records] == ["baseline"] + ["prior"] * 3 + ["searched"] + \
+        ["confirmation"] * 7, "the role is worked out from the markers it stored"
+    assert [r.prior for r in records[1:4]] == ["bf16", "workers-on-free-cores",
+                                               "in-process-sampling"]
+    assert records[0].baseline and all(r.confirm is not None for r in records[5:])
 
 
 def test_an_old_study_shows_and_exports(studies, tmp_path):

@@ -240,7 +240,7 @@ def test_paired_figures_from_records():
                            confirm={"run": 0, "round": round_, "of": of},
                            window=WindowStats(precision=0.01), measured_at=(at, at + 1))
 
-    base = TrialRecord(0, "complete", (100.0, 100.0), baseline=True,
+    base = TrialRecord(0, "complete", (100.0, 100.0), role="baseline",
                        window=WindowStats(precision=0.01), measured_at=(0, 1))
     trials = [base, TrialRecord(1, "complete", (150.0, 50.0),
                                 window=WindowStats(precision=0.01), measured_at=(1, 2)),
@@ -298,8 +298,9 @@ def test_controls_and_confirmations_count_against_nothing():
     bad-input catalogue, tests/test_bad_input.py.)"""
     done = TrialRecord(1, "complete", (1.0, 1.0))
     assert done.counts and done.search_point
-    for other in (dataclasses.replace(done, control=True),
-                  dataclasses.replace(done, confirm={"run": 0, "round": 0, "of": 0}),
+    for other in (dataclasses.replace(done, role="control"),
+                  dataclasses.replace(done, role="confirmation",
+                                      confirm={"run": 0, "round": 0, "of": 0}),
                   dataclasses.replace(done, reused_from=0)):
         assert not other.counts and not other.on_front_candidate
 
@@ -391,7 +392,7 @@ def test_a_study_made_with_a_widened_space_resumes_in_it(tmp_path, monkeypatch):
         return space.widened(), baseline
 
     def with_params(opts, study, baseline):
-        study.enqueue_trial(params_for(baseline, opts.space), user_attrs={rec.BASELINE: True})
+        study.enqueue_trial(params_for(baseline, opts.space), user_attrs={"baseline": True})  # as then
 
     with monkeypatch.context() as old:
         old.setattr(api, "_space_and_baseline", widened)

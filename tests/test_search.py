@@ -47,7 +47,7 @@ def test_search_end_to_end(searched):
     study = optuna.load_study(study_name="e2e", storage=storage)
     assert study.metric_names == ["throughput (seed nodes/s)", "peak memory (MiB)"]
     t0 = study.trials[0]
-    assert t0.user_attrs["baseline"] and study.user_attrs["baseline_trial"] == 0
+    assert t0.user_attrs["role"] == "baseline" and study.user_attrs["baseline_trial"] == 0
     assert t0.user_attrs["config"]["batch_size"] == 1024
     assert list(t0.user_attrs["config"]["num_neighbors"]) == [25, 10]
     assert "seed_nodes_per_s" in t0.user_attrs["summary"]

@@ -208,7 +208,7 @@ def _record(number, throughput, memory, stopped="precise", config=None, **kw):
 def test_a_screened_trial_never_reaches_the_front():
     from autotune.study._front import front_rows
 
-    trials = [_record(0, 100.0, 50.0, baseline=True), _record(1, 300.0, 40.0, "screened"),
+    trials = [_record(0, 100.0, 50.0, role="baseline"), _record(1, 300.0, 40.0, "screened"),
               _record(2, 200.0, 60.0), _record(3, 200.0, 60.0, reused_from=2)]
     rows = front_rows(trials, 0, None)
     # the screened trial dominates but must not show; the repeat shares #2's measurement

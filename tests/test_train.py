@@ -117,7 +117,7 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
 
     # the baseline, then the two configs, in order, in one run (one fork server); each
     # trains for the guard in its own process, after its window
-    study.enqueue_trial({}, user_attrs={records.BASELINE: True})
+    study.enqueue_trial({}, user_attrs={records.ROLE: "baseline"})
     damaging = baseline.replace(batch_size=16, num_neighbors=(1, 1))
     for config in (damaging, baseline.replace(dropout_masks="bits")):
         study.enqueue_trial(params_for(config, space))

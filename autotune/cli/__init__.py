@@ -8,6 +8,7 @@ from autotune.imports import lazy_exports
 
 _EXPORTS = {
     "main": "_main",
+    "save_study_note": "_report",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -125,7 +125,8 @@ def trials_table(trials, task) -> str:
 def trial_row(r) -> dict[str, Any]:
     """A trial for JSON/YAML output."""
     return {"trial": r.number, "state": r.state, "throughput": r.throughput,
-            "memory_mib": r.memory_mib, "baseline": r.baseline, "reused_from": r.reused_from,
+            "memory_mib": r.memory_mib, "role": r.role, "baseline": r.baseline,
+            "reused_from": r.reused_from,
             "reason": r.fail_reason, "validation": r.validation, "below_guard": r.below_guard,
             "precision": r.precision, "screened": r.screened, "imprecise": r.imprecise,
             "prior": r.prior, "deferred": r.deferred, "control": r.control,

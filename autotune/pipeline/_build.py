@@ -7,7 +7,7 @@ batch_size         ``NodeLoader(batch_size=...)``
 num_neighbors      the sampler's fanout
 sampling_backend   :func:`autotune.sampling.make_sampler`'s backend (builtin, pyg, auto)
 gpu_sampling       CSR, features and sampling on the GPU (the Triton sampler, one batch
-                   ahead: :class:`autotune.sampling._loader.LookaheadNodeLoader`), no workers
+                   ahead: :class:`autotune.sampling.LookaheadNodeLoader`), no workers
                    (CUDA only); otherwise CPU sampling with pinned, non-blocking
                    copies on CUDA
 feature_placement  with gpu_sampling: features on the GPU, or pinned in host memory
@@ -554,7 +554,7 @@ def _describe(sampler) -> str:
 
 def _loader_class(sampler) -> type:
     """``NodeLoader``, or the GPU-resident pipeline's loader, which samples one batch
-    ahead on the GPU (:class:`autotune.sampling._loader.LookaheadNodeLoader`); none for
+    ahead on the GPU (:class:`autotune.sampling.LookaheadNodeLoader`); none for
     whole graphs."""
     if sampler is None:
         return None

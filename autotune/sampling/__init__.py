@@ -10,6 +10,8 @@ from autotune.imports import lazy_exports
 _EXPORTS = {
     "gather_rows": "_kernels",
     "GraphLoader": "_loader",
+    "LinkNeighborLoader": "_loader",
+    "NeighborLoader": "_loader",
     "LookaheadNodeLoader": "_loader",
     "chain": "_loader",
     "NeighborSampler": "_neighbor",

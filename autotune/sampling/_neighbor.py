@@ -284,7 +284,7 @@ class NeighborSampler(BaseSampler):
         loader = NodeLoader(data, node_sampler=sampler, input_nodes=data.train_mask,
                             batch_size=1024, num_workers=2, shuffle=True)
 
-    :class:`autotune.sampling._loader.NeighborLoader` and :class:`autotune.sampling._loader.LinkNeighborLoader`
+    :class:`autotune.sampling.NeighborLoader` and :class:`autotune.sampling.LinkNeighborLoader`
     build it for you, with PyG's signatures.
 
     Args:
@@ -482,7 +482,7 @@ class NeighborSampler(BaseSampler):
 
     def launch(self, seeds: Tensor) -> Launched:
         """Queues a batch's sampling on the GPU and returns at once; :meth:`finish`
-        waits for it. :class:`autotune.sampling._loader.LookaheadNodeLoader` launches the next
+        waits for it. :class:`autotune.sampling.LookaheadNodeLoader` launches the next
         batch before it finishes this one, so the wait finds the work done.
 
         The work runs on a side stream of the highest priority: it overlaps the

@@ -202,7 +202,7 @@ class SearchRequest:
     estimated seconds left. ``progress=True`` (the default) prints the CLI's lines to
     stderr, ``False`` nothing. ``on_trial_done(study)`` after ``pareto.yaml`` is
     rewritten (the CLI publishes the dashboard's note there:
-    :func:`autotune.cli._report.save_study_note`)."""
+    :func:`autotune.cli.save_study_note`)."""
 
     dataset: DatasetArg = "synthetic"
     root: str | None = None

@@ -124,7 +124,7 @@ def measure_control(opts: SearchOptions, study: optuna.Study, baseline: TrialCon
     trial_dir = opts.study_dir / "trials" / f"control-{int(time.time())}"
     result, where, _ = measure(opts, baseline, server, trial_dir,
                                f"a control of study {study.study_name}", left, reserve_s)
-    record = _record(result, where, control=True,
+    record = _record(result, where, role="control",
                      paired=paired_figure(study, result, where["measured_at"][0]))
     return add_measured(opts, study, of, record, result)
 
@@ -374,8 +374,8 @@ def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Lef
         result, where, _ = measure(opts, config, server, trial_dir,
                                    f"confirmation of study {study.study_name}", left,
                                    spec=base_spec if first else None)
-        record = _record(result, where, confirm={"run": the_plan.run, "round": round_,
-                                                 "of": of.number})
+        record = _record(result, where, role="confirmation",
+                         confirm={"run": the_plan.run, "round": round_, "of": of.number})
         stored = add_measured(opts, study, of, record, result)
         if done is not None:
             done(stored)

@@ -444,6 +444,7 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
             warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
             trial = study.ask()
         rec.store(trial, worker=worker)
+        rec.store_role(trial)
         _optuna.beat(study, trial)  # a first beat at once: a trial with none is never stale
         return trial
 
@@ -453,7 +454,7 @@ def _enqueue_baseline(opts: SearchOptions, study: optuna.Study, baseline: TrialC
     so it goes without params (Optuna's distributions stay the space's, and the
     samplers never see it: :class:`autotune.study._optuna_samplers.SpaceOnly`), with the values
     it has outside the space the user wrote."""
-    rec.enqueue(study, {}, baseline=True,
+    rec.enqueue(study, {}, role="baseline",
                 outside_space=opts.space.baseline_outside() or None)
 
 
@@ -471,7 +472,7 @@ def _enqueue_priors(opts: SearchOptions, study: optuna.Study, baseline: TrialCon
     gpu_wins = best is not None and bool((best.config or {}).get("gpu_sampling"))
     for name, config in prior_configs(baseline, opts.space, machine_facts(opts.device)):
         if name not in done and not (gpu_wins and not config.gpu_sampling):
-            rec.enqueue(study, params_for(config, opts.space), prior=name)
+            rec.enqueue(study, params_for(config, opts.space), role="prior", prior=name)
             rec.store_study(study, priors=[*done, name])
             return
 

@@ -29,13 +29,13 @@ PHASES, WARNINGS, STEP_TIMES = "phases_s", "warnings", "step_times_s"
 FAIL_REASON, STDERR_TAIL, TRIAL_DIR = "fail_reason", "stderr_tail", "trial_dir"
 MEASURED_AT, LOCK_WAIT, WRITE_S, RESERVE_S = "measured_at", "lock_wait_s", "attrs_write_s", \
     "reserve_s"
-WORKER, BASELINE, REUSED_FROM, RETRY_OF = "worker", "baseline", "reused_from", "retry_of"
+WORKER, ROLE, REUSED_FROM, RETRY_OF = "worker", "role", "reused_from", "retry_of"
 VALIDATION, GUARD_RATIO, GUARD_SHORTFALL = "validation", "guard_ratio", "guard_shortfall"
 GUARD_S, GUARD_TRAIN_S, GUARD_STEPS = "guard_s", "guard_train_s", "guard_steps"
 MEMORY_EXCESS = "memory_excess_mib"
 WINDOW, PRIOR, DEFERRED, TWIN = "window", "prior", "deferred", "eager_twin"
 OUTSIDE = "outside_space"
-CONTROL, PAIRED, CONFIRM, EXPLORED = "control", "paired", "confirm", "explored"
+PAIRED, CONFIRM, EXPLORED = "paired", "confirm", "explored"
 # Study attribute keys.
 STUDY_BASELINE, STUDY_DATASET, STUDY_DATASET_REF = "baseline_trial", "dataset", "dataset_ref"
 STUDY_ENV, STUDY_SPACE, STUDY_DEVICE = "env", "space", "device"
@@ -47,17 +47,41 @@ STUDY_CONTROL_CLAIM, STUDY_CONFIRMATIONS, STUDY_STOPPED = "control_claimed_at", 
 # Fail reasons of trials that never finished: they count against no budget.
 NOT_MEASURED = ("interrupted", "stale", "orphan", "budget")
 # What a reused trial does not copy from the trial it repeats.
-NOT_REUSED = (WORKER, BASELINE, CONFIG_KEY, PRIOR, EXPLORED, OUTSIDE)
+NOT_REUSED = (WORKER, ROLE, CONFIG_KEY, PRIOR, EXPLORED, OUTSIDE)
+# What a trial measures for, stored in ROLE: the baseline (the reference of every
+# speed-up), a prior-table row, a config the Optuna sampler proposed, a control (the
+# baseline's config again, a later reference) or a confirmation round's measurement.
+# How it came about is told apart from why: a retry (RETRY_OF), a repeat of a config
+# measured already (REUSED_FROM) and the eager twin of a compiled config (TWIN) keep
+# the role of what they stand in for: a retried baseline is still the baseline.
+ROLES = ("baseline", "prior", "searched", "control", "confirmation")
+# Studies made before the role was stored marked it with these keys.
+LEGACY_ROLE_KEYS = ("baseline", "control")
 # Keys of studies made before the guard's metric was named for what it holds.
 LEGACY_GUARD_KEYS = {"accuracy_ratio": GUARD_RATIO, "accuracy_shortfall": GUARD_SHORTFALL}
+
+
+def role_of(attrs: dict[str, Any]) -> str:
+    """A trial's role from its attributes: stored, or worked out from the markers of
+    a study made before it was (:data:`LEGACY_ROLE_KEYS`, a confirmation round, a
+    prior row)."""
+    if attrs.get(ROLE):
+        return attrs[ROLE]
+    if attrs.get("baseline"):
+        return "baseline"
+    if attrs.get("control"):
+        return "control"
+    return "confirmation" if attrs.get(CONFIRM) else "prior" if attrs.get(PRIOR) else "searched"
 
 
 def _renamed(attrs: dict[str, Any]) -> dict[str, Any]:
     """A trial's attributes with an older study's keys in today's names: its
     ``val_acc`` (which held ROC-AUC for a link study) as ``validation``, named by the
-    task of its config; its config's knobs and its observed sampling backend as
+    task of its config; its role (:func:`role_of`); its config's knobs and its observed sampling backend as
     :data:`autotune.config.RENAMED_KNOBS` names them now."""
-    out = {LEGACY_GUARD_KEYS.get(k, k): v for k, v in attrs.items() if k != "val_acc"}
+    out = {LEGACY_GUARD_KEYS.get(k, k): v for k, v in attrs.items()
+           if k != "val_acc" and k not in LEGACY_ROLE_KEYS}
+    out[ROLE] = role_of(attrs)
     if attrs.get("val_acc") is not None:
         out[VALIDATION] = {task_info(attrs.get(CONFIG)).metric_key: attrs["val_acc"]}
     if isinstance(out.get(CONFIG), dict):
@@ -86,7 +110,7 @@ class TrialRecord:
     values: tuple[float, ...] | None = None
     config: dict[str, Any] | None = None
     status: str | None = None
-    baseline: bool = False
+    role: str = "searched"  # one of ROLES
     reused_from: int | None = None
     retry_of: int | None = None
     fail_reason: str | None = None
@@ -114,7 +138,6 @@ class TrialRecord:
     memory_excess_mib: float | None = None
     prior: str | None = None  # the prior-table row that enqueued it
     deferred: str | None = None  # why it was put back in the queue, unmeasured
-    control: bool = False  # the baseline's config measured again: a later reference
     paired: dict[str, Any] | None = None  # {control, speedup, interval}: see Paired
     confirm: dict[str, int] | None = None  # {run, round, of}: a confirmation measurement
     explored: bool = False  # drawn at random: the sampler had repeated itself
@@ -158,7 +181,8 @@ class TrialRecord:
 
     def to_attrs(self) -> dict[str, Any]:
         """The attributes to store: every field that differs from an empty record's
-        (number, state and values live in Optuna's own columns)."""
+        (number, state and values live in Optuna's own columns; the role is stored
+        as the trial is reserved, :func:`store_role`)."""
         empty = TrialRecord(self.number)
         out: dict[str, Any] = {}
         for f in fields(self):
@@ -242,6 +266,16 @@ class TrialRecord:
         return self.speedup(base)
 
     @property
+    def baseline(self) -> bool:
+        """It measures the baseline: the reference of the study's speed-ups."""
+        return self.role == "baseline"
+
+    @property
+    def control(self) -> bool:
+        """The baseline's config measured again: a later reference."""
+        return self.role == "control"
+
+    @property
     def reference(self) -> bool:
         """A measurement of the baseline's config that later ratios are paired with:
         the baseline trial and every control."""
@@ -250,7 +284,7 @@ class TrialRecord:
     @property
     def search_point(self) -> bool:
         """One of the search's own trials: not a control, not a confirmation."""
-        return not self.control and self.confirm is None
+        return self.role in ("baseline", "prior", "searched")
 
     @property
     def eager(self) -> bool:
@@ -309,7 +343,7 @@ _EMPTY_FIELDS = {name: getattr(TrialRecord(0), name) for name in TRIAL_FIELDS}
 
 
 def stored(**fields: Any) -> dict[str, Any]:
-    """The attributes that store these :class:`TrialRecord` fields (``baseline=True``,
+    """The attributes that store these :class:`TrialRecord` fields (``role="baseline"``,
     ``config_key=...``): what ``enqueue_trial`` and ``create_trial`` take, as
     :meth:`TrialRecord.to_attrs` writes them (a field at its default is left out)."""
     unknown = set(fields) - TRIAL_FIELDS
@@ -392,9 +426,17 @@ def add_finished(study, record: TrialRecord, *, of, values: list[float] | None =
                 if t.user_attrs.get(TRIAL_DIR) == record.trial_dir)
 
 
+def store_role(trial) -> str:
+    """Stores a reserved trial's role: the one it was queued with, else ``searched``
+    (a config the Optuna sampler proposed). Returns it."""
+    role = role_of(trial.user_attrs)
+    trial.set_user_attr(ROLE, role)
+    return role
+
+
 def is_baseline(trial) -> bool:
     """Whether a trial, running, queued or finished, measures the baseline."""
-    return bool(trial.user_attrs.get(BASELINE))
+    return role_of(trial.user_attrs) == "baseline"
 
 
 def config_key(trial) -> str | None:

@@ -67,7 +67,7 @@ def requeue_once(study: optuna.Study, t: FrozenTrial) -> None:
     if rec.is_retry(t) or not (t.params or rec.is_baseline(t)):
         return
     r = rec.TrialRecord.from_frozen(t)  # the baseline or a prior row stays one
-    rec.enqueue(study, t.params, retry_of=t.number, baseline=r.baseline, prior=r.prior,
+    rec.enqueue(study, t.params, retry_of=t.number, role=r.role, prior=r.prior,
                 outside_space=r.outside_space)
 
 

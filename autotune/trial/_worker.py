@@ -27,6 +27,15 @@ log = get_logger(__name__)
 FAULT_ENV = "AUTOTUNE_TEST_FAULT"  # the test suite's fault injection: see _faults.py
 
 
+def _fault(trial_dir: Path):
+    """The test suite's fault hook, imported only where a test asks for one."""
+    if not os.environ.get(FAULT_ENV):
+        return None
+    from autotune.trial._faults import fault_hook
+
+    return fault_hook(os.environ[FAULT_ENV], trial_dir)
+
+
 def run(spec: dict, trial_dir: Path) -> dict:
     """Loads, builds, measures; returns the ``TrialResult`` as a dict."""
     t_start = time.time()
@@ -53,11 +62,7 @@ def run(spec: dict, trial_dir: Path) -> dict:
     t_built = time.time()
     if spec.get("train"):
         return _train(spec, config, dataset, pipe, t_start, t_loaded, t_built)
-    fault = None
-    if os.environ.get(FAULT_ENV):  # the test suite asks for a fault
-        from autotune.trial._faults import fault_hook
-
-        fault = fault_hook(os.environ[FAULT_ENV], trial_dir)
+    fault = _fault(trial_dir)
     asked = MeasureSpec.from_dict(spec.get("measure", {}))
     guard_run = asked.guard
     mark = GuardMark(pipe, guard_run.budget_s) if guard_run and guard_run.budget_s and \
