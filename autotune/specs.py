@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from autotune.env import parse_bytes, parse_duration, parse_fraction
 from autotune.errors import ConfigError
 
 STUDIES_DIR = "studies"  # where studies live unless told otherwise
@@ -238,20 +239,14 @@ def _switch(value: Any) -> bool:
 
 
 def _duration(value: Any) -> float:
-    from autotune.env import parse_duration
-
     return parse_duration(value)
 
 
 def _fraction(value: Any) -> float:
-    from autotune.env import parse_fraction
-
     return parse_fraction(value)
 
 
 def _size(value: Any, label: str) -> int:
-    from autotune.env import parse_bytes
-
     return parse_bytes(value, option=label)
 
 

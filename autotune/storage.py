@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator
 
 import optuna
 
+from autotune.env import writable_dir
 from autotune.errors import StorageError
 from autotune.logging import get_logger
 
@@ -209,7 +210,6 @@ def check_storage(url: str) -> None:
 
 def _check_folder(path: Path) -> None:
     """That the study database ``path`` can be written into its folder."""
-    from autotune.env import writable_dir
 
     if not writable_dir(path.parent):
         raise StorageError(f"cannot write the study database in '{path.parent}'; pass a "

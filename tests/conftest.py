@@ -36,6 +36,11 @@ def pytest_xdist_auto_num_workers(config):
     return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
+# In a parallel run each worker's own torch work (the tests that train in-process)
+# keeps to one thread: two workers on two cores with two threads each fight for them.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    torch.set_num_threads(1)
+
 # Each worker of a parallel run measures under a measurement lock of its own: the
 # host's lock would make one test's trials wait for another's (no test but an
 # ``exclusive`` one compares timings, and those run alone)

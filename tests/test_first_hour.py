@@ -186,7 +186,7 @@ def test_an_interrupted_prior_row_is_queued_again_as_a_prior_row():
     requeue_once(study, study.trials[0])
     retry = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     assert [(t.system_attrs["fixed_params"], t.user_attrs) for t in retry] == \
-        [({"batch_size": 512}, {rec.RETRY_OF: 0, rec.PRIOR: "bf16"})]
+        [({"batch_size": 512}, {rec.RETRY_OF: 0, rec.ROLE: "prior", rec.PRIOR: "bf16"})]
 
 
 def test_the_importance_leaves_out_knobs_that_never_changed(tmp_path):

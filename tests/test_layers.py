@@ -161,3 +161,29 @@ def test_the_layout_page_names_every_module():
     missing = [path.relative_to(ROOT).as_posix() for path in (ROOT / "autotune").rglob("*.py")
                if path.stem not in ("__init__", "__main__") and f"`{path.stem}`" not in page]
     assert not missing, missing
+
+
+# The modules that keep imports of autotune's own modules inside functions, and why
+# (their docstrings say so): the CLI, its dashboard and renderer stay fast to import
+# (autotune --help), the trial process times its imports, the fork server imports
+# after setting its protocol aside, the options read the storage only when asked.
+LAZY = {"autotune/cli/_main.py": "fast", "autotune/cli/_dashboard.py": "fast",
+        "autotune/cli/_render.py": "only when", "autotune/trial/_worker.py": "timed apart",
+        "autotune/trial/_forkserver.py": "set aside", "autotune/study/_options.py": "only when"}
+
+
+def test_imports_are_at_module_level_unless_a_lazy_one_says_why():
+    import ast
+
+    inside = {}
+    for name, tree in _modules():
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                            "autotune"):
+                        inside.setdefault(name, []).append(f"{node.lineno}: {node.module}")
+    unexplained = {name: at for name, at in inside.items() if name not in LAZY}
+    assert not unexplained, unexplained
+    for name, why in LAZY.items():
+        assert why in (ROOT / name).read_text(), f"{name} does not say why it imports lazily"

@@ -4,6 +4,9 @@ optuna-dashboard's own ``run_server`` blocks in its web framework's ``run`` and
 never tells its caller the port it bound (port 0 picks a free one, as the tests
 do) nor the study's page; this serves the same ``optuna_dashboard.wsgi`` app in a
 threaded wsgiref server that logs no line per request and reports both.
+
+Optuna, optuna-dashboard and the study's storage are imported inside the functions
+that serve, so that importing the CLI (``autotune --help``) stays fast.
 """
 from __future__ import annotations
 
@@ -61,8 +64,7 @@ def serve(url: str, *, study_name: str | None = None, host: str = "127.0.0.1",
     import optuna_dashboard
 
     from autotune.storage import open_storage
-    from autotune.study import study_id
-    from autotune.study import load_study
+    from autotune.study import load_study, study_id
 
     storage, path = open_storage(url), "/dashboard"
     if study_name:

@@ -9,14 +9,22 @@ import functools
 import os
 from typing import Any, Callable
 
+from autotune.cli._render import FORMATS
 from autotune.config import TEMPORAL_STRATEGIES
 from autotune.env import parse_duration, parse_fraction
 from autotune.errors import ConfigError
-from autotune.specs import FRACTION, STUDIES_DIR, SWITCH, GuardOptions, MeasureSpec, Option, \
-    TrialLimits
+from autotune.logging import get_logger
+from autotune.specs import (
+    FRACTION,
+    STUDIES_DIR,
+    SWITCH,
+    GuardOptions,
+    MeasureSpec,
+    Option,
+    TrialLimits,
+)
 from autotune.study import SEARCH_OPTIONS
 from autotune.taskinfo import TASKS
-from autotune.cli._render import FORMATS
 
 EXIT_BAD_INPUT = 2
 STORAGE_ENV, STUDIES_ENV = "AUTOTUNE_STORAGE", "AUTOTUNE_STUDIES_DIR"
@@ -158,8 +166,6 @@ class _Renamed(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         if option_string != self.option_strings[0]:
-            from autotune.logging import get_logger
-
             get_logger(__name__).warning(f"{option_string} is deprecated: use "
                                          f"{self.option_strings[0]}")
         setattr(namespace, self.dest, values)

@@ -13,21 +13,38 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from autotune.config import one_line
-from autotune.errors import AutotuneError, ConfigError, GuardError
+from autotune.cli._dashboard import dashboard_storage, serve
 from autotune.cli._flags import EXIT_BAD_INPUT, STORAGE_ENV, STUDIES_ENV, build_parser  # noqa: F401
+from autotune.cli._render import (
+    drift_lines,
+    emit,
+    front_table,
+    infeasible,
+    profile_text,
+    result_text,
+    search_blob,
+    search_header,
+    search_summary,
+    short,
+    train_summary,
+    trial_row,
+    trials_table,
+)
+from autotune.config import Export, one_line, read_export, with_model
+from autotune.env import make_writable_dir, parse_bytes
+from autotune.errors import AutotuneError, ConfigError, GuardError
+from autotune.files import inductor_cache_dir
+from autotune.logging import enable_default_handler
 from autotune.specs import STUDIES_DIR, MeasureSpec, TrialLimits, check_limits
+from autotune.study import SEARCH_OPTIONS, drifts
+from autotune.study import _records as rec
 from autotune.taskinfo import DEFAULT_TASK, task_info
-from autotune.cli._render import drift_lines, emit, front_table, infeasible, profile_text, \
-    result_text, search_blob, search_header, search_summary, short, train_summary, trial_row, \
-    trials_table
+from autotune.trial import ProfileSpec, check_profile_folder
 
 EXIT_TRIAL_FAILED = 1
 
 
 def _measure_and_limits(args: argparse.Namespace):
-    from autotune.env import parse_bytes
-
     limit, gpu = args.memory_limit, args.gpu_memory_limit
     limits = TrialLimits(timeout_s=args.trial_timeout, memory_limit_bytes=None if limit is None
                          else parse_bytes(limit, option="--memory-limit"),
@@ -52,11 +69,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import warnings
-
     import logging
-
-    from autotune.logging import enable_default_handler
+    import warnings
 
     debug = getattr(args, "debug", False)
     enable_default_handler(logging.DEBUG if debug else logging.INFO)
@@ -120,8 +134,6 @@ def _quiet_optuna() -> None:
 
 
 def _writable_dir(path: Path, option: str) -> Path:
-    from autotune.env import make_writable_dir
-
     return make_writable_dir(path, option)
 
 
@@ -134,13 +146,10 @@ def _dataset_of(args: argparse.Namespace, recorded: dict | None, task: str):
 
 
 def cmd_trial(args: argparse.Namespace) -> int:
-    from autotune.config import Export, read_export, with_model
     from autotune.data import same_dataset
-    from autotune.pipeline import check_config
-    from autotune.pipeline import check_dataset
-    from autotune.files import inductor_cache_dir
-    from autotune.trial import run_trial
+    from autotune.pipeline import check_config, check_dataset
     from autotune.study import default_config
+    from autotune.trial import run_trial
 
     export = read_export(args.config) if args.config else Export(default_config())
     config = export.config
@@ -180,7 +189,6 @@ def _with_task(config, args: argparse.Namespace):
 def _profile_spec(args: argparse.Namespace):
     if args.profile is None:
         return None
-    from autotune.trial import ProfileSpec, check_profile_folder
 
     return ProfileSpec(str(check_profile_folder(args.profile).resolve()), steps=args.profile_steps)
 
@@ -188,11 +196,8 @@ def _profile_spec(args: argparse.Namespace):
 def cmd_train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from autotune.config import read_export
-    from autotune.files import inductor_cache_dir
     from autotune.data import same_dataset
-    from autotune.pipeline import check_config
-    from autotune.pipeline import train
+    from autotune.pipeline import check_config, train
 
     export = read_export(args.config)
     config, measured_on = export.config, export.config.device
@@ -236,7 +241,6 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
     """The flags of ``autotune search`` as :func:`autotune.search`'s options: each
     option of ``SEARCH_OPTIONS`` under its own name, and the flags that build the
     dataset, the space, the measurement, the limits and the guard."""
-    from autotune.study import SEARCH_OPTIONS
 
     measure, limits = _measure_and_limits(args)
     return dict(dataset=args.dataset or "synthetic", root=args.root, precision=args.precision,
@@ -335,9 +339,7 @@ def _load(args: argparse.Namespace):
 
 def cmd_show(args: argparse.Namespace) -> int:
     from autotune.storage import masked
-    from autotune.study import _records as rec
     from autotune.study import study_front, study_reference
-    from autotune.study import drifts
 
     study, url = _load(args)
     front, trials, s = study_front(study), rec.records(study), rec.StudyRecord.from_study(study)
@@ -428,7 +430,6 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    from autotune.cli._dashboard import dashboard_storage, serve
     from autotune.storage import masked
 
     url = dashboard_storage(storage=args.storage, study_name=args.study_name,

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune.config import short
+from autotune.env import format_bytes
 from autotune.files import dump
-from autotune.specs import baseline_metric
+from autotune.specs import CARRYOVER, baseline_metric
 from autotune.study import drift_lines, metric_short, pm, ratio, seeds_per_s
 from autotune.taskinfo import task_info
 
@@ -136,7 +137,6 @@ def trial_row(r) -> dict[str, Any]:
 
 def result_text(result, trial_dir) -> str:
     """``autotune trial``'s table."""
-    from autotune.env import format_bytes
 
     cfg = result.config
     lines = [f"trial  {result.status}" + (f": {result.reason}" if result.reason else ""),
@@ -222,8 +222,7 @@ def _measured_lines(result, format_bytes) -> list[str]:
 def search_header(plan) -> str:
     """The lines a search prints before its first trial: the study, the dataset and
     the search's settings, then the notes."""
-    from autotune.env import format_bytes
-    from autotune.storage import masked
+    from autotune.storage import masked  # imports Optuna: only when a search prints
 
     opts, stats = plan.options, plan.dataset_stats
     guard = opts.guard
@@ -308,7 +307,6 @@ def train_summary(result, measured: dict | None, *, epochs: int, config_path: st
     the throughput achieved against the one its trial measured (``measured``, from
     the export), with a word on why where the ratio lies outside
     :data:`autotune.specs.CARRYOVER`."""
-    from autotune.specs import CARRYOVER
 
     low, high = CARRYOVER
     best, achieved, unit = result.best, result.throughput, result.unit

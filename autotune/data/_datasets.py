@@ -23,11 +23,32 @@ import torch
 from torch import Tensor
 
 from autotune.config import is_import_path
+from autotune.data._graphsets import (
+    GraphSet,
+    graph_set,
+    read_tu_folder,
+    synthetic_molecules,
+    tu_prefix,
+)
+from autotune.data._splits import (
+    LINK_ATTR,
+    TARGET_ATTR,
+    check_hetero,
+    edge_type_named,
+    hetero_link_split,
+    link_edge_type,
+    link_split,
+    mag_from_ogb,
+    masks_from_split,
+    target_type,
+)
+from autotune.data._synthetic import synthetic_mag, synthetic_reddit
 from autotune.env import writable_dir
 from autotune.errors import ConfigError, DatasetError
 from autotune.files import atomic_write
-from autotune.data._splits import masks_from_split
+from autotune.imports import import_object, user_code
 from autotune.logging import get_logger
+from autotune.sampling import load_or_build_csc, load_or_build_cscs
 from autotune.taskinfo import DEFAULT_TASK, task_info
 
 log = get_logger(__name__)
@@ -110,8 +131,6 @@ def _ogb(name: str) -> DatasetSpec:
 
 
 def _ogbn_mag() -> DatasetSpec:
-    from autotune.data._splits import mag_from_ogb
-
     spec = _ogb("ogbn-mag")
     return DatasetSpec(spec.name, spec.raw_dir, lambda: [
         "relations/author___writes___paper/edge.csv.gz", "node-feat/paper/node-feat.csv.gz",
@@ -155,8 +174,6 @@ class Dataset:
 
     @property
     def graph_level(self) -> bool:
-        from autotune.data._graphsets import GraphSet
-
         return isinstance(self.data, GraphSet)
 
     @property
@@ -166,7 +183,6 @@ class Dataset:
     def target_store(self):
         """Where the task's seeds and splits live: the graph, the target node type's
         store, or a heterogeneous link split's edge type."""
-        from autotune.data._splits import LINK_ATTR, link_edge_type, target_type
 
         if not self.hetero:
             return self.data
@@ -176,7 +192,6 @@ class Dataset:
 
     def feature_store(self):
         """The node store whose features the model's input width is read from."""
-        from autotune.data._splits import LINK_ATTR, link_edge_type
 
         if self.hetero and LINK_ATTR in self.data:
             return self.data[link_edge_type(self.data)[0]]
@@ -203,8 +218,6 @@ class Dataset:
         if self.graph_level:
             out["num_graphs"] = data.num_graphs
         if self.hetero:
-            from autotune.data._splits import LINK_ATTR, target_type
-
             target = data[LINK_ATTR] if LINK_ATTR in data else target_type(data)
             out.update(target=target, node_types=len(data.node_types),
                        edge_types=len(data.edge_types))
@@ -227,8 +240,6 @@ def load_dataset(name: str, *, root: str | os.PathLike | None = None, scale: flo
     cache = working_root(root) / ".autotune" / f"{key}.pt"
     if not cache.exists():
         if task_info(task).split:
-            from autotune.data._splits import edge_type_named, hetero_link_split, link_split
-
             base = load_dataset(name, root=root, scale=scale, seed=seed)
             if base.hetero:
                 data = hetero_link_split(base.data, seed, edge_type_named(base.data,
@@ -285,7 +296,6 @@ def _cache_key(name: str, scale: float, seed: int, task: str = DEFAULT_TASK,
         return f"func-{name.replace(':', '-')}-{_source_tag(name)}{seeded}"
     path = Path(name)
     if path.is_dir():  # a TU-format folder: its split is drawn by the seed
-        from autotune.data._graphsets import tu_prefix
 
         stat = (path / f"{tu_prefix(path)}_graph_indicator.txt").stat()
         return f"tu-{path.resolve().name}-{stat.st_size}-{int(stat.st_mtime)}-seed{seed}"
@@ -325,20 +335,12 @@ def _source_tag(path: str) -> str:
 
 def _materialise(name: str, root: Path, scale: float, seed: int):
     if name == "synthetic":
-        from autotune.data._synthetic import synthetic_reddit
-
         return synthetic_reddit(scale=scale, seed=seed)
     if name == "synthetic-hetero":
-        from autotune.data._synthetic import synthetic_mag
-
         return synthetic_mag(scale=scale, seed=seed)
     if name == "synthetic-molecules":
-        from autotune.data._graphsets import synthetic_molecules
-
         return synthetic_molecules(scale=scale, seed=seed)
     if Path(name).is_dir():
-        from autotune.data._graphsets import read_tu_folder
-
         return read_tu_folder(Path(name), seed)
     if name in NAMED:
         return _from_pyg(NAMED[name], root)
@@ -349,7 +351,6 @@ def _materialise(name: str, root: Path, scale: float, seed: int):
 
 def _from_function(path: str, seed: int = 0):
     """A user's dataset function, ``package.module:function`` returning a ``Data``."""
-    from autotune.imports import import_object, user_code
 
     try:
         function = import_object(path, what="dataset function", option="--dataset (dataset=)")
@@ -407,12 +408,9 @@ def _checked(obj, what: str, seed: int = 0):
     from torch_geometric.data import Data, HeteroData, InMemoryDataset
 
     if isinstance(obj, (InMemoryDataset, list, tuple)):  # many small graphs
-        from autotune.data._graphsets import graph_set
 
         return graph_set(obj, seed)
     if isinstance(obj, HeteroData):
-        from autotune.data._splits import check_hetero, target_type
-
         check_hetero(obj, what)
         if "num_classes" not in obj:
             obj.num_classes = int(obj[target_type(obj)].y.max()) + 1
@@ -432,14 +430,10 @@ def _checked(obj, what: str, seed: int = 0):
 def _write_cache(data, path: Path) -> None:
     from torch_geometric.data import HeteroData
 
-    from autotune.data._graphsets import GraphSet
-
     blob = {"format": CACHE_FORMAT, "num_classes": int(data.num_classes)}
     if isinstance(data, GraphSet):
         blob["graphs"] = data.tensors()
     elif isinstance(data, HeteroData):
-        from autotune.data._splits import LINK_ATTR, target_type
-
         if LINK_ATTR in data:
             blob["link"] = data[LINK_ATTR]
         else:
@@ -461,14 +455,10 @@ def _read_cache(name: str, path: Path, task: str = DEFAULT_TASK) -> Dataset:
     if blob.get("format") != CACHE_FORMAT:
         raise DatasetError(f"dataset cache '{path}' has an old format; delete it to rebuild")
     if "graphs" in blob:
-        from autotune.data._graphsets import GraphSet
-
         graphs = blob["graphs"]
         data = GraphSet(Data(**graphs["tensors"]), graphs["slices"], graphs["masks"],
                         int(blob["num_classes"]))
     elif "hetero" in blob:
-        from autotune.data._splits import TARGET_ATTR
-
         data = HeteroData()
         for key, tensors in blob["hetero"].items():
             store = data[tuple(key.split("__")) if "__" in key else key]
@@ -477,8 +467,6 @@ def _read_cache(name: str, path: Path, task: str = DEFAULT_TASK) -> Dataset:
         for node_type, count in blob["num_nodes"].items():
             data[node_type].num_nodes = count
         if "link" in blob:
-            from autotune.data._splits import LINK_ATTR
-
             data[LINK_ATTR] = blob["link"]
         else:
             data[TARGET_ATTR] = blob["target"]
@@ -543,8 +531,6 @@ class DatasetRef:
         """Processes the dataset and builds the sampler's CSC once, in this process,
         so that every trial only memory-maps them."""
         from tqdm import tqdm
-
-        from autotune.sampling import load_or_build_csc, load_or_build_cscs
 
         with tqdm(total=2, desc=f"preparing {self.name}", unit="step", leave=False,
                   disable=not sys.stderr.isatty()) as bar:  # a bar on a terminal only

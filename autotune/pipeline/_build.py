@@ -51,12 +51,12 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data, HeteroData
 
-from autotune.pipeline._allocator import hold_heap
 from autotune.config import TrialConfig
-from autotune.env import check_cores
+from autotune.env import check_cores, format_bytes
 from autotune.errors import ConfigError, DeviceMemoryError
-from autotune.sampling import make_sampler, resolve_backend
+from autotune.pipeline._allocator import hold_heap
 from autotune.pipeline._tasks import task_for
+from autotune.sampling import LookaheadNodeLoader, chain, gather_rows, make_sampler, resolve_backend
 
 GEOMETRIC_STEP = 1.25
 MIN_BUCKET = 64
@@ -321,8 +321,6 @@ def limit_gpu_memory(limit_bytes: int, device: torch.device) -> None:
     index = cuda_index(device)
     total = torch.cuda.get_device_properties(index).total_memory
     if limit_bytes > total:
-        from autotune.env import format_bytes
-
         raise ConfigError(f"--gpu-memory-limit {format_bytes(limit_bytes)} is more than "
                           f"the GPU has ({format_bytes(total)})")
     torch.cuda.set_per_process_memory_fraction(limit_bytes / total, index)
@@ -346,7 +344,6 @@ def check_gpu_fit(need: dict[str, int], free: int, total: int) -> None:
     :data:`GPU_HEADROOM` of the device free, saying what would fit: the graph with
     its features in pinned host memory (``feature_placement pinned``), or only CPU
     sampling."""
-    from autotune.env import format_bytes
 
     room = free - int(GPU_HEADROOM * total)
     if sum(need.values()) <= room:
@@ -530,7 +527,6 @@ def _sampler(config: TrialConfig, task, data, device: torch.device, cache_file, 
 def _transform(config: TrialConfig, features, device: torch.device):
     """What the loader applies to each batch (padding, float features, the pinned
     features' gather), and that gather (None unless features stay pinned)."""
-    from autotune.sampling import chain
 
     transform = PadToBucket(config.pad_ladder) if config.shapes == "padded" else None
     if config.feature_dtype != "float32":
@@ -559,8 +555,6 @@ def _loader_class(sampler) -> type:
     if sampler is None:
         return None
     if getattr(sampler, "slots", False) and sampler.device.type == "cuda":
-        from autotune.sampling import LookaheadNodeLoader
-
         return LookaheadNodeLoader
     from torch_geometric.loader import NodeLoader
 
@@ -644,8 +638,6 @@ class HostFeatures:
             if isinstance(data, HeteroData) else {None: pinned(data.x)}
 
     def __call__(self, batch):
-        from autotune.sampling import gather_rows
-
         for node_type, x in self.x.items():
             store = batch[node_type] if node_type is not None else batch
             store.x = gather_rows(x, store.n_id)

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from autotune.config import GAT_HEADS, TrialConfig
 from autotune.errors import ConfigError
+from autotune.imports import import_object, user_code
 
 
 def bits_dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
@@ -167,7 +168,6 @@ def make_model(config: TrialConfig, in_channels: int, out_channels: int) -> nn.M
     if config.model in BUILT_IN:
         return BUILT_IN[config.model](in_channels, config.hidden_channels, out_channels,
                                     config.num_layers, config.dropout, config.dropout_masks)
-    from autotune.imports import import_object, user_code
 
     factory = import_object(config.model, what="model factory", option="--model (model=)")
     model = user_code("model factory", config.model, factory, in_channels, out_channels, config)

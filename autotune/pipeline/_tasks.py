@@ -35,8 +35,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from autotune.config import MODELS, TrialConfig
+from autotune.data import LINK_ATTR, GraphSet, link_edge_type, target_type
 from autotune.errors import ConfigError, DatasetError
 from autotune.pipeline._models import GraphClassifier, HeteroEncoder, lift_to_hetero, make_model
+from autotune.sampling import GraphLoader, fanouts_per_edge_type, time_attribute
 from autotune.taskinfo import TASKS, TaskInfo, task_info
 
 LINK_NEGATIVES = 1.0  # binary negatives per positive edge in training
@@ -321,8 +323,6 @@ class GraphTask(Task):
         return make_model(config, data.num_features, classes)
 
     def loader(self, loader_cls, data, sampler, seeds_from, **kwargs):
-        from autotune.sampling import GraphLoader
-
         return GraphLoader(data.split("train"), **kwargs)
 
     def _forward(self, pipe, model, batch) -> tuple[Tensor, int]:
@@ -346,7 +346,6 @@ class GraphTask(Task):
 
     def evaluate(self, pipe, data, split: str) -> float:
         """Share of the split's graphs classified right, in the config's autocast."""
-        from autotune.sampling import GraphLoader
 
         if f"{split}_mask" not in data:
             raise ConfigError(f"the dataset has no {split}_mask; accuracy needs one")
@@ -454,8 +453,6 @@ def check_dataset(config: TrialConfig, dataset) -> None:
                            f"{info.seeds_attr} selects none): a trial would have nothing to "
                            f"train on; give it a non-empty {info.seeds_attr}")
     if task.hetero:
-        from autotune.sampling import fanouts_per_edge_type
-
         fanouts_per_edge_type(task.fanouts(config, dataset.data), dataset.data.edge_types)
     elif config.model not in MODELS:  # a user's factory builds here, before any trial
         task.model(config, dataset.data, dataset.num_classes)
@@ -464,7 +461,6 @@ def check_dataset(config: TrialConfig, dataset) -> None:
 def _check_time(config: TrialConfig, dataset) -> None:
     """A search's temporal sampling needs node-level times: each seed trains at its
     own node's time (edge-level times need seed times the dataset does not give)."""
-    from autotune.sampling import time_attribute
 
     try:
         node, _ = time_attribute(dataset.data, config.time_attr)
@@ -481,8 +477,6 @@ def task_for(config, data):
     place a task's name picks its code."""
     from torch_geometric.data import HeteroData
 
-    from autotune.data import GraphSet
-
     info = task_info(config)
     if isinstance(data, GraphSet) != info.whole_graphs:
         raise ConfigError(f"task {info.name!r} does not fit the dataset (got " + (
@@ -493,8 +487,6 @@ def task_for(config, data):
     if info.whole_graphs:
         return GraphTask()
     if isinstance(data, HeteroData):
-        from autotune.data import LINK_ATTR, link_edge_type, target_type
-
         if info.split:
             if LINK_ATTR not in data:
                 raise ConfigError(f"task {info.name!r} on a HeteroData trains on its link "

@@ -15,8 +15,14 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from autotune.config import TrialConfig, load_config
 from autotune.errors import ConfigError
-from autotune.pipeline._build import Pipeline, device_sync
+from autotune.files import atomic_write, inductor_cache_dir
+from autotune.pipeline._allocator import heap_state
+from autotune.pipeline._build import Pipeline, build, check_config, device_sync
+from autotune.pipeline._tasks import check_dataset
+from autotune.specs import STUDIES_DIR
+from autotune.taskinfo import task_info
 
 if TYPE_CHECKING:
     from autotune.config import TrialConfig
@@ -154,14 +160,10 @@ class TrainResult:
 
     @property
     def unit(self) -> str:
-        from autotune.taskinfo import task_info
-
         return task_info(self.config).unit
 
     @property
     def metric(self) -> str:
-        from autotune.taskinfo import task_info
-
         return task_info(self.config).metric
 
     @property
@@ -172,8 +174,6 @@ class TrainResult:
     def to_dict(self) -> dict[str, Any]:
         """Its figures for JSON; the best epoch's metric named for what it is
         (``best_val_accuracy``, or ``best_val_roc_auc`` for link prediction)."""
-        from autotune.pipeline._allocator import heap_state
-        from autotune.taskinfo import task_info
 
         key = task_info(self.config).metric_key
         return {"config": self.config.to_dict(), **self.training.to_dict(), "unit": self.unit,
@@ -196,12 +196,6 @@ def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset
     config reuses the kernels its search compiled: ``inductor_cache`` (default the
     studies folder's, :func:`autotune.files.inductor_cache_dir`), unless
     ``TORCHINDUCTOR_CACHE_DIR`` is set."""
-    from autotune.config import TrialConfig, load_config
-    from autotune.files import atomic_write
-    from autotune.pipeline._build import build, check_config
-    from autotune.files import inductor_cache_dir
-    from autotune.specs import STUDIES_DIR
-    from autotune.pipeline._tasks import check_dataset
 
     cache_dir = inductor_cache if inductor_cache is not None else \
         inductor_cache_dir(STUDIES_DIR)

@@ -26,6 +26,7 @@ from torch_geometric.loader import NodeLoader
 from torch_geometric.loader.mixin import AffinityMixin
 
 from autotune.errors import ConfigError
+from autotune.sampling._neighbor import NeighborSampler, fanouts_per_edge_type, resolve_backend
 
 LOADER_BACKENDS = ("builtin", "pyg")
 
@@ -106,7 +107,6 @@ def _renamed_backend(kwargs: dict[str, Any], backend: str) -> str:
 def _neighbor_sampler(args: dict, backend: str, options: dict[str, Any] | None):
     """The sampler the loader uses: the one passed in (checked against
     ``num_neighbors``), PyG's (``None``: PyG builds it) or a new built-in one."""
-    from autotune.sampling._neighbor import NeighborSampler, resolve_backend
 
     if backend not in LOADER_BACKENDS:
         raise ConfigError(f"sampling_backend must be one of {', '.join(LOADER_BACKENDS)} "
@@ -129,7 +129,6 @@ def _neighbor_sampler(args: dict, backend: str, options: dict[str, Any] | None):
 def _check_same_fanout(sampler, num_neighbors) -> None:
     """A loader's ``num_neighbors`` that its ``neighbor_sampler`` would ignore is an
     error: PyG's loaders silently sample with the sampler's own."""
-    from autotune.sampling._neighbor import fanouts_per_edge_type
 
     have = sampler.num_neighbors
     have = getattr(have, "values", have)  # PyG's NumNeighbors

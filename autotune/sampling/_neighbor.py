@@ -33,6 +33,9 @@ from torch_geometric.sampler import (
 from autotune.config import SAMPLING_BACKENDS
 from autotune.errors import AutotuneError, BackendUnavailableError, ConfigError
 from autotune.files import atomic_write
+from autotune.sampling import _kernels as kernels
+from autotune.sampling._kernels import draw_hop_slots
+from autotune.sampling._links import EdgeSet, sample_from_edges
 from autotune.sampling._subgraph import (
     UNSET,
     KeyMap,
@@ -42,6 +45,7 @@ from autotune.sampling._subgraph import (
     induced_edges,
     sample_typed,
 )
+from autotune.sampling._temporal import check_strategy, seed_times, time_attribute, time_ordered
 
 SamplerKernel = Literal["auto", "triton", "torch"]
 SAMPLER_KERNELS: tuple[str, ...] = ("auto", "triton", "torch")
@@ -232,7 +236,6 @@ def draw_slots(csc: CSCGraph, seeds: Tensor, fanouts: list[int], replace: bool,
     """Every hop by the Triton kernel, relabelled and compacted in fixed shapes, and
     the scratch maps reset: no host sync and no shape that depends on the draw, so
     the whole batch can be captured in a CUDA graph."""
-    from autotune.sampling._kernels import draw_hop_slots
 
     local = torch.arange(seeds.numel(), device=seeds.device)
     assoc.index_copy_(0, seeds, local)
@@ -370,8 +373,6 @@ class NeighborSampler(BaseSampler):
         self._reset_process_state()
 
     def _set_time(self, data, time_attr: str | None, strategy: str) -> None:
-        from autotune.sampling._temporal import check_strategy, time_attribute
-
         self.time_attr, self.temporal_strategy = time_attr, check_strategy(strategy)
         self.node_time: dict = {}
         self.edge_time: dict = {}
@@ -391,7 +392,6 @@ class NeighborSampler(BaseSampler):
 
     def _time_order(self) -> dict:
         """Each timed edge type's ``(time, order, steps)`` (:func:`time_ordered`)."""
-        from autotune.sampling._temporal import time_ordered
 
         out = {}
         for edge_type, csc in self.cscs.items():
@@ -463,7 +463,6 @@ class NeighborSampler(BaseSampler):
     def edge_set(self, edge_type=None):
         """The graph's edges of ``edge_type`` as a membership test (None: not a type
         of this graph), for negative sampling."""
-        from autotune.sampling._links import EdgeSet
 
         key = _HOMOGENEOUS_EDGE if edge_type is None else tuple(edge_type)
         if key not in self.cscs:
@@ -585,7 +584,6 @@ class NeighborSampler(BaseSampler):
         """The torch path: seeds as a tensor (homogeneous) or a dict per node type, with
         their times when temporal (``None``: each seed node's own); its uniform hops go
         to the Triton kernel when the kernel is triton."""
-        from autotune.sampling._temporal import seed_times
 
         if self.slots:
             return self.sample(seeds)
@@ -653,7 +651,6 @@ class NeighborSampler(BaseSampler):
                           neg_sampling: NegativeSampling | None = None
                           ) -> SamplerOutput | HeteroSamplerOutput:
         """PyG's ``LinkLoader`` semantics: see :mod:`autotune.sampling._links`."""
-        from autotune.sampling._links import sample_from_edges
 
         return self._bidirected(sample_from_edges(self, index, neg_sampling))
 
@@ -727,7 +724,6 @@ def _csc_weights(data, weight_attr: str | None, cscs: dict, device: torch.device
 def _resolve_kernel(kernel: str, device: torch.device, num_neighbors: list[int] | None) -> str:
     """``num_neighbors`` is ``None`` for heterogeneous, disjoint or weighted sampling:
     the torch path, whose uniform hops of 1..256 the kernel draws where it runs."""
-    from autotune.sampling import _kernels as kernels
     if kernel not in SAMPLER_KERNELS:
         raise ConfigError(f"kernel must be one of {', '.join(SAMPLER_KERNELS)} (got {kernel!r})")
     fits = all(kernels.usable(device, k) for k in (num_neighbors or [1]))

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from autotune.sampling._kernels import draw_hop_slots
+
 UNSET = torch.iinfo(torch.long).max
 MAX_K = 256  # the largest fanout the Triton hop kernel draws (autotune.sampling._kernels.MAX_K)
 
@@ -97,7 +99,6 @@ def kernel_hop(colptr: Tensor, row: Tensor, frontier: Tensor, k: int, replace: b
                generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
     """:func:`draw_hop` by the Triton hop kernel (:mod:`autotune.sampling._kernels`): the same
     distribution in one launch instead of ~k small kernels per position."""
-    from autotune.sampling._kernels import draw_hop_slots
 
     seed = torch.randint(1 << 62, (1,), device=frontier.device, generator=generator)
     edge, _ = draw_hop_slots(colptr, row, frontier, k, replace, seed)

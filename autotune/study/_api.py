@@ -7,10 +7,10 @@ this machine, dataset, model factory, storage, study identity) and returns a
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import inspect
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,20 +19,33 @@ from typing import Any, Callable, ParamSpec, Sequence, TypeVar
 import optuna
 
 from autotune.config import MODELS, TrialConfig
+from autotune.data import DatasetRef, root_default
+from autotune.env import fingerprint, make_writable_dir, parse_fraction, writable_dir
 from autotune.errors import ConfigError
 from autotune.files import atomic_write
-from autotune.study import _records as rec
-from autotune.study._front import FrontRow, study_front, study_reference, write_export, \
-    write_pareto
-from autotune.study._identity import open_study, resumed_space
-from autotune.study._loop import Progress, SearchOutcome, run_search
-from autotune.study._optuna_samplers import optuna_sampler
-from autotune.study._options import RENAMED_KEYWORDS, SEARCH_OPTIONS, SearchOptions, \
-    check_study_name, checked_options, with_options
-from autotune.study._records import TrialRecord
-from autotune.study._studies import default_storage, default_study_name
+from autotune.imports import import_object, import_path_of
+from autotune.pipeline import check_config, check_dataset
 from autotune.specs import GuardOptions, MeasureSpec, TrialLimits, check_limits
 from autotune.storage import check_storage, masked, study_lock
+from autotune.study import _records as rec
+from autotune.study._front import FrontRow, study_front, study_reference, write_export, write_pareto
+from autotune.study._guard import parse_objectives
+from autotune.study._identity import open_study, resumed_space
+from autotune.study._loop import Progress, SearchOutcome, run_search
+from autotune.study._options import (
+    RENAMED_KEYWORDS,
+    SEARCH_OPTIONS,
+    SearchOptions,
+    check_study_name,
+    checked_options,
+    with_options,
+)
+from autotune.study._optuna_samplers import optuna_sampler
+from autotune.study._paired import drifts
+from autotune.study._progress import Ticker
+from autotune.study._records import TrialRecord
+from autotune.study._space import edge_knobs, load_space
+from autotune.study._studies import default_storage, default_study_name, load_study
 from autotune.taskinfo import DEFAULT_TASK, task_info
 
 DatasetArg = Any  # a name, a .pt path, 'package.module:function', a Data or a function
@@ -61,7 +74,6 @@ class SearchResult:
     def drift(self) -> list[dict[str, Any]]:
         """The baseline's measurements in time order, each with its change from the
         first (:func:`autotune.study._paired.drifts`)."""
-        from autotune.study._paired import drifts
 
         return drifts(self.trials)
 
@@ -73,7 +85,6 @@ class SearchResult:
         """Writes the picked trial (default, knee, max-throughput, min-memory or
         trial:N) as an export file that ``autotune train``, ``autotune trial`` and
         :func:`autotune.load_config` read."""
-        from autotune.study._studies import load_study
 
         out = Path(path)
         if out.suffix not in (".yaml", ".yml", ".json"):
@@ -302,8 +313,6 @@ def _printed(study: optuna.Study, opts: SearchOptions, progress: Progress | bool
         return progress or None, on_trial_start, None
     import sys
 
-    from autotune.study._progress import Ticker
-
     ticker = Ticker(sys.stderr, baseline_record(study), opts.confirmation_size())
     return ticker.done, on_trial_start or ticker.start, ticker.note
 
@@ -315,8 +324,6 @@ def baseline_record(study: optuna.Study) -> TrialRecord | None:
 
 
 def _studies_folder(studies_dir: str | os.PathLike) -> Path:
-    from autotune.env import writable_dir
-
     studies = Path(studies_dir)
     if not writable_dir(studies):
         raise ConfigError(f"--studies-dir (studies_dir=) '{studies}' is not writable; pass "
@@ -325,8 +332,6 @@ def _studies_folder(studies_dir: str | os.PathLike) -> Path:
 
 
 def _guard(ratio: float | None, epochs: int, objectives: str | Sequence[str]) -> GuardOptions:
-    from autotune.study._guard import parse_objectives
-
     return GuardOptions(ratio=ratio, epochs=epochs, objective=parse_objectives(
         objectives if isinstance(objectives, str) else ",".join(objectives)))
 
@@ -335,7 +340,6 @@ def _open(opts: SearchOptions, baseline: TrialConfig):
     """The checks only this machine, the storage and the prepared dataset can make, in
     that order (nothing is created before the cheap ones pass); then the study,
     created or joined. Returns it, the prepared dataset and its stats."""
-    from autotune.env import fingerprint, make_writable_dir
 
     _check_machine(baseline)
     check_storage(opts.storage)  # a bad URL, an unreachable server: at once, creating nothing
@@ -414,8 +418,6 @@ def _measure(measure: MeasureSpec | None, precision: float | str | None,
     it is not the default, then the space's stated precision."""
     import dataclasses
 
-    from autotune.env import parse_fraction
-
     measure = measure or MeasureSpec()
     if precision is not None:
         try:
@@ -432,7 +434,6 @@ def _facts(model: ModelArg, hidden: int | None, layers: int | None,
            recompile_limit: int | None, task: str = DEFAULT_TASK, *, time_attr: str | None = None,
            temporal_strategy: str = "uniform") -> dict[str, Any]:
     """The pipeline facts given for this search: fixed for its study."""
-    from autotune.imports import import_path_of
 
     if model is not None and not isinstance(model, str):
         model = import_path_of(model, what="model factory", option="model=")
@@ -457,7 +458,6 @@ def _space_and_baseline(space: str | Path | dict, device: str, facts: dict[str, 
                         seed: int):
     """The loaded space (as written; the baseline's values outside it noted) and the
     baseline trial's config."""
-    from autotune.study._space import load_space
 
     base = default_config(device)
     loaded = load_space(space if isinstance(space, dict) else str(space), device=device,
@@ -468,8 +468,6 @@ def _space_and_baseline(space: str | Path | dict, device: str, facts: dict[str, 
 def _check_machine(baseline: TrialConfig) -> None:
     """What only this machine can tell (cores, device, dtype, the sampler backend),
     and that the model factory imports: before anything is created or prepared."""
-    from autotune.imports import import_object
-    from autotune.pipeline import check_config
 
     check_config(baseline)
     if baseline.model not in MODELS:
@@ -480,8 +478,6 @@ def _check_data(baseline: TrialConfig, space, prepared, guard) -> None:
     """That the task fits the dataset (every edge type the space names included),
     that the model factory builds a model for it, and that the dataset has what the
     accuracy guard needs."""
-    from autotune.study._space import edge_knobs
-    from autotune.pipeline import check_dataset
 
     named = {t: knob.choices[0] for t, knob in edge_knobs(space).items()}
     check_dataset(baseline.replace(edge_fanouts=named or None), prepared)
@@ -496,8 +492,6 @@ def _dataset_ref(dataset: DatasetArg, root: str | None, scale: float, seed: int,
                  studies: Path, task: str = DEFAULT_TASK, edge_type: str | None = None):
     """A ``DatasetRef`` for any form of ``dataset``: a Data object is saved once under
     ``STUDIES_DIR/.data/`` (named by its content) for the trial processes to load."""
-    from autotune.data import DatasetRef, root_default
-    from autotune.imports import import_path_of
 
     if _is_graph(dataset):  # first: PyG's Data and HeteroData are callable too
         dataset = str(_saved(dataset, studies / ".data"))

@@ -10,14 +10,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune.config import CONFIG_FORMAT, TrialConfig
 from autotune.errors import ConfigError
 from autotune.files import atomic_write, dump
-from autotune.study._pareto import PICKS, Point, best_under, default_pick, front, knee, pick
+from autotune.storage import masked
 from autotune.study import _records as rec
 from autotune.study._paired import Confirmed, confirmed, drifts, ties
+from autotune.study._pareto import PICKS, Point, best_under, default_pick, front, knee, pick
 from autotune.study._records import StudyRecord, TrialRecord
-from autotune.storage import masked
-
+from autotune.study._space import eager_twin as twin_of
 
 DEFAULT = "default"  # the mark of the default pick, which goes on to say why
 
@@ -152,8 +153,6 @@ def candidate_points(trials: list[TrialRecord], figures: dict[int, Confirmed],
 
 def eager_twin_trial(trial: TrialRecord, trials: list[TrialRecord]) -> TrialRecord | None:
     """The completed trial that measured ``trial``'s config without compile."""
-    from autotune.config import TrialConfig
-    from autotune.study._space import eager_twin as twin_of
 
     if not trial.config or trial.config.get("compile_mode", "none") == "none":
         return None
@@ -203,7 +202,6 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
     """The export of the trial ``how`` picks (default, knee, max-throughput,
     min-memory, trial:N): its full config, the measured figures, the environment and the command
     that reproduces the measurement."""
-    from autotune.config import CONFIG_FORMAT, TrialConfig
 
     s = StudyRecord.from_study(study)
     trials = {t.number: t for t in rec.records(study)}

@@ -22,23 +22,32 @@ from typing import Any, Callable
 import optuna
 from optuna.trial import TrialState
 
-from autotune.study import _guard as guards
 from autotune.config import TrialConfig
+from autotune.env import clock as clock_text
 from autotune.errors import GuardError
-from autotune.study._guard import Verdict
 from autotune.logging import get_logger
 from autotune.specs import MeasureSpec, Screen
-from autotune.study._pareto import Point
-from autotune.trial import ForkServer
-from autotune.study import _optuna, _confirm as confirmation, _recovery as recovery
-from autotune.study import _records as rec
-from autotune.study._constraints import set_constraints
-from autotune.study._options import BUDGET_SHARE, SearchOptions
-from autotune.study._records import StudyRecord, TrialRecord
-from autotune.study._optuna_samplers import optuna_sampler
-from autotune.env import clock as clock_text
-from autotune.study._space import params_for, suggest_config
 from autotune.storage import Heartbeat, study_lock
+from autotune.study import _confirm as confirmation
+from autotune.study import _guard as guards
+from autotune.study import _optuna
+from autotune.study import _records as rec
+from autotune.study import _recovery as recovery
+from autotune.study._constraints import set_constraints
+from autotune.study._guard import Verdict
+from autotune.study._options import BUDGET_SHARE, SearchOptions
+from autotune.study._optuna_samplers import optuna_sampler
+from autotune.study._pareto import Point
+from autotune.study._priors import machine_facts, prior_configs
+from autotune.study._records import StudyRecord, TrialRecord
+from autotune.study._space import (
+    eager_params,
+    eager_twin,
+    params_for,
+    random_params,
+    suggest_config,
+)
+from autotune.trial import ForkServer
 
 log = get_logger(__name__)
 
@@ -210,8 +219,6 @@ def _explore(opts: SearchOptions, study: optuna.Study, outcome: SearchOutcome) -
 
     from optuna.trial import FixedTrial
 
-    from autotune.study._space import random_params
-
     taken = {rec.config_key(t) for t in study.get_trials(deepcopy=False)}
     rng = random.Random(opts.seed + len(taken))
     for _ in range(EXPLORE_DRAWS):
@@ -377,7 +384,6 @@ def defer_compiled(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial
     """A compile variant is measured only after its eager twin: if the twin has not
     been measured, this trial is put back unmeasured (pruned, ``deferred``, counting
     against no budget) and the twin and then the variant are queued."""
-    from autotune.study._space import eager_params, eager_twin
 
     knob = opts.space.knobs.get("compile_mode")
     if config.compile_mode == "none" or knob is None or not knob.contains("none"):
@@ -463,7 +469,6 @@ def _enqueue_priors(opts: SearchOptions, study: optuna.Study, baseline: TrialCon
     queue is empty, so that the rows run first, in order, and none is left queued
     when the trial budget ends first. While a GPU-resident config is the fastest that
     fits, the rows that sample on the CPU wait (they run if that changes)."""
-    from autotune.study._priors import machine_facts, prior_configs
 
     done = list(StudyRecord.from_study(study).priors)
     if not opts.priors or study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):

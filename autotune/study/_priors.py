@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from autotune.config import TrialConfig
+from autotune.env import available_cores, cpu_flags
 from autotune.errors import ConfigError
 from autotune.study._space import FITTED_KNOBS, SearchSpace, in_space
 
@@ -78,8 +79,6 @@ PRIORS = (
 
 
 def machine_facts(device: str) -> Machine:
-    from autotune.env import available_cores, cpu_flags
-
     return Machine(device, len(available_cores()), cpu_flags())
 
 

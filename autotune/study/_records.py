@@ -14,11 +14,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from autotune.config import renamed_knobs, short
 from autotune.study._pareto import Point
-from autotune.config import renamed_knobs
 from autotune.taskinfo import TaskInfo, task_info
-from autotune.trial import MIB, PARTS, CompileStats, MemoryStats, Observed, TrialResult, \
-    WindowStats, ratio_half_width
+from autotune.trial import (
+    MIB,
+    PARTS,
+    CompileStats,
+    MemoryStats,
+    Observed,
+    TrialResult,
+    WindowStats,
+    ratio_half_width,
+)
 
 DIRECTIONS = ["maximize", "minimize"]  # throughput, peak memory (+ accuracy: maximize)
 
@@ -199,7 +207,6 @@ class TrialRecord:
         return self.state == "complete"
 
     def __repr__(self) -> str:  # the fields hold step times and stderr: thousands of chars
-        from autotune.config import short
 
         figures = f", {self.throughput:,.0f}/s, {self.memory_mib:,.0f} MiB" if self.values \
             else ""

@@ -11,15 +11,26 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from autotune.config import (AGGREGATIONS, AMP_DTYPES, COMPILE_MODES, DROPOUT_MASKS,
-                             FEATURE_DTYPES, FEATURE_PLACEMENTS, MODELS,
-                             PAD_LADDERS, RENAMED_KNOBS, SAMPLING_BACKENDS, SHAPES, TrialConfig,
-                             check_field,
-                             fit_fanout)
+from autotune.config import (
+    AGGREGATIONS,
+    AMP_DTYPES,
+    COMPILE_MODES,
+    DROPOUT_MASKS,
+    FEATURE_DTYPES,
+    FEATURE_PLACEMENTS,
+    MODELS,
+    PAD_LADDERS,
+    RENAMED_KNOBS,
+    SAMPLING_BACKENDS,
+    SHAPES,
+    TrialConfig,
+    check_field,
+    fit_fanout,
+)
+from autotune.env import parse_fraction
 from autotune.errors import ConfigError, SearchSpaceError
 from autotune.taskinfo import DEFAULT_TASK, TASKS
 from autotune.topology import STRATEGIES, Topology, affinity_sets, this_machine
-
 
 
 def _spaces_dir() -> Path:
@@ -281,7 +292,6 @@ def _model_dropout_masks(path: Path, knob: Knob, fixed: dict[str, Any],
 def _stated_precision(path: Path, value: Any) -> float | None:
     """A space's ``precision:`` (3% or 0.03): its trials' target precision, unless the
     search is given one."""
-    from autotune.env import parse_fraction
 
     if value is None:
         return None

@@ -9,8 +9,14 @@ import optuna
 
 from autotune.errors import StudyNotFoundError
 from autotune.storage import masked, open_storage
-from autotune.study._options import STUDIES_DIR, default_storage, default_study_name, \
-    study_folder  # noqa: F401
+from autotune.study import _records as rec
+from autotune.study._options import (
+    STUDIES_DIR,
+    default_storage,
+    default_study_name,  # noqa: F401
+    study_folder,  # noqa: F401
+)
+from autotune.study._optuna import storage as storage_of
 
 
 def load_study(study_name: str, *, storage: str | None = None,
@@ -75,7 +81,6 @@ def study_rows(*, storage: str | None = None,
                studies_dir: str | Path = STUDIES_DIR) -> list[dict[str, Any]]:
     """One row per study (``autotune studies``): its name, storage, task, trials, best
     throughput and unit, and when its last trial started."""
-    from autotune.study import _records as rec
 
     rows = []
     for name, url in study_names(storage=storage, studies_dir=studies_dir):
@@ -95,8 +100,6 @@ def delete_study(study: optuna.Study, url: str, studies_dir: str | Path) -> dict
     """Deletes ``study`` from its storage, its folder, and its own SQLite file once that
     holds no study; returns what it deleted (``what``: in words)."""
     import shutil
-
-    from autotune.study._optuna import storage as storage_of
 
     folder = study_folder(studies_dir, study.study_name, url)
     n_trials, what = len(study.trials), deletion(study, url, studies_dir)

@@ -10,6 +10,8 @@ import signal
 import time
 from pathlib import Path
 
+from autotune.trial._window import loader_worker_pids
+
 FAULT_ALLOC_CHUNK = 64 << 20
 FAULT_ALLOC_MAX = 8 << 30
 
@@ -46,8 +48,6 @@ def fault_hook(spec: str, trial_dir: Path):
 
             torch.empty(1 << 50, dtype=torch.uint8, device=pipe.device)  # a petabyte
         if kind in ("loader-hang", "loader-kill"):
-            from autotune.trial._window import loader_worker_pids
-
             pids = loader_worker_pids(pipe.loader)
             if not pids:
                 raise RuntimeError(f"fault {kind} needs loader workers (num_workers > 0)")

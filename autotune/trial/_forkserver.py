@@ -8,6 +8,9 @@ that no other trial ran in; it starts its own session, gets its own memory (copy
 write), initialises its own CUDA context, dynamo and inductor state, and starts its
 own threads (``fork`` copies only the forking thread).
 
+Its own imports wait inside :func:`serve` and :func:`bisect` until the protocol's
+stdout is set aside, so that a module that prints cannot corrupt it.
+
 CUDA does not survive a fork once the parent has initialised its driver, and an
 import can do that without torch knowing (``torch.cuda.is_initialized()`` stays
 false). So the server checks three things. Its imports must leave torch's CUDA

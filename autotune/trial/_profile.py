@@ -11,6 +11,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from autotune.env import make_writable_dir
 from autotune.errors import ConfigError
 from autotune.files import atomic_write
 
@@ -46,7 +47,6 @@ def _epochs(loader):
 def check_profile_folder(folder: str | os.PathLike) -> Path:
     """Makes the folder; refuses one that already holds a trace, which the profile
     would overwrite."""
-    from autotune.env import make_writable_dir
 
     path = make_writable_dir(Path(folder), "--profile")
     for name in (TRACE, TOP_OPS):

@@ -22,11 +22,16 @@ import psutil
 import torch
 from torch import nn
 
-from autotune.pipeline import heap_state
-from autotune.pipeline import Pipeline, device_sync
+from autotune.pipeline import Pipeline, device_sync, gpu_room, heap_state
 from autotune.specs import MeasureSpec
-from autotune.trial._result import MIB, CompileStats, MemoryStats, Observed, WindowStats, \
-    rate_half_width
+from autotune.trial._result import (
+    MIB,
+    CompileStats,
+    MemoryStats,
+    Observed,
+    WindowStats,
+    rate_half_width,
+)
 
 CHILD_REFRESH_S = 0.1  # how often the memory sampler looks for new loader workers
 # A first timed step this much slower than the median means the warm-up was too short.
@@ -531,7 +536,6 @@ def _device_memory(pipe: Pipeline) -> dict:
     device = pipe.device
     if device.type != "cuda":
         return {"device_total_bytes": psutil.virtual_memory().total}
-    from autotune.pipeline import gpu_room
 
     return {"cuda_max_allocated_bytes": torch.cuda.max_memory_allocated(device),
             "cuda_max_reserved_bytes": torch.cuda.max_memory_reserved(device),

@@ -5,6 +5,10 @@ Started by ``runner.py`` as a fresh interpreter, or forked by ``forkserver.py``
 dataset, builds the pipeline, measures it and writes a ``TrialResult`` as JSON.
 Any exception becomes an ``error`` (or ``oom``) result with its traceback.
 
+torch, PyG and the pipeline are imported inside :func:`run`, timed apart as the
+trial's start-up (a forked trial finds them imported by the fork server already),
+and the fork server imports this module before them.
+
 ``AUTOTUNE_TEST_FAULT`` set, it loads the test suite's fault hook
 (:mod:`autotune.trial._faults`); unset, that module is never imported.
 """
