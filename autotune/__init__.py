@@ -32,6 +32,8 @@ _EXPORTS = {
     "load_study": "autotune.study",
     "NeighborSampler": "autotune.sampling",
     "make_sampler": "autotune.sampling",
+    "NeighborLoader": "autotune.sampling",
+    "LinkNeighborLoader": "autotune.sampling",
     "TrialConfig": "autotune.config",
     "load_config": "autotune.config",
     "DatasetRef": "autotune.data",
@@ -66,7 +68,8 @@ if TYPE_CHECKING:
     from autotune.pipeline import Pipeline, build
     from autotune.trial import TrialResult
     from autotune.trial import run_trial
-    from autotune.sampling import NeighborSampler, make_sampler
+    from autotune.sampling import LinkNeighborLoader, NeighborLoader, NeighborSampler, \
+        make_sampler
 
 
 def __getattr__(name: str) -> Any:

@@ -26,7 +26,7 @@ Aggregation = Literal["scatter", "sparse"]
 DropoutMasks = Literal["bernoulli", "bits"]
 FeaturePlacement = Literal["gpu", "pinned"]
 FeatureDtype = Literal["float32", "bfloat16"]
-Task = Literal["node", "link", "graph"]  # the names of autotune.taskinfo.TASKS
+TaskName = Literal["node", "link", "graph"]  # the names of autotune.taskinfo.TASKS
 TemporalStrategy = Literal["uniform", "last"]  # PyG's temporal_strategy
 
 COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
@@ -81,7 +81,7 @@ class TrialConfig:
     edge_fanouts: dict[str, tuple[int, ...]] | None = None
     recompile_limit: int | None = None  # torch._dynamo's per frame; None: torch's (8)
     # pipeline facts
-    task: Task = DEFAULT_TASK
+    task: TaskName = DEFAULT_TASK
     # temporal sampling (node tasks): the node attribute holding times, and how
     # neighbours no later than the seed are drawn; it changes what trains, so a fact
     time_attr: str | None = None

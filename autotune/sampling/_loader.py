@@ -41,7 +41,7 @@ class NeighborLoader(pyg_loader.NeighborLoader):
 
     Example::
 
-        from autotune.sampling import NeighborLoader  # was: from torch_geometric.loader
+        from autotune import NeighborLoader  # was: from torch_geometric.loader
 
         loader = NeighborLoader(data, num_neighbors=[25, 10], batch_size=1024,
                                 input_nodes=data.train_mask, shuffle=True)
@@ -67,7 +67,7 @@ class LinkNeighborLoader(pyg_loader.LinkNeighborLoader):
 
     Example::
 
-        from autotune.sampling import LinkNeighborLoader
+        from autotune import LinkNeighborLoader
 
         loader = LinkNeighborLoader(train_data, num_neighbors=[10, 5], batch_size=512,
                                     edge_label_index=train_data.edge_label_index,

@@ -19,7 +19,7 @@ _EXPORTS = {
     "WindowStats": "_result",
     "ratio_half_width": "_result",
     "t975": "_result",
-    "ForkServer": "_runner",
+    "ForkServer": "_forkserver",
     "run_trial": "_runner",
 }
 __all__ = sorted(_EXPORTS)

@@ -56,9 +56,12 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 import time
+from pathlib import Path
 
+from autotune.files import atomic_write, dump
 from autotune.logging import get_logger
 
 log = get_logger(__name__)
@@ -466,3 +469,263 @@ if __name__ == "__main__":
     code = spare("--no-compile" not in args) if "--spare" in args else \
         serve(check, "--no-compile" not in args, _flag(args, "--stop-before"))
     _leave(code)
+
+
+KILL_WAIT_S = 5.0  # after SIGTERM, before SIGKILL
+
+
+# The search's side: the handle on one server (its process, its protocol), forking a
+# trial from it or, where it is unusable, starting spare interpreters.
+FORKED = "fork server"
+SPARE = "spare interpreter"
+SERVER_READY_TIMEOUT_S = 300.0
+
+
+class ForkServer:
+    """How the trials of one search start: forked from one :mod:`autotune.trial._forkserver`
+    (started on the first trial, inside the measurement lock, so its imports overlap
+    no other search's window, then idle while each trial runs, and closed with the
+    search), or, once that server is unusable (its imports initialised CUDA, its
+    canary failed, it died), each in a *spare interpreter*: a fresh interpreter
+    started while the trial before runs, stopped by that trial during its measured
+    windows. ``method="spare"`` starts no server and uses spares from the first
+    trial. Each trial's ``observed.trial_start`` says which it was and why. Use as
+    a context manager."""
+
+    def __init__(self, folder: Path | None = None, *, compiles: bool = True,
+                 method: str = "auto", canary: str | None = None) -> None:
+        # FOLDER/forkserver.log: the server's and spares' stderr (None: this process's);
+        # FOLDER/forkserver.json: its pid, import steps, CUDA queries and checks.
+        # compiles: whether a trial may compile (else inductor is left to the child)
+        # canary: MODULE:FUNCTION checked in place of the CUDA canary, on any device
+        if method not in ("auto", "spare"):
+            raise ValueError(f"method must be auto or spare, not {method!r}")
+        self.folder = Path(folder) if folder is not None else None
+        self.compiles = compiles
+        self.method = method
+        self.canary = canary
+        self.stop_before: str | None = None  # the step each forked trial imports itself
+        self.proc: subprocess.Popen | None = None
+        self.ready: dict | None = None
+        self.unusable: str | None = None
+        self._lines: _Lines | None = None
+        self.spare: subprocess.Popen | None = None  # the next trial's interpreter
+        self._taken: subprocess.Popen | None = None  # this trial's, until it is handed
+        self.spares_failed: str | None = None
+
+    def __enter__(self) -> ForkServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self, env: dict[str, str], device: str) -> str:
+        """Readies the next trial's start; how it starts: :data:`FORKED`, a
+        :data:`SPARE` or a fresh interpreter, and why not forked."""
+        if self._taken is None:  # not readied already (a spare taken and not used yet)
+            if self.proc is not None and self.proc.poll() is not None:
+                self._fail(f"it exited with code {self.proc.returncode} between trials")
+            if self.method == "auto" and self.unusable is None and self.proc is None:
+                self._launch(env, device)
+            if self.method == "auto" and self.unusable is None:
+                return FORKED if self.stop_before is None else \
+                    f"{FORKED} (stopped before {self.stop_before}, which the trial imports)"
+            if self.spares_failed is None:
+                self._taken = self._take_spare(env)
+            if self._taken is not None:
+                self.spare = self._spawn(env, ["--spare"])  # imports while this trial runs
+        why = [] if self.method == "spare" else [f"fork server unusable: {self.unusable}"]
+        if self._taken is None:
+            return f"fresh interpreter ({'; '.join([*why, self.spares_failed])})"
+        return SPARE + "".join(f" ({w})" for w in why)
+
+    def _launch(self, env: dict[str, str], device: str) -> None:
+        """Starts the server; where a canary fails after a later step than the
+        first, once more with the server stopping before that step."""
+        flags = ["--cuda-canary"] if device == "cuda" or self.canary else []
+        flags += ["--canary", self.canary] if self.canary else []
+        reply = self._serve(env, flags)
+        ready = (reply or {}).get("ready") or {}
+        failed, first = ready.get("canary_step"), None
+        if failed and ready["steps"][0]["step"] != failed:
+            first, self.unusable = self.unusable, None
+            reply = self._serve(env, [*flags, "--stop-before", failed])
+            if self.unusable is None:
+                self.stop_before = failed
+                log.warning("fork server: %s; a second server stops before %s, which "
+                            "each trial imports itself", first, failed)
+        if self.folder is not None and reply is not None:
+            atomic_write(self.folder / "forkserver.json", dump(
+                {**(reply.get("ready") or {}), "unusable": self.unusable,
+                 "first_server": first}, "json"))
+
+    def _serve(self, env: dict[str, str], flags: list[str]) -> dict | None:
+        """One server's start: its ready line, or None; :attr:`unusable` says why
+        it cannot fork trials."""
+        self.proc = self._spawn(env, flags)
+        self._lines = _Lines(self.proc)
+        reply = self._lines.read(SERVER_READY_TIMEOUT_S)
+        if reply is None or "ready" not in reply:
+            self._fail("it exited or timed out before it was ready")
+        elif reply.get("unusable"):
+            self._fail(reply["unusable"])
+        else:
+            self.ready = reply["ready"]
+        return reply
+
+    def _spawn(self, env: dict[str, str], flags: list[str]) -> subprocess.Popen:
+        argv = [sys.executable, "-m", "autotune.trial._forkserver", *flags]
+        if not self.compiles:
+            argv.append("--no-compile")
+        err = None
+        if self.folder is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            err = open(self.folder / "forkserver.log", "ab")
+        try:
+            return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=err, env=env)
+        finally:
+            if err is not None:
+                err.close()
+
+    def _take_spare(self, env: dict[str, str]) -> subprocess.Popen | None:
+        """The spare started during the trial before (or one started now), once its
+        imports are done; None when it failed, and spares are not tried again."""
+        spare, self.spare = self.spare, None
+        if spare is None:
+            spare = self._spawn(env, ["--spare"])
+        reply = _Lines(spare).read(SERVER_READY_TIMEOUT_S)
+        if reply is not None and "ready" in reply:
+            return spare
+        _end(spare)
+        self.spares_failed = f"a spare interpreter exited or timed out before it was " \
+            f"ready (exit {spare.returncode})"
+        return None
+
+    def quiet_pids(self) -> list[int]:
+        """What the next trial stops during its windows: the spare that imports."""
+        return [self.spare.pid] if self.spare is not None else []
+
+    def resume(self) -> None:
+        """Lets the next spare go on (after a trial, which may have died while it
+        held it stopped)."""
+        if self.spare is not None:
+            try:
+                os.kill(self.spare.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+    def _fail(self, why: str) -> None:
+        self.unusable = why
+        self._close_server()
+
+    def fork(self, argv: list[str], stdout: Path, stderr: Path,
+             env: dict[str, str]) -> _Forked | subprocess.Popen:
+        """Starts the trial that :meth:`start` readied: forked by the server, or in
+        the spare taken for it."""
+        request = {"argv": argv, "stdout": str(stdout), "stderr": str(stderr), "env": env}
+        if self._taken is not None:
+            spare, self._taken = self._taken, None
+            try:
+                spare.stdin.write((json.dumps(request) + "\n").encode())
+                spare.stdin.close()
+            except OSError:  # it died since it was ready: its exit code is the trial's
+                pass
+            spare.stdout.close()
+            return spare
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:
+            self._fail("it died between trials")
+            raise RuntimeError(f"the fork server failed to fork a trial: {self.unusable}")
+        reply = self._lines.read(SERVER_READY_TIMEOUT_S)
+        if reply is None or "pid" not in reply:
+            self._fail("it died while forking a trial")
+            raise RuntimeError(f"the fork server failed to fork a trial: {self.unusable}")
+        return _Forked(self, reply["pid"])
+
+    def close(self) -> None:
+        self._close_server()
+        for spare in (self.spare, self._taken):
+            if spare is not None:
+                _end(spare)
+        self.spare = self._taken = None
+
+    def _close_server(self) -> None:
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        _end(proc)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Ends a server or a spare that has no trial: at the end of its stdin, or
+    killed after :data:`KILL_WAIT_S`."""
+    try:
+        os.kill(proc.pid, signal.SIGCONT)  # a stopped spare cannot read its stdin's end
+    except ProcessLookupError:
+        pass
+    try:
+        if not proc.stdin.closed:
+            proc.stdin.close()
+        proc.wait(timeout=KILL_WAIT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
+    if not proc.stdout.closed:
+        proc.stdout.close()
+
+
+class _Lines:
+    """A server's or spare's protocol lines."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self._buffer = b""
+
+    def read(self, timeout_s: float | None) -> dict | None:
+        """The next line, or None on end of file or after ``timeout_s`` (0: only
+        what is there already)."""
+        import select
+
+        fd = self.proc.stdout.fileno()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while b"\n" not in self._buffer:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([fd], [], [], wait)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+
+class _Forked:
+    """A trial forked by the server, with the part of ``Popen`` that ``_watch`` uses."""
+
+    def __init__(self, server: ForkServer, pid: int) -> None:
+        self.server, self.pid = server, pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._collect(0.0)
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.returncode is None:
+            self._collect(None)
+        return self.returncode
+
+    def _collect(self, timeout_s: float | None) -> None:
+        reply = self.server._lines.read(timeout_s)
+        if reply is not None and reply.get("pid") == self.pid and "exit" in reply:
+            self.returncode = reply["exit"]
+        elif reply is None and (timeout_s is None or self.server.proc is None
+                                or self.server.proc.poll() is not None):
+            self.server._fail("it died while a trial ran")
+            self.returncode = -signal.SIGKILL  # the trial died with it (PDEATHSIG)
