@@ -69,7 +69,6 @@ SEARCH_OPTIONS: tuple[Option, ...] = (
     Option("grace_period", GRACE_S, POSITIVE_INT, "a trial whose heartbeat is older than this "
            "is failed and its config re-queued once", unit="s"),
 )
-SEARCH_OPTION = {o.name: o for o in SEARCH_OPTIONS}
 # search() keywords of an older autotune, read as today's (with a FutureWarning)
 RENAMED_KEYWORDS = {"timeout_s": "timeout", "heartbeat_s": "heartbeat",
                     "grace_s": "grace_period", "sampler": "optuna_sampler"}
