@@ -232,6 +232,15 @@ def _whole(least: int) -> Callable[[Any], int]:
     return convert
 
 
+def _positive(value: Any) -> float:
+    if isinstance(value, bool):
+        raise TypeError(value)
+    number = float(value)  # a number, or a flag's text
+    if not number > 0:
+        raise ValueError(value)
+    return number
+
+
 def _switch(value: Any) -> bool:
     if not isinstance(value, bool):
         raise TypeError(value)
@@ -240,6 +249,10 @@ def _switch(value: Any) -> bool:
 
 def _duration(value: Any) -> float:
     return parse_duration(value)
+
+
+def _duration_or_zero(value: Any) -> float:
+    return parse_duration(value, zero=True)
 
 
 def _fraction(value: Any) -> float:
@@ -260,9 +273,11 @@ def one_of(*choices: str) -> Check:
 
 POSITIVE_INT = Check("a positive integer", _whole(1))
 COUNT = Check("a whole number >= 0", _whole(0))
+POSITIVE_NUMBER = Check("a positive number", _positive)
 INTEGER = Check("an integer", _whole(-2 ** 63))
 SWITCH = Check("True or False", _switch)
 DURATION = Check("a duration such as 90s, 15m or 2h", _duration)
+DURATION_OR_ZERO = Check("a duration such as 2s, or 0", _duration_or_zero)
 FRACTION = Check("a fraction in (0, 1) such as 3% or 0.03", _fraction)
 SIZE = Check("a size such as 8GiB, 512MiB or 2GB", _size, labelled=True)  # parse_bytes words it
 

@@ -5,19 +5,22 @@ from the option records (:mod:`autotune.specs`, :class:`SearchOptions`), each
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 from typing import Any, Callable
 
 from autotune.cli._render import FORMATS
 from autotune.config import TEMPORAL_STRATEGIES
-from autotune.env import parse_duration, parse_fraction
 from autotune.errors import ConfigError
 from autotune.logging import get_logger
 from autotune.specs import (
+    DURATION,
+    DURATION_OR_ZERO,
     FRACTION,
+    POSITIVE_INT,
+    POSITIVE_NUMBER,
     STUDIES_DIR,
     SWITCH,
+    Check,
     GuardOptions,
     MeasureSpec,
     Option,
@@ -139,13 +142,23 @@ def _add_options(p: argparse.ArgumentParser) -> None:
 
 def _checked(option: Option) -> Callable[[str], Any]:
     """An argparse type: the option's own check of a flag's text."""
+    return _flag_type(option.check, option.flag)
+
+
+def _flag_type(check: Check, flag: str = "") -> Callable[[str], Any]:
+    """An argparse type from a :class:`autotune.specs.Check`, the one check of a value
+    however it is given: argparse names the flag, the check says what it takes."""
     def convert(text: str) -> Any:
         try:
-            return option.check(option.flag, text)
+            return check(flag, text)
         except ConfigError as exc:
-            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{option.flag} ")) \
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{flag} ").strip()) \
                 from None
     return convert
+
+
+_positive_int = _flag_type(POSITIVE_INT)
+_positive_float = _flag_type(POSITIVE_NUMBER)
 
 
 def _shown(option: Option) -> str:
@@ -193,47 +206,12 @@ def _did_you_mean(message: str) -> str:
     return f"; did you mean {near[0]!r}?" if near else ""
 
 
-def _number(kind: type, what: str) -> Callable[[str], Any]:
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a {what} (got {text!r})") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"expected a {what} (got {text!r})")
-        return value
-    return parse
 
 
-_positive_float = _number(float, "positive number")
 
-
-def _argument(parse: Callable[[str], Any], expected: str) -> Callable[[str], Any]:
-    """An argparse type from a library parser that raises ValueError on bad text."""
-    def convert(text: str):
-        try:
-            return parse(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected} (got {text!r})") from None
-    return convert
-
-
-_duration = _argument(parse_duration, "a duration such as 90s, 15m or 2h")  # 90, 90s, 1.5h
-_fraction = _argument(parse_fraction, "a fraction in (0, 1) such as 3% or 0.03")
-_positive_int = _number(int, "positive integer")
-_warmup_time = _argument(functools.partial(parse_duration, zero=True),
-                         "a duration such as 2s, or 0")
-
-
-def _count(text: str) -> int:
-    """A whole number >= 0 (``--confirm 0`` turns the confirmation off)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0 (got {text!r})")
-    return value
+_duration = _flag_type(DURATION)  # 90, 90s, 1.5h
+_fraction = _flag_type(FRACTION)
+_warmup_time = _flag_type(DURATION_OR_ZERO)
 
 
 def _port(text: str) -> int:

@@ -85,8 +85,8 @@ def role_of(attrs: dict[str, Any]) -> str:
 def _renamed(attrs: dict[str, Any]) -> dict[str, Any]:
     """A trial's attributes with an older study's keys in today's names: its
     ``val_acc`` (which held ROC-AUC for a link study) as ``validation``, named by the
-    task of its config; its role (:func:`role_of`); its config's knobs and its observed sampling backend as
-    :data:`autotune.config.RENAMED_KNOBS` names them now."""
+    task of its config; its role (:func:`role_of`); its config's knobs and its observed
+    sampling backend as :data:`autotune.config.RENAMED_KNOBS` names them now."""
     out = {LEGACY_GUARD_KEYS.get(k, k): v for k, v in attrs.items()
            if k != "val_acc" and k not in LEGACY_ROLE_KEYS}
     out[ROLE] = role_of(attrs)
@@ -356,6 +356,8 @@ def stored(**fields: Any) -> dict[str, Any]:
     unknown = set(fields) - TRIAL_FIELDS
     if unknown:
         raise KeyError(f"not a TrialRecord field: {', '.join(sorted(unknown))}")
+    if fields.get(ROLE, ROLES[0]) not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)} (got {fields[ROLE]!r})")
     out = {}
     for name, value in fields.items():
         if value == _EMPTY_FIELDS[name]:
