@@ -1,7 +1,7 @@
 """``TrialConfig``: the one record that goes from the search to a trial's worker.
 
 Knobs are what the search varies; pipeline facts (model, sizes, dataset, device,
-seed) stay fixed within a study. Every field takes effect in ``pipeline.py``.
+seed) stay fixed within a study. Every field takes effect in ``pipeline/_build.py``.
 """
 from __future__ import annotations
 

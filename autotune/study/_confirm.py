@@ -252,7 +252,8 @@ def candidates(opts: SearchOptions, study: optuna.Study) -> list[int]:
     picked = [r.trial for r in rows[:opts.confirm]] + \
         [r.trial for r in rows if "knee" in r.marks or r.default]
     picked = [n for n in dict.fromkeys(picked) if n != s.baseline]
-    if s.baseline is None or not picked or not trials[s.baseline].complete:
+    if s.baseline is None or not picked or not any(t.number == s.baseline and t.complete
+                                                   for t in trials):
         return []
     return [s.baseline, *picked]
 

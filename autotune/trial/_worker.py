@@ -1,6 +1,6 @@
 """The trial process: ``python -m autotune.trial._worker SPEC.json RESULT.json``.
 
-Started by ``runner.py`` as a fresh interpreter, or forked by ``forkserver.py``
+Started by ``_runner.py`` as a fresh interpreter, or forked by ``_forkserver.py``
 (which then calls :func:`main`). It memory-maps the prepared
 dataset, builds the pipeline, measures it and writes a ``TrialResult`` as JSON.
 Any exception becomes an ``error`` (or ``oom``) result with its traceback.
