@@ -5,47 +5,48 @@ importing torch and PyG.
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from autotune.imports import lazy_exports
 
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "AutotuneError": "autotune.errors",
-    "ConfigError": "autotune.errors",
-    "DatasetError": "autotune.errors",
-    "BackendUnavailableError": "autotune.errors",
-    "SearchSpaceError": "autotune.errors",
-    "StorageError": "autotune.errors",
-    "StudyNotFoundError": "autotune.errors",
-    "GuardError": "autotune.errors",
-    "search": "autotune.study",
-    "prepare_search": "autotune.study",
-    "SearchResult": "autotune.study",
-    "SearchPlan": "autotune.study",
-    "SearchRequest": "autotune.study",
-    "TrialRecord": "autotune.study",
-    "StudyRecord": "autotune.study",
-    "train": "autotune.pipeline",
-    "TrainResult": "autotune.pipeline",
-    "TaskInfo": "autotune.taskinfo",
-    "load_study": "autotune.study",
-    "NeighborSampler": "autotune.sampling",
-    "make_sampler": "autotune.sampling",
-    "NeighborLoader": "autotune.sampling",
-    "LinkNeighborLoader": "autotune.sampling",
-    "TrialConfig": "autotune.config",
-    "load_config": "autotune.config",
-    "DatasetRef": "autotune.data",
-    "load_dataset": "autotune.data",
-    "synthetic_reddit": "autotune.data",
-    "build": "autotune.pipeline",
-    "Pipeline": "autotune.pipeline",
-    "MeasureSpec": "autotune.specs",
-    "TrialResult": "autotune.trial",
-    "TrialLimits": "autotune.specs",
-    "run_trial": "autotune.trial",
-    "hold_heap": "autotune.pipeline",
+    "AutotuneError": "errors",
+    "ConfigError": "errors",
+    "DatasetError": "errors",
+    "BackendUnavailableError": "errors",
+    "SearchSpaceError": "errors",
+    "StorageError": "errors",
+    "StudyNotFoundError": "errors",
+    "GuardError": "errors",
+    "search": "study",
+    "prepare_search": "study",
+    "SearchResult": "study",
+    "SearchPlan": "study",
+    "SearchRequest": "study",
+    "TrialRecord": "study",
+    "StudyRecord": "study",
+    "train": "pipeline",
+    "TrainResult": "pipeline",
+    "TaskInfo": "taskinfo",
+    "load_study": "study",
+    "NeighborSampler": "sampling",
+    "make_sampler": "sampling",
+    "NeighborLoader": "sampling",
+    "LinkNeighborLoader": "sampling",
+    "TrialConfig": "config",
+    "load_config": "config",
+    "DatasetRef": "data",
+    "load_dataset": "data",
+    "synthetic_reddit": "data",
+    "build": "pipeline",
+    "Pipeline": "pipeline",
+    "MeasureSpec": "specs",
+    "TrialResult": "trial",
+    "TrialLimits": "specs",
+    "run_trial": "trial",
+    "hold_heap": "pipeline",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -71,9 +72,4 @@ if TYPE_CHECKING:
     from autotune.sampling import LinkNeighborLoader, NeighborLoader, NeighborSampler, \
         make_sampler
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'autotune' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -136,7 +136,7 @@ class TrialConfig:
         if self.time_attr is not None and not task_info(self.task).temporal:
             raise ConfigError(f"time_attr samples node batches in time (got task {self.task} "
                               "with time_attr); leave it out, or use the temporal loaders "
-                              "of autotune.sampling._loader directly")
+                              "of autotune.sampling directly")
         if self.shapes == "padded" and self.compile_mode == "none":
             raise ConfigError("shapes 'padded' only helps a compiled model; set compile_mode "
                               "(got compile_mode 'none')")

@@ -247,16 +247,8 @@ def _switch(value: Any) -> bool:
     return value
 
 
-def _duration(value: Any) -> float:
-    return parse_duration(value)
-
-
 def _duration_or_zero(value: Any) -> float:
     return parse_duration(value, zero=True)
-
-
-def _fraction(value: Any) -> float:
-    return parse_fraction(value)
 
 
 def _size(value: Any, label: str) -> int:
@@ -276,9 +268,9 @@ COUNT = Check("a whole number >= 0", _whole(0))
 POSITIVE_NUMBER = Check("a positive number", _positive)
 INTEGER = Check("an integer", _whole(-2 ** 63))
 SWITCH = Check("True or False", _switch)
-DURATION = Check("a duration such as 90s, 15m or 2h", _duration)
+DURATION = Check("a duration such as 90s, 15m or 2h", parse_duration)
 DURATION_OR_ZERO = Check("a duration such as 2s, or 0", _duration_or_zero)
-FRACTION = Check("a fraction in (0, 1) such as 3% or 0.03", _fraction)
+FRACTION = Check("a fraction in (0, 1) such as 3% or 0.03", parse_fraction)
 SIZE = Check("a size such as 8GiB, 512MiB or 2GB", _size, labelled=True)  # parse_bytes words it
 
 

@@ -210,7 +210,6 @@ def check_storage(url: str) -> None:
 
 def _check_folder(path: Path) -> None:
     """That the study database ``path`` can be written into its folder."""
-
     if not writable_dir(path.parent):
         raise StorageError(f"cannot write the study database in '{path.parent}'; pass a "
                            "writable --studies-dir or another --storage")

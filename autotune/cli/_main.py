@@ -36,8 +36,7 @@ from autotune.errors import AutotuneError, ConfigError, GuardError
 from autotune.files import inductor_cache_dir
 from autotune.logging import enable_default_handler
 from autotune.specs import STUDIES_DIR, MeasureSpec, TrialLimits, check_limits
-from autotune.study import SEARCH_OPTIONS, drifts
-from autotune.study import _records as rec
+from autotune.study import SEARCH_OPTIONS, _records as rec, drifts
 from autotune.taskinfo import DEFAULT_TASK, task_info
 from autotune.trial import ProfileSpec, check_profile_folder
 

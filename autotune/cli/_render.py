@@ -137,7 +137,6 @@ def trial_row(r) -> dict[str, Any]:
 
 def result_text(result, trial_dir) -> str:
     """``autotune trial``'s table."""
-
     cfg = result.config
     lines = [f"trial  {result.status}" + (f": {result.reason}" if result.reason else ""),
              f"config batch {cfg.batch_size}, fanout {list(cfg.num_neighbors)}, "
@@ -307,7 +306,6 @@ def train_summary(result, measured: dict | None, *, epochs: int, config_path: st
     the throughput achieved against the one its trial measured (``measured``, from
     the export), with a word on why where the ratio lies outside
     :data:`autotune.specs.CARRYOVER`."""
-
     low, high = CARRYOVER
     best, achieved, unit = result.best, result.throughput, result.unit
     ratio = achieved / measured["throughput"] if measured else None

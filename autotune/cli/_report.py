@@ -12,13 +12,10 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.files import atomic_write
-from autotune.study import Point
+from autotune.study import Point, StudyRecord, _records as rec, drifts, points, study_front, \
+    study_reference
 from autotune.cli._render import drift_lines, front_columns, short
 from autotune.storage import masked
-from autotune.study import _records as rec
-from autotune.study import study_front, study_reference
-from autotune.study import drifts
-from autotune.study import StudyRecord, points
 
 FIGSIZE = (7.0, 4.5)
 DPI = 110

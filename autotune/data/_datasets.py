@@ -183,7 +183,6 @@ class Dataset:
     def target_store(self):
         """Where the task's seeds and splits live: the graph, the target node type's
         store, or a heterogeneous link split's edge type."""
-
         if not self.hetero:
             return self.data
         if LINK_ATTR in self.data:
@@ -192,7 +191,6 @@ class Dataset:
 
     def feature_store(self):
         """The node store whose features the model's input width is read from."""
-
         if self.hetero and LINK_ATTR in self.data:
             return self.data[link_edge_type(self.data)[0]]
         return self.target_store()
@@ -351,7 +349,6 @@ def _materialise(name: str, root: Path, scale: float, seed: int):
 
 def _from_function(path: str, seed: int = 0):
     """A user's dataset function, ``package.module:function`` returning a ``Data``."""
-
     try:
         function = import_object(path, what="dataset function", option="--dataset (dataset=)")
     except ConfigError as exc:

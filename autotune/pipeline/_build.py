@@ -344,7 +344,6 @@ def check_gpu_fit(need: dict[str, int], free: int, total: int) -> None:
     :data:`GPU_HEADROOM` of the device free, saying what would fit: the graph with
     its features in pinned host memory (``feature_placement pinned``), or only CPU
     sampling."""
-
     room = free - int(GPU_HEADROOM * total)
     if sum(need.values()) <= room:
         return
@@ -527,7 +526,6 @@ def _sampler(config: TrialConfig, task, data, device: torch.device, cache_file, 
 def _transform(config: TrialConfig, features, device: torch.device):
     """What the loader applies to each batch (padding, float features, the pinned
     features' gather), and that gather (None unless features stay pinned)."""
-
     transform = PadToBucket(config.pad_ladder) if config.shapes == "padded" else None
     if config.feature_dtype != "float32":
         transform = chain(FloatFeatures(), transform)

@@ -346,7 +346,6 @@ class GraphTask(Task):
 
     def evaluate(self, pipe, data, split: str) -> float:
         """Share of the split's graphs classified right, in the config's autocast."""
-
         if f"{split}_mask" not in data:
             raise ConfigError(f"the dataset has no {split}_mask; accuracy needs one")
         loader = GraphLoader(data.split(split), batch_size=pipe.config.batch_size,
@@ -461,7 +460,6 @@ def check_dataset(config: TrialConfig, dataset) -> None:
 def _check_time(config: TrialConfig, dataset) -> None:
     """A search's temporal sampling needs node-level times: each seed trains at its
     own node's time (edge-level times need seed times the dataset does not give)."""
-
     try:
         node, _ = time_attribute(dataset.data, config.time_attr)
     except ValueError as exc:

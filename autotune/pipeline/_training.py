@@ -174,7 +174,6 @@ class TrainResult:
     def to_dict(self) -> dict[str, Any]:
         """Its figures for JSON; the best epoch's metric named for what it is
         (``best_val_accuracy``, or ``best_val_roc_auc`` for link prediction)."""
-
         key = task_info(self.config).metric_key
         return {"config": self.config.to_dict(), **self.training.to_dict(), "unit": self.unit,
                 "metric": self.metric, "best_epoch": self.best.epoch,
@@ -196,7 +195,6 @@ def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset
     config reuses the kernels its search compiled: ``inductor_cache`` (default the
     studies folder's, :func:`autotune.files.inductor_cache_dir`), unless
     ``TORCHINDUCTOR_CACHE_DIR`` is set."""
-
     cache_dir = inductor_cache if inductor_cache is not None else \
         inductor_cache_dir(STUDIES_DIR)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache_dir).resolve()))

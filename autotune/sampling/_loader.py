@@ -107,7 +107,6 @@ def _renamed_backend(kwargs: dict[str, Any], backend: str) -> str:
 def _neighbor_sampler(args: dict, backend: str, options: dict[str, Any] | None):
     """The sampler the loader uses: the one passed in (checked against
     ``num_neighbors``), PyG's (``None``: PyG builds it) or a new built-in one."""
-
     if backend not in LOADER_BACKENDS:
         raise ConfigError(f"sampling_backend must be one of {', '.join(LOADER_BACKENDS)} "
                           f"(got {backend!r})")
@@ -129,7 +128,6 @@ def _neighbor_sampler(args: dict, backend: str, options: dict[str, Any] | None):
 def _check_same_fanout(sampler, num_neighbors) -> None:
     """A loader's ``num_neighbors`` that its ``neighbor_sampler`` would ignore is an
     error: PyG's loaders silently sample with the sampler's own."""
-
     have = sampler.num_neighbors
     have = getattr(have, "values", have)  # PyG's NumNeighbors
     edge_types = getattr(sampler, "edge_types", None)

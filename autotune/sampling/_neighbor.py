@@ -236,7 +236,6 @@ def draw_slots(csc: CSCGraph, seeds: Tensor, fanouts: list[int], replace: bool,
     """Every hop by the Triton kernel, relabelled and compacted in fixed shapes, and
     the scratch maps reset: no host sync and no shape that depends on the draw, so
     the whole batch can be captured in a CUDA graph."""
-
     local = torch.arange(seeds.numel(), device=seeds.device)
     assoc.index_copy_(0, seeds, local)
     total = torch.full((), seeds.numel(), dtype=torch.long, device=seeds.device)
@@ -392,7 +391,6 @@ class NeighborSampler(BaseSampler):
 
     def _time_order(self) -> dict:
         """Each timed edge type's ``(time, order, steps)`` (:func:`time_ordered`)."""
-
         out = {}
         for edge_type, csc in self.cscs.items():
             src_time = self.node_time.get(edge_type[0])
@@ -463,7 +461,6 @@ class NeighborSampler(BaseSampler):
     def edge_set(self, edge_type=None):
         """The graph's edges of ``edge_type`` as a membership test (None: not a type
         of this graph), for negative sampling."""
-
         key = _HOMOGENEOUS_EDGE if edge_type is None else tuple(edge_type)
         if key not in self.cscs:
             return None
@@ -584,7 +581,6 @@ class NeighborSampler(BaseSampler):
         """The torch path: seeds as a tensor (homogeneous) or a dict per node type, with
         their times when temporal (``None``: each seed node's own); its uniform hops go
         to the Triton kernel when the kernel is triton."""
-
         if self.slots:
             return self.sample(seeds)
         if not isinstance(seeds, dict):
@@ -651,7 +647,6 @@ class NeighborSampler(BaseSampler):
                           neg_sampling: NegativeSampling | None = None
                           ) -> SamplerOutput | HeteroSamplerOutput:
         """PyG's ``LinkLoader`` semantics: see :mod:`autotune.sampling._links`."""
-
         return self._bidirected(sample_from_edges(self, index, neg_sampling))
 
     def __repr__(self) -> str:

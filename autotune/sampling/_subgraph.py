@@ -99,7 +99,6 @@ def kernel_hop(colptr: Tensor, row: Tensor, frontier: Tensor, k: int, replace: b
                generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
     """:func:`draw_hop` by the Triton hop kernel (:mod:`autotune.sampling._kernels`): the same
     distribution in one launch instead of ~k small kernels per position."""
-
     seed = torch.randint(1 << 62, (1,), device=frontier.device, generator=generator)
     edge, _ = draw_hop_slots(colptr, row, frontier, k, replace, seed)
     owner = torch.arange(frontier.numel(), device=frontier.device).repeat_interleave(k)

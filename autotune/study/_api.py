@@ -74,7 +74,6 @@ class SearchResult:
     def drift(self) -> list[dict[str, Any]]:
         """The baseline's measurements in time order, each with its change from the
         first (:func:`autotune.study._paired.drifts`)."""
-
         return drifts(self.trials)
 
     def __repr__(self) -> str:
@@ -85,7 +84,6 @@ class SearchResult:
         """Writes the picked trial (default, knee, max-throughput, min-memory or
         trial:N) as an export file that ``autotune train``, ``autotune trial`` and
         :func:`autotune.load_config` read."""
-
         out = Path(path)
         if out.suffix not in (".yaml", ".yml", ".json"):
             raise ConfigError(f"--out (path=) must end in .yaml, .yml or .json (got '{out}')")
@@ -340,7 +338,6 @@ def _open(opts: SearchOptions, baseline: TrialConfig):
     """The checks only this machine, the storage and the prepared dataset can make, in
     that order (nothing is created before the cheap ones pass); then the study,
     created or joined. Returns it, the prepared dataset and its stats."""
-
     _check_machine(baseline)
     check_storage(opts.storage)  # a bad URL, an unreachable server: at once, creating nothing
     prepared = opts.dataset.prepare()
@@ -434,7 +431,6 @@ def _facts(model: ModelArg, hidden: int | None, layers: int | None,
            recompile_limit: int | None, task: str = DEFAULT_TASK, *, time_attr: str | None = None,
            temporal_strategy: str = "uniform") -> dict[str, Any]:
     """The pipeline facts given for this search: fixed for its study."""
-
     if model is not None and not isinstance(model, str):
         model = import_path_of(model, what="model factory", option="model=")
     named = {"model": model, "hidden_channels": hidden, "num_layers": layers,
@@ -458,7 +454,6 @@ def _space_and_baseline(space: str | Path | dict, device: str, facts: dict[str, 
                         seed: int):
     """The loaded space (as written; the baseline's values outside it noted) and the
     baseline trial's config."""
-
     base = default_config(device)
     loaded = load_space(space if isinstance(space, dict) else str(space), device=device,
                         baseline=base, facts=facts)
@@ -468,7 +463,6 @@ def _space_and_baseline(space: str | Path | dict, device: str, facts: dict[str, 
 def _check_machine(baseline: TrialConfig) -> None:
     """What only this machine can tell (cores, device, dtype, the sampler backend),
     and that the model factory imports: before anything is created or prepared."""
-
     check_config(baseline)
     if baseline.model not in MODELS:
         import_object(baseline.model, what="model factory", option="--model (model=)")
@@ -478,7 +472,6 @@ def _check_data(baseline: TrialConfig, space, prepared, guard) -> None:
     """That the task fits the dataset (every edge type the space names included),
     that the model factory builds a model for it, and that the dataset has what the
     accuracy guard needs."""
-
     named = {t: knob.choices[0] for t, knob in edge_knobs(space).items()}
     check_dataset(baseline.replace(edge_fanouts=named or None), prepared)
     split = task_info(baseline).val_split
@@ -492,7 +485,6 @@ def _dataset_ref(dataset: DatasetArg, root: str | None, scale: float, seed: int,
                  studies: Path, task: str = DEFAULT_TASK, edge_type: str | None = None):
     """A ``DatasetRef`` for any form of ``dataset``: a Data object is saved once under
     ``STUDIES_DIR/.data/`` (named by its content) for the trial processes to load."""
-
     if _is_graph(dataset):  # first: PyG's Data and HeteroData are callable too
         dataset = str(_saved(dataset, studies / ".data"))
     elif callable(dataset) and not isinstance(dataset, str):

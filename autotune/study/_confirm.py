@@ -1,7 +1,7 @@
 """The measurements a search makes beside its trials: controls and the confirmation.
 
 A *control* measures the baseline's config again once the search has run
-``control_every_s`` seconds or ``control_every_trials`` measured trials since the
+``control_every`` seconds or ``control_every_trials`` measured trials since the
 last reference, so that every trial's speed-up is paired with a baseline measured
 close in time (:mod:`autotune.study._paired`). The *confirmation* ends a search: the
 front's ``confirm`` fastest configs, the knee and the baseline are measured again,
@@ -9,7 +9,7 @@ interleaved in ``confirm_rounds`` rounds (A B C D, A B C D, ...), each measureme
 fresh trial process. Confirmed figures can move the front: where the knee then
 falls on a config the confirmation did not measure, a follow-up confirmation
 measures it against the baseline, in as many rounds (at most :data:`FOLLOW_UPS`).
-Both are stored as trials of the study (``control`` or ``confirm`` set) that count
+Both are stored as trials of the study (role ``control`` or ``confirmation``) that count
 against no budget and never join the front themselves.
 """
 from __future__ import annotations
@@ -22,11 +22,9 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.config import TrialConfig
-from autotune.trial import TrialResult
-from autotune.specs import MeasureSpec
-from autotune.specs import TrialLimits
+from autotune.trial import ForkServer, TrialResult, run_trial
+from autotune.specs import MeasureSpec, TrialLimits
 from autotune.files import inductor_cache_dir
-from autotune.trial import ForkServer, run_trial
 from autotune.study import _records as rec
 from autotune.study._constraints import constraint_values
 from autotune.study._front import front_rows
@@ -69,7 +67,7 @@ def measure(opts: SearchOptions, config: TrialConfig, server: ForkServer, trial_
 
 def limits_within(opts: SearchOptions, left: Left, reserve_s: float = 0.0
                   ) -> tuple[TrialLimits, bool]:
-    """The trial's limits, its timeout cut to what is left of ``budget_s`` (less
+    """The trial's limits, its timeout cut to what is left of ``budget`` (less
     ``reserve_s``); and whether the budget is what bounds it."""
     rest = left()
     if rest is None or rest - reserve_s >= opts.limits.timeout_s:
@@ -97,7 +95,7 @@ def add_measured(opts: SearchOptions, study: optuna.Study, of: FrozenTrial,
 def control_due(opts: SearchOptions, study: optuna.Study) -> FrozenTrial | None:
     """Under the study's lock: the baseline trial when a control is due (and then
     claims it, so no other worker measures one too), else None. Due once the
-    search has run ``control_every_s`` or measured ``control_every_trials`` trials
+    search has run ``control_every`` or measured ``control_every_trials`` trials
     since the latest reference (or claim)."""
     baseline_no = StudyRecord.from_study(study).baseline
     trials = rec.records(study)

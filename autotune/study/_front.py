@@ -153,7 +153,6 @@ def candidate_points(trials: list[TrialRecord], figures: dict[int, Confirmed],
 
 def eager_twin_trial(trial: TrialRecord, trials: list[TrialRecord]) -> TrialRecord | None:
     """The completed trial that measured ``trial``'s config without compile."""
-
     if not trial.config or trial.config.get("compile_mode", "none") == "none":
         return None
     key = twin_of(TrialConfig.from_dict(trial.config)).key()
@@ -202,7 +201,6 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
     """The export of the trial ``how`` picks (default, knee, max-throughput,
     min-memory, trial:N): its full config, the measured figures, the environment and the command
     that reproduces the measurement."""
-
     s = StudyRecord.from_study(study)
     trials = {t.number: t for t in rec.records(study)}
     explicit = how.startswith("trial:")  # any completed trial, flags and all

@@ -21,9 +21,8 @@ from typing import Callable
 
 from autotune.config import TrialConfig
 from autotune.errors import ConfigError, GuardError
-from autotune.trial import TrialResult
+from autotune.trial import TrialResult, run_trial
 from autotune.files import inductor_cache_dir
-from autotune.trial import run_trial
 from autotune.specs import GuardOptions, GuardRun, baseline_metric
 from autotune.storage import measurement_lock
 from autotune.taskinfo import task_info

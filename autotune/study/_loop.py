@@ -28,11 +28,8 @@ from autotune.errors import GuardError
 from autotune.logging import get_logger
 from autotune.specs import MeasureSpec, Screen
 from autotune.storage import Heartbeat, study_lock
-from autotune.study import _confirm as confirmation
-from autotune.study import _guard as guards
-from autotune.study import _optuna
-from autotune.study import _records as rec
-from autotune.study import _recovery as recovery
+from autotune.study import _confirm as confirmation, _guard as guards, _optuna, \
+    _records as rec, _recovery as recovery
 from autotune.study._constraints import set_constraints
 from autotune.study._guard import Verdict
 from autotune.study._options import BUDGET_SHARE, SearchOptions
@@ -88,7 +85,7 @@ def run_search(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig, 
                on_trial_start: Callable[[int, TrialConfig], None] | None = None,
                on_note: Callable[[str], None] | None = None) -> SearchOutcome:
     """Reserves, measures and tells until the study holds ``max_trials`` counted trials,
-    ``timeout_s`` has passed (no new trial starts) or ``budget_s`` has (the running
+    ``timeout`` has passed (no new trial starts) or ``budget`` has (the running
     trial is failed when it would run past it; the confirmation's time is kept
     aside), measuring a control whenever one is due; then confirms the front. Trials
     fork from one :class:`ForkServer` for the whole run. ``on_note``: a line to show
@@ -274,7 +271,7 @@ def _confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, clock
 
 
 class _Clock:
-    """The search's time: ``timeout_s`` stops new trials, ``budget_s`` also bounds the
+    """The search's time: ``timeout`` stops new trials, ``budget`` also bounds the
     running one, less the time kept for the confirmation; the ETA is the smaller of
     the trials' pace (the confirmation's measurements included) and the budget's
     rest."""
@@ -314,7 +311,7 @@ class _Clock:
         measured as long as its own trial took (:func:`confirmation.expected_s`);
         ``ahead=1``: with one more candidate as long as this run's typical
         measurement (the next trial may join the front). At most
-        :data:`BUDGET_SHARE` of ``budget_s``."""
+        :data:`BUDGET_SHARE` of ``budget``."""
         seconds = confirmation.expected_s(self.opts, study,
                                           self.per_measurement() if ahead else 0.0,
                                           self.overhead())
@@ -384,7 +381,6 @@ def defer_compiled(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial
     """A compile variant is measured only after its eager twin: if the twin has not
     been measured, this trial is put back unmeasured (pruned, ``deferred``, counting
     against no budget) and the twin and then the variant are queued."""
-
     knob = opts.space.knobs.get("compile_mode")
     if config.compile_mode == "none" or knob is None or not knob.contains("none"):
         return False
@@ -469,7 +465,6 @@ def _enqueue_priors(opts: SearchOptions, study: optuna.Study, baseline: TrialCon
     queue is empty, so that the rows run first, in order, and none is left queued
     when the trial budget ends first. While a GPU-resident config is the fastest that
     fits, the rows that sample on the CPU wait (they run if that changes)."""
-
     done = list(StudyRecord.from_study(study).priors)
     if not opts.priors or study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         return

@@ -17,8 +17,7 @@ from typing import Callable
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study import _optuna
-from autotune.study import _records as rec
+from autotune.study import _optuna, _records as rec
 
 
 def fail_interrupted(study: optuna.Study) -> list[int]:

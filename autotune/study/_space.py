@@ -292,7 +292,6 @@ def _model_dropout_masks(path: Path, knob: Knob, fixed: dict[str, Any],
 def _stated_precision(path: Path, value: Any) -> float | None:
     """A space's ``precision:`` (3% or 0.03): its trials' target precision, unless the
     search is given one."""
-
     if value is None:
         return None
     try:

@@ -81,7 +81,6 @@ def study_rows(*, storage: str | None = None,
                studies_dir: str | Path = STUDIES_DIR) -> list[dict[str, Any]]:
     """One row per study (``autotune studies``): its name, storage, task, trials, best
     throughput and unit, and when its last trial started."""
-
     rows = []
     for name, url in study_names(storage=storage, studies_dir=studies_dir):
         study, _ = load_study(name, storage=url)

@@ -47,7 +47,6 @@ def _epochs(loader):
 def check_profile_folder(folder: str | os.PathLike) -> Path:
     """Makes the folder; refuses one that already holds a trace, which the profile
     would overwrite."""
-
     path = make_writable_dir(Path(folder), "--profile")
     for name in (TRACE, TOP_OPS):
         if (path / name).exists():
