@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from autotune import logging as logging  # autotune.logging.set_verbosity, as optuna.logging
 from autotune.imports import lazy_exports
 
 __version__ = "0.1.0"

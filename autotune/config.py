@@ -185,6 +185,25 @@ class TrialConfig:
                 out[f.name] = {k: list(v) for k, v in value.items()}
         return out
 
+    def meaningful(self) -> dict[str, Any]:
+        """:meth:`to_dict` without the knobs that do nothing given the others (what an
+        export shows): GPU sampling and where it keeps the features off CUDA, the
+        feature placement without GPU sampling, the pad ladder without padded shapes,
+        the prefetch factor without loader workers, the recompile limit without
+        compiling. Read back, each takes its default, which does nothing either."""
+        idle = set()
+        if self.device != "cuda":
+            idle |= {"gpu_sampling", "feature_placement"}
+        if not self.gpu_sampling:
+            idle.add("feature_placement")
+        if self.shapes != "padded":
+            idle.add("pad_ladder")
+        if self.num_workers == 0:
+            idle.add("prefetch_factor")
+        if self.compile_mode == "none":
+            idle.add("recompile_limit")
+        return {k: v for k, v in self.to_dict().items() if k not in idle}
+
     @classmethod
     def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> TrialConfig:
         """From a mapping of knob names to values; an older export's or study's names

@@ -1,6 +1,7 @@
 """Facts about the machine a trial runs on: cores, CPU model, versions, sizes."""
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
@@ -55,13 +56,14 @@ def parse_duration(text: str | float | int, *, zero: bool = False) -> float:
     return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
 
 
-def parse_fraction(text: str | float) -> float:
-    """A fraction in (0, 1) from 0.03, '0.03' or '3%'; ValueError if not."""
+def parse_fraction(text: str | float, upto_one: bool = False) -> float:
+    """A fraction in (0, 1) (``upto_one``: (0, 1]) from 0.03, '0.03' or '3%';
+    ValueError if not."""
     if isinstance(text, str) and text.strip().endswith("%"):
         value = float(text.strip()[:-1]) / 100
     else:
         value = float(text)
-    if not 0 < value < 1:
+    if not (0 < value <= 1 if upto_one else 0 < value < 1):
         raise ValueError(text)
     return value
 
@@ -174,3 +176,23 @@ def fingerprint(device: str = "cpu") -> dict:
 def clock(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}:{secs:02d}"
+
+
+def install_hint(extra: str) -> str:
+    """The command that adds ``extra`` (``ogb``, ``postgres``) to autotune as it was
+    installed: from its source folder where pip installed it from one (``pip install
+    -e '/path/to/autotune[ogb]'``), else from the index."""
+    import json
+    from importlib import metadata
+    from urllib.parse import unquote, urlparse
+
+    where = {}  # a source folder's autotune.egg-info may be found first: it has none
+    for dist in metadata.distributions(name="autotune"):
+        with contextlib.suppress(ValueError):
+            where = where or json.loads(dist.read_text("direct_url.json") or "{}")
+    url = where.get("url", "")
+    if url.startswith("file://"):
+        folder = unquote(urlparse(url).path)
+        editable = "-e " if where.get("dir_info", {}).get("editable") else ""
+        return f"pip install {editable}'{folder}[{extra}]'"
+    return f"pip install 'autotune[{extra}]'"

@@ -7,6 +7,7 @@ takes its flags' defaults from them. Imports neither torch, PyG nor Optuna, so
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -15,9 +16,32 @@ from autotune.errors import ConfigError
 
 STUDIES_DIR = "studies"  # where studies live unless told otherwise
 SCREEN_PRECISION = 0.10  # racing: a new config is measured to this precision first
+# A config is confirmed when its paired speed-up's 95% half-width after the
+# confirmation's rounds is within this (--confirm-precision)
+CONFIRM_PRECISION = 0.20
 DEFAULT_TIMEOUT_S = 900.0  # a trial is killed after this long
 HEARTBEAT_S = 10  # Optuna's heartbeat interval for a running trial
 GRACE_S = 60  # a trial whose heartbeat is older than this is failed as stale
+
+
+# A window in which other processes took more than this share of the trial's cores is
+# measured again, at most BUSY_RETRIES times (trial/_load.py). $AUTOTUNE_MAX_BUSY sets
+# the default (the test suite's parallel workers share the cores on purpose: 1 there).
+MAX_BUSY = 0.10
+BUSY_RETRIES = 2
+MAX_BUSY_ENV = "AUTOTUNE_MAX_BUSY"
+
+
+def max_busy_default() -> float:
+    """``MAX_BUSY``, or ``$AUTOTUNE_MAX_BUSY`` where set."""
+    value = os.environ.get(MAX_BUSY_ENV)
+    if not value:
+        return MAX_BUSY
+    try:
+        return parse_fraction(value, upto_one=True)
+    except ValueError:
+        raise ConfigError(f"${MAX_BUSY_ENV} must be a share in (0, 1], such as 10% or 0.1 "
+                          f"(got {value!r})") from None
 
 
 # autotune train's throughput over its trial's: outside this range, a word on why
@@ -106,7 +130,9 @@ class MeasureSpec:
     timed window runs in blocks of steps until the throughput's relative 95%
     confidence half-width is at most ``precision`` (and at least ``min_steps``
     steps, ``min_window_s`` seconds and 4 blocks have run), or until
-    ``max_window_s``, which wins over the minimums."""
+    ``max_window_s``, which wins over the minimums. A window in which other processes
+    took more than ``max_busy`` of the trial's cores is measured again, up to
+    ``busy_retries`` times, then kept and flagged disturbed (1 turns this off)."""
 
     warmup_steps: int = 5
     min_warmup_s: float = 2.0
@@ -119,6 +145,8 @@ class MeasureSpec:
     memory_interval_s: float = 0.005
     screen: Screen | None = None
     guard: GuardRun | None = None  # the accuracy guard's training after the window
+    max_busy: float = dataclasses.field(default_factory=lambda: max_busy_default())
+    busy_retries: int = BUSY_RETRIES
 
     def __post_init__(self) -> None:
         for name in ("warmup_steps", "min_steps", "settle_steps", "max_warmup_steps"):
@@ -136,6 +164,11 @@ class MeasureSpec:
             if not 0 < value < 1:
                 raise ConfigError("--precision (precision=) must be a fraction in (0, 1), "
                                   f"such as 3% or 0.03 (got {value!r})")
+        if not 0 < self.max_busy <= 1:
+            raise ConfigError("--max-busy must be a share in (0, 1], such as 10% or 0.1 "
+                              f"(got {self.max_busy!r})")
+        if not isinstance(self.busy_retries, int) or self.busy_retries < 0:
+            raise ConfigError(f"busy_retries must be an int >= 0 (got {self.busy_retries!r})")
         if not 0 < self.memory_interval_s <= 0.01:
             raise ConfigError("the memory sampling interval must be in (0, 10 ms] "
                               f"(got {self.memory_interval_s!r})")
@@ -271,6 +304,8 @@ SWITCH = Check("True or False", _switch)
 DURATION = Check("a duration such as 90s, 15m or 2h", parse_duration)
 DURATION_OR_ZERO = Check("a duration such as 2s, or 0", _duration_or_zero)
 FRACTION = Check("a fraction in (0, 1) such as 3% or 0.03", parse_fraction)
+SHARE = Check("a share in (0, 1] such as 10% or 0.1",
+              lambda value: parse_fraction(value, upto_one=True))
 SIZE = Check("a size such as 8GiB, 512MiB or 2GB", _size, labelled=True)  # parse_bytes words it
 
 

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 
 import optuna
 
-from autotune.env import writable_dir
+from autotune.env import install_hint, writable_dir
 from autotune.errors import StorageError
 from autotune.logging import get_logger
 
@@ -79,7 +79,7 @@ def normalise_url(url: str) -> str:
             parsed = parsed.set(drivername=f"postgresql+{driver}")
         if not _importable(driver):
             raise StorageError(f"--storage {masked(url)} needs the {driver} driver: "
-                               "pip install 'autotune[postgres]'")
+                               f"{install_hint('postgres')}")
     return parsed.render_as_string(hide_password=False)
 
 

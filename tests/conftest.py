@@ -41,6 +41,11 @@ def pytest_xdist_auto_num_workers(config):
 if "PYTEST_XDIST_WORKER" in os.environ:
     torch.set_num_threads(1)
 
+# In a parallel run the other workers' tests take the cores on purpose: a window is not
+# measured again for it (the tests of that measure it alone, and set --max-busy)
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("AUTOTUNE_MAX_BUSY", "1")
+
 # Each worker of a parallel run measures under a measurement lock of its own: the
 # host's lock would make one test's trials wait for another's (no test but an
 # ``exclusive`` one compares timings, and those run alone)

@@ -172,6 +172,12 @@ CASES = {
                                 ["--max-memory", "8GiB"]),
     "memory size without a unit": (["search", "--max-memory", "8"],
                                    ["--max-memory: 8: give a unit", "8GiB", "8000MB"]),
+    "a memory budget no trial can hold": (["search", "--max-memory", "1MiB"],
+                                          ["--max-memory", "1 MiB is below what any trial "
+                                           "holds", "every trial would be over it"]),
+    "a busy share of zero": (["search", "--max-busy", "0"], ["--max-busy", "(0, 1]"]),
+    "a confirm precision of 100%": (["search", "--confirm-precision", "100%"],
+                                    ["--confirm-precision", "a fraction in (0, 1)"]),
     "misspelt space": (["search", "--space", "quik"], ["'quik' not found",
                                                        "did you mean 'quick'"]),
     "unknown study": (["show", "--study-name", "bsae"], ["no study 'bsae'", "studies there:",

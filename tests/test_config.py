@@ -62,3 +62,23 @@ def test_load_config_reads_plain_and_exported_files(tmp_path):
     broken.write_text("batch_size: [1,\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(broken)
+
+
+def test_an_export_holds_only_the_knobs_that_mean_something():
+    """A CPU config's export leaves out GPU sampling and where it keeps the features,
+    the pad ladder of dynamic shapes, the prefetch factor without loader workers and
+    the recompile limit without compiling; read back, the config is the same."""
+    cpu = TrialConfig(num_workers=0)
+    shown = cpu.meaningful()
+    for idle in ("gpu_sampling", "feature_placement", "pad_ladder", "prefetch_factor",
+                 "recompile_limit"):
+        assert idle not in shown
+    assert TrialConfig.from_dict(shown) == cpu
+    busy = TrialConfig(num_workers=2, prefetch_factor=4, compile_mode="default",
+                       shapes="padded", pad_ladder="geometric", recompile_limit=3)
+    assert {"prefetch_factor": 4, "pad_ladder": "geometric", "recompile_limit": 3}.items() \
+        <= busy.meaningful().items()
+    gpu = TrialConfig(device="cuda", gpu_sampling=True, sampling_backend="builtin",
+                      feature_placement="pinned")
+    assert gpu.meaningful()["feature_placement"] == "pinned"
+    assert "feature_placement" not in TrialConfig(device="cuda").meaningful()

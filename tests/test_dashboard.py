@@ -51,6 +51,27 @@ def test_report_writes_real_pictures_linked_from_html(finished):
     assert re.search(r"<td>\d+</td><td>[\d,]+</td>", page), "no Pareto row in the table"
 
 
+def test_report_writes_report_html_here_and_never_over_another_studys(finished, tmp_path):
+    """``autotune report`` with no --out writes report.html and its pictures beside it
+    in the current folder, as the README says; a report of another study there is
+    never overwritten (exit 2, the file unchanged); the same study's is renewed."""
+    here = tmp_path / "here"
+    here.mkdir()
+    studies = ["--studies-dir", str(finished / "studies")]
+    run = cli("report", "--study-name", "dash-study", *studies, cwd=here)
+    assert run.returncode == 0, run.stderr
+    page = (here / "report.html").read_text()
+    assert 'src="report-pareto.png"' in page and (here / "report-pareto.png").is_file()
+    assert not (here / "report.html").is_dir()
+    other = here / "other.html"
+    other.write_text('<html><head><meta name="autotune-study" content="someone-else">')
+    run = cli("report", "--study-name", "dash-study", *studies, "--out", str(other))
+    assert run.returncode == 2 and "someone-else" in run.stderr, run.stderr
+    assert "someone-else" in other.read_text()
+    again = cli("report", "--study-name", "dash-study", *studies, cwd=here)
+    assert again.returncode == 0, again.stderr
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

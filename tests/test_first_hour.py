@@ -248,3 +248,45 @@ def test_a_librarys_warning_is_one_line_without_its_path(monkeypatch, capsys):
     assert cli_module.main(["studies"]) == 0
     assert capsys.readouterr().err == ("autotune: warning: Some regimes have less than 3 "
                                        "trials. (see the docs) (UserWarning)\n")
+
+
+def test_autotune_logging_is_there_after_import_autotune():
+    """docs/python-api.md's ``autotune.logging.set_verbosity(logging.ERROR)`` works
+    after ``import autotune`` alone, and imports no torch."""
+    import subprocess
+    import sys
+
+    code = ("import logging, sys, autotune; autotune.logging.set_verbosity(logging.ERROR); "
+            "assert 'torch' not in sys.modules; print('ok')")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
+
+
+def test_a_failed_dataset_load_leaves_no_folder(tmp_path):
+    """``--dataset Reddit`` without its files: exit 2 with where to put them, and no
+    empty data/Reddit/raw/ (nor a studies folder) left behind."""
+    run = cli("search", "--dataset", "Reddit", "--n-trials", "1", cwd=tmp_path)
+    assert run.returncode == 2 and "reddit_data.npz" in run.stderr, run.stderr
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.rglob("*"))
+
+
+def test_install_hints_match_how_autotune_was_installed(monkeypatch):
+    """An editable install from a folder (as the README's commands make) is told to
+    install the extra from that folder; an install from an index, from the index."""
+    import json
+    from importlib import metadata
+
+    from autotune.env import install_hint
+
+    class Dist:
+        def __init__(self, blob):
+            self.blob = blob
+
+        def read_text(self, name):
+            return None if self.blob is None else json.dumps(self.blob)
+
+    monkeypatch.setattr(metadata, "distributions", lambda name: [Dist(None), Dist(
+        {"url": "file:///home/me/autotune", "dir_info": {"editable": True}})])
+    assert install_hint("ogb") == "pip install -e '/home/me/autotune[ogb]'"
+    monkeypatch.setattr(metadata, "distributions", lambda name: [Dist(None)])
+    assert install_hint("postgres") == "pip install 'autotune[postgres]'"

@@ -197,6 +197,10 @@ def test_an_interrupt_requeues_the_running_trial_and_exits_128_plus_signal(tmp_p
     assert (t0.state.name, t0.user_attrs["fail_reason"]) == ("FAIL", "interrupted")
     assert [(t.state.name, t.user_attrs.get("retry_of"), t.user_attrs.get("role"))
             for t in rest] == [("WAITING", 0, "baseline")], "the interrupted config was not re-queued"
+    shown = _cli("show", "--studies-dir", str(tmp_path / "studies"), "--study-name", "s")
+    listed = shown.stdout.split("All trials")[1].splitlines()[2:]
+    assert len(listed) == 2 and all(" b1024 f[25, 10] " in line for line in listed), \
+        shown.stdout  # the failed and the waiting trial's config, not "-"
     if sig == signal.SIGINT:  # one resume shows the queued config measured (the same code)
         resumed = _cli(*_search_args(tmp_path, 1), "--steps", "3", "--max-seconds", "1")
         assert resumed.returncode == 0, resumed.stderr

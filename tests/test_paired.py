@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
+from typing import Callable
 
 import optuna
 import pytest
@@ -36,9 +38,15 @@ class FakeMachine:
     peak memory is that many MiB from their second measurement on."""
 
     def __init__(self, drift: float = 0.2, span: int = 40, boost: dict | None = None,
-                 grow: dict | None = None):
+                 grow: dict | None = None, jitter: dict | None = None,
+                 busy: Callable[[TrialConfig, int], bool] | None = None):
         self.k, self.drift, self.span, self.boost = 0, drift, span, dict(boost or {})
         self.grow = dict(grow or {})
+        # batch size -> factors of its successive measurements (rounds that disagree)
+        self.jitter = {size: list(factors) for size, factors in (jitter or {}).items()}
+        # whether the machine is busy (another process took half the cores) while
+        # measuring this config as its nth measurement (from 1)
+        self.busy = busy
         self.calls: list[tuple[int, int]] = []  # (batch size, pid stand-in)
 
     def factor(self, k: int) -> float:
@@ -48,11 +56,17 @@ class FakeMachine:
         rate, mib = TRUE[config.batch_size]
         if any(size == config.batch_size for size, _ in self.calls):
             mib = self.grow.get(config.batch_size, mib)
+        nth = 1 + sum(size == config.batch_size for size, _ in self.calls)
         rate *= self.factor(self.k) * self.boost.pop(config.batch_size, 1.0)
+        jitter = self.jitter.get(config.batch_size)
+        rate *= jitter.pop(0) if jitter else 1.0
+        busy = self.busy is not None and self.busy(config, nth)
         self.k += 1
         self.calls.append((config.batch_size, self.k))
         steps, seeds = 20, config.batch_size
         wall = steps * seeds / rate
+        load = {"cores": 2, "wall_s": wall, "own_s": wall, "others_s": wall if busy else 0.0,
+                "share": 0.5 if busy else 0.01, "top": [[4321, "stress", wall]] if busy else []}
         return TrialResult(
             status="ok", config=config, step_times_s=(wall / steps,) * steps,
             seeds_per_step=(seeds,) * steps, nodes_per_step=(seeds,) * steps,
@@ -61,7 +75,8 @@ class FakeMachine:
             observed=Observed(main_pid=10_000 + self.k), phases_s={
                 "startup": 0.0, "dataset_load": 0.0, "build": 0.0, "warmup": 0.0,
                 "window": wall}, window=WindowStats(wall_s=wall, precision=PRECISION,
-                                                    stopped="precise", block_steps=5))
+                                                    stopped="precise", block_steps=5,
+                                                    load=load, max_busy=0.1))
 
 
 def _space(sizes, fanouts=((25, 10),)) -> dict:
@@ -161,6 +176,79 @@ def test_confirmation_is_interleaved_and_drops_a_config_fast_only_by_drift(tmp_p
         by_size[896].number not in c.measurements
 
 
+def test_a_disturbed_confirmation_measurement_is_measured_again_not_kept(tmp_path,
+                                                                        monkeypatch):
+    """The machine is busy while the confirmation measures 896 in its first round: that
+    measurement is measured again in a fresh process, and the confirmed figure rests
+    on the quiet one; where 640's every confirmation measurement is disturbed, its
+    rounds are left out and the front says the machine was busy, naming the process."""
+    def busy(config, nth):
+        return (config.batch_size == 896 and nth == 2) or \
+            (config.batch_size == 640 and nth >= 2)
+
+    result, trials, s = _search(tmp_path, monkeypatch, FakeMachine(drift=0.0, busy=busy),
+                                sizes=[640, 896, 1024], n_trials=3, confirm=2)
+    by_size = {t.config["batch_size"]: t.number for t in trials
+               if t.search_point and t.reused_from is None}
+    fast, lean = by_size[896], by_size[640]
+    first = [t for t in trials if t.confirm == {"run": 0, "round": 0, "of": fast}]
+    assert [t.disturbed for t in first] == [True, False]  # measured again, quietly
+    c = confirmed(trials)[fast]
+    assert c.rounds == 3 and first[0].number not in c.measurements
+    assert first[1].number in c.measurements and c.busy_rounds == 0
+    rows = {r.trial: r for r in result.front}
+    assert rows[fast].confirmation.startswith("confirmed in 3 rounds"), rows[fast].marks
+    twice = [t for t in trials if t.confirm is not None and t.confirm["of"] == lean]
+    assert len(twice) == 2 * 3 and all(t.disturbed for t in twice)  # each round twice
+    assert lean not in confirmed(trials)
+    assert rows[lean].confirmation.startswith(
+        "unconfirmed: the machine was busy in each round (pid 4321 (stress) "), rows[lean].marks
+    assert result.default.number == fast
+
+
+def test_confirmed_means_the_speedups_interval_holds(tmp_path, monkeypatch):
+    """896's confirmation rounds disagree (0.6x, 1.5x and 1x its speed): it is shown
+    unconfirmed with why, the default pick is the fastest config that is confirmed,
+    and its export says so; the confirmed one's export says it holds."""
+    machine = FakeMachine(drift=0.0, jitter={896: [1.0, 0.6, 1.5, 1.0]})
+    result, trials, s = _search(tmp_path, monkeypatch, machine, sizes=[640, 896, 1024],
+                                n_trials=3, confirm=2, confirm_precision=0.05)
+    by_size = {t.config["batch_size"]: t.number for t in trials
+               if t.search_point and t.reused_from is None}
+    noisy, steady = by_size[896], by_size[640]
+    rows = {r.trial: r for r in result.front}
+    assert rows[noisy].confirmation.startswith("unconfirmed: rounds disagree: ±"), rows[noisy]
+    assert "> ±5%" in rows[noisy].confirmation
+    assert rows[steady].confirmation.startswith("confirmed in 3 rounds")
+    assert result.default.number == steady
+    assert any(m.startswith("default: the fastest confirmed config") for m in
+               rows[steady].marks)
+    def rounds_of(number):
+        return sorted(t.confirm["round"] for t in trials
+                      if t.confirm is not None and t.confirm["of"] == number)
+    assert rounds_of(noisy) == [0, 1, 2, 3, 4]  # two more rounds, and still too wide
+    assert rounds_of(steady) == [0, 1, 2] and rounds_of(s.baseline) == [0, 1, 2, 3, 4, 5]
+    out = tmp_path / "noisy.yaml"
+    result.export(out, pick=f"trial:{noisy}")
+    told = yaml.safe_load(out.read_text())["measured"]["confirmed"]
+    assert told["holds"] is False and told["why_not"].startswith("rounds disagree")
+    result.export(out)
+    told = yaml.safe_load(out.read_text())["measured"]["confirmed"]
+    assert told["holds"] is True and told["within"] == 0.05
+
+
+def test_rounds_that_disagree_a_little_are_settled_by_more_rounds(tmp_path, monkeypatch):
+    """896's three rounds (0.9x, 1.1x and 1x its speed) leave its interval at ±28%,
+    over the ±10% asked: two more rounds, opened by the baseline that closed the one
+    before, bring it within, and it is confirmed in 5 rounds."""
+    machine = FakeMachine(drift=0.0, jitter={896: [1.0, 0.9, 1.1, 1.0]})
+    result, trials, s = _search(tmp_path, monkeypatch, machine, sizes=[896, 1024],
+                                n_trials=2, confirm=1, confirm_precision=0.10)
+    row = next(r for r in result.front if r.config["batch_size"] == 896)
+    assert row.confirmation.startswith("confirmed in 5 rounds"), row.marks
+    assert confirmed(trials)[row.trial].interval <= 0.10
+
+
 def test_repeats_take_no_slot_and_a_space_of_two_configs_stops_early(tmp_path, monkeypatch):
     """On a space of two configs (the baseline's and one more), ``n_trials=6`` cannot
     be met: the search measures both, says the space is exhausted, and stops."""
@@ -228,6 +316,97 @@ def test_budget_keeps_time_for_the_confirmation(tmp_path, monkeypatch):
     # budget + a trial, and storing; the whole call may take the preparation besides
     assert result.outcome.elapsed_s <= 12 + 0.4 * 3 + 2, result.outcome
     assert took <= result.outcome.elapsed_s + 30, took
+
+
+class Timed(FakeMachine):
+    """A machine whose measurements take ``seconds[batch size]`` of wall time, and
+    that a trial's timeout cuts, as the real runner's watchdog does."""
+
+    def __init__(self, seconds: dict[int, float], **kw):
+        super().__init__(drift=0.0, **kw)
+        self.seconds = seconds
+
+    def __call__(self, config, *, limits, **kw):
+        import time as clock
+
+        took = self.seconds[config.batch_size]
+        if took > limits.timeout_s:
+            clock.sleep(limits.timeout_s)
+            return TrialResult(status="timeout", config=config, reason="timeout")
+        clock.sleep(took)
+        return super().__call__(config, **kw)
+
+
+def _search_cli(tmp_path, monkeypatch, capsys, machine, sizes, *flags):
+    """``autotune search`` in this process on ``machine``: exit code, stdout, stderr
+    and the study's records."""
+    import json
+
+    from autotune.cli._main import main
+
+    monkeypatch.setattr(confirm_module, "run_trial", machine)
+    space = tmp_path / "space.yaml"
+    space.write_text(json.dumps(_space(sizes)))
+    capsys.readouterr()
+    code = main(["search", "--dataset", "synthetic", "--scale", "0.004", "--root",
+                 str(tmp_path / "data"), "--studies-dir", str(tmp_path / "studies"),
+                 "--space", str(space), "--study-name", "b", "--no-priors",
+                 "--optuna-sampler", "random", *flags])
+    out, err = capsys.readouterr()
+    study = optuna.load_study(study_name="b",
+                              storage=f"sqlite:///{tmp_path / 'studies' / 'b.db'}")
+    return code, out, err, records(study)
+
+
+def test_a_budget_measures_the_spaces_only_trial_rather_than_keep_time_for_nothing(
+        tmp_path, monkeypatch, capsys):
+    """``--budget 6s``: the baseline takes 2 s, the space's only other config 2.4 s. No
+    time is kept from it for a confirmation (there is nothing to confirm without
+    it): it is measured, and what the confirmation could not do is said."""
+    code, out, err, trials = _search_cli(tmp_path, monkeypatch, capsys,
+                                         Timed({1024: 2.0, 896: 2.4}), [896, 1024],
+                                         "--budget", "6s", "--confirm", "1")
+    assert code == 0, err
+    other = [t for t in trials if t.search_point and t.config["batch_size"] == 896]
+    assert [t.state for t in other] == ["complete"], [(t.state, t.fail_reason) for t in other]
+    assert "896" in out.split("Pareto front")[1]
+
+
+def test_a_budget_that_holds_only_the_baseline_says_so_and_exits_1(tmp_path, monkeypatch,
+                                                                   capsys):
+    """``--budget 5s`` where the baseline takes 2 s and the other config 6 s: the other
+    is cut, numbered as counting for nothing, left queued by no one (the next run
+    queues it); the stop is said once; the exit is 1 with one line of why; and the
+    closing hint is a command that works."""
+    code, out, err, trials = _search_cli(tmp_path, monkeypatch, capsys,
+                                         Timed({1024: 2.0, 896: 6.0}), [896, 1024],
+                                         "--budget", "5s", "--confirm", "1")
+    assert code == 1, (out, err)
+    said = [line for line in err.splitlines() if line.startswith("autotune:")]
+    assert len(said) == 1 and "measured no config but the baseline" in said[0], err
+    assert "run the same command again with a longer --budget" in said[0]
+    cut = [t for t in trials if t.search_point and t.config["batch_size"] == 896]
+    assert [t.state for t in cut] == ["fail"] and cut[0].fail_reason.startswith("budget:")
+    assert not [t for t in trials if t.state == "waiting"]  # no trial left waiting
+    lines = out.splitlines()
+    assert sum(line.startswith("stopped:") for line in lines) <= 1
+    assert sum("budget: --budget" in line and "ran out" in line for line in lines) == 1
+    assert any(line.startswith("[  1] #0") for line in lines), lines  # the baseline
+    cut_line = next(line for line in lines if f"] #{cut[0].number} " in line)
+    assert cut_line.startswith("[  -]"), lines  # the cut one counts against nothing
+    hint = next(line for line in lines if line.startswith("export: "))
+    command = hint.removeprefix("export: ")
+    if command.startswith("autotune export"):  # a hint is a command that works
+        from autotune.cli._main import main
+
+        assert main([*shlex.split(command)[1:-2], "--out", str(tmp_path / "b.yaml")]) == 0
+    # the next run measures the cut config first, and then leaves nothing queued
+    code, out, err, trials = _search_cli(tmp_path, monkeypatch, capsys,
+                                         Timed({1024: 2.0, 896: 0.2}), [896, 1024],
+                                         "--n-trials", "2", "--confirm", "0")
+    assert code == 0, err
+    again = [t for t in trials if t.retry_of == cut[0].number]
+    assert [t.state for t in again] == ["complete"]
 
 
 def test_paired_figures_from_records():
@@ -331,7 +510,8 @@ def test_a_knee_that_moves_onto_an_unmeasured_config_is_confirmed_in_a_follow_up
     assert figures[by_size[896]].memory_mib == 1200.0  # from the first run
     assert figures[by_size[640]].rounds == 3
     # only the leanest, neither fastest nor knee at any point, was never confirmed
-    assert [r.trial for r in result.front if "unconfirmed" in r.marks] == [by_size[256]]
+    assert [r.trial for r in result.front if r.confirmation ==
+            "unconfirmed: the confirmation did not measure it"] == [by_size[256]]
 
 
 SMALL = (896, 768, 640, 512)  # leaves out the baseline's batch size, 1024

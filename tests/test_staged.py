@@ -354,12 +354,14 @@ def test_budget_stops_the_search_within_one_trial(tmp_path):
     assert 2 <= len(done) < 200
     longest = max(t.user_attrs["measured_at"][1] - t.user_attrs["measured_at"][0] for t in done)
     assert wall <= 15 + longest + 15, (wall, longest)  # + the CLI's own start and finish
-    # a budget shorter than one trial fails that trial cleanly: counted against nothing
+    # a budget shorter than one trial fails that trial cleanly: counted against nothing,
+    # no trial left waiting (the next run queues the baseline again), and said: exit 1
     proc = cli("search", *common, "--study-name", "c", "--n-trials", "3", "--budget", "3s",
                "--steps", "100000", "--max-seconds", "60")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1 and "ran out before the baseline was measured" in \
+        proc.stderr, proc.stderr
     study = optuna.load_study(study_name="c", storage=f"sqlite:///{tmp_path / 's' / 'c.db'}")
-    assert [t.state.name for t in study.trials if t.state.name != "WAITING"] == ["FAIL"]
+    assert [t.state.name for t in study.trials] == ["FAIL"]
     assert study.trials[0].user_attrs["fail_reason"].startswith("budget:")
 
 

@@ -16,8 +16,11 @@ from autotune.specs import (
     DURATION,
     DURATION_OR_ZERO,
     FRACTION,
+    MAX_BUSY,
+    MAX_BUSY_ENV,
     POSITIVE_INT,
     POSITIVE_NUMBER,
+    SHARE,
     STUDIES_DIR,
     SWITCH,
     Check,
@@ -74,12 +77,15 @@ Serves optuna-dashboard for the study's storage on 127.0.0.1 until Ctrl-C; pass
 --host 0.0.0.0 to share it with other machines. A search may be writing the study
 meanwhile (SQLite runs in WAL mode, so readers never block it)."""
 
-REPORT_EXAMPLE = """example:
+REPORT_EXAMPLE = """examples:
+  autotune report
   autotune report --study-name synthetic-cpu-myhost --out report/
 
-Writes report/report.html with pareto.png (throughput against peak memory, the
-baseline, the default pick and the knee marked), importance.png (PED-ANOVA importance of each knob for
-each objective) and step_times.png (step-time distributions of the Pareto trials)."""
+Writes report.html (or report/report.html) with report-pareto.png (throughput against
+peak memory, the baseline, the default pick and the knee marked), report-importance.png
+(PED-ANOVA importance of each knob for each objective) and report-step_times.png
+(step-time distributions of the Pareto trials) beside it; in a folder, pareto.png,
+importance.png and step_times.png."""
 
 TRAIN_EXAMPLE = """examples:
   autotune export --study-name synthetic-cpu-myhost --out best.yaml
@@ -211,6 +217,7 @@ def _did_you_mean(message: str) -> str:
 
 _duration = _flag_type(DURATION)  # 90, 90s, 1.5h
 _fraction = _flag_type(FRACTION)
+_share = _flag_type(SHARE)
 _warmup_time = _flag_type(DURATION_OR_ZERO)
 
 
@@ -303,6 +310,12 @@ def _add_measure_flags(p: argparse.ArgumentParser, timeout_flag: str = "--timeou
                    help="end the timed window after this long even if --precision is not "
                         "reached (the trial is flagged imprecise), e.g. 90s or 2m "
                         f"(default: {m.max_window_s:g}s)")
+    p.add_argument("--max-busy", type=_share, default=None,
+                   help="measure a window again (up to "
+                        f"{m.busy_retries} times, then flag it disturbed) when other "
+                        "processes took more than this share of the trial's cores, e.g. "
+                        f"20%%; 1 never does (default: ${MAX_BUSY_ENV}, else "
+                        f"{100 * MAX_BUSY:g}%%)")
     p.add_argument(timeout_flag, dest="trial_timeout", type=_duration,
                    default=TrialLimits.timeout_s, help="kill a trial after this long, e.g. "
                    f"600, 10m (default: {TrialLimits.timeout_s:g}s)")
@@ -365,7 +378,10 @@ def build_parser() -> argparse.ArgumentParser:
     report = _sub(sub, "report", "write report.html and PNG plots of a study",
                   "Draw a study: Pareto front, knob importance, step times.", REPORT_EXAMPLE,
                   "report", reads_a_study=True)
-    report.add_argument("--out", required=True, help="folder for report.html and the PNGs")
+    report.add_argument("--out", default="report.html",
+                        help="the report: FILE.html (its PNGs beside it, FILE-pareto.png...) or "
+                             "a folder for report.html and the PNGs (default: report.html); "
+                             "another study's report there is never overwritten")
     return parser
 
 

@@ -31,7 +31,7 @@ from autotune.cli._render import (
     trials_table,
 )
 from autotune.config import Export, one_line, read_export, with_model
-from autotune.env import make_writable_dir, parse_bytes
+from autotune.env import clock as clock_text, make_writable_dir, parse_bytes
 from autotune.errors import AutotuneError, ConfigError, GuardError
 from autotune.files import inductor_cache_dir
 from autotune.logging import enable_default_handler
@@ -52,7 +52,8 @@ def _measure_and_limits(args: argparse.Namespace):
     measure = MeasureSpec(warmup_steps=args.warmup, min_warmup_s=args.warmup_time,
                           min_steps=args.steps,
                           max_window_s=args.max_seconds, precision=args.precision or
-                          MeasureSpec.precision)
+                          MeasureSpec.precision, **({} if args.max_busy is None else
+                                                   {"max_busy": args.max_busy}))
     return measure, limits
 
 
@@ -274,10 +275,30 @@ def cmd_search(args: argparse.Namespace) -> int:
               f"command again to resume study {plan.options.study_name}", file=sys.stderr)
         return _interrupted_exit(exc)
     export = _command("autotune", "export", "--study-name", result.study_name,
-                      *_study_flags(args), "--out", "best.yaml")
+                      *_study_flags(args), "--out", "best.yaml") if result.default else None
     print(emit(search_blob(result), args.format,
                lambda: search_summary(plan, result, export)))
-    return _nothing_feasible(plan, result)
+    return _too_short(plan, result) or _nothing_feasible(plan, result)
+
+
+def _too_short(plan, result) -> int:
+    """Exit 1, with one line, when ``--budget`` ran out before any config but the
+    baseline was measured: nothing was compared."""
+    budget = plan.options.budget
+    base_key = result.baseline.config_key if result.baseline is not None else None
+    others = [t for t in result.trials if t.search_point and not t.baseline and t.complete
+              and t.reused_from is None and t.config_key != base_key]
+    if budget is None or others or plan.options.space.size() < 2:
+        return 0
+    base = result.baseline
+    if base is not None and base.complete and base.measured_at:
+        what = (f"measured no config but the baseline (which took "
+                f"{clock_text(base.measured_at[1] - base.measured_at[0])})")
+    else:
+        what = "ran out before the baseline was measured"
+    print(f"autotune: --budget {clock_text(budget)} {what}: nothing was compared; run the "
+          "same command again with a longer --budget (the study goes on)", file=sys.stderr)
+    return EXIT_TRIAL_FAILED
 
 
 def _nothing_feasible(plan, result) -> int:
@@ -356,7 +377,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from autotune.study import write_export
+    from autotune.study import confirmation_words, write_export
 
     out = Path(args.out)
     if args.out != "-" and out.suffix not in (".yaml", ".yml", ".json"):
@@ -375,16 +396,22 @@ def cmd_export(args: argparse.Namespace) -> int:
                lambda: f"exported trial {t.number} ({args.pick}): "
                        f"{blob['measured']['throughput']:,.0f} {blob['measured']['unit']}, "
                        f"{blob['measured']['peak_memory_mib']:,.0f} MiB"
-                       f"{' (confirmed)' if blob['measured']['confirmed'] else ''} -> {out}\n"
+                       f" ({confirmation_words(blob['measured']['confirmed'])}) -> {out}\n"
                        f"reproduce: {blob['reproduce']}"))
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from autotune.cli._report import write_report
+    from autotune.cli._report import report_of, report_paths, write_report
 
-    out = _writable_dir(Path(args.out), "--out")
+    out = Path(args.out)
+    page = report_paths(out)[0]
+    _writable_dir(page.parent, "--out")
     study, url = _load(args)
+    other = report_of(page)
+    if other is not None and other != study.study_name:
+        what = f"study {other}'s report" if other else "a file that is no autotune report"
+        raise ConfigError(f"--out: {page} holds {what}; pass another --out, or delete it")
     report = write_report(study, out, url=url)
     blob = {"html": str(report.html), "images": {k: str(v) for k, v in report.images.items()},
             "not_drawn": report.not_drawn}
@@ -406,11 +433,13 @@ def cmd_studies(args: argparse.Namespace) -> int:
 
 def _studies_table(rows: list[dict], where: str) -> str:
     lines = [f"{'study':<28} {'task':<4} {'trials':>6} {'best throughput':>28} "
-             f"{'last trial':<16}  storage"]
+             f"{'default':<16} {'last trial':<16}  storage"]
     for r in rows:
         best = f"{r['best']:,.0f} {r['unit']}" if r["best"] else "-"
+        default = "-" if r["default_trial"] is None else f"#{r['default_trial']} " + (
+            (r["confirmation"] or "unconfirmed").split(" in ")[0].split(":")[0])
         lines.append(f"{r['study']:<28} {r['task']:<4} {r['trials']:>6} {best:>28} "
-                     f"{r['last_trial'] or '-':<16}  {r['storage']}")
+                     f"{default:<16} {r['last_trial'] or '-':<16}  {r['storage']}")
     return "\n".join(lines) if rows else (f"no studies in {where} (pass --studies-dir or "
                                           f"--storage, or ${STUDIES_ENV}/${STORAGE_ENV})")
 

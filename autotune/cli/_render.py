@@ -114,6 +114,7 @@ def trials_table(trials, task) -> str:
         extra += f" (prior {r.prior})" if r.prior else ""
         extra += f" (repeat of #{r.reused_from})" if r.reused_from is not None else ""
         extra += " SCREENED OUT" if r.screened else " IMPRECISE" if r.imprecise else ""
+        extra += " DISTURBED" if r.disturbed else ""
         extra += f" [{r.fail_reason[:70]}]" if r.fail_reason else ""
         extra += f" [deferred: {r.deferred}]" if r.deferred else ""
         if r.validation:
@@ -130,7 +131,9 @@ def trial_row(r) -> dict[str, Any]:
             "reused_from": r.reused_from,
             "reason": r.fail_reason, "validation": r.validation, "below_guard": r.below_guard,
             "precision": r.precision, "screened": r.screened, "imprecise": r.imprecise,
-            "prior": r.prior, "deferred": r.deferred, "control": r.control,
+            "disturbed": r.disturbed, "load": r.window.load,
+            "remeasured": r.window.remeasured, "prior": r.prior, "deferred": r.deferred,
+            "control": r.control,
             "paired": r.paired, "confirm": r.confirm, "measured_at": r.measured_at,
             "config": r.config}
 
@@ -265,9 +268,7 @@ def search_summary(plan, result, export: str) -> str:
                  f"measurements; {len(result.trials)} trials in the study")
     if o.explored:
         lines.append(f"the Optuna sampler repeated itself: {o.explored} proposals were drawn at random")
-    if o.stopped:
-        lines.append(o.stopped)
-    lines += drift_lines(result.drift)
+    lines += drift_lines(result.drift)  # why it stopped was said as it did
     task = task_info(plan.options.dataset.task)
     if guard.active:
         ref = result.guard or {}
@@ -279,7 +280,8 @@ def search_summary(plan, result, export: str) -> str:
                      f"{o.guard_violations} below the guard; guard time {o.guard_s:.0f} s "
                      f"= {100 * share:.0f}% of this search's {o.elapsed_s:.0f} s")
     lines.append(front_table(result.front, task, result.reference, result.trials))
-    lines.append(f"\npareto.yaml: {result.pareto_path}\nexport: {export}")
+    lines.append(f"\npareto.yaml: {result.pareto_path}\nexport: " + (
+        export or "nothing to export yet: run the same command again to go on"))
     return "\n".join(lines)
 
 

@@ -3,10 +3,11 @@ and the study note optuna-dashboard shows (``optuna_dashboard.save_note``)."""
 from __future__ import annotations
 
 import html
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import optuna
 from optuna.trial import TrialState
@@ -63,24 +64,46 @@ class Report:
     notes: dict[str, str] = field(default_factory=dict)  # picture -> what it rests on
 
 
+STUDY_META = "autotune-study"  # the report's <meta> that names its study
+
+
+def report_paths(out: Path) -> tuple[Path, Callable[[str], Path]]:
+    """Where a report goes: ``out`` itself where it ends in .html, its PNGs beside it
+    (``report-pareto.png``); else ``out/report.html`` with ``pareto.png`` beside it."""
+    if out.suffix == ".html":
+        return out, lambda name: out.with_name(f"{out.stem}-{name}.png")
+    return out / "report.html", lambda name: out / f"{name}.png"
+
+
+def report_of(page: Path) -> str | None:
+    """The study an existing report names (None: no such file); ``""`` for a file
+    that is no autotune report."""
+    if not page.exists():
+        return None
+    found = re.search(rf'<meta name="{STUDY_META}" content="([^"]*)"',
+                      page.read_text(errors="replace")[:4096])
+    return html.unescape(found.group(1)) if found else ""
+
+
 def write_report(study: optuna.Study, out: Path, *, url: str) -> Report:
-    """Writes ``report.html`` and its PNGs into ``out``."""
+    """Writes the report and its PNGs where :func:`report_paths` puts them."""
     import matplotlib
 
     matplotlib.use("Agg")
-    out.mkdir(parents=True, exist_ok=True)
-    report = Report(html=out / "report.html")
+    page, png = report_paths(out)
+    page.parent.mkdir(parents=True, exist_ok=True)
+    report = Report(html=page)
     pts = points(study)
     if not pts:
         report.not_drawn["all"] = "the study has no completed trial yet"
     else:
-        report.images["pareto"] = _pareto_png(study, pts, out / "pareto.png")
+        report.images["pareto"] = _pareto_png(study, pts, png("pareto"))
         try:
             report.images["importance"], report.notes["importance"] = _importance_png(
-                study, out / "importance.png")
+                study, png("importance"))
         except (ValueError, RuntimeError) as exc:  # too few trials, nothing varied
             report.not_drawn["importance"] = f"{type(exc).__name__}: {exc}"
-        report.images["step_times"] = _step_times_png(study, out / "step_times.png")
+        report.images["step_times"] = _step_times_png(study, png("step_times"))
     atomic_write(report.html, _html(study, report, url))
     return report
 
@@ -227,7 +250,8 @@ def _html(study: optuna.Study, report: Report, url: str) -> str:
                       for k, why in report.not_drawn.items())
     env = s.env
     return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>autotune report: {e(study.study_name)}</title>
+<html><head><meta charset="utf-8"><meta name="{STUDY_META}" content="{e(study.study_name)}">
+<title>autotune report: {e(study.study_name)}</title>
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.2em .5em;text-align:right}}
 img{{max-width:100%}}.warn{{color:#a40}}</style></head><body>

@@ -43,7 +43,7 @@ from autotune.data._splits import (
     target_type,
 )
 from autotune.data._synthetic import synthetic_mag, synthetic_reddit
-from autotune.env import writable_dir
+from autotune.env import install_hint, writable_dir
 from autotune.errors import ConfigError, DatasetError
 from autotune.files import atomic_write
 from autotune.imports import import_object, user_code
@@ -122,7 +122,7 @@ def _ogb(name: str) -> DatasetSpec:
             from ogb.nodeproppred import PygNodePropPredDataset
         except ImportError as exc:
             raise DatasetError(f"dataset {name!r} needs the ogb package; "
-                               "install it with: pip install 'autotune[ogb]'") from exc
+                               f"install it with: {install_hint('ogb')}") from exc
         return PygNodePropPredDataset(name, root=str(root))
 
     folder = name.replace("-", "_")
@@ -357,16 +357,32 @@ def _from_function(path: str, seed: int = 0):
                     f"dataset function '{path}' returned a", seed)
 
 
+def _new_folders(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, innermost first."""
+    return [p for p in (path, *path.parents) if not p.exists()]
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Removes those of ``folders`` that are empty, innermost first: what a failed
+    load created and left nothing in."""
+    for folder in sorted(set(folders), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):  # not empty, or gone: left as it is
+            folder.rmdir()
+
+
 def _from_pyg(spec: DatasetSpec, root: Path):
     work = working_root(root)
+    created = _new_folders(spec.raw_dir(work)) + _new_folders(spec.raw_dir(root))
     _shadow_raw(spec, root, work)
     chatter = io.StringIO()  # PyG's "Downloading ..." lines: shown once it worked
     try:
         with contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter):
             dataset = spec.build(work)
     except DatasetError:
+        _remove_empty(created)
         raise
     except Exception as exc:  # the download failed or the raw files are unreadable
+        _remove_empty(created)
         raw_dir = spec.raw_dir(root)
         missing = [f for f in spec.raw_files() if not (raw_dir / f).exists()]
         if missing:

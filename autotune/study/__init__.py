@@ -28,6 +28,7 @@ _EXPORTS = {
     "default_config": "_api",
     "prepare_search": "_api",
     "search": "_api",
+    "confirmation_words": "_front",
     "export_blob": "_front",
     "study_front": "_front",
     "study_reference": "_front",

@@ -27,6 +27,7 @@ from autotune.imports import import_object, import_path_of
 from autotune.pipeline import check_config, check_dataset
 from autotune.specs import GuardOptions, MeasureSpec, TrialLimits, check_limits
 from autotune.storage import check_storage, masked, study_lock
+from autotune.trial import MIB
 from autotune.study import _records as rec
 from autotune.study._front import FrontRow, study_front, study_reference, write_export, write_pareto
 from autotune.study._guard import parse_objectives
@@ -148,6 +149,7 @@ KEYWORD_FOR = {"max_seconds": "measure=MeasureSpec(max_window_s=...)",
                "warmup": "measure=MeasureSpec(warmup_steps=...)",
                "warmup_time": "measure=MeasureSpec(min_warmup_s=...)",
                "steps": "measure=MeasureSpec(min_steps=...)",
+               "max_busy": "measure=MeasureSpec(max_busy=...)",
                "trial_timeout": "limits=TrialLimits(timeout_s=...)",
                "memory_limit": "limits=TrialLimits(memory_limit_bytes=...)",
                "hidden_channels": "hidden=", "num_layers": "layers=", "study": "study_name="}
@@ -334,15 +336,34 @@ def _guard(ratio: float | None, epochs: int, objectives: str | Sequence[str]) ->
         objectives if isinstance(objectives, str) else ",".join(objectives)))
 
 
+# No trial process holds less than an interpreter with torch imported (220 MiB on the
+# machines of docs/benchmarks.md) plus the dataset's tensors
+TRIAL_FLOOR_MIB = 200
+
+
+def _check_memory_budget(budget_mib: float | None, dataset_bytes: int = 0) -> None:
+    """Refuses a ``--max-memory`` below what any trial holds (:data:`TRIAL_FLOOR_MIB`
+    and the dataset's tensors), before the first trial: every trial would be over it."""
+    floor = TRIAL_FLOOR_MIB + dataset_bytes / MIB
+    if budget_mib is not None and budget_mib < floor:
+        held = f" and the dataset's tensors {dataset_bytes / MIB:,.0f} MiB" \
+            if dataset_bytes else ""
+        raise ConfigError(f"--max-memory (max_memory=) {budget_mib:,.0f} MiB is below what any "
+                          f"trial holds (an interpreter with torch, over "
+                          f"{TRIAL_FLOOR_MIB} MiB{held}): every trial would be over it")
+
+
 def _open(opts: SearchOptions, baseline: TrialConfig):
     """The checks only this machine, the storage and the prepared dataset can make, in
     that order (nothing is created before the cheap ones pass); then the study,
     created or joined. Returns it, the prepared dataset and its stats."""
     _check_machine(baseline)
+    _check_memory_budget(opts.budget_mib)
     check_storage(opts.storage)  # a bad URL, an unreachable server: at once, creating nothing
     prepared = opts.dataset.prepare()
     _check_data(baseline, opts.space, prepared, opts.guard)
     stats = prepared.stats()
+    _check_memory_budget(opts.budget_mib, stats.get("bytes", 0))
     make_writable_dir(opts.studies_dir, "--studies-dir (studies_dir=)")  # every check passed
     return open_study(opts, dataset_stats=stats, env=fingerprint(opts.device)), prepared, stats
 

@@ -29,11 +29,18 @@ from autotune.study import _records as rec
 from autotune.study._constraints import constraint_values
 from autotune.study._front import front_rows
 from autotune.study._options import SearchOptions
-from autotune.study._paired import latest_reference, pair
+from autotune.study._paired import confirmed, latest_reference, pair
 from autotune.study._records import StudyRecord, TrialRecord
 from autotune.storage import measurement_lock, study_lock
 
 FOLLOW_UPS = 1  # confirmations of a knee that moved onto an unconfirmed config
+# A round's measurement that stayed disturbed through its trial's own re-measurements
+# (MeasureSpec.busy_retries) is measured again in a fresh process this many times; one
+# still disturbed is left out of the confirmed figures (_paired.confirmed)
+DISTURBED_AGAIN = 1
+# A candidate whose speed-up interval is still wider than --confirm-precision after
+# the rounds asked is measured in up to this many more rounds, while the budget holds
+EXTRA_ROUNDS = 2
 # Every candidate at least FAR_AHEAD times the baseline: the confirmation measures the
 # baseline to LOOSE_PRECISION only. A 3x ratio is plain at +-20%, and a slow baseline's
 # precise window would take most of a GPU search's confirmation (docs/benchmarks.md,
@@ -246,7 +253,8 @@ def candidates(opts: SearchOptions, study: optuna.Study) -> list[int]:
     there is nothing to compare."""
     s = StudyRecord.from_study(study)
     trials = [t for t in rec.records(study) if t.search_point]  # the search's own figures
-    rows = [r for r in front_rows(trials, s.baseline, s.budget_mib) if r.trial != s.baseline]
+    rows = [r for r in front_rows(trials, s.baseline, s.budget_mib, within=s.confirm_within)
+            if r.trial != s.baseline]
     picked = [r.trial for r in rows[:opts.confirm]] + \
         [r.trial for r in rows if "knee" in r.marks or r.default]
     picked = [n for n in dict.fromkeys(picked) if n != s.baseline]
@@ -260,9 +268,10 @@ def moved_knee(study: optuna.Study) -> int | None:
     """The front's knee once confirmed figures are in, where the latest confirmation
     did not measure it (None: the knee is confirmed, or there is none)."""
     s = StudyRecord.from_study(study)
-    rows = front_rows(rec.records(study), s.baseline, s.budget_mib)
+    rows = front_rows(rec.records(study), s.baseline, s.budget_mib, within=s.confirm_within)
     knee = next((r for r in rows if "knee" in r.marks), None)
-    if knee is None or knee.trial == s.baseline or "unconfirmed" not in knee.marks:
+    if knee is None or knee.trial == s.baseline or knee.confirmed is not None or \
+            not any(m.startswith("unconfirmed") for m in knee.marks):
         return None
     return knee.trial
 
@@ -290,7 +299,8 @@ def _claim(opts: SearchOptions, study: optuna.Study, numbers: list[int],
     frozen = study.get_trials(deepcopy=False)
     rec.store_study(study, confirmations=[*runs, {
         "run": len(runs), "started": time.time(), "candidates": numbers,
-        "rounds": rounds, **extra}])
+        "rounds": rounds, "asked": opts.confirm_rounds, "within": opts.confirm_precision,
+        **extra}])
     return Plan(len(runs), tuple(frozen[n] for n in numbers), rounds)
 
 
@@ -335,6 +345,10 @@ def confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: 
             on_plan(the_plan)
         cut = _run(opts, study, server, left, the_plan, done, overhead_s)
         if cut:
+            with study_lock(opts.storage, study.study_name):
+                runs = [dict(r) for r in StudyRecord.from_study(study).confirmations]
+                runs[the_plan.run]["cut"] = cut
+                rec.store_study(study, confirmations=runs)
             break
         knee = moved_knee(study)
         if knee is None:
@@ -347,14 +361,18 @@ def confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: 
 
 def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
          the_plan: Plan, done: Done | None, overhead_s: float = 0.0) -> str:
-    """One confirmation's rounds; why it stopped early ("" when it ran them all). The
-    baseline is measured to :func:`baseline_precision`."""
+    """One confirmation's rounds, then :func:`_more_rounds`; why it stopped early (""
+    when it ran them all). The baseline is measured to :func:`baseline_precision`."""
     trials = rec.records(study)
     numbers = [t.number for t in the_plan.trials]
     per_round, base_s = _seconds(opts, trials, numbers, overhead_s=overhead_s)
     startup = _startup_s(trials)
     base_spec = dataclasses.replace(opts.measure, precision=baseline_precision(
         opts, trials, numbers))
+
+    def own(of: FrozenTrial) -> float:
+        return overhead_s + measurement_s(trials[of.number], startup_s=startup)
+
     for round_, of in the_plan.schedule():
         rest = left()
         needs = per_round if round_ < the_plan.rounds else base_s
@@ -364,18 +382,61 @@ def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Lef
                     f"(about {needs:.0f} s): {round_} of {the_plan.rounds} rounds "
                     "ran" + (", and not the closing baseline"
                              if round_ == the_plan.rounds else ""))
-        own = overhead_s + measurement_s(trials[of.number], startup_s=startup)
-        if not first and rest is not None and rest < own:  # the estimate was short
+        if not first and rest is not None and rest < own(of):  # the estimate was short
             return (f"--budget left {rest:.0f} s, less than measuring #{of.number} takes "
-                    f"(about {own:.0f} s): round {round_ + 1} of {the_plan.rounds} was cut")
-        config = TrialConfig.from_dict(TrialRecord.from_frozen(of).config)
-        trial_dir = opts.study_dir / "trials" / f"confirm-{the_plan.run}-{round_}-{of.number}"
+                    f"(about {own(of):.0f} s): round {round_ + 1} of {the_plan.rounds} was cut")
+        _measure_round(opts, study, server, left, the_plan, round_, of,
+                       base_spec if first else None, done, own(of) + base_s)
+    return _more_rounds(opts, study, server, left, the_plan, done, base_spec, own, base_s)
+
+
+def _more_rounds(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
+                 the_plan: Plan, done: Done | None, base_spec: MeasureSpec,
+                 own: Callable[[FrozenTrial], float], base_s: float) -> str:
+    """Up to :data:`EXTRA_ROUNDS` more rounds of the candidates whose speed-up interval
+    is still wider than ``--confirm-precision`` (each round opened by the baseline
+    that closed the one before, and closed by a new one), while the budget holds
+    them; why it stopped for the budget ("" otherwise)."""
+    for extra in range(EXTRA_ROUNDS):
+        figures = confirmed(rec.records(study), the_plan.run)
+        wide = [t for t in the_plan.trials[1:] if (c := figures.get(t.number)) is not None
+                and c.interval is not None and c.interval > opts.confirm_precision]
+        if not wide:
+            return ""
+        rest, needs = left(), sum(own(t) for t in wide) + base_s
+        names = ", ".join(f"#{t.number}" for t in wide)
+        if rest is not None and rest < needs:
+            return (f"--budget left {rest:.0f} s, less than another round of {names} takes "
+                    f"(about {needs:.0f} s), whose speed-ups are known to more than "
+                    f"±{100 * opts.confirm_precision:g}% only")
+        round_ = the_plan.rounds + extra
+        for of in wide:
+            _measure_round(opts, study, server, left, the_plan, round_, of, None, done,
+                           own(of) + base_s)
+        _measure_round(opts, study, server, left, the_plan, round_ + 1, the_plan.trials[0],
+                       base_spec, done, base_s)
+    return ""
+
+
+def _measure_round(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
+                   the_plan: Plan, round_: int, of: FrozenTrial, spec: MeasureSpec | None,
+                   done: Done | None, again_s: float) -> None:
+    """Measures ``of``'s config for ``round_`` and stores it; a measurement left
+    disturbed is measured again (:data:`DISTURBED_AGAIN` times) where the budget still
+    holds ``again_s``."""
+    config = TrialConfig.from_dict(TrialRecord.from_frozen(of).config)
+    for again in range(DISTURBED_AGAIN + 1):
+        if again and (rest := left()) is not None and rest < again_s:
+            return  # no time to measure a disturbed round again: it is left out
+        trial_dir = opts.study_dir / "trials" / (
+            f"confirm-{the_plan.run}-{round_}-{of.number}" + (f"-{again}" if again else ""))
         result, where, _ = measure(opts, config, server, trial_dir,
                                    f"confirmation of study {study.study_name}", left,
-                                   spec=base_spec if first else None)
+                                   spec=spec)
         record = _record(result, where, role="confirmation",
                          confirm={"run": the_plan.run, "round": round_, "of": of.number})
         stored = add_measured(opts, study, of, record, result)
         if done is not None:
             done(stored)
-    return ""
+        if not stored.disturbed:
+            return

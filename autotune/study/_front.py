@@ -12,10 +12,11 @@ from typing import Any
 
 from autotune.config import CONFIG_FORMAT, TrialConfig
 from autotune.errors import ConfigError
+from autotune.specs import CONFIRM_PRECISION
 from autotune.files import atomic_write, dump
 from autotune.storage import masked
 from autotune.study import _records as rec
-from autotune.study._paired import Confirmed, confirmed, drifts, ties
+from autotune.study._paired import Confirmed, confirmed, disturbed_candidates, drifts, ties
 from autotune.study._pareto import PICKS, Point, best_under, default_pick, front, knee, pick
 from autotune.study._records import StudyRecord, TrialRecord
 from autotune.study._space import eager_twin as twin_of
@@ -46,6 +47,13 @@ class FrontRow:
         return asdict(self)
 
     @property
+    def confirmation(self) -> str | None:
+        """``confirmed in N rounds...``, ``unconfirmed: why``, or None where no
+        confirmation ran."""
+        return next((m for m in self.marks if m.startswith(("confirmed", "unconfirmed"))),
+                    None)
+
+    @property
     def default(self) -> bool:
         """The default pick: what ``export`` writes unless told otherwise."""
         return any(m.startswith(DEFAULT + ":") for m in self.marks)
@@ -63,19 +71,33 @@ def memory_limit(trials: list[TrialRecord], budget: float | None) -> tuple[float
     return min(sizes), f"within the device's {min(sizes):,.0f} MiB"
 
 
+def holding(figures: dict[int, Confirmed], within: float,
+            baseline_no: int | None) -> frozenset[int]:
+    """The configs whose confirmation holds: a speed-up interval within ``within``
+    (the baseline's, 1 by construction, confirms nothing)."""
+    return frozenset(n for n, c in figures.items()
+                     if n != baseline_no and not c.why_not(within))
+
+
 def front_rows(trials: list[TrialRecord], baseline_no: int | None,
-               budget: float | None, train_nodes: int | None = None) -> list[FrontRow]:
-    """The Pareto front, fastest first, with ratios against the baseline and marks."""
+               budget: float | None, train_nodes: int | None = None,
+               within: float = CONFIRM_PRECISION) -> list[FrontRow]:
+    """The Pareto front, fastest first, with ratios against the baseline and marks.
+    A config the confirmation measured is confirmed where its speed-up's interval is
+    within ``within`` (:meth:`Confirmed.why_not`), else marked unconfirmed with why;
+    the default pick is the fastest confirmed config, where there is one."""
     by_number = {t.number: t for t in trials}
-    figures = confirmed(trials)
+    figures, busy = confirmed(trials), disturbed_candidates(trials)
+    held = holding(figures, within, baseline_no)
     pts = candidate_points(trials, figures)
     base = by_number.get(baseline_no) if baseline_no is not None else None
     base = base if base is not None and base.complete else None
-    limit, within = memory_limit(trials, budget)
+    limit, room = memory_limit(trials, budget)
     k, best = knee(pts, limit), best_under(pts, budget)
-    chosen = default_pick(pts, limit, frozenset(figures))
-    default = f"{DEFAULT}: the fastest {'confirmed ' if figures else ''}config {within}"
-    tied = ties(figures)
+    chosen = default_pick(pts, limit, held)
+    default = f"{DEFAULT}: the fastest {'confirmed ' if chosen and chosen.number in held else ''}" \
+        f"config {room}" + (", none confirmed" if figures and not held else "")
+    tied = ties({n: c for n, c in figures.items() if n in held or n == baseline_no})
     rows = []
     for p in front(pts):
         marks = [m for m, hit in ((default, chosen and p.number == chosen.number),
@@ -89,11 +111,8 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
         precision = t.precision
         if c is not None:
             speedup, speedup_pm, precision = c.speedup, c.interval, c.throughput_interval
-            marks.append(f"confirmed in {c.rounds} round{'s' if c.rounds != 1 else ''}" + (
-                f", tied with {', '.join(f'#{n}' for n in tied[p.number])}"
-                if tied[p.number] else ""))
-        elif figures:
-            marks.append("unconfirmed")
+        marks += _confirmation_mark(c, within, tied.get(p.number), busy.get(p.number),
+                                    bool(figures))
         payback = payback_epochs(t, trials, train_nodes)
         if t.imprecise and c is None:
             marks.append(f"IMPRECISE: --max-seconds ran out at ±{100 * t.precision:.1f}%"
@@ -106,6 +125,22 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
                              p.val_metric, marks, p.config, precision, speedup_pm, payback,
                              c.to_dict() if c is not None else None))
     return rows
+
+
+def _confirmation_mark(c: Confirmed | None, within: float, tied: list[int] | None,
+                       busy: str | None, confirming: bool) -> list[str]:
+    """What a front row's mark says of its confirmation (``confirming``: one ran):
+    confirmed (with the confirmed configs its interval overlaps), or unconfirmed and
+    why; nothing where no confirmation ran."""
+    if c is not None:
+        why = c.why_not(within)
+        if why:
+            return [f"unconfirmed: {why}"]
+        return [f"confirmed in {c.rounds} round{'s' if c.rounds != 1 else ''}" +
+                (f", tied with {', '.join(f'#{n}' for n in tied)}" if tied else "")]
+    if busy:
+        return [f"unconfirmed: the machine was busy in each round ({busy})"]
+    return ["unconfirmed: the confirmation did not measure it"] if confirming else []
 
 
 def reference_row(trials: list[TrialRecord], baseline_no: int | None) -> FrontRow | None:
@@ -176,7 +211,8 @@ def study_front(study) -> list[FrontRow]:
     """The study's front: the one computation ``show``, ``pareto.yaml``, the export's
     knee, the report and the dashboard note all read."""
     s = StudyRecord.from_study(study)
-    return front_rows(rec.records(study), s.baseline, s.budget_mib, s.num_train)
+    return front_rows(rec.records(study), s.baseline, s.budget_mib, s.num_train,
+                      s.confirm_within)
 
 
 def study_reference(study) -> FrontRow | None:
@@ -213,7 +249,8 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
         raise ConfigError(f"the study's only completed trial is its baseline (#{base.number}), "
                           "which lies outside the space searched; run more trials, or export "
                           f"it with --pick trial:{base.number}")
-    chosen = pick(candidates, how, s.budget_mib, limit, frozenset(figures))
+    chosen = pick(candidates, how, s.budget_mib, limit,
+                  holding(figures, s.confirm_within, s.baseline))
     t, c = trials[chosen.number], figures.get(chosen.number)
     config = TrialConfig.from_dict(t.config)
     ref = s.dataset_ref
@@ -225,6 +262,9 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
                 "throughput": chosen.throughput, "unit": s.task.unit,
                 "peak_memory_mib": chosen.memory_mib,
                 "confirmed": None if c is None else {
+                    "holds": not c.why_not(s.confirm_within),
+                    "why_not": c.why_not(s.confirm_within) or None,
+                    "within": s.confirm_within,
                     "rounds": c.rounds, "speedup": c.speedup, "interval": c.interval,
                     "throughput": c.throughput, "peak_memory_mib": c.memory_mib,
                     "trials": list(c.measurements)},
@@ -235,7 +275,7 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
                 "guard_ratio": t.guard_ratio, "window": t.window.to_dict(),
                 "precision": t.precision, "screened": t.screened, "imprecise": t.imprecise,
                 "payback_epochs": payback_epochs(t, list(trials.values()), s.num_train)}
-    blob = {"format": CONFIG_FORMAT, "config": config.to_dict(), "model": config.model,
+    blob = {"format": CONFIG_FORMAT, "config": config.meaningful(), "model": config.model,
             "measured": measured, "env": s.env, "dataset": s.dataset, "dataset_ref": ref,
             "study": study.study_name, "storage": masked(url), "reproduce": reproduce}
     return blob, t
@@ -246,3 +286,15 @@ def write_export(study, how: str, url: str, out: Path) -> tuple[dict, TrialRecor
     blob, t = export_blob(study, how, url, out)
     atomic_write(out, dump(blob, "json" if out.suffix == ".json" else "yaml"))
     return blob, t
+
+
+def confirmation_words(confirmed: dict[str, Any] | None) -> str:
+    """An export's ``measured.confirmed`` in words: ``confirmed in 3 rounds, 1.52x
+    ±4.1%``, ``unconfirmed: why`` or ``unconfirmed: no confirmation measured it``."""
+    if not confirmed:
+        return "unconfirmed: no confirmation measured it"
+    if confirmed.get("holds", True) is False:
+        return f"unconfirmed: {confirmed['why_not']}"
+    interval = confirmed.get("interval")
+    return (f"confirmed in {confirmed['rounds']} rounds, {confirmed['speedup']:.2f}x" +
+            (f" ±{100 * interval:.1f}%" if interval is not None else ""))

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FixedTrial, TrialState
 
-from autotune.config import TrialConfig
+from autotune.config import TrialConfig, renamed_knobs
 from autotune.env import clock as clock_text
 from autotune.errors import GuardError
 from autotune.logging import get_logger
@@ -170,7 +170,7 @@ def _config_for(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial,
         config = suggest_config(trial, opts.space, device=opts.device, seed=opts.seed)
         if defer_compiled(opts, study, trial, config):
             return None
-    rec.store(trial, config_key=config.key())
+    rec.store(trial, config_key=config.key(), config=config.to_dict())
     return config
 
 
@@ -214,15 +214,13 @@ def _explore(opts: SearchOptions, study: optuna.Study, outcome: SearchOutcome) -
     :data:`EXPLORE_DRAWS` draws found none."""
     import random
 
-    from optuna.trial import FixedTrial
-
     taken = {rec.config_key(t) for t in study.get_trials(deepcopy=False)}
     rng = random.Random(opts.seed + len(taken))
     for _ in range(EXPLORE_DRAWS):
         config = suggest_config(FixedTrial(random_params(opts.space, rng)), opts.space,
                                 device=opts.device, seed=opts.seed)
         if config.key() not in taken:
-            rec.enqueue(study, params_for(config, opts.space), explored=True)
+            _queue(opts, study, params_for(config, opts.space), explored=True)
             outcome.explored += 1
             return True
     outcome.stopped = (f"stopped early: the Optuna sampler repeated measured configs {EXPLORE_AFTER} "
@@ -264,10 +262,14 @@ def _confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, clock
              f"{'s' if plan.rounds > 1 else ''}{fewer} of {names}, about "
              f"{clock_text(confirmation.plan_s(opts, study, plan, clock.overhead()))}")
 
-    _, outcome.confirm_cut = confirmation.confirm(
+    first, outcome.confirm_cut = confirmation.confirm(
         opts, study, server, clock.budget_left, done, announce, clock.overhead())
     if outcome.confirm_cut:
-        note(f"confirmation cut short: {outcome.confirm_cut}")
+        note(f"confirmation cut short: {outcome.confirm_cut}; the front's figures not "
+             "measured by it are the search's own, unconfirmed")
+    elif first is None and opts.confirm and not confirmation.candidates(opts, study):
+        note("confirmation: none, nothing to confirm (no config beside the baseline on "
+             "the front)")
 
 
 class _Clock:
@@ -330,6 +332,9 @@ class _Clock:
         reserve = self.reserve(study, ahead=1)
         if left - reserve > 0:
             return True
+        if left <= 0:
+            self.why = f"stopped: --budget {clock_text(self.opts.budget)} has run out"
+            return False
         self.why = (f"stopped: --budget {clock_text(self.opts.budget)} has "
                     f"{clock_text(max(left, 0.0))} left, kept for the confirmation (about "
                     f"{clock_text(reserve)}, at most {BUDGET_SHARE:.0%} of the "
@@ -389,9 +394,9 @@ def defer_compiled(opts: SearchOptions, study: optuna.Study, trial: optuna.Trial
         if any(rec.config_key(t) == twin_key for t in study.get_trials(
                 deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))):
             return False
-        rec.enqueue(study, eager_params(trial.params, opts.space, opts.device),
-                    eager_twin=trial.number)
-        rec.enqueue(study, trial.params)
+        _queue(opts, study, eager_params(trial.params, opts.space, opts.device),
+               eager_twin=trial.number)
+        _queue(opts, study, trial.params)
     rec.store(trial, deferred="compile variant: queued again after its eager twin")
     study.tell(trial, state=TrialState.PRUNED)
     return True
@@ -419,6 +424,7 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
         outcome.interrupted += recovery.fail_interrupted(study)
         outcome.stale += recovery.fail_stale(study)
         outcome.orphans += recovery.fail_orphans(study, opts.grace_period)
+        recovery.requeue_budget_cuts(study)
         trials = rec.records(study)
         if not any(t.baseline and not t.not_measured for t in trials):
             _enqueue_baseline(opts, study, baseline)
@@ -451,12 +457,21 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
         return trial
 
 
+def _queue(opts: SearchOptions, study: optuna.Study, params: dict[str, Any],
+           **fields: Any) -> None:
+    """Queues Optuna ``params`` with these :class:`TrialRecord` fields and the config
+    they make, which ``show`` lists while the trial waits."""
+    config = suggest_config(FixedTrial(renamed_knobs(params)), opts.space,
+                            device=opts.device, seed=opts.seed)
+    rec.enqueue(study, params, config=config.to_dict(), **fields)
+
+
 def _enqueue_baseline(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig) -> None:
     """Queues the baseline, which samples nothing: its config may lie outside the space,
     so it goes without params (Optuna's distributions stay the space's, and the
     samplers never see it: :class:`autotune.study._optuna_samplers.SpaceOnly`), with the values
     it has outside the space the user wrote."""
-    rec.enqueue(study, {}, role="baseline",
+    rec.enqueue(study, {}, role="baseline", config=baseline.to_dict(),
                 outside_space=opts.space.baseline_outside() or None)
 
 
@@ -472,7 +487,7 @@ def _enqueue_priors(opts: SearchOptions, study: optuna.Study, baseline: TrialCon
     gpu_wins = best is not None and bool((best.config or {}).get("gpu_sampling"))
     for name, config in prior_configs(baseline, opts.space, machine_facts(opts.device)):
         if name not in done and not (gpu_wins and not config.gpu_sampling):
-            rec.enqueue(study, params_for(config, opts.space), role="prior", prior=name)
+            _queue(opts, study, params_for(config, opts.space), role="prior", prior=name)
             rec.store_study(study, priors=[*done, name])
             return
 
@@ -519,10 +534,13 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
     if previous is not None:
         return _reuse(opts, study, trial, previous, outcome)
     trial_dir = opts.study_dir / "trials" / str(trial.number)
+    # the confirmation's time is kept from a trial's only where there is something to
+    # confirm without it: else cutting it would keep time for a confirmation of nothing
+    reserve = clock.reserve(study, ahead=1) if confirmation.candidates(opts, study) else 0.0
     with Heartbeat(_optuna.storage(study), _optuna.trial_id(trial)):
         result, where, budget_bound = confirmation.measure(
             opts, config, server, trial_dir, f"trial {trial.number} of study "
-            f"{study.study_name}", clock.budget_left, clock.reserve(study, ahead=1),
+            f"{study.study_name}", clock.budget_left, reserve,
             _measure_spec(opts, study, trial))
     outcome.measured += 1
     record = TrialRecord.from_result(trial.number, result, **where)
@@ -540,9 +558,7 @@ def _measure_and_tell(opts: SearchOptions, study: optuna.Study, trial: optuna.Tr
         if not result.ok:
             outcome.failed += 1
             frozen = study.tell(trial, state=TrialState.FAIL)
-            if cut_by_budget:  # counted against nothing, and measured on the next run
-                recovery.requeue_once(study, frozen)
-            return frozen
+            return frozen  # cut by the budget: counted against nothing, queued by the next run
         return _guard_and_tell(opts, study, trial, config, list(result.objectives()), outcome,
                                result.training, result.window.screened)
     except optuna.exceptions.UpdateFinishedTrialError:

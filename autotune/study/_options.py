@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.errors import ConfigError
 from autotune.trial import MIB
-from autotune.specs import COUNT, DURATION, FRACTION, GRACE_S, HEARTBEAT_S, INTEGER, \
-    POSITIVE_INT, SCREEN_PRECISION, SIZE, STUDIES_DIR, SWITCH, GuardOptions, MeasureSpec, Option, \
-    TrialLimits, at_least, one_of
+from autotune.specs import CONFIRM_PRECISION, COUNT, DURATION, FRACTION, GRACE_S, HEARTBEAT_S, \
+    INTEGER, POSITIVE_INT, SCREEN_PRECISION, SIZE, STUDIES_DIR, SWITCH, GuardOptions, \
+    MeasureSpec, Option, TrialLimits, at_least, one_of
 from autotune.study._records import DIRECTIONS
 from autotune.taskinfo import task_info
 
@@ -53,6 +53,9 @@ SEARCH_OPTIONS: tuple[Option, ...] = (
            "again, interleaved in rounds; the front and the export use those paired figures "
            "(0: off)", metavar="N"),
     Option("confirm_rounds", 3, at_least(3), "the confirmation's rounds, at least 3"),
+    Option("confirm_precision", CONFIRM_PRECISION, FRACTION, "a config is confirmed when "
+           "its paired speed-up's 95%% interval after the rounds is within this; the others "
+           "are shown unconfirmed, with why, and the default pick prefers a confirmed one"),
     Option("control_every", 600.0, DURATION, "measure the baseline again (a control) after "
            "this long, so each speed-up is paired with a baseline measured close in time "
            "...", unit="s"),

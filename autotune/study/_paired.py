@@ -18,7 +18,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
-from autotune.trial import ratio_half_width, t975
+from autotune.trial import Load, ratio_half_width, t975
 from autotune.study._records import TrialRecord
 
 
@@ -78,9 +78,28 @@ class Confirmed:
     memory_mib: float
     ratios: tuple[float, ...]
     measurements: tuple[int, ...]  # the trials that measured it, round by round
+    # rounds left out because a measurement in them (its own or its round's
+    # baseline's) was disturbed however often it was measured again, and by what
+    busy_rounds: int = 0
+    busy: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def why_not(self, within: float) -> str:
+        """Why it is not confirmed to ``within`` (a relative half-width of its
+        speed-up), in words; "" where it is: two rounds at least, and a speed-up
+        interval no wider than ``within``."""
+        busy = (f"; the machine was busy in {self.busy_rounds} round"
+                f"{'s' if self.busy_rounds != 1 else ''} ({self.busy})"
+                if self.busy_rounds else "")
+        if self.interval is None:
+            return (f"{self.rounds} round{'s' if self.rounds != 1 else ''} only, no "
+                    f"interval{busy}")
+        if self.interval > within:
+            return (f"rounds disagree: ±{100 * self.interval:.1f}% > "
+                    f"±{100 * within:g}%{busy}")
+        return ""
 
     def overlaps(self, other: Confirmed) -> bool:
         """Whether the two speed-up intervals overlap: the two are tied."""
@@ -116,11 +135,18 @@ def confirmed(trials: Iterable[TrialRecord], run: int | None = None) -> dict[int
         return merged
     base = next((t.number for t in trials if t.baseline), None)
     rounds: dict[int, dict[int, TrialRecord]] = {}
+    busy: dict[int, dict[int, TrialRecord]] = {}  # disturbed, with no quiet measurement
     for t in trials:
         if t.confirm is not None and t.confirm["run"] == run and t.complete:
-            rounds.setdefault(t.confirm["of"], {})[t.confirm["round"]] = t
-    base_rounds = rounds.pop(base, {})
-    out = {number: _candidate(number, measured, base_rounds)
+            kept = busy if t.disturbed else rounds
+            kept.setdefault(t.confirm["of"], {})[t.confirm["round"]] = t
+    for number, measured in busy.items():
+        for r in rounds.get(number, {}):
+            measured.pop(r, None)  # measured again, quietly
+    base_rounds, base_busy = rounds.pop(base, {}), busy.pop(base, {})
+    out = {number: _candidate(number, measured, base_rounds, {
+               **{r: base_busy[r] for r in base_busy if r in measured},
+               **busy.get(number, {})})
            for number, measured in rounds.items()
            if any(r in base_rounds for r in measured)}
     if base_rounds:
@@ -135,10 +161,22 @@ def confirmed(trials: Iterable[TrialRecord], run: int | None = None) -> dict[int
     return out
 
 
+def disturbed_candidates(trials: Iterable[TrialRecord]) -> dict[int, str]:
+    """The configs with a confirmation measurement left out as disturbed
+    (:attr:`TrialRecord.disturbed`), with the processes that disturbed them."""
+    out: dict[int, list[str]] = {}
+    for t in trials:
+        if t.confirm is not None and t.complete and t.disturbed:
+            out.setdefault(t.confirm["of"], []).append(Load.from_dict(t.window.load).named())
+    return {number: "; ".join(dict.fromkeys(named)) for number, named in out.items()}
+
+
 def _candidate(number: int, measured: dict[int, TrialRecord],
-               base_rounds: dict[int, TrialRecord]) -> Confirmed:
+               base_rounds: dict[int, TrialRecord],
+               busy: dict[int, TrialRecord]) -> Confirmed:
     """A candidate's confirmed figures from its rounds and the baseline's (each
-    interval at least the median window's own, shrunk by the rounds' root)."""
+    interval at least the median window's own, shrunk by the rounds' root); ``busy``:
+    the disturbed measurements of the rounds left out, by round."""
     both = sorted(r for r in measured if r in base_rounds)
     refs = {r: _baseline_at(base_rounds, r, _mid(measured[r])) for r in both}
     ratios = [measured[r].throughput / refs[r] for r in both]
@@ -153,7 +191,9 @@ def _candidate(number: int, measured: dict[int, TrialRecord],
         max(_spread(ratios), floor) if several else None, statistics.median(rates),
         max(_spread(rates), rate_floor) if several else None,
         statistics.median(measured[r].memory_mib for r in both), tuple(ratios),
-        tuple(measured[r].number for r in both))
+        tuple(measured[r].number for r in both), len(busy),
+        "; ".join(dict.fromkeys(Load.from_dict(t.window.load).named()
+                                for t in busy.values())))
 
 
 def _mid(t: TrialRecord) -> float:

@@ -79,9 +79,9 @@ def default_pick(points: list[Point], limit_mib: float | None,
                  confirmed: set[int] | frozenset[int] = frozenset()) -> Point | None:
     """The config a user wants by default: memory counts against ``limit_mib`` (what
     the device has, or the memory budget), not against the spread between trials, so
-    with memory to spare it is the fastest; the fastest ``confirmed`` one where the
-    confirmation measured any that fit."""
-    sure = [p for p in points if p.number in confirmed]
+    with memory to spare it is the fastest; the fastest ``confirmed`` one on the front
+    where there is one that fits."""
+    sure = [p for p in front(points) if p.number in confirmed]
     return best_under(sure, limit_mib) or best_under(points, limit_mib)
 
 

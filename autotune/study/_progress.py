@@ -9,6 +9,7 @@ from typing import TextIO
 from autotune.config import short
 from autotune.env import clock
 from autotune.taskinfo import task_info
+from autotune.trial import busy_note
 
 
 def ratio(value: float | None, precision: float | None = None) -> str:
@@ -45,6 +46,8 @@ def progress_line(n: int, total: int, record, elapsed: float, eta: float,
     else:
         figures = f"{'-':>29} {'-':>11}"
     where = f"[{n:>3}/{total}]" if total != float("inf") else f"[{n:>3}]"
+    if record.search_point and not record.counts:  # a repeat, a trial cut short
+        where = f"[{'-':>3}/{total}]" if total != float("inf") else f"[{'-':>3}]"
     if record.control:
         where = "[control]"
     elif record.confirm is not None:
@@ -134,6 +137,8 @@ def _status(record) -> str:
                                       "of the best" if far else "")
     elif record.imprecise:
         status += ", IMPRECISE"
+    busy = busy_note(record.window)
+    status += f", {busy}" if busy else ""
     if record.prior:
         status += f", prior {record.prior}"
     if record.explored:

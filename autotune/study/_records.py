@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from autotune.config import renamed_knobs, short
+from autotune.specs import CONFIRM_PRECISION
 from autotune.study._pareto import Point
 from autotune.taskinfo import TaskInfo, task_info
 from autotune.trial import (
@@ -250,6 +251,12 @@ class TrialRecord:
     def imprecise(self) -> bool:
         """Its window ran out of time before the target precision."""
         return self.window.imprecise
+
+    @property
+    def disturbed(self) -> bool:
+        """Other processes took more of its cores than it allowed, in each of its
+        windows (:attr:`WindowStats.disturbed`)."""
+        return self.window.disturbed
 
     @property
     def precision(self) -> float | None:
@@ -496,7 +503,8 @@ class StudyRecord:
     priors: tuple[str, ...] = ()
     stopped: str | None = None  # why the last search stopped before its budget
     control_claimed_at: float = 0.0  # when a worker last claimed a control
-    confirmations: tuple[dict[str, Any], ...] = ()  # {run, started, candidates, rounds}
+    # {run, started, candidates, rounds, asked (--confirm-rounds), within, cut}
+    confirmations: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def from_study(cls, study) -> StudyRecord:
@@ -521,6 +529,13 @@ class StudyRecord:
     @property
     def budget_mib(self) -> float | None:
         return self.max_memory_bytes / MIB if self.max_memory_bytes else None
+
+    @property
+    def confirm_within(self) -> float:
+        """The precision its latest confirmation asked of a speed-up
+        (``--confirm-precision``)."""
+        return next((run["within"] for run in reversed(self.confirmations)
+                     if run.get("within")), CONFIRM_PRECISION)
 
     @property
     def num_train(self) -> int | None:

@@ -6,7 +6,8 @@
   created twice by a storage call retried after a dropped connection, or by a
   worker that died between asking and claiming it).
 
-None of them counts against ``n_trials``; each one's config is queued once more.
+None of them counts against ``n_trials``; each one's config is queued once more, as is
+a trial that ``--budget`` cut while it was measured, by the next run.
 """
 from __future__ import annotations
 
@@ -50,6 +51,21 @@ def fail_orphans(study: optuna.Study, grace_s: float) -> list[int]:
                              "the grace period")
 
 
+def requeue_budget_cuts(study: optuna.Study) -> list[int]:
+    """Queues once more the configs of search trials that an earlier run's
+    ``--budget`` cut while they were measured (the baseline excepted: the loop
+    queues it again itself): a stop leaves no trial waiting, the next run measures
+    them first."""
+    trials = rec.records(study)
+    retried = {t.retry_of for t in trials if t.retry_of is not None}
+    cut = [t.number for t in trials if t.state == "fail" and t.search_point and not t.baseline
+           and (t.fail_reason or "").startswith("budget:") and t.number not in retried]
+    frozen = study.get_trials(deepcopy=False)
+    for number in cut:
+        requeue_once(study, frozen[number])
+    return cut
+
+
 def _fail_and_requeue(study: optuna.Study, trials: list[FrozenTrial],
                       reason: Callable[[dict], str]) -> list[int]:
     failed = []
@@ -67,7 +83,7 @@ def requeue_once(study: optuna.Study, t: FrozenTrial) -> None:
         return
     r = rec.TrialRecord.from_frozen(t)  # the baseline or a prior row stays one
     rec.enqueue(study, t.params, retry_of=t.number, role=r.role, prior=r.prior,
-                outside_space=r.outside_space)
+                outside_space=r.outside_space, config=r.config)
 
 
 def _alive(pid: int | None, started: float | None) -> bool:

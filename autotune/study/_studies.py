@@ -10,6 +10,7 @@ import optuna
 from autotune.errors import StudyNotFoundError
 from autotune.storage import masked, open_storage
 from autotune.study import _records as rec
+from autotune.study._front import study_front
 from autotune.study._options import (
     STUDIES_DIR,
     default_storage,
@@ -79,17 +80,22 @@ def _there(name: str, names: list[str]) -> str:
 
 def study_rows(*, storage: str | None = None,
                studies_dir: str | Path = STUDIES_DIR) -> list[dict[str, Any]]:
-    """One row per study (``autotune studies``): its name, storage, task, trials, best
-    throughput and unit, and when its last trial started."""
+    """One row per study (``autotune studies``): its name, storage, task, trials, the
+    front's best throughput (confirmed where the confirmation measured it) and unit,
+    its default pick and whether it is confirmed, and when its last trial started."""
     rows = []
     for name, url in study_names(storage=storage, studies_dir=studies_dir):
         study, _ = load_study(name, storage=url)
         trials, task = rec.records(study), rec.StudyRecord.from_study(study).task
-        done = [t.throughput for t in trials if t.complete]
+        front = study_front(study)  # confirmed figures where the confirmation measured them
+        default = next((r for r in front if r.default), None)
         starts = [t.datetime_start for t in study.get_trials(deepcopy=False)
                   if t.datetime_start is not None]
         rows.append({"study": name, "storage": masked(url), "task": task.name,
-                     "trials": len(trials), "best": max(done) if done else None,
+                     "trials": len(trials),
+                     "best": max((r.throughput for r in front), default=None),
+                     "default_trial": default.trial if default else None,
+                     "confirmation": default.confirmation if default else None,
                      "unit": task.unit,
                      "last_trial": max(starts).strftime("%Y-%m-%d %H:%M") if starts else None})
     return rows

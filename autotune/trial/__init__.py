@@ -1,6 +1,7 @@
 """One trial, measured in a process of its own: ``_runner`` starts it (a fresh
 interpreter or a fork of ``_forkserver``'s), ``_worker`` is that process, ``_window``
-warms up and times the window, ``_result`` is what comes back (:class:`TrialResult`),
+warms up and times the window, ``_load`` says what else ran on the trial's cores
+meanwhile, ``_result`` is what comes back (:class:`TrialResult`),
 ``_profile`` a ``torch.profiler`` trace of its steps.
 """
 from __future__ import annotations
@@ -19,6 +20,8 @@ _EXPORTS = {
     "WindowStats": "_result",
     "ratio_half_width": "_result",
     "t975": "_result",
+    "Load": "_load",
+    "busy_note": "_load",
     "ForkServer": "_forkserver",
     "run_trial": "_runner",
 }

@@ -169,10 +169,23 @@ class WindowStats(_Part):
     screened_by: str = ""
     started_at: float = 0.0  # time.time() at the window's first and last clock read
     ended_at: float = 0.0
+    # What other processes took of its cores (trial/_load.py's Load), the share they
+    # could take before it was measured again (MeasureSpec.max_busy), and the loads of
+    # the windows measured before it and dropped for being disturbed
+    load: dict[str, Any] | None = None
+    max_busy: float | None = None
+    remeasured: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def imprecise(self) -> bool:
         return self.stopped == "max-seconds"
+
+    @property
+    def disturbed(self) -> bool:
+        """Other processes took more of its cores than ``max_busy``, however many
+        times it was measured again."""
+        return self.load is not None and self.max_busy is not None and \
+            self.load.get("share", 0.0) > self.max_busy
 
     @property
     def screened(self) -> bool:

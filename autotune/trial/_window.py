@@ -24,6 +24,7 @@ from torch import nn
 
 from autotune.pipeline import Pipeline, device_sync, gpu_room, heap_state
 from autotune.specs import MeasureSpec
+from autotune.trial._load import LoadMeter
 from autotune.trial._result import (
     MIB,
     CompileStats,
@@ -304,8 +305,8 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
         graphs_warm = graphs.count
         memory.phase("window")
         with stopped(quiet):
-            window = _window(stepper, spec, warmup, lambda: _peak_mib(pipe.device, memory),
-                             warm_rate)
+            window = _undisturbed_window(stepper, spec, warmup,
+                                         lambda: _peak_mib(pipe.device, memory), warm_rate)
         graphs_total = graphs.count
         device_memory = _device_memory(pipe)
         memory.phase("probe")  # the probe's eager step is charged to no objective
@@ -455,6 +456,27 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
         screen_precision=screen.precision if screen is not None else None, stopped=stopped,
         screened_by=screened_by, started_at=started_at, ended_at=time.time())
     return out
+
+
+def _undisturbed_window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
+                        memory_mib: Callable[[], float], warm_rate: float) -> _Window:
+    """A window in which other processes took at most ``spec.max_busy`` of the trial's
+    cores (:class:`LoadMeter`): a disturbed one is measured again, up to
+    ``spec.busy_retries`` times, with no screening on the warm-up's rate (it may
+    have been disturbed too); the last is kept, flagged, where none was quiet. The
+    window's stats carry its load and those of the windows dropped."""
+    meter, dropped = LoadMeter(), []
+    while True:
+        meter.start()
+        window = _window(stepper, spec, warmup, memory_mib, warm_rate)
+        load = meter.stop()
+        if load.share <= spec.max_busy or len(dropped) >= spec.busy_retries:
+            break
+        dropped.append(load.to_dict())
+        warm_rate = 0.0
+    window.stats = dataclasses.replace(window.stats, load=load.to_dict(),
+                                       max_busy=spec.max_busy, remeasured=dropped)
+    return window
 
 
 def _best_case(blocks: list[list[float]], half_width: float | None) -> float:

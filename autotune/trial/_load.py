@@ -1,0 +1,168 @@
+"""What else ran on a trial's cores while its window was timed.
+
+pyperf and hyperfine warn that other work skews a benchmark; a search acts on it.
+Over each timed window, :class:`LoadMeter` reads the busy time of the cores the
+trial may run on (``/proc/stat`` through psutil, the hypervisor's steal included)
+and the CPU time of the trial's own process tree (itself, its loader workers and any
+other descendant, the reaped ones through their parent's children times). What the
+cores were busy with beyond the tree's own time is what other processes took: as a
+share of the cores' time over the window, it says how disturbed the window was
+(:class:`Load`). A snapshot of every process's CPU time at either end names the
+ones that took it, by pid and name.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from autotune.trial._result import _Part
+
+TOP = 3  # the processes named for a disturbed window
+STEAL = "steal"  # the name under which the hypervisor's steal time is reported
+
+
+def _cpu_s(times) -> float:
+    """A process's CPU seconds with those of its reaped children."""
+    return times.user + times.system + getattr(times, "children_user", 0.0) + \
+        getattr(times, "children_system", 0.0)
+
+
+def _busy_s(times) -> float:
+    """A core's busy seconds: all but idle and I/O wait (guest time is in user)."""
+    return sum(getattr(times, name, 0.0) for name in
+               ("user", "nice", "system", "irq", "softirq", "steal"))
+
+
+def _tree(root: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return [root]
+
+
+def _processes() -> dict[tuple[int, float], tuple[str, float]]:
+    """Every process's (pid, start time) -> (name, its own CPU seconds) now."""
+    out = {}
+    for proc in psutil.process_iter(["name", "cpu_times", "create_time"]):
+        info = proc.info
+        if info.get("cpu_times") is None or info.get("create_time") is None:
+            continue
+        times = info["cpu_times"]  # its own: a reaped child's lifetime is no window's
+        out[(proc.pid, info["create_time"])] = (info.get("name") or "?",
+                                                times.user + times.system)
+    return out
+
+
+@dataclass(frozen=True)
+class Load(_Part):
+    """Over one window: the ``cores`` the trial could run on, the CPU seconds its own
+    process tree took, and ``others_s``, what the rest of the machine took on those
+    cores (their busy time beyond the tree's own); ``share``: that over the cores'
+    time in the window. ``top``: the processes outside the tree that took most, as
+    [pid, name, CPU seconds] (pid 0, "steal": the hypervisor)."""
+
+    cores: int = 0
+    wall_s: float = 0.0
+    own_s: float = 0.0
+    others_s: float = 0.0
+    share: float = 0.0
+    top: list[list[Any]] = field(default_factory=list)
+
+    def named(self) -> str:
+        """The processes that took the cores, in words: ``pid 812 (stress) 9.8 CPU-s``."""
+        return ", ".join(f"pid {pid} ({name}) {cpu_s:.1f} CPU-s" if pid else
+                         f"the hypervisor (steal) {cpu_s:.1f} CPU-s"
+                         for pid, name, cpu_s in self.top) or "no process seen at both ends"
+
+    def describe(self) -> str:
+        return (f"other processes took {100 * self.share:.0f}% of its {self.cores} "
+                f"core{'s' if self.cores != 1 else ''}: {self.named()}")
+
+
+class LoadMeter:
+    """Measures the :class:`Load` of the window between :meth:`start` and
+    :meth:`stop`, for the process tree rooted at this process."""
+
+    def __init__(self) -> None:
+        self._root = psutil.Process(os.getpid())
+        self._cores: list[int] = []
+        self._at = 0.0
+        self._cpu: list = []
+        self._own = 0.0
+        self._all: dict[tuple[int, float], tuple[str, float]] = {}
+
+    def _cores_now(self, tree: list[psutil.Process]) -> list[int]:
+        cores: set[int] = set()
+        for proc in tree:
+            try:
+                cores.update(proc.cpu_affinity())
+            except (psutil.NoSuchProcess, AttributeError):
+                pass
+        return sorted(cores) or list(range(psutil.cpu_count() or 1))
+
+    def _own_s(self, tree: list[psutil.Process]) -> float:
+        total = 0.0
+        for proc in tree:
+            try:
+                total += _cpu_s(proc.cpu_times())
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
+    def start(self) -> None:
+        tree = _tree(self._root)
+        self._cores = self._cores_now(tree)
+        self._all = _processes()
+        self._at = time.perf_counter()
+        self._cpu = psutil.cpu_times(percpu=True)
+        self._own = self._own_s(tree)
+
+    def stop(self) -> Load:
+        cpu = psutil.cpu_times(percpu=True)
+        tree = _tree(self._root)
+        own = self._own_s(tree) - self._own
+        wall = time.perf_counter() - self._at
+        cores = [c for c in self._cores if c < min(len(cpu), len(self._cpu))]
+        busy = sum(_busy_s(cpu[c]) - _busy_s(self._cpu[c]) for c in cores)
+        steal = sum(getattr(cpu[c], STEAL, 0.0) - getattr(self._cpu[c], STEAL, 0.0)
+                    for c in cores)
+        others = max(busy - own, 0.0)
+        mine = {(p.pid, _start(p)) for p in tree}
+        after = _processes()
+        took = sorted(((cpu_s - self._all.get(key, (name, 0.0))[1], key[0], name)
+                       for key, (name, cpu_s) in after.items() if key not in mine),
+                      reverse=True)
+        top = [[pid, name, round(cpu_s, 2)] for cpu_s, pid, name in took[:TOP]
+               if cpu_s >= 0.05 * max(others, 1e-9) and cpu_s > 0.01]
+        if steal > 0.05 * max(others, 1e-9) and steal > 0.01:
+            top = sorted([*top, [0, STEAL, round(steal, 2)]], key=lambda r: -r[2])[:TOP]
+        return Load(cores=len(cores), wall_s=wall, own_s=own, others_s=others,
+                    share=others / (wall * len(cores)) if wall > 0 and cores else 0.0,
+                    top=top)
+
+
+def _start(proc: psutil.Process) -> float | None:
+    try:
+        return proc.create_time()
+    except psutil.NoSuchProcess:
+        return None
+
+
+def busy_note(window) -> str:
+    """What a window's :class:`Load` says in a trial's line (a ``WindowStats``):
+    ``DISTURBED: ...`` where it stayed over its ``max_busy`` however many times it was
+    measured again, ``measured again Nx ...`` where a later window was quiet, else ""."""
+    if window.load is None:
+        return ""
+    again = len(window.remeasured)
+    times = f" (measured {again + 1} times)" if again else ""
+    if window.disturbed:
+        return f"DISTURBED: {Load.from_dict(window.load).describe()}{times}"
+    if again:
+        first = Load.from_dict(window.remeasured[0])
+        return (f"measured again {again}x, the machine was busy: {first.describe()}")
+    return ""

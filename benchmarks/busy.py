@@ -1,0 +1,175 @@
+"""The README's quick start on a quiet machine and on a busy one, side by side: does the
+answer hold when other work runs (issue 46)?
+
+Runs the quick start's search twice in one run, each in a fresh folder: first on a
+quiet machine, then with a process that burns one core (pinned to the last one) for
+``--busy-s`` seconds, starting ``--busy-after`` seconds after the first result line,
+in the search's middle. Records for each run its default pick (config, speed-up, its
+interval, confirmed or not and why), every front row's confirmation, and what the
+busy run named as disturbing its windows. busy.json holds:
+
+- ``default_ok``: the busy run's default pick is within the quiet run's interval for
+  the same config (the two intervals combined), or it is marked unconfirmed;
+- ``confirmed_too_wide``: front rows of either run called confirmed with a speed-up
+  interval wider than the stated precision (``--confirm-precision``): 0 is the target;
+- ``disturbing_process``: the processes the busy run named (pid, name, CPU seconds),
+  and ``named_the_burner``: whether the burner's pid is among them.
+
+    python benchmarks/busy.py --out benchmarks/results/busy.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from _common import write
+
+COMMAND = ["search", "--dataset", "synthetic", "--scale", "0.02", "--space", "quick",
+           "--n-trials", "8"]
+
+
+def _burn(core: int) -> subprocess.Popen:
+    code = f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True: pass"
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def _run(folder: Path, busy: tuple[float, float] | None) -> dict:
+    """The quick start in ``folder``; ``busy``: (seconds after the first result line,
+    seconds) of a burner on the last core. Its output, the study as ``show`` gives it,
+    and the burner's pid and times."""
+    env = {**os.environ, "AUTOTUNE_CACHE": str(folder / "cache"),
+           "AUTOTUNE_DATA_ROOT": str(folder / "data")}
+    env.pop("AUTOTUNE_MAX_BUSY", None)  # the default, as a user has it
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", *COMMAND], cwd=folder, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, burner, timer = [], {}, None
+
+    def start_burner() -> None:
+        core = sorted(os.sched_getaffinity(0))[-1]
+        process = _burn(core)
+        burner.update(pid=process.pid, core=core, started_s=time.perf_counter() - started)
+        time.sleep(busy[1])
+        process.kill()
+        process.wait()
+        burner["ended_s"] = time.perf_counter() - started
+
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        print(f"{time.perf_counter() - started:6.1f}s {line}", end="", flush=True)
+        if busy is not None and timer is None and line.startswith("[  1/"):
+            timer = threading.Timer(busy[0], start_burner)
+            timer.start()
+    code = proc.wait()
+    if timer is not None:
+        timer.join()
+        while "ended_s" not in burner and burner:
+            time.sleep(0.1)
+    if code != 0:
+        raise SystemExit(f"the quick start exited {code}")
+    show = subprocess.run([sys.executable, "-m", "autotune", "show", "--format", "json"],
+                          cwd=folder, env=env, capture_output=True, text=True, check=True)
+    return {"output": lines, "study": json.loads(show.stdout), "burner": burner or None,
+            "total_s": time.perf_counter() - started}
+
+
+def _row_figures(row: dict) -> dict:
+    confirmation = next((m for m in row["marks"] if m.startswith(("confirmed", "unconfirmed"))),
+                        None)
+    return {"trial": row["trial"], "config": row["config"], "speedup": row["speedup"],
+            "interval": (row["speedup_precision"] / row["speedup"]
+                         if row["speedup_precision"] is not None and row["speedup"] else None),
+            "confirmation": confirmation,
+            "confirmed": bool(confirmation and confirmation.startswith("confirmed"))}
+
+
+def _default(study: dict) -> dict | None:
+    row = next((r for r in study["pareto"] if any(m.startswith("default:")
+                                                  for m in r["marks"])), None)
+    return None if row is None else _row_figures(row)
+
+
+def _in_quiet(quiet: dict, config: dict) -> dict | None:
+    """The quiet run's figures for ``config``: its front row, else its trial's paired
+    speed-up from the search."""
+    for row in quiet["pareto"]:
+        if row["config"] == config:
+            return _row_figures(row)
+    for t in quiet["trials"]:
+        if t["config"] == config and t["paired"]:
+            return {"trial": t["trial"], "config": config,
+                    "speedup": t["paired"]["speedup"], "interval": t["paired"]["interval"],
+                    "confirmation": "the search's own figure", "confirmed": False}
+    return None
+
+
+def _too_wide(study: dict, within: float) -> list[dict]:
+    return [f for f in map(_row_figures, study["pareto"])
+            if f["confirmed"] and f["interval"] is not None and f["interval"] > within]
+
+
+def _named(study: dict) -> list[list]:
+    """Every process the run's windows named, with the CPU seconds it took (summed)."""
+    took: dict[tuple[int, str], float] = {}
+    for t in study["trials"]:
+        window = t.get("load") or {}
+        for load in [window, *(t.get("remeasured") or [])]:
+            for pid, name, cpu_s in load.get("top", []):
+                took[(pid, name)] = took.get((pid, name), 0.0) + cpu_s
+    return sorted(([pid, name, round(s, 1)] for (pid, name), s in took.items()),
+                  key=lambda r: -r[2])
+
+
+def main() -> None:
+    from autotune.specs import CONFIRM_PRECISION
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--busy-after", type=float, default=20.0,
+                   help="seconds after the first result line that the burner starts")
+    p.add_argument("--busy-s", type=float, default=45.0, help="how long it burns")
+    p.add_argument("--out", default="benchmarks/results/busy.json")
+    args = p.parse_args()
+    runs = {}
+    for name, busy in (("quiet", None), ("busy", (args.busy_after, args.busy_s))):
+        with tempfile.TemporaryDirectory(prefix=f"autotune-busy-{name}-") as folder:
+            runs[name] = _run(Path(folder), busy)
+    quiet, busy = runs["quiet"]["study"], runs["busy"]["study"]
+    chosen, theirs = _default(busy), None
+    default_ok = False
+    if chosen is not None:
+        theirs = _in_quiet(quiet, chosen["config"])
+        if not chosen["confirmed"]:
+            default_ok = True
+        elif theirs is not None and theirs["interval"] is not None:
+            width = math.hypot(theirs["interval"], chosen["interval"] or 0.0)
+            default_ok = abs(math.log(chosen["speedup"] / theirs["speedup"])) <= \
+                math.log1p(width)
+    named = _named(busy)
+    burner = runs["busy"]["burner"] or {}
+    too_wide = _too_wide(quiet, CONFIRM_PRECISION) + _too_wide(busy, CONFIRM_PRECISION)
+    write(args.out, {
+        "benchmark": "busy", "device": "cpu", "command": "autotune " + " ".join(COMMAND),
+        "confirm_precision": CONFIRM_PRECISION,
+        "burner": burner, "busy_after_s": args.busy_after, "busy_s": args.busy_s,
+        "default_ok": default_ok, "confirmed_too_wide": len(too_wide),
+        "too_wide": too_wide, "disturbing_process": named[:5],
+        "named_the_burner": any(pid == burner.get("pid") for pid, _, _ in named),
+        "quiet_default": _default(quiet), "busy_default": chosen,
+        "busy_default_in_quiet_run": theirs,
+        "quiet_front": [_row_figures(r) for r in quiet["pareto"]],
+        "busy_front": [_row_figures(r) for r in busy["pareto"]],
+        "quiet_total_s": runs["quiet"]["total_s"], "busy_total_s": runs["busy"]["total_s"],
+        "quiet_output": runs["quiet"]["output"], "busy_output": runs["busy"]["output"],
+    })
+
+
+if __name__ == "__main__":
+    main()

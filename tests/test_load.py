@@ -1,0 +1,149 @@
+"""A busy machine, seen and acted on: what else ran on a trial's cores during its
+window (:mod:`autotune.trial._load`), the window measured again when other
+processes took more than their share, and a confirmation that leaves out a round
+the machine disturbed."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from autotune.specs import MeasureSpec
+from autotune.trial import _window
+from autotune.trial._load import Load, LoadMeter, busy_note
+from autotune.trial._result import WindowStats
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _burner(core: int) -> int:
+    """A process that burns ``core``, outside this process's tree (its parent, a
+    shell, exits at once): its pid."""
+    code = (f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass")
+    out = subprocess.run(["sh", "-c", f'"{sys.executable}" -c "{code}" >/dev/null 2>&1 & '
+                          "echo $!"], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+@pytest.mark.exclusive
+def test_the_meter_tells_the_trials_own_work_from_another_process():
+    cores = sorted(os.sched_getaffinity(0))
+    meter = LoadMeter()
+    meter.start()
+    _spin(0.6)
+    quiet = meter.stop()
+    assert quiet.own_s == pytest.approx(0.6, abs=0.15)
+    assert quiet.cores == len(cores)
+    pid = _burner(cores[-1])
+    try:
+        time.sleep(0.2)  # the burner is running
+        meter.start()
+        _spin(1.0)
+        busy = meter.stop()
+    finally:
+        psutil.Process(pid).kill()
+    # the burner took about one of the cores for the whole window
+    assert busy.others_s > 0.6 and busy.share > quiet.share + 0.2, (quiet, busy)
+    assert busy.top[0][0] == pid and busy.top[0][1].startswith("python"), busy.top
+    assert f"pid {pid} (python" in busy.describe()
+
+
+class _ScriptedMeter:
+    """LoadMeter's stand-in: the shares of successive windows, as scripted."""
+
+    def __init__(self, shares):
+        self.shares = list(shares)
+
+    def __call__(self):
+        return self
+
+    def start(self):
+        pass
+
+    def stop(self):
+        return Load(cores=2, wall_s=1.0, own_s=1.0, others_s=2 * self.shares[0],
+                    share=self.shares.pop(0), top=[[4321, "stress", 0.9]])
+
+
+@pytest.mark.parametrize("shares, kept, again, disturbed", [
+    ([0.02], 0.02, 0, False),  # quiet: measured once
+    ([0.5, 0.03], 0.03, 1, False),  # disturbed, then quiet: the quiet one is kept
+    ([0.5, 0.6, 0.4], 0.4, 2, True),  # disturbed each time: kept after 2, flagged
+])
+def test_a_disturbed_window_is_measured_again_then_flagged(monkeypatch, shares, kept, again,
+                                                           disturbed):
+    windows = []
+
+    def fake_window(stepper, spec, warmup, memory_mib, warm_rate=0.0):
+        windows.append(warm_rate)
+        return _window._Window(stats=WindowStats(wall_s=1.0, stopped="precise"))
+
+    monkeypatch.setattr(_window, "LoadMeter", _ScriptedMeter(shares))
+    monkeypatch.setattr(_window, "_window", fake_window)
+    out = _window._undisturbed_window(None, MeasureSpec(max_busy=0.1), [], lambda: 0.0, 5.0)
+    assert len(windows) == again + 1
+    assert windows[1:] == [0.0] * again  # no screening on a warm-up that was disturbed
+    assert out.stats.load["share"] == kept and len(out.stats.remeasured) == again
+    assert out.stats.disturbed is disturbed
+    note = busy_note(out.stats)
+    assert ("DISTURBED" in note) is disturbed and ("pid 4321 (stress)" in note) is bool(again)
+
+
+def test_max_busy_is_checked_as_a_flag_a_keyword_and_the_environment(monkeypatch):
+    from _helpers import cli
+
+    from autotune.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="max-busy"):
+        MeasureSpec(max_busy=0)
+    assert MeasureSpec(max_busy=1).max_busy == 1
+    monkeypatch.setenv("AUTOTUNE_MAX_BUSY", "25%")
+    assert MeasureSpec().max_busy == 0.25
+    monkeypatch.setenv("AUTOTUNE_MAX_BUSY", "lots")
+    with pytest.raises(ConfigError, match="AUTOTUNE_MAX_BUSY"):
+        MeasureSpec()
+    out = cli("trial", "--dataset", "synthetic", "--max-busy", "150%")
+    assert out.returncode == 2 and "--max-busy" in out.stderr and "(0, 1]" in out.stderr
+
+
+@pytest.mark.exclusive
+@pytest.mark.slow
+def test_a_search_on_a_busy_machine_names_what_took_its_cores(tmp_path):
+    """busy.py at small scale: a process burns a core all through a search. Each
+    window is measured again and flagged, the trial lines name the burner's pid, no
+    front row is called confirmed with an interval wider than the stated precision,
+    and the default pick is marked unconfirmed: the machine was busy."""
+    import json
+
+    from _helpers import cli
+
+    pid = _burner(sorted(os.sched_getaffinity(0))[-1])
+    try:
+        common = ["--root", str(tmp_path / "data"), "--studies-dir", str(tmp_path / "s")]
+        proc = cli("search", "--dataset", "synthetic", "--scale", "0.004", "--steps", "2",
+                   "--warmup", "1", "--warmup-time", "0", "--max-seconds", "0.5",
+                   "--space", "quick", "--n-trials", "2", "--confirm", "1", "--no-priors",
+                   "--max-busy", "10%", *common, env={"AUTOTUNE_MAX_BUSY": None})
+    finally:
+        psutil.Process(pid).kill()
+    assert proc.returncode == 0, proc.stderr
+    assert "DISTURBED: other processes took" in proc.stdout, proc.stdout
+    assert f"pid {pid} (python" in proc.stdout
+    shown = json.loads(cli("show", "--format", "json", *common[2:]).stdout)
+    assert any(t["remeasured"] for t in shown["trials"])
+    for row in shown["pareto"]:
+        for mark in row["marks"]:
+            if mark.startswith("confirmed"):
+                assert row["speedup_precision"] / row["speedup"] <= 0.2, row
+    default = next(r for r in shown["pareto"] if any(m.startswith("default") for m in
+                                                     r["marks"]))
+    assert any(m.startswith("unconfirmed: the machine was busy") for m in default["marks"]) or \
+        not any(m.startswith("confirmed") for m in default["marks"]), default["marks"]
