@@ -363,7 +363,7 @@ class _Clock:
         n_done = n_total - self.done_at_start
         left_trials = max(self.opts.max_trials - n_total, 0)
         confirmation = self.reserve(study) if not self.confirming else \
-            (self.confirming - self.confirmed) * self.per_measurement()
+            max(self.confirming - self.confirmed, 0) * self.per_measurement()  # extra rounds
         eta = (self.elapsed() / n_done * left_trials if n_done > 0 else 0.0) + confirmation
         left = self.budget_left()
         return eta if left is None else max(0.0, min(eta, left))
