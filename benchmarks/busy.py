@@ -8,8 +8,9 @@ in the search's middle. Records for each run its default pick (config, speed-up,
 interval, confirmed or not and why), every front row's confirmation, and what the
 busy run named as disturbing its windows. busy.json holds:
 
-- ``default_ok``: the busy run's default pick is within the quiet run's interval for
-  the same config (the two intervals combined), or it is marked unconfirmed;
+- ``default_ok``: the busy run's default pick is marked unconfirmed, or the quiet run
+  measured that config within its own default's interval (``why`` says which), and
+  ``same_config_speedups``: the two runs' speed-ups of it (run-to-run drift);
 - ``confirmed_too_wide``: front rows of either run called confirmed with a speed-up
   interval wider than the stated precision (``--confirm-precision``): 0 is the target;
 - ``disturbing_process``: the processes the busy run named (pid, name, CPU seconds),
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -85,35 +85,39 @@ def _row_figures(row: dict) -> dict:
     confirmation = next((m for m in row["marks"] if m.startswith(("confirmed", "unconfirmed"))),
                         None)
     return {"trial": row["trial"], "config": row["config"], "speedup": row["speedup"],
+            "default": any(m.startswith("default:") for m in row["marks"]),
             "interval": (row["speedup_precision"] / row["speedup"]
                          if row["speedup_precision"] is not None and row["speedup"] else None),
             "confirmation": confirmation,
             "confirmed": bool(confirmation and confirmation.startswith("confirmed"))}
 
 
-def _default(study: dict) -> dict | None:
-    row = next((r for r in study["pareto"] if any(m.startswith("default:")
-                                                  for m in r["marks"])), None)
-    return None if row is None else _row_figures(row)
-
-
-def _in_quiet(quiet: dict, config: dict) -> dict | None:
-    """The quiet run's figures for ``config``: its front row, else its trial's paired
-    speed-up from the search."""
-    for row in quiet["pareto"]:
-        if row["config"] == config:
-            return _row_figures(row)
-    for t in quiet["trials"]:
-        if t["config"] == config and t["paired"]:
-            return {"trial": t["trial"], "config": config,
-                    "speedup": t["paired"]["speedup"], "interval": t["paired"]["interval"],
-                    "confirmation": "the search's own figure", "confirmed": False}
-    return None
-
-
-def _too_wide(study: dict, within: float) -> list[dict]:
-    return [f for f in map(_row_figures, study["pareto"])
-            if f["confirmed"] and f["interval"] is not None and f["interval"] > within]
+def judge(quiet_front: list[dict], busy_front: list[dict]) -> dict:
+    """Whether the busy run's default pick holds, from the two runs' fronts (as
+    :func:`_row_figures` gives them): it is marked unconfirmed, or the quiet run's
+    speed-up of the same config lies within the quiet default's interval (the busy
+    run picked what the quiet run calls as good as its best). Also the ratio of the
+    two runs' speed-ups of that config: run-to-run drift, which no interval of one run
+    covers."""
+    quiet = next((r for r in quiet_front if r["default"]), None)
+    busy = next((r for r in busy_front if r["default"]), None)
+    if busy is None or quiet is None:
+        return {"default_ok": False, "why": "a run has no default pick"}
+    same = next((r for r in quiet_front if r["config"] == busy["config"]), None)
+    if not busy["confirmed"]:
+        ok, why = True, "the busy run's default is marked unconfirmed"
+    elif same is None:
+        ok, why = False, "the busy run's default is not on the quiet run's front"
+    else:
+        low = quiet["speedup"] * (1 - (quiet["interval"] or 0.0))
+        ok = same["speedup"] >= low
+        why = (f"the quiet run measured the busy run's pick at {same['speedup']:.2f}x, "
+               f"{'within' if ok else 'below'} its default's {quiet['speedup']:.2f}x "
+               f"±{100 * (quiet['interval'] or 0):.1f}%")
+    return {"default_ok": ok, "why": why,
+            "same_config_speedups": None if same is None else
+            {"quiet": same["speedup"], "busy": busy["speedup"],
+             "busy_over_quiet": busy["speedup"] / same["speedup"]}}
 
 
 def _named(study: dict) -> list[list]:
@@ -141,31 +145,20 @@ def main() -> None:
     for name, busy in (("quiet", None), ("busy", (args.busy_after, args.busy_s))):
         with tempfile.TemporaryDirectory(prefix=f"autotune-busy-{name}-") as folder:
             runs[name] = _run(Path(folder), busy)
-    quiet, busy = runs["quiet"]["study"], runs["busy"]["study"]
-    chosen, theirs = _default(busy), None
-    default_ok = False
-    if chosen is not None:
-        theirs = _in_quiet(quiet, chosen["config"])
-        if not chosen["confirmed"]:
-            default_ok = True
-        elif theirs is not None and theirs["interval"] is not None:
-            width = math.hypot(theirs["interval"], chosen["interval"] or 0.0)
-            default_ok = abs(math.log(chosen["speedup"] / theirs["speedup"])) <= \
-                math.log1p(width)
-    named = _named(busy)
-    burner = runs["busy"]["burner"] or {}
-    too_wide = _too_wide(quiet, CONFIRM_PRECISION) + _too_wide(busy, CONFIRM_PRECISION)
+    fronts = {name: [_row_figures(r) for r in run["study"]["pareto"]]
+              for name, run in runs.items()}
+    named, burner = _named(runs["busy"]["study"]), runs["busy"]["burner"] or {}
+    too_wide = [f for front in fronts.values() for f in front
+                if f["confirmed"] and f["interval"] is not None
+                and f["interval"] > CONFIRM_PRECISION]
     write(args.out, {
         "benchmark": "busy", "device": "cpu", "command": "autotune " + " ".join(COMMAND),
         "confirm_precision": CONFIRM_PRECISION,
         "burner": burner, "busy_after_s": args.busy_after, "busy_s": args.busy_s,
-        "default_ok": default_ok, "confirmed_too_wide": len(too_wide),
+        **judge(fronts["quiet"], fronts["busy"]), "confirmed_too_wide": len(too_wide),
         "too_wide": too_wide, "disturbing_process": named[:5],
         "named_the_burner": any(pid == burner.get("pid") for pid, _, _ in named),
-        "quiet_default": _default(quiet), "busy_default": chosen,
-        "busy_default_in_quiet_run": theirs,
-        "quiet_front": [_row_figures(r) for r in quiet["pareto"]],
-        "busy_front": [_row_figures(r) for r in busy["pareto"]],
+        "quiet_front": fronts["quiet"], "busy_front": fronts["busy"],
         "quiet_total_s": runs["quiet"]["total_s"], "busy_total_s": runs["busy"]["total_s"],
         "quiet_output": runs["quiet"]["output"], "busy_output": runs["busy"]["output"],
     })

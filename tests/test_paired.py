@@ -389,7 +389,7 @@ def test_a_budget_that_holds_only_the_baseline_says_so_and_exits_1(tmp_path, mon
     assert [t.state for t in cut] == ["fail"] and cut[0].fail_reason.startswith("budget:")
     assert not [t for t in trials if t.state == "waiting"]  # no trial left waiting
     lines = out.splitlines()
-    assert sum(line.startswith("stopped:") for line in lines) <= 1
+    assert sum(line.startswith("stopped:") for line in lines) == 1, lines  # said once
     assert sum("budget: --budget" in line and "ran out" in line for line in lines) == 1
     assert any(line.startswith("[  1] #0") for line in lines), lines  # the baseline
     cut_line = next(line for line in lines if f"] #{cut[0].number} " in line)
@@ -455,10 +455,19 @@ def test_a_real_confirmation_measures_each_candidate_in_its_own_process(tmp_path
     for run in runs:
         rounds = [t for t in every if t.confirm["run"] == run]
         per_round = len({t.confirm["of"] for t in rounds})
-        assert per_round >= 2 and len(rounds) == 3 * per_round + 1  # and the closing baseline
-        assert [t.confirm["round"] for t in rounds] == \
-            [r for r in range(3) for _ in range(per_round)] + [3]
-        assert rounds[-1].confirm["of"] == 0
+        numbers = [t.confirm["round"] for t in rounds]
+        assert per_round >= 2 and numbers[:3 * per_round + 1] == \
+            [r for r in range(3) for _ in range(per_round)] + [3]  # and the closing baseline
+        # then up to two more rounds of the candidates still too wide, each closed by
+        # the baseline (the round after's opening)
+        more, closes = rounds[3 * per_round + 1:], 0
+        for t in more:
+            if t.confirm["of"] == 0:  # closes the extra round before it
+                closes += 1
+                assert t.confirm["round"] == 3 + closes
+            else:
+                assert t.confirm["round"] == 3 + closes
+        assert closes <= 2 and rounds[-1].confirm["of"] == 0
     assert [t.confirm["run"] for t in every] == sorted(t.confirm["run"] for t in every)
     assert all(a.measured_at[1] <= b.measured_at[0] for a, b in zip(every, every[1:]))
     rounds = every
