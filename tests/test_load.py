@@ -117,33 +117,41 @@ def test_max_busy_is_checked_as_a_flag_a_keyword_and_the_environment(monkeypatch
 @pytest.mark.exclusive
 @pytest.mark.slow
 def test_a_search_on_a_busy_machine_names_what_took_its_cores(tmp_path):
-    """busy.py at small scale: a process burns a core all through a search. Each
-    window is measured again and flagged, the trial lines name the burner's pid, no
-    front row is called confirmed with an interval wider than the stated precision,
-    and the default pick is marked unconfirmed: the machine was busy."""
+    """busy.py at small scale: a process burns a core while a search measures its
+    trials, and stops as the confirmation starts. A disturbed window is measured
+    again, the trial line names the burner's pid, no front row is called confirmed
+    with an interval wider than the stated precision, and the default pick is
+    confirmed in quiet rounds or marked unconfirmed."""
     import json
 
     from _helpers import cli
 
     pid = _burner(sorted(os.sched_getaffinity(0))[-1])
+    common = ["--root", str(tmp_path / "data"), "--studies-dir", str(tmp_path / "s")]
+    search = cli("search", "--dataset", "synthetic", "--scale", "0.004", "--steps", "2",
+                 "--warmup", "1", "--warmup-time", "0", "--max-seconds", "0.5",
+                 "--space", "quick", "--n-trials", "2", "--confirm", "1", "--no-priors",
+                 "--max-busy", "10%", *common, env={"AUTOTUNE_MAX_BUSY": None},
+                 background=True)
     try:
-        common = ["--root", str(tmp_path / "data"), "--studies-dir", str(tmp_path / "s")]
-        proc = cli("search", "--dataset", "synthetic", "--scale", "0.004", "--steps", "2",
-                   "--warmup", "1", "--warmup-time", "0", "--max-seconds", "0.5",
-                   "--space", "quick", "--n-trials", "2", "--confirm", "1", "--no-priors",
-                   "--max-busy", "10%", *common, env={"AUTOTUNE_MAX_BUSY": None})
+        lines = []
+        for line in search.stdout:
+            lines.append(line)
+            if line.startswith("confirmation:"):
+                psutil.Process(pid).kill()
+        err = search.stderr.read()
     finally:
-        psutil.Process(pid).kill()
-    assert proc.returncode == 0, proc.stderr
-    assert "DISTURBED: other processes took" in proc.stdout, proc.stdout
-    assert f"pid {pid} (python" in proc.stdout
+        if psutil.pid_exists(pid):
+            psutil.Process(pid).kill()
+    out = "".join(lines)
+    assert search.wait() == 0, err
+    assert "measured again" in out or "DISTURBED" in out, out
+    assert f"pid {pid} (python" in out, out
     shown = json.loads(cli("show", "--format", "json", *common[2:]).stdout)
     assert any(t["remeasured"] for t in shown["trials"])
     for row in shown["pareto"]:
-        for mark in row["marks"]:
-            if mark.startswith("confirmed"):
-                assert row["speedup_precision"] / row["speedup"] <= 0.2, row
+        if any(m.startswith("confirmed") for m in row["marks"]):
+            assert row["speedup_precision"] / row["speedup"] <= 0.2, row
     default = next(r for r in shown["pareto"] if any(m.startswith("default") for m in
                                                      r["marks"]))
-    assert any(m.startswith("unconfirmed: the machine was busy") for m in default["marks"]) or \
-        not any(m.startswith("confirmed") for m in default["marks"]), default["marks"]
+    assert any(m.startswith(("confirmed", "unconfirmed")) for m in default["marks"]), default

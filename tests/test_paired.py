@@ -478,7 +478,7 @@ def test_a_real_confirmation_measures_each_candidate_in_its_own_process(tmp_path
     for row in pareto["front"]:
         if row["trial"] in figures:
             assert row["throughput"] == figures[row["trial"]].throughput
-            assert row["confirmed"]["rounds"] == 3
+            assert 3 <= row["confirmed"]["rounds"] <= 5  # extra rounds where too wide
 
 
 def test_controls_and_confirmations_count_against_nothing():
