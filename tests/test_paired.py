@@ -374,18 +374,21 @@ def test_a_budget_measures_the_spaces_only_trial_rather_than_keep_time_for_nothi
 
 def test_a_budget_that_holds_only_the_baseline_says_so_and_exits_1(tmp_path, monkeypatch,
                                                                    capsys):
-    """``--budget 5s`` where the baseline takes 2 s and the other config 6 s: the other
-    is cut, numbered as counting for nothing, left queued by no one (the next run
-    queues it); the stop is said once; the exit is 1 with one line of why; and the
-    closing hint is a command that works."""
-    code, out, err, trials = _search_cli(tmp_path, monkeypatch, capsys,
-                                         Timed({1024: 2.0, 896: 6.0}), [896, 1024],
-                                         "--budget", "5s", "--confirm", "1")
+    """``--budget 5s`` where the baseline (outside the space: a reference only) takes
+    2 s and each config of the space 6 s: the first is cut, numbered as counting for
+    nothing, left queued by no one (the next run queues it); the stop is said once;
+    the exit is 1 with one line of why; and the closing hint is no export, which
+    would fail: nothing is on the front."""
+    from autotune.cli._main import main
+
+    slow = {1024: 2.0, 896: 6.0, 512: 6.0}
+    code, out, err, trials = _search_cli(tmp_path, monkeypatch, capsys, Timed(slow),
+                                         [896, 512], "--budget", "5s", "--confirm", "1")
     assert code == 1, (out, err)
     said = [line for line in err.splitlines() if line.startswith("autotune:")]
     assert len(said) == 1 and "measured no config but the baseline" in said[0], err
     assert "run the same command again with a longer --budget" in said[0]
-    cut = [t for t in trials if t.search_point and t.config["batch_size"] == 896]
+    cut = [t for t in trials if t.search_point and not t.baseline]
     assert [t.state for t in cut] == ["fail"] and cut[0].fail_reason.startswith("budget:")
     assert not [t for t in trials if t.state == "waiting"]  # no trial left waiting
     lines = out.splitlines()
@@ -395,18 +398,17 @@ def test_a_budget_that_holds_only_the_baseline_says_so_and_exits_1(tmp_path, mon
     cut_line = next(line for line in lines if f"] #{cut[0].number} " in line)
     assert cut_line.startswith("[  -]"), lines  # the cut one counts against nothing
     hint = next(line for line in lines if line.startswith("export: "))
-    command = hint.removeprefix("export: ")
-    if command.startswith("autotune export"):  # a hint is a command that works
-        from autotune.cli._main import main
-
-        assert main([*shlex.split(command)[1:-2], "--out", str(tmp_path / "b.yaml")]) == 0
+    assert hint == "export: nothing to export yet: run the same command again to go on"
+    assert main(["export", "--study-name", "b", "--studies-dir", str(tmp_path / "studies"),
+                 "--out", str(tmp_path / "b.yaml")]) == 2  # what the hint used to say
     # the next run measures the cut config first, and then leaves nothing queued
     code, out, err, trials = _search_cli(tmp_path, monkeypatch, capsys,
-                                         Timed({1024: 2.0, 896: 0.2}), [896, 1024],
-                                         "--n-trials", "2", "--confirm", "0")
+                                         Timed({1024: 2.0, 896: 0.2, 512: 0.2}), [896, 512],
+                                         "--n-trials", "3", "--confirm", "0")
     assert code == 0, err
     again = [t for t in trials if t.retry_of == cut[0].number]
     assert [t.state for t in again] == ["complete"]
+    assert not [t for t in trials if t.state == "waiting"]
 
 
 def test_paired_figures_from_records():
