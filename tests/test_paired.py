@@ -407,7 +407,7 @@ def test_a_budget_that_holds_only_the_baseline_says_so_and_exits_1(tmp_path, mon
                                          "--n-trials", "3", "--confirm", "0")
     assert code == 0, err
     again = [t for t in trials if t.retry_of == cut[0].number]
-    assert [t.state for t in again] == ["complete"]
+    assert [(t.state, t.reused_from) for t in again] == [("complete", None)]
     assert not [t for t in trials if t.state == "waiting"]
 
 

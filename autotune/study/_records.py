@@ -55,8 +55,9 @@ STUDY_CONTROL_CLAIM, STUDY_CONFIRMATIONS, STUDY_STOPPED = "control_claimed_at", 
 
 # Fail reasons of trials that never finished: they count against no budget.
 NOT_MEASURED = ("interrupted", "stale", "orphan", "budget")
-# What a reused trial does not copy from the trial it repeats.
-NOT_REUSED = (WORKER, ROLE, CONFIG_KEY, PRIOR, EXPLORED, OUTSIDE)
+# What a reused trial does not copy from the trial it repeats: why it ran, and how it
+# came about (a repeat of a retry is no retry itself)
+NOT_REUSED = (WORKER, ROLE, CONFIG_KEY, PRIOR, EXPLORED, OUTSIDE, RETRY_OF, TWIN)
 # What a trial measures for, stored in ROLE: the baseline (the reference of every
 # speed-up), a prior-table row, a config the Optuna sampler proposed, a control (the
 # baseline's config again, a later reference) or a confirmation round's measurement.
