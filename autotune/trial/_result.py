@@ -148,6 +148,16 @@ def ratio_half_width(a: float | None, b: float | None) -> float | None:
     return (a * a + b * b) ** 0.5
 
 
+# A window's others' share counts only once they took this many CPU seconds in all: a
+# daemon's 10 ms in a 50 ms window is 10% of 2 cores, and no disturbance
+BUSY_FLOOR_S = 0.05
+
+
+def busy_over(share: float, others_s: float, max_busy: float) -> bool:
+    """Whether other processes took more of a window's cores than ``max_busy``."""
+    return share > max_busy and others_s > BUSY_FLOOR_S
+
+
 @dataclass(frozen=True)
 class WindowStats(_Part):
     """The timed window: its wall time (the throughput's denominator), its blocks of
@@ -182,10 +192,12 @@ class WindowStats(_Part):
 
     @property
     def disturbed(self) -> bool:
-        """Other processes took more of its cores than ``max_busy``, however many
+        """Other processes took more of its cores than ``max_busy`` (and more than
+        :data:`BUSY_FLOOR_S` in all: a short window's share is noise), however many
         times it was measured again."""
         return self.load is not None and self.max_busy is not None and \
-            self.load.get("share", 0.0) > self.max_busy
+            busy_over(self.load.get("share", 0.0), self.load.get("others_s", 0.0),
+                      self.max_busy)
 
     @property
     def screened(self) -> bool:

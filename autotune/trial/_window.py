@@ -31,6 +31,7 @@ from autotune.trial._result import (
     MemoryStats,
     Observed,
     WindowStats,
+    busy_over,
     rate_half_width,
 )
 
@@ -470,7 +471,8 @@ def _undisturbed_window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float
         meter.start()
         window = _window(stepper, spec, warmup, memory_mib, warm_rate)
         load = meter.stop()
-        if load.share <= spec.max_busy or len(dropped) >= spec.busy_retries:
+        if not busy_over(load.share, load.others_s, spec.max_busy) or \
+                len(dropped) >= spec.busy_retries:
             break
         dropped.append(load.to_dict())
         warm_rate = 0.0
