@@ -437,6 +437,28 @@ def test_paired_figures_from_records():
     assert drifts(trials)[2]["drift"] == pytest.approx(-0.1)
 
 
+def test_a_config_whose_rounds_gave_no_figure_says_why():
+    """A candidate the confirmation measured only in rounds whose baseline failed has
+    no confirmed figure: its row says so, not that it was never measured (a resumed
+    search once fell back to the search's figures with no word)."""
+    def rec(number, rate, round_, of, state="complete"):
+        return TrialRecord(number, state, (rate, 100.0) if state == "complete" else None,
+                           {"batch_size": 1}, role="confirmation",
+                           confirm={"run": 0, "round": round_, "of": of},
+                           window=WindowStats(precision=0.01),
+                           measured_at=(10 + number, 11 + number))
+
+    base = TrialRecord(0, "complete", (100.0, 100.0), {"batch_size": 2}, role="baseline",
+                       window=WindowStats(precision=0.01), measured_at=(0, 1))
+    fast = TrialRecord(1, "complete", (150.0, 50.0), {"batch_size": 1},
+                       window=WindowStats(precision=0.01), measured_at=(1, 2))
+    trials = [base, fast, rec(2, 100, 0, 0, "fail"), rec(3, 160, 0, 1),
+              rec(4, 90, 1, 0, "fail"), rec(5, 150, 1, 1)]
+    row = next(r for r in front_rows(trials, 0, None) if r.trial == 1)
+    assert row.confirmation == \
+        "unconfirmed: no round of it had the baseline measured beside it", row.marks
+
+
 @pytest.mark.slow
 def test_a_real_confirmation_measures_each_candidate_in_its_own_process(tmp_path):
     """A real search's confirmation: rounds interleaved by their timestamps, each

@@ -16,7 +16,7 @@ from autotune.specs import CONFIRM_PRECISION
 from autotune.files import atomic_write, dump
 from autotune.storage import masked
 from autotune.study import _records as rec
-from autotune.study._paired import Confirmed, confirmed, disturbed_candidates, drifts, ties
+from autotune.study._paired import Confirmed, confirmed, drifts, left_out, ties
 from autotune.study._pareto import PICKS, Point, best_under, default_pick, front, knee, pick
 from autotune.study._records import StudyRecord, TrialRecord
 from autotune.study._space import eager_twin as twin_of
@@ -87,7 +87,8 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
     within ``within`` (:meth:`Confirmed.why_not`), else marked unconfirmed with why;
     the default pick is the fastest confirmed config, where there is one."""
     by_number = {t.number: t for t in trials}
-    figures, busy = confirmed(trials), disturbed_candidates(trials)
+    figures = confirmed(trials)
+    why_none = left_out(trials, figures)
     held = holding(figures, within, baseline_no)
     pts = candidate_points(trials, figures)
     base = by_number.get(baseline_no) if baseline_no is not None else None
@@ -95,8 +96,9 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
     limit, room = memory_limit(trials, budget)
     k, best = knee(pts, limit), best_under(pts, budget)
     chosen = default_pick(pts, limit, held)
-    default = f"{DEFAULT}: the fastest {'confirmed ' if chosen and chosen.number in held else ''}" \
-        f"config {room}" + (", none confirmed" if figures and not held else "")
+    sure = "confirmed " if chosen is not None and chosen.number in held else ""
+    default = f"{DEFAULT}: the fastest {sure}config {room}" + (
+        ", none confirmed" if figures and not held else "")
     tied = ties({n: c for n, c in figures.items() if n in held or n == baseline_no})
     rows = []
     for p in front(pts):
@@ -111,7 +113,7 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
         precision = t.precision
         if c is not None:
             speedup, speedup_pm, precision = c.speedup, c.interval, c.throughput_interval
-        marks += _confirmation_mark(c, within, tied.get(p.number), busy.get(p.number),
+        marks += _confirmation_mark(c, within, tied.get(p.number), why_none.get(p.number),
                                     bool(figures))
         payback = payback_epochs(t, trials, train_nodes)
         if t.imprecise and c is None:
@@ -128,18 +130,19 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
 
 
 def _confirmation_mark(c: Confirmed | None, within: float, tied: list[int] | None,
-                       busy: str | None, confirming: bool) -> list[str]:
+                       left: str | None, confirming: bool) -> list[str]:
     """What a front row's mark says of its confirmation (``confirming``: one ran):
     confirmed (with the confirmed configs its interval overlaps), or unconfirmed and
-    why; nothing where no confirmation ran."""
+    why (``left``: why its measurements gave no figures); nothing where no
+    confirmation ran."""
     if c is not None:
         why = c.why_not(within)
         if why:
             return [f"unconfirmed: {why}"]
         return [f"confirmed in {c.rounds} round{'s' if c.rounds != 1 else ''}" +
                 (f", tied with {', '.join(f'#{n}' for n in tied)}" if tied else "")]
-    if busy:
-        return [f"unconfirmed: the machine was busy in each round ({busy})"]
+    if left:
+        return [f"unconfirmed: {left}"]
     return ["unconfirmed: the confirmation did not measure it"] if confirming else []
 
 

@@ -161,14 +161,19 @@ def confirmed(trials: Iterable[TrialRecord], run: int | None = None) -> dict[int
     return out
 
 
-def disturbed_candidates(trials: Iterable[TrialRecord]) -> dict[int, str]:
-    """The configs with a confirmation measurement left out as disturbed
-    (:attr:`TrialRecord.disturbed`), with the processes that disturbed them."""
-    out: dict[int, list[str]] = {}
+def left_out(trials: Iterable[TrialRecord], figures: dict[int, Confirmed]) -> dict[int, str]:
+    """The configs a confirmation measured that have no confirmed figures (not in
+    ``figures``), with why: the machine was busy in each round (naming what took it),
+    or no round of theirs had the baseline measured in it too."""
+    busy: dict[int, list[str]] = {}
     for t in trials:
-        if t.confirm is not None and t.complete and t.disturbed:
-            out.setdefault(t.confirm["of"], []).append(Load.from_dict(t.window.load).named())
-    return {number: "; ".join(dict.fromkeys(named)) for number, named in out.items()}
+        if t.confirm is not None and t.confirm["of"] not in figures:
+            named = busy.setdefault(t.confirm["of"], [])
+            if t.complete and t.disturbed:
+                named.append(Load.from_dict(t.window.load).named())
+    return {number: f"the machine was busy in each round ({'; '.join(dict.fromkeys(named))})"
+            if named else "no round of it had the baseline measured beside it"
+            for number, named in busy.items()}
 
 
 def _candidate(number: int, measured: dict[int, TrialRecord],
