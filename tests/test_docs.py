@@ -44,3 +44,14 @@ def test_the_manual_builds_strict(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert (tmp_path / "site" / "index.html").exists()
     assert (tmp_path / "site" / "reference" / "index.html").exists()
+
+
+def test_the_readmes_train_example_runs_epochs_long_enough_to_compare():
+    """The README's ``autotune train`` after the quick start trains on the export's
+    dataset (2% of Reddit: epochs of about 5 steps) for enough epochs that the median
+    epoch's throughput beside the trial's means something: 3 epochs of 5 steps read
+    0.15x one day and 1.24x another; 20 read 1.13x and 1.19x (docs/commands.md)."""
+    text = (ROOT / "README.md").read_text()
+    command = next(line for line in text.splitlines() if "autotune train --config" in line)
+    epochs = int(re.search(r"--epochs (\d+)", command).group(1))
+    assert epochs >= 20 and "--scale" not in command, command
