@@ -424,8 +424,9 @@ def _reserve(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
         outcome.interrupted += recovery.fail_interrupted(study)
         outcome.stale += recovery.fail_stale(study)
         outcome.orphans += recovery.fail_orphans(study, opts.grace_period)
-        recovery.requeue_budget_cuts(study)
         trials = rec.records(study)
+        if recovery.requeue_budget_cuts(study, trials):
+            trials = rec.records(study)
         if not any(t.baseline and not t.not_measured for t in trials):
             _enqueue_baseline(opts, study, baseline)
         done = sum(t.counts for t in trials)

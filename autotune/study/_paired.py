@@ -165,15 +165,21 @@ def left_out(trials: Iterable[TrialRecord], figures: dict[int, Confirmed]) -> di
     """The configs a confirmation measured that have no confirmed figures (not in
     ``figures``), with why: the machine was busy in each round (naming what took it),
     or no round of theirs had the baseline measured in it too."""
-    busy: dict[int, list[str]] = {}
+    measured: dict[int, list[TrialRecord]] = {}
     for t in trials:
         if t.confirm is not None and t.confirm["of"] not in figures:
-            named = busy.setdefault(t.confirm["of"], [])
-            if t.complete and t.disturbed:
-                named.append(Load.from_dict(t.window.load).named())
-    return {number: f"the machine was busy in each round ({'; '.join(dict.fromkeys(named))})"
-            if named else "no round of it had the baseline measured beside it"
-            for number, named in busy.items()}
+            measured.setdefault(t.confirm["of"], []).append(t)
+    out = {}
+    for number, rounds in measured.items():
+        busy = [t for t in rounds if t.complete and t.disturbed]
+        out[number] = f"the machine was busy in each round ({_who_took(busy)})" if busy else \
+            "no round of it had the baseline measured beside it"
+    return out
+
+
+def _who_took(disturbed: Iterable[TrialRecord]) -> str:
+    """The processes that took the cores of these disturbed measurements, each once."""
+    return "; ".join(dict.fromkeys(Load.from_dict(t.window.load).named() for t in disturbed))
 
 
 def _candidate(number: int, measured: dict[int, TrialRecord],
@@ -196,9 +202,7 @@ def _candidate(number: int, measured: dict[int, TrialRecord],
         max(_spread(ratios), floor) if several else None, statistics.median(rates),
         max(_spread(rates), rate_floor) if several else None,
         statistics.median(measured[r].memory_mib for r in both), tuple(ratios),
-        tuple(measured[r].number for r in both), len(busy),
-        "; ".join(dict.fromkeys(Load.from_dict(t.window.load).named()
-                                for t in busy.values())))
+        tuple(measured[r].number for r in both), len(busy), _who_took(busy.values()))
 
 
 def _mid(t: TrialRecord) -> float:

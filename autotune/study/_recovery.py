@@ -51,12 +51,11 @@ def fail_orphans(study: optuna.Study, grace_s: float) -> list[int]:
                              "the grace period")
 
 
-def requeue_budget_cuts(study: optuna.Study) -> list[int]:
-    """Queues once more the configs of search trials that an earlier run's
-    ``--budget`` cut while they were measured (the baseline excepted: the loop
-    queues it again itself): a stop leaves no trial waiting, the next run measures
-    them first."""
-    trials = rec.records(study)
+def requeue_budget_cuts(study: optuna.Study, trials: list[rec.TrialRecord]) -> list[int]:
+    """Queues once more the configs of search trials (``trials``: the study's records)
+    that an earlier run's ``--budget`` cut while they were measured (the baseline
+    excepted: the loop queues it again itself): a stop leaves no trial waiting, the
+    next run measures them first. Returns their numbers."""
     retried = {t.retry_of for t in trials if t.retry_of is not None}
     cut = [t.number for t in trials if t.state == "fail" and t.search_point and not t.baseline
            and (t.fail_reason or "").startswith("budget:") and t.number not in retried]

@@ -86,11 +86,10 @@ def study_rows(*, storage: str | None = None,
     rows = []
     for name, url in study_names(storage=storage, studies_dir=studies_dir):
         study, _ = load_study(name, storage=url)
-        trials, task = rec.records(study), rec.StudyRecord.from_study(study).task
+        trials, task = study.get_trials(deepcopy=False), rec.StudyRecord.from_study(study).task
         front = study_front(study)  # confirmed figures where the confirmation measured them
         default = next((r for r in front if r.default), None)
-        starts = [t.datetime_start for t in study.get_trials(deepcopy=False)
-                  if t.datetime_start is not None]
+        starts = [t.datetime_start for t in trials if t.datetime_start is not None]
         rows.append({"study": name, "storage": masked(url), "task": task.name,
                      "trials": len(trials),
                      "best": max((r.throughput for r in front), default=None),
