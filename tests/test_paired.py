@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shlex
 from typing import Callable
 
 import optuna
@@ -596,7 +595,6 @@ def test_a_study_made_with_a_widened_space_resumes_in_it(tmp_path, monkeypatch):
     (Optuna's distributions cannot change), with a note saying so."""
     from autotune.study._space import params_for
     from autotune.study import _api as api, _loop as loop
-    from autotune.study import _records as rec
 
     real = api._space_and_baseline
 

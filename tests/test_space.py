@@ -127,6 +127,19 @@ def test_spaces_dir_has_a_schema_doc():
     assert (SPACES_DIR / "README.md").exists()
 
 
+def test_a_bare_checkout_finds_the_shipped_spaces(monkeypatch):
+    """Run from a checkout on PYTHONPATH (as on the GPU machine, where nothing is
+    installed), the shipped spaces are the repository's search_spaces/: a search
+    there failed with "search space 'default' not found" after the package moved."""
+    import importlib.util
+
+    from autotune.study import _space
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    assert (_space._spaces_dir() / "default.yaml").is_file()
+    assert _space._spaces_dir() == SPACES_DIR.resolve()
+
+
 def test_aggregation_is_suggested_only_without_compile():
     space = load_space("default", device="cpu", cores=2, baseline=BASE)
     assert space.knobs["aggregation"].choices == ("scatter", "sparse")

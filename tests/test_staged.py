@@ -500,12 +500,42 @@ def test_the_fork_servers_imports_query_no_cuda_and_the_tripwire_names_one_that_
     planted = str(tmp_path / "planted_cuda_query.py")
     calls = {(q["call"], q["by"], q["step"]) for q in ready["cuda_queries"]}
     assert ("torch.cuda.is_available", f"{planted}:3", "planted_cuda_query") in calls
-    assert {step for _, _, step in calls} == {"planted_cuda_query"}, calls
+    # PyG reads USE_MKL from torch.__config__.show(), which on a CUDA build asks the
+    # runtime for a device count: named, and answered without the driver
+    config = {(by.rsplit(":", 1)[0], step) for call, by, step in calls
+              if call == "torch._C._show_config"}
+    assert config and all(by.endswith(os.path.join("torch_geometric", "typing.py")) and
+                          step == "torch_geometric" for by, step in config), calls
+    assert ready["config_answered"] >= 1
+    assert {step for call, _, step in calls if call != "torch._C._show_config"} == \
+        {"planted_cuda_query"}, calls
     assert [s["step"] for s in ready["steps"]][:3] == ["torch", "triton", "torch._dynamo"]
     assert not ready["cuda_initialized"] and ready["canary"] is None
 
 
 
+
+
+def test_the_servers_imports_read_torchs_config_from_a_fresh_interpreter(monkeypatch):
+    """On a CUDA build ``torch.__config__.show()`` initialises the CUDA driver (it
+    counts devices), which leaves no forked child able to use CUDA. While the
+    server imports, the call returns what a fresh interpreter printed: the same
+    text; afterwards torch's own is back. On a CPU build nothing is replaced."""
+    import torch
+
+    from autotune.trial._forkserver import DriverFreeConfig
+
+    original, real = torch._C._show_config, torch.__config__.show()
+    with DriverFreeConfig() as cpu:
+        assert torch._C._show_config is original
+    assert cpu.answered == 0
+    monkeypatch.setattr(torch.version, "cuda", "12.8")  # a CUDA build, as Python sees it
+    with DriverFreeConfig() as config:
+        assert torch._C._show_config is not original
+        assert torch.__config__.show() == real
+        assert torch.__config__.show() == real
+    assert config.answered == 2
+    assert torch._C._show_config is original
 
 
 _FAKE_CANARY = """import sys
@@ -540,5 +570,8 @@ def test_bisect_names_the_module_whose_import_broke_the_canary(tmp_path):
     assert found["culprit"] == "planted.culprit", found
     assert found["completions"] == 7  # a, sub.one, sub.two, sub, culprit, z, planted
     assert len(found["probes"]) <= 4  # the whole step, then log2(7) rounded up
+    wide = bisect("planted", canary="fake_canary:canary", env=env, jobs=3)
+    assert wide["culprit"] == "planted.culprit", wide
+    assert len(wide["probes"]) <= 1 + 3 + 3  # the whole step, then two rounds of three
     (pkg / "__init__.py").write_text("from planted import a, z\n")
     assert bisect("planted", canary="fake_canary:canary", env=env)["culprit"] is None

@@ -128,10 +128,25 @@ def measure_control(opts: SearchOptions, study: optuna.Study, baseline: TrialCon
         return None
     trial_dir = opts.study_dir / "trials" / f"control-{int(time.time())}"
     result, where, _ = measure(opts, baseline, server, trial_dir,
-                               f"a control of study {study.study_name}", left, reserve_s)
+                               f"a control of study {study.study_name}", left, reserve_s,
+                               control_spec(opts, rec.records(study), of.number))
     record = _record(result, where, role="control",
                      paired=paired_figure(study, result, where["measured_at"][0]))
     return add_measured(opts, study, of, record, result)
+
+
+def control_spec(opts: SearchOptions, trials: list[TrialRecord], baseline_no: int
+                 ) -> MeasureSpec:
+    """How a control measures the baseline: as the confirmation does beside the
+    fastest config so far (:func:`baseline_precision`), loosely where that one is
+    :data:`FAR_AHEAD` of it. A drift of a few percent in a baseline 20 times slower
+    than the front moves no decision, and on an H200 a control at the search's 3%
+    ran its 60 s window out (docs/gpu.md)."""
+    fastest = max((t for t in trials if t.counts and t.complete and t.throughput),
+                  key=lambda t: t.throughput, default=None)
+    numbers = [baseline_no] + ([fastest.number] if fastest is not None else [])
+    return dataclasses.replace(opts.measure,
+                               precision=baseline_precision(opts, trials, numbers))
 
 
 def paired_figure(study: optuna.Study, result: TrialResult, started: float) -> dict | None:

@@ -41,7 +41,7 @@ def _spaces_dir() -> Path:
     spec = importlib.util.find_spec("autotune.search_spaces")
     if spec is not None and spec.submodule_search_locations:
         return Path(list(spec.submodule_search_locations)[0])
-    return Path(__file__).resolve().parent.parent / "search_spaces"  # a bare checkout
+    return Path(__file__).resolve().parents[2] / "search_spaces"  # a bare checkout
 
 
 SPACES_DIR = _spaces_dir()

@@ -45,9 +45,9 @@ A spare sends its ready line, reads one request and becomes that trial.
 
 To find the module behind a failed canary, bisect within the step it names (a
 binary search over the step's imports, each probe a fresh interpreter; about a
-dozen probes for PyG's 1,500 modules):
+dozen probes for PyG's 1,500 modules; ``--jobs N`` runs N probes a round at once):
 
-    python -m autotune.trial._forkserver --bisect torch_geometric
+    python -m autotune.trial._forkserver --bisect torch_geometric [--jobs 15]
 """
 from __future__ import annotations
 
@@ -59,6 +59,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from autotune.files import atomic_write, dump
@@ -82,7 +83,11 @@ PRELOAD_COMPILE = ("torch._inductor.compile_fx",)
 CUDA_QUERIES = ("is_available", "device_count", "init", "_lazy_init", "current_device",
                 "set_device", "get_device_properties", "get_device_capability",
                 "get_device_name", "mem_get_info", "synchronize", "is_bf16_supported")
-CUDA_DRIVER_CALLS = ("_cuda_getDeviceCount", "_cuda_init")  # torch._C, on CUDA builds
+# torch._C's: the first two on CUDA builds; _show_config (torch.__config__.show) asks
+# the CUDA runtime for a device count on a CUDA build (at::hasCUDA), which PyG's import
+# calls (torch_geometric/typing.py): :class:`DriverFreeConfig` answers it in the server
+CUDA_DRIVER_CALLS = ("_cuda_getDeviceCount", "_cuda_init", "_show_config")
+CONFIG_TIMEOUT_S = 120.0  # a fresh interpreter's import of torch, for its config text
 
 
 def steps(compiles: bool = True, stop_before: str | None = None) -> tuple[str, ...]:
@@ -137,6 +142,8 @@ class Tripwire:
                                      (torch._C, CUDA_DRIVER_CALLS, "torch._C.")):
             for name in names:
                 original = getattr(owner, name, None)
+                if name == "_show_config" and torch.version.cuda is None:
+                    continue  # on a CPU build it asks no driver
                 if callable(original):
                     self._originals.append((owner, name, original))
                     setattr(owner, name, self._wrap(prefix + name, original))
@@ -161,13 +168,62 @@ class Tripwire:
 
     def _record(self, label: str) -> None:
         frame = sys._getframe(2)
-        skip = (os.sep + os.path.join("torch", "cuda") + os.sep, "<frozen importlib", __file__)
+        skip = (os.sep + os.path.join("torch", "cuda") + os.sep, "<frozen importlib", __file__,
+                os.sep + os.path.join("torch", "__config__.py"))
         while frame is not None and any(s in frame.f_code.co_filename for s in skip):
             frame = frame.f_back
         where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame else "?"
         if (label, where) not in self._seen:
             self._seen.add((label, where))
             self.calls.append({"call": label, "by": where, "step": self.step})
+
+
+class DriverFreeConfig:
+    """While the server imports, ``torch.__config__.show()`` returns the text a fresh
+    interpreter printed for it. On a CUDA build torch's own asks the CUDA runtime
+    for a device count (at::hasCUDA), which initialises the driver without torch
+    knowing, and no child forked after that can use CUDA; PyG's import calls it
+    (torch_geometric/typing.py reads USE_MKL from it), which is what broke the
+    canary after PyG's step on an H100 (docs/gpu.md). The fresh interpreter starts
+    on entry and runs beside the server's imports; on exit the original is back, so
+    a trial calls torch's own. On a CPU build nothing is replaced."""
+
+    def __init__(self) -> None:
+        self.answered = 0
+        self._proc: subprocess.Popen | None = None
+        self._text: str | None = None
+
+    def __enter__(self) -> DriverFreeConfig:
+        import torch
+
+        if torch.version.cuda is None:
+            return self
+        self._original = torch._C._show_config
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", "import sys, torch; sys.stdout.write(torch.__config__.show())"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        torch._C._show_config = self._answer
+        return self
+
+    def _answer(self) -> str:
+        if self._text is None:
+            out, err = self._proc.communicate(timeout=CONFIG_TIMEOUT_S)
+            if self._proc.returncode != 0:
+                raise RuntimeError(f"torch.__config__.show() in a fresh interpreter failed "
+                                   f"(exit {self._proc.returncode}): {err.strip()[-500:]}")
+            self._text = out
+        self.answered += 1
+        return self._text
+
+    def __exit__(self, *exc) -> None:
+        if self._proc is None:
+            return
+        import torch
+
+        torch._C._show_config = self._original
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.communicate()
 
 
 def preload(compiles: bool = True, canary=None, stop_before: str | None = None) -> dict:
@@ -183,7 +239,7 @@ def preload(compiles: bool = True, canary=None, stop_before: str | None = None) 
     import torch
 
     verdict, failed_step, timings = None, None, []
-    with Tripwire() as wire:
+    with DriverFreeConfig() as config, Tripwire() as wire:
         for name in steps(compiles, stop_before):
             wire.step = name
             step_started = time.time()
@@ -197,8 +253,8 @@ def preload(compiles: bool = True, canary=None, stop_before: str | None = None) 
     return {"import_started_at": started, "import_done_at": time.time(),
             "imports_s": time.time() - started, "pid": os.getpid(), "threads": _threads(),
             "cuda_initialized": bool(torch.cuda.is_initialized()), "steps": timings,
-            "cuda_queries": wire.calls, "canary": verdict, "canary_step": failed_step,
-            "stop_before": stop_before}
+            "cuda_queries": wire.calls, "config_answered": config.answered,
+            "canary": verdict, "canary_step": failed_step, "stop_before": stop_before}
 
 
 def describe_queries(queries: list[dict], limit: int = 3) -> str:
@@ -385,14 +441,15 @@ def probe(step: str, at: int | None, canary: str | None = None) -> dict:
 
     check = _canary if canary is None else _load(canary)
     order = steps()
-    for name in order[:order.index(step)] if step in order else ():
-        importlib.import_module(name)
     counter = _Completions(at, check)
-    sys.meta_path.insert(0, counter)
-    try:
-        importlib.import_module(step)
-    finally:
-        sys.meta_path.remove(counter)
+    with DriverFreeConfig():  # as the server imports
+        for name in order[:order.index(step)] if step in order else ():
+            importlib.import_module(name)
+        sys.meta_path.insert(0, counter)
+        try:
+            importlib.import_module(step)
+        finally:
+            sys.meta_path.remove(counter)
     return {"step": step, "modules": counter.names, "at": at, "verdict": counter.verdict}
 
 
@@ -403,13 +460,14 @@ def _load(path: str):
     return getattr(importlib.import_module(module), function)
 
 
-def bisect(step: str, canary: str | None = None, env: dict | None = None) -> dict:
+def bisect(step: str, canary: str | None = None, env: dict | None = None,
+           jobs: int = 1) -> dict:
     """Which module imported by ``step`` leaves CUDA unusable in forked children: a
-    binary search over the count of completed imports, each probe a fresh
-    interpreter (:func:`probe`). ``culprit`` is None when even the whole step
-    passes (the step is not the culprit)."""
-    import subprocess
-
+    search over the count of completed imports, each probe a fresh interpreter
+    (:func:`probe`). With ``jobs`` > 1 each round probes that many counts at once,
+    evenly spread over what is left (a binary search when 1; 15 a round narrow
+    PyG's 1,500 counts to one in three rounds). ``culprit`` is None
+    when even the whole step passes (the step is not the culprit)."""
     def run(at: int | None) -> dict:
         argv = [sys.executable, "-m", "autotune.trial._forkserver", "--probe", step]
         argv += [] if at is None else ["--at", str(at)]
@@ -419,22 +477,27 @@ def bisect(step: str, canary: str | None = None, env: dict | None = None) -> dic
         return json.loads(out.stdout.splitlines()[-1])
 
     modules = run(None)["modules"]
-    probes = []
+    probes: list[dict] = []
 
-    def fails(k: int) -> bool:
-        verdict = run(k)["verdict"]
-        probes.append({"at": k, "module": modules[k - 1], "verdict": verdict})
-        return verdict is not None
+    def failing(counts: list[int]) -> list[bool]:
+        with ThreadPoolExecutor(max(1, jobs)) as pool:
+            verdicts = [r["verdict"] for r in pool.map(run, counts)]
+        probes.extend({"at": k, "module": modules[k - 1], "verdict": v}
+                      for k, v in zip(counts, verdicts))
+        return [v is not None for v in verdicts]
 
-    if not modules or not fails(len(modules)):
+    if not modules or not failing([len(modules)])[0]:
         return {"step": step, "culprit": None, "completions": len(modules), "probes": probes}
     lo, hi = 1, len(modules)  # the first failing count lies in [lo, hi]
     while lo < hi:
-        mid = (lo + hi) // 2
-        if fails(mid):
-            hi = mid
-        else:
-            lo = mid + 1
+        width = hi - lo  # the counts lo .. hi - 1 are open; hi is known to fail
+        counts = list(range(lo, hi)) if width <= jobs else \
+            [lo + (i + 1) * width // (jobs + 1) for i in range(max(1, jobs))]
+        for k, fails in zip(counts, failing(counts)):
+            if fails:
+                hi = k
+                break
+            lo = k + 1
     return {"step": step, "culprit": modules[lo - 1], "completions": len(modules),
             "probes": probes}
 
@@ -462,7 +525,9 @@ if __name__ == "__main__":
                                _flag(args, "--canary"))))
         sys.exit(0)
     if "--bisect" in args:
-        print(json.dumps(bisect(_flag(args, "--bisect"), _flag(args, "--canary")), indent=2))
+        jobs = _flag(args, "--jobs")
+        print(json.dumps(bisect(_flag(args, "--bisect"), _flag(args, "--canary"),
+                                jobs=int(jobs) if jobs else 1), indent=2))
         sys.exit(0)
     check = None if "--cuda-canary" not in args else \
         _load(_flag(args, "--canary")) if "--canary" in args else _canary

@@ -127,7 +127,8 @@ def _watch(proc: subprocess.Popen | _Forked, limits: TrialLimits) -> tuple[str, 
                 tree.refresh()
                 scanned = time.monotonic()
             if time.monotonic() - start > limits.timeout_s:
-                verdict = ("timeout", f"trial exceeded its {limits.timeout_s:g} s timeout")
+                verdict = ("timeout", "trial exceeded its "
+                           f"{round(limits.timeout_s, 1):g} s timeout")
                 _dump_stacks(proc)
                 break
             if limits.memory_limit_bytes is not None:
