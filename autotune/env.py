@@ -130,6 +130,17 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+# A CPU with one of these computes bfloat16 natively (oneDNN's AMX and AVX-512 bf16
+# kernels); elsewhere it is emulated, and autocast to it trains slower than float32
+# (a Cascade Lake Xeon without avx512_bf16; an AVX2-only EPYC, docs/benchmarks.md)
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (:data:`BF16_FLAGS`)."""
+    return any(flag in cpu_flags() for flag in BF16_FLAGS)
+
+
 # The flags that decide how fast a CPU trains in bfloat16 (oneDNN's AMX and AVX-512
 # bf16 kernels): recorded with every trial, since machines of one model name differ.
 SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")

@@ -31,6 +31,20 @@ def test_default_space_is_device_aware():
     assert gpu.knobs["gpu_sampling"].choices == (False, True)
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_bfloat16_is_searched_only_on_a_cpu_that_computes_it(monkeypatch, native):
+    """On a CPU without avx512_bf16 or amx_bf16 (a Cascade Lake Xeon, an AVX2-only
+    EPYC) bfloat16 is emulated and slower than float32: left out, with a note."""
+    from autotune.study import _space
+
+    monkeypatch.setattr(_space, "native_bf16", lambda: native)
+    cpu = load_space("quick", device="cpu", cores=2)
+    assert ("bfloat16" in cpu.knobs["amp_dtype"].choices) == native
+    assert "float32" in cpu.knobs["amp_dtype"].choices
+    assert any("amp_dtype bfloat16 left out" in n for n in cpu.notes) != native
+    assert "bfloat16" in load_space("quick", device="cuda", cores=2).knobs["amp_dtype"].choices
+
+
 def _space(tmp_path, text):
     path = tmp_path / "space.yaml"
     path.write_text(text)
@@ -167,7 +181,7 @@ def test_a_compiled_configs_eager_twin_takes_its_aggregation_not_a_sampled_one()
 
     space = load_space("default", device="cpu", cores=2, baseline=BASE)
     params = {"batch_size": 1024, "num_neighbors": "25,10", "num_workers": 0,
-              "compile_mode": "default", "shapes": "dynamic", "amp_dtype": "bfloat16",
+              "compile_mode": "default", "shapes": "dynamic", "amp_dtype": "float32",
               "checkpointing": False, "sampling_backend": "builtin", "dropout_masks": "bernoulli",
               "feature_dtype": "float32"}
     compiled = suggest_config(optuna.trial.FixedTrial(params), space, device="cpu",

@@ -40,12 +40,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from autotune.config import TrialConfig
-from autotune.env import available_cores, cpu_flags
+from autotune.env import BF16_FLAGS, available_cores, cpu_flags
 from autotune.errors import ConfigError
 from autotune.study._space import FITTED_KNOBS, SearchSpace, in_space
-
-BF16_FLAGS = ("amx_bf16", "avx512_bf16")
-
 
 @dataclass(frozen=True)
 class Machine:

@@ -186,7 +186,8 @@ class DriverFreeConfig:
     (torch_geometric/typing.py reads USE_MKL from it), which is what broke the
     canary after PyG's step on an H100 (docs/gpu.md). The fresh interpreter starts
     on entry and runs beside the server's imports; on exit the original is back, so
-    a trial calls torch's own. On a CPU build nothing is replaced."""
+    a trial calls torch's own. Nothing is replaced on a CPU build, or where torch
+    is not imported yet."""
 
     def __init__(self) -> None:
         self.answered = 0
@@ -194,9 +195,8 @@ class DriverFreeConfig:
         self._text: str | None = None
 
     def __enter__(self) -> DriverFreeConfig:
-        import torch
-
-        if torch.version.cuda is None:
+        torch = sys.modules.get("torch")  # not imported: nothing to answer for
+        if torch is None or torch.version.cuda is None:
             return self
         self._original = torch._C._show_config
         self._proc = subprocess.Popen(
@@ -441,9 +441,12 @@ def probe(step: str, at: int | None, canary: str | None = None) -> dict:
 
     check = _canary if canary is None else _load(canary)
     order = steps()
+    before = order[:order.index(step)] if step in order else ()
+    if before:
+        import torch  # noqa: F401  (as the server, which imports torch before its steps)
     counter = _Completions(at, check)
     with DriverFreeConfig():  # as the server imports
-        for name in order[:order.index(step)] if step in order else ():
+        for name in before:
             importlib.import_module(name)
         sys.meta_path.insert(0, counter)
         try:
