@@ -109,10 +109,12 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
                               studies_dir=tmp_path,
                               measure=MeasureSpec(warmup_steps=1, min_warmup_s=0.0, min_steps=3,
                                                   max_window_s=0.5),
-                              # 0.98, not 0.99: the guard trains each config for the
-                              # baseline's wall time, and on a loaded CI machine a kept config
-                              # fell 0.04% short of 0.99 once; [1, 1] stays below 0.1
-                              guard=GuardOptions(ratio=0.98, epochs=2))
+                              # 0.95, not 0.99: the guard trains each config for the
+                              # baseline's wall time, so a config's accuracy moves with the
+                              # machine's speed: on CI machines a kept config fell 0.04% short
+                              # of 0.99 once, and the bit-cut one 0.15% short of 0.98 on a
+                              # 2-core Xeon; [1, 1] stays below 0.1
+                              guard=GuardOptions(ratio=0.95, epochs=2))
     study = identity.open_study(opts, dataset_stats=dataset.stats(), env={})
 
     # the baseline, then the two configs, in order, in one run (one fork server); each
