@@ -90,6 +90,7 @@ importance.png and step_times.png."""
 TRAIN_EXAMPLE = """examples:
   autotune export --study-name synthetic-cpu-myhost --out best.yaml
   autotune train --config best.yaml --dataset synthetic --scale 0.02 --epochs 5
+  autotune train --config best.yaml --epochs 10 --tune
 
 Trains with every knob of the config (the code the trial measured), prints the
 loss, training throughput and validation/test accuracy of each epoch, and at the
@@ -446,6 +447,17 @@ def _add_train_parser(sub) -> None:
                             "metric to PATH (torch.save)")
     train.add_argument("--device", choices=["cpu", "cuda"], default=None,
                        help="overrides the config's device")
+    train.add_argument("--tune", action="store_true",
+                       help="tune while training: try the knobs that leave what is learnt "
+                            "unchanged (workers, affinity, sampling backend, aggregation), "
+                            "each paired with the config it started on, and train the rest "
+                            "of the run on the fastest")
+    train.add_argument("--tune-share", type=_share, default=None, metavar="FRACTION",
+                       help="with --tune: the most of the run's steps its candidates may "
+                            "train (default 10%%)")
+    train.add_argument("--tune-precision", action="store_true",
+                       help="with --tune: try the AMP and feature dtypes too (they change "
+                            "the arithmetic, not the batches)")
     train.add_argument("--studies-dir", default=STUDIES_DIR,
                        help="inductor's kernel cache lives in STUDIES_DIR/.cache (default: "
                             "studies)")

@@ -205,6 +205,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         config = config.replace(device=args.device)
     config = _with_task(config, args)
     check_config(config)
+    tune = _tune_spec(args)
     if args.save:
         _writable_dir(Path(args.save).parent, "--save")
     recorded, measured = export.dataset_ref, export.measured
@@ -213,7 +214,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         measured = None
     task, table = task_info(config), args.format == "table"
     if table:
-        print(f"training {short_config(config)} on {ref.name} for {args.epochs} epochs")
+        print(f"training {short_config(config)} on {ref.name} for {args.epochs} epochs" +
+              (f", tuning in at most {tune.share:.0%} of its steps" if tune else ""))
         print(f"{'epoch':>5} {'loss':>7} {'train s':>8} {task.unit:>13} "
               f"{'val ' + task.metric:>12} {'test ' + task.metric:>12}")
     with tqdm(total=args.epochs, desc="training", unit="epoch", leave=False,
@@ -225,11 +227,25 @@ def cmd_train(args: argparse.Namespace) -> int:
                           f"{e.seeds_per_s:>13,.0f} {e.val_metric:>12.4f} {e.test_metric:>12.4f}",
                           file=sys.stdout)
         result = train(config, ref, epochs=args.epochs, save=args.save, on_epoch=row,
-                       inductor_cache=inductor_cache_dir(args.studies_dir))
+                       inductor_cache=inductor_cache_dir(args.studies_dir),
+                       tune=tune, on_line=lambda line: bar.write(
+                           line, file=sys.stdout if table else sys.stderr))
     blob, lines = train_summary(result, measured, epochs=args.epochs, config_path=args.config,
                                 save=args.save)
     print(emit(blob, args.format, lambda: "\n".join(lines)))
     return 0
+
+
+def _tune_spec(args: argparse.Namespace):
+    """``--tune``'s spec, or None; its other flags without it are an error."""
+    from autotune.pipeline import TuneSpec
+
+    if not args.tune:
+        if args.tune_share is not None or args.tune_precision:
+            raise ConfigError("--tune-share and --tune-precision need --tune")
+        return None
+    share = TuneSpec.share if args.tune_share is None else args.tune_share
+    return TuneSpec(share=share, precision=args.tune_precision)
 
 
 def short_config(config) -> str:

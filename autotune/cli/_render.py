@@ -332,5 +332,21 @@ def train_summary(result, measured: dict | None, *, epochs: int, config_path: st
                      "minutes between, or a screened window; measure both now, side by side, "
                      "to compare (autotune trial --config of each)")
     lines.append(line)
+    if result.tuning is not None:
+        lines += tuning_lines(result.tuning)
     blob = {**result.to_dict(), "measured": measured, "achieved_over_measured": ratio}
     return blob, lines
+
+
+def tuning_lines(log) -> list[str]:
+    """What a run that tuned itself did: where it started and ended, when it settled,
+    what exploring took, and the steps each config trained."""
+    settled = f"settled at step {log.settled_step} (epoch {log.settled_epoch})" \
+        if log.settled_step is not None else "still exploring at the end"
+    kept = [t for t in log.tried if t.verdict == "kept"]
+    out = [f"tuned: {len(log.tried)} configs tried, {len(kept)} kept; {settled}; "
+           f"candidates trained {log.explore_s:.1f} s",
+           f"tuned: started on {short(log.start.to_dict())}, ended on "
+           f"{short((log.final or log.start).to_dict())}"]
+    out += [f"tuned: {steps:>6} steps on {key}" for key, steps in log.steps_by_config.items()]
+    return out

@@ -1,7 +1,8 @@
 """The training pipeline a :class:`TrialConfig` describes: ``_build`` (every knob
 takes effect there: :func:`build`, :class:`Pipeline`), ``_tasks`` (node, link and graph
 tasks, homogeneous or not), ``_models`` (the built-in models), ``_training``
-(:func:`train`: whole epochs with a config) and ``_allocator`` (glibc's heap held).
+(:func:`train`: whole epochs with a config), ``_tuning`` (a training run that tunes
+itself) and ``_allocator`` (glibc's heap held).
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ _EXPORTS = {
     "evaluate": "_training",
     "fit": "_training",
     "train": "_training",
+    "TunedRun": "_tuning",
+    "TuneSpec": "_tuning",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

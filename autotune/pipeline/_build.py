@@ -467,12 +467,16 @@ class Pipeline:
 
 def build(config: TrialConfig, data, model: nn.Module | None = None, *,
           num_classes: int | None = None, cache_file: str | os.PathLike | None = None,
-          cache_dir: str | os.PathLike | None = None) -> Pipeline:
-    """Builds the loader, model and optimizer that ``config`` describes, on ``data``."""
+          cache_dir: str | os.PathLike | None = None, order=None,
+          optimizer: torch.optim.Optimizer | None = None) -> Pipeline:
+    """Builds the loader, model and optimizer ``config`` describes, on ``data``; a
+    Sampler ``order`` of seeds replaces the shuffle, and ``optimizer`` (with ``model``)
+    continues a training: its state, its learning rate and the random state kept."""
     check_config(config)
     task = task_for(config, data)
     task.check(config)
-    torch.manual_seed(config.seed)
+    if optimizer is None:
+        torch.manual_seed(config.seed)
     device = torch.device(config.device)
     features = stored_features(data, config.feature_dtype)  # data itself in float32
     fit = gpu_need(config, features, num_classes, task) if config.gpu_sampling else None
@@ -485,7 +489,8 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
     workers = config.num_workers
     loader = task.loader(
         _loader_class(sampler), loader_data, sampler, data,
-        batch_size=config.batch_size, shuffle=True, num_workers=workers,
+        batch_size=config.batch_size, shuffle=order is None, num_workers=workers,
+        **({} if order is None else {"sampler": order}),
         persistent_workers=workers > 0, prefetch_factor=config.prefetch_factor if workers else None,
         pin_memory=device.type == "cuda" and not config.gpu_sampling,
         transform=transform)
@@ -493,8 +498,8 @@ def build(config: TrialConfig, data, model: nn.Module | None = None, *,
         model = task.model(config, data, num_classes)
     model = model.to(device)
     checkpointed = apply_checkpointing(model) if config.checkpointing else 0
-    lr = torch.tensor(config.lr)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, fused=True)
+    lr = torch.tensor(config.lr) if optimizer is None else optimizer.param_groups[0]["lr"]
+    optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr, fused=True)
     compiled = model
     if config.compile_mode != "none":
         compiled = torch.compile(model, mode=config.compile_mode,

@@ -71,7 +71,7 @@ class Task(abc.ABC):
         """The model the config describes, for this task's output."""
 
     @abc.abstractmethod
-    def loader(self, loader_cls, data, sampler, seeds_from, **kwargs):
+    def loader(self, loader_cls, data, graph_sampler, seeds_from, **kwargs):
         """The training loader over ``data``, its seeds from ``seeds_from``."""
 
     @abc.abstractmethod
@@ -97,10 +97,10 @@ class NodeTask(Task):
         classes = num_classes if num_classes is not None else int(data.y.max()) + 1
         return make_model(config, data.num_features, classes)
 
-    def loader(self, loader_cls, data, sampler, seeds_from, **kwargs):
+    def loader(self, loader_cls, data, graph_sampler, seeds_from, **kwargs):
         """The training loader over ``data`` (the GPU-resident view with
         ``gpu_sampling``), its seeds from ``seeds_from`` (the dataset itself)."""
-        return loader_cls(data, node_sampler=sampler, input_nodes=seeds_from.train_mask,
+        return loader_cls(data, node_sampler=graph_sampler, input_nodes=seeds_from.train_mask,
                           **kwargs)
 
     def loss(self, pipe, batch) -> Tensor:
@@ -167,8 +167,8 @@ class HeteroNodeTask(HeteroGraph, NodeTask):
             base = make_model(config, -1, classes)
         return lift_to_hetero(base, data)
 
-    def loader(self, loader_cls, data, sampler, seeds_from, **kwargs):
-        return loader_cls(data, node_sampler=sampler,
+    def loader(self, loader_cls, data, graph_sampler, seeds_from, **kwargs):
+        return loader_cls(data, node_sampler=graph_sampler,
                           input_nodes=(self.target, seeds_from[self.target].train_mask),
                           **kwargs)
 
@@ -208,11 +208,11 @@ class LinkTask(Task):
         """An encoder into ``hidden_channels`` (the dot-product decoder has no weights)."""
         return make_model(config, data.num_features, config.hidden_channels)
 
-    def loader(self, loader_cls, data, sampler, seeds_from, **kwargs):
+    def loader(self, loader_cls, data, graph_sampler, seeds_from, **kwargs):
         from torch_geometric.loader import LinkLoader
         from torch_geometric.sampler import NegativeSampling
 
-        return LinkLoader(data, link_sampler=sampler,
+        return LinkLoader(data, link_sampler=graph_sampler,
                           edge_label_index=seeds_from.train_edge_label_index,
                           neg_sampling=NegativeSampling("binary", LINK_NEGATIVES), **kwargs)
 
@@ -257,12 +257,12 @@ class HeteroLinkTask(HeteroGraph, LinkTask):
             base = make_model(config, -1, config.hidden_channels)
         return lift_to_hetero(base, data)
 
-    def loader(self, loader_cls, data, sampler, seeds_from, **kwargs):
+    def loader(self, loader_cls, data, graph_sampler, seeds_from, **kwargs):
         from torch_geometric.loader import LinkLoader
         from torch_geometric.sampler import NegativeSampling
 
         index = (self.edge_type, seeds_from[self.edge_type].train_edge_label_index)
-        return LinkLoader(data, link_sampler=sampler, edge_label_index=index,
+        return LinkLoader(data, link_sampler=graph_sampler, edge_label_index=index,
                           neg_sampling=NegativeSampling("binary", LINK_NEGATIVES), **kwargs)
 
     def _scores(self, model, batch) -> Tensor:
@@ -322,7 +322,7 @@ class GraphTask(Task):
             return GraphClassifier(config, data.num_features, classes)
         return make_model(config, data.num_features, classes)
 
-    def loader(self, loader_cls, data, sampler, seeds_from, **kwargs):
+    def loader(self, loader_cls, data, graph_sampler, seeds_from, **kwargs):
         return GraphLoader(data.split("train"), **kwargs)
 
     def _forward(self, pipe, model, batch) -> tuple[Tensor, int]:

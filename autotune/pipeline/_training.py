@@ -7,6 +7,7 @@ Both use :func:`autotune.build`, so what trains is what a trial measured.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -21,6 +22,7 @@ from autotune.files import atomic_write, inductor_cache_dir
 from autotune.pipeline._allocator import heap_state
 from autotune.pipeline._build import Pipeline, build, check_config, device_sync
 from autotune.pipeline._tasks import check_dataset
+from autotune.pipeline._tuning import TuneLog, TunedRun, TuneSpec
 from autotune.specs import STUDIES_DIR
 from autotune.taskinfo import task_info
 
@@ -128,6 +130,24 @@ def fit(pipe: Pipeline, data, spec: TrainSpec,
     return out
 
 
+def fit_tuned(run: TunedRun, data, epochs: int, evaluate_test: bool = True,
+              on_epoch: Callable[[Epoch], None] | None = None) -> Training:
+    """:func:`fit` for a run that tunes itself (:class:`TunedRun`): whole epochs, each
+    evaluated on the incumbent's pipeline."""
+    out = Training()
+    for number in range(1, epochs + 1):
+        steps, seeds, seconds, loss = run.epoch(number)
+        epoch = Epoch(epoch=number, steps=steps, seeds=seeds, train_s=seconds, loss=loss)
+        with run.pipe.activate():
+            epoch.val_metric = evaluate(run.pipe, data, "val")
+            if evaluate_test:
+                epoch.test_metric = evaluate(run.pipe, data, "test")
+        out.epochs.append(epoch)
+        if on_epoch is not None:
+            on_epoch(epoch)
+    return out
+
+
 def _one_epoch(pipe: Pipeline, number: int, left_s: float | None) -> Epoch:
     """One pass over the training nodes, or less when ``left_s`` runs out first."""
     steps = seeds = 0
@@ -157,6 +177,7 @@ class TrainResult:
     best: Epoch
     state: dict[str, Any] = field(repr=False)
     saved: Path | None = None
+    tuning: TuneLog | None = None  # what a run that tuned itself tried (config: its winner)
 
     @property
     def unit(self) -> str:
@@ -180,13 +201,15 @@ class TrainResult:
                 f"best_val_{key}": self.best.val_metric,
                 f"best_test_{key}": self.best.test_metric,
                 "saved": None if self.saved is None else str(self.saved),
-                "malloc": heap_state()}
+                "malloc": heap_state(),
+                **({} if self.tuning is None else {"tuning": self.tuning.to_dict()})}
 
 
 def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset, *,
           epochs: int, save: str | os.PathLike | None = None,
           on_epoch: Callable[[Epoch], None] | None = None,
-          inductor_cache: str | os.PathLike | None = None) -> TrainResult:
+          inductor_cache: str | os.PathLike | None = None, tune: TuneSpec | None = None,
+          on_line: Callable[[str], None] | None = None) -> TrainResult:
     """Trains with every knob of ``config`` (a ``TrialConfig``, or a file written by
     ``autotune export``) for ``epochs`` whole epochs on ``dataset`` (a
     :class:`autotune.DatasetRef`, prepared here, or a prepared dataset), evaluating
@@ -194,9 +217,9 @@ def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset
     weights are kept and, with ``save``, written there (``torch.save``). A compiled
     config reuses the kernels its search compiled: ``inductor_cache`` (default the
     studies folder's, :func:`autotune.files.inductor_cache_dir`), unless
-    ``TORCHINDUCTOR_CACHE_DIR`` is set."""
-    cache_dir = inductor_cache if inductor_cache is not None else \
-        inductor_cache_dir(STUDIES_DIR)
+    ``TORCHINDUCTOR_CACHE_DIR`` is set. With ``tune`` (:class:`TuneSpec`) the run tunes
+    itself (:mod:`autotune.pipeline._tuning`; ``on_line`` hears it), its winner the config."""
+    cache_dir = inductor_cache if inductor_cache is not None else inductor_cache_dir(STUDIES_DIR)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache_dir).resolve()))
 
     if not isinstance(config, TrialConfig):
@@ -206,20 +229,29 @@ def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset
     prepared = dataset.prepare() if hasattr(dataset, "prepare") else dataset
     check_dataset(config, prepared)
     cache = dataset.csc_path() if hasattr(dataset, "csc_path") else None
-    pipe = build(config, prepared.data, num_classes=prepared.num_classes, cache_file=cache)
     kept: dict[str, Any] = {}
+    run = TunedRun(config, prepared.data, tune, epochs=epochs, num_classes=prepared.num_classes,
+                   cache_file=cache, on_line=on_line) if tune is not None else None
+    pipe = run.pipe if run is not None else \
+        build(config, prepared.data, num_classes=prepared.num_classes, cache_file=cache)
+    model = pipe.eager_model  # a tuned run's candidates train this model too
 
     def keep_best(epoch: Epoch) -> None:
         if "best" not in kept or epoch.val_metric > kept["best"].val_metric:
             kept["best"] = epoch
-            kept["state"] = {k: v.detach().clone()
-                             for k, v in pipe.eager_model.state_dict().items()}
+            kept["state"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
         if on_epoch is not None:
             on_epoch(epoch)
 
-    with pipe:  # its loader workers end here, not at a later garbage collection
-        training = fit(pipe, prepared.data, spec, on_epoch=keep_best)
+    if run is not None:
+        with contextlib.closing(run):  # every loader's workers end here
+            training = fit_tuned(run, prepared.data, epochs, on_epoch=keep_best)
+        config = run.pipe.config
+    else:
+        with pipe:  # its loader workers end here, not at a later garbage collection
+            training = fit(pipe, prepared.data, spec, on_epoch=keep_best)
     saved = None
     if save is not None:
         saved = atomic_write(save, lambda tmp: torch.save(kept["state"], tmp))
-    return TrainResult(config, training, kept["best"], kept["state"], saved)
+    return TrainResult(config, training, kept["best"], kept["state"], saved,
+                       tuning=None if run is None else run.log)

@@ -1,0 +1,381 @@
+"""Tuning inside a training run (``autotune train --tune``, ``train(..., tune=...)``).
+
+The run starts on the config it is given and, while it trains, tries other values
+of the knobs that leave what is learnt unchanged (:data:`NEUTRAL_KNOBS`; the AMP and
+feature dtypes only where allowed, :attr:`TuneSpec.precision`). Batch size and
+fanout never change in a run. Every candidate trains real steps on the same model,
+with the same optimizer and its state: it is built around them
+(:func:`autotune.pipeline.build` with ``model`` and ``optimizer``).
+
+Each epoch visits every training seed exactly once. The seeds' order is drawn per
+epoch from the config's seed, and the loaders take it from one :class:`SeedOrder`:
+a window hands its loader the next seeds of the epoch, and the seeds a window did
+not train (a candidate dropped or failed mid-window) go to the next window.
+
+A candidate's window of :attr:`TuneSpec.window_steps` steps is paired with the
+incumbent's windows measured just before and after it (the ratio of its rate to
+their mean). A candidate under :attr:`TuneSpec.screen` times the incumbent in its
+first window is dropped then; else it runs up to :attr:`TuneSpec.pairs` pairs and is
+kept where the lower end of its ratios' range is above 1. A candidate that fails
+(out of memory, a worker crash, an error) is recorded and dropped, and training
+goes on with the incumbent. Exploring ends when no candidate is left, or once the
+candidates have trained :attr:`TuneSpec.share` of the run's planned steps; the
+rest of the run trains on the winner.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch.utils.data import Sampler
+
+from autotune.config import TrialConfig, short
+from autotune.env import native_bf16
+from autotune.errors import AutotuneError, ConfigError
+from autotune.pipeline._build import Pipeline, build, check_config, device_sync
+from autotune.topology import STRATEGIES, Topology, affinity_sets, this_machine
+
+# The knobs a run may change: the same batches of the same seeds through the same
+# model and optimizer. (Dropout masks, compile and checkpointing live in the model,
+# which a run keeps: they are not tried.)
+NEUTRAL_KNOBS = ("num_workers", "affinity", "sampling_backend", "aggregation")
+PRECISION_KNOBS = ("amp_dtype", "feature_dtype")  # with TuneSpec.precision only
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    """How a run tunes itself. ``share``: the most of the run's planned steps its
+    candidates may train (0.10); ``window_steps``: steps a window; ``pairs``: the
+    most paired windows a candidate gets; ``screen``: a candidate under this times
+    the incumbent in its first window is dropped; ``precision``: the AMP and feature
+    dtypes may be tried too (they change the arithmetic, not the batches)."""
+
+    share: float = 0.10
+    window_steps: int = 8
+    pairs: int = 3
+    screen: float = 0.8
+    precision: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 < self.share <= 1:
+            raise ConfigError(f"the tuning share must be in (0, 1] (got {self.share!r})")
+        if self.window_steps < 2 or self.pairs < 1:
+            raise ConfigError("a tuning window needs 2 steps or more and a pair at least")
+
+
+@dataclass
+class Tried:
+    """One candidate: the knob it changed, its paired ratios, what became of it
+    (``kept``, ``slower``, ``dropped`` at its first window, ``failed`` and why), and
+    the steps and seconds it trained."""
+
+    config: TrialConfig
+    change: str
+    ratios: list[float] = field(default_factory=list)
+    verdict: str = ""
+    reason: str = ""
+    steps: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ratio(self) -> float | None:
+        return statistics.fmean(self.ratios) if self.ratios else None
+
+    @property
+    def spread(self) -> float:
+        """Half the range of its ratios (0 with one): how far apart its pairs were."""
+        return (max(self.ratios) - min(self.ratios)) / 2 if len(self.ratios) > 1 else 0.0
+
+    def line(self) -> str:
+        figure = "-" if self.ratio is None else \
+            f"{self.ratio:.2f}x" + (f" ±{self.spread:.2f}" if len(self.ratios) > 1 else "")
+        why = f" ({self.reason})" if self.reason else ""
+        return f"tried {self.change:<34} {figure:>12}  {self.verdict}{why}"
+
+
+@dataclass
+class TuneLog:
+    """What a tuned run did: every candidate tried, the step (and epoch) at which it
+    settled, the steps each config trained (by ``short(config)``), and the seconds
+    its candidates took."""
+
+    start: TrialConfig
+    tried: list[Tried] = field(default_factory=list)
+    settled_step: int | None = None
+    settled_epoch: int | None = None
+    steps_by_config: dict[str, int] = field(default_factory=dict)
+    explore_s: float = 0.0
+    final: TrialConfig | None = None
+
+    def to_dict(self) -> dict:
+        return {"start": self.start.to_dict(), "final": (self.final or self.start).to_dict(),
+                "settled_step": self.settled_step, "settled_epoch": self.settled_epoch,
+                "explore_s": self.explore_s, "steps_by_config": self.steps_by_config,
+                "tried": [{"change": t.change, "config": t.config.to_dict(),
+                           "ratios": t.ratios, "verdict": t.verdict, "reason": t.reason,
+                           "steps": t.steps, "seconds": t.seconds} for t in self.tried]}
+
+
+class SeedOrder(Sampler):
+    """The positions of the training seeds a loader takes next: set per window."""
+
+    def __init__(self) -> None:
+        self.positions: list[int] = []
+
+    def __iter__(self):
+        return iter(self.positions)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+
+def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = None
+               ) -> list[tuple[str, TrialConfig]]:
+    """The one-knob changes of ``config`` a run tries, in order, each a valid config:
+    loader workers (0, 1, 2 and all cores but one), the cores' affinity (each
+    strategy the machine can build, with workers), the sampling backend, the
+    aggregation (an eager model), and with ``spec.precision`` the AMP dtype
+    (bfloat16 on a GPU or a CPU that computes it natively) and the feature dtype."""
+    topology = this_machine() if topology is None else topology
+    cores = len(topology.cores)
+    changes: list[tuple[str, dict]] = []
+    if not config.gpu_sampling:
+        changes += [(f"num_workers {config.num_workers} -> {w}", {"num_workers": w})
+                    for w in dict.fromkeys((0, 1, 2, cores - 1)) if 0 <= w]
+        changes += [(f"affinity -> {s}", dict(zip(("loader_cores", "compute_cores"),
+                                                 _cores(s, config, topology))))
+                    for s in STRATEGIES if _cores(s, config, topology) is not None]
+    changes += [(f"sampling_backend {config.sampling_backend} -> {b}", {"sampling_backend": b})
+                for b in ("builtin", "pyg")]
+    if config.compile_mode == "none":
+        changes += [(f"aggregation {config.aggregation} -> {a}", {"aggregation": a})
+                    for a in ("scatter", "sparse")]
+    if spec.precision:
+        bf16 = ("bfloat16",) if config.device == "cuda" or native_bf16() else ()
+        changes += [(f"amp_dtype {config.amp_dtype} -> {d}", {"amp_dtype": d})
+                    for d in ("float32", *bf16)]
+        changes += [(f"feature_dtype {config.feature_dtype} -> {d}", {"feature_dtype": d})
+                    for d in ("float32", "bfloat16")]
+    out, seen = [], {config.key()}
+    for label, change in changes:
+        try:
+            changed = config.replace(**change)
+            check_config(changed)
+        except AutotuneError:  # not a config here (a backend this machine lacks, ...)
+            continue
+        if changed.key() not in seen:
+            seen.add(changed.key())
+            out.append((label, changed))
+    return out
+
+
+def _cores(strategy: str, config: TrialConfig, topology: Topology):
+    """``(loader_cores, compute_cores)`` of an affinity strategy for ``config``'s
+    workers, or None where the machine cannot build it."""
+    if config.num_workers == 0 or topology.why_not(strategy):
+        return None
+    return affinity_sets(strategy, config.num_workers, topology)
+
+
+@dataclass
+class _Window:
+    steps: int = 0
+    seeds: int = 0  # trained: the window's first ``seeds`` positions
+    rate: float = 0.0  # seeds per second, after the window's first step
+    seconds: float = 0.0
+    loss: float = 0.0
+    error: BaseException | None = None  # what stopped it early (an Exception)
+
+
+def _train_window(pipe: Pipeline, order: SeedOrder, positions: list[int],
+                  stop: Callable[[int, float], bool] | None = None) -> _Window:
+    """Trains ``pipe`` on ``positions`` (in order) until they are spent or ``stop``
+    (steps so far, rate so far) says so. The window's first step is trained but not
+    timed: the loader's first batch (its workers starting, or refilling their queue)."""
+    order.positions = positions
+    sync = device_sync(pipe.device)
+    out, timed_seeds, loss = _Window(), 0, torch.zeros(())
+    sync()
+    started = t0 = time.perf_counter()
+    try:
+        for batch in pipe.loader:
+            loss = pipe.train_step(batch)
+            seeds = pipe.task.seeds(batch)
+            out.steps, out.seeds = out.steps + 1, out.seeds + seeds
+            if out.steps == 1:
+                sync()
+                t0 = time.perf_counter()
+                continue
+            timed_seeds += seeds
+            if stop is not None and stop(out.steps, timed_seeds / max(
+                    time.perf_counter() - t0, 1e-9)):
+                break
+        sync()
+    except Exception as exc:  # a candidate's failure: the run goes on without it
+        out.error = exc
+    now = time.perf_counter()
+    out.seconds, out.loss = now - started, float(loss)
+    out.rate = timed_seeds / (now - t0) if timed_seeds and now > t0 else 0.0
+    return out
+
+
+class _IncumbentFailed(Exception):
+    """The incumbent's own window failed: the run fails, as an untuned one would."""
+
+
+class TunedRun:
+    """A training run that tunes itself: :meth:`epoch` trains one epoch (every
+    training seed once) in windows, trying candidates while exploring; ``pipe`` is
+    the incumbent's pipeline, ``log`` what it did. ``close()`` ends every loader."""
+
+    def __init__(self, config: TrialConfig, data, spec: TuneSpec, *, epochs: int,
+                 num_classes: int | None = None, cache_file=None,
+                 on_line: Callable[[str], None] | None = None,
+                 queue: list[tuple[str, TrialConfig]] | None = None) -> None:
+        self.data, self.spec, self.num_classes, self.cache_file = data, spec, num_classes, \
+            cache_file
+        self.on_line = on_line or (lambda line: None)
+        self.order = SeedOrder()
+        self.pipe = self._build(config, None)
+        self.seeds = len(self.pipe.loader.dataset)
+        per_epoch = -(-self.seeds // config.batch_size)
+        self.explore_steps_left = spec.share * epochs * per_epoch
+        self.queue = candidates(config, spec) if queue is None else list(queue)
+        self.log = TuneLog(start=config, final=config)
+        self.steps = 0
+        self._last_rate: float | None = None
+
+    def _build(self, config: TrialConfig, base: Pipeline | None) -> Pipeline:
+        """A pipeline of ``config`` around ``base``'s model and optimizer (None: its
+        own, seeded); the random state stays where the run had it."""
+        state = torch.get_rng_state()
+        pipe = build(config, self.data, None if base is None else base.eager_model,
+                     num_classes=self.num_classes, cache_file=self.cache_file,
+                     order=self.order, optimizer=None if base is None else base.optimizer)
+        if base is not None:
+            torch.set_rng_state(state)
+        return pipe
+
+    @property
+    def exploring(self) -> bool:
+        return bool(self.queue) and self.explore_steps_left > 0
+
+    def epoch(self, number: int) -> tuple[int, int, float, float]:
+        """One epoch: (steps, seeds, training seconds, last loss). Its seeds' order
+        comes from the config's seed and the epoch's number."""
+        generator = torch.Generator().manual_seed(self.log.start.seed * 1_000_003 + number)
+        pending = torch.randperm(self.seeds, generator=generator).tolist()
+        steps = seeds = 0
+        seconds = loss = 0.0
+        while pending:
+            if self.exploring:
+                window = self._try_next(pending)
+            else:
+                window = self._window(self.pipe, pending, len(pending))
+                if window.error is not None:
+                    raise window.error
+            pending = pending[window.seeds:]
+            steps, seeds = steps + window.steps, seeds + window.seeds
+            seconds, loss = seconds + window.seconds, window.loss or loss
+            if self.log.settled_step is None and not self.exploring:
+                self._settle(number)
+        return steps, seeds, seconds, loss
+
+    def _window(self, pipe: Pipeline, pending: list[int], steps: int, stop=None) -> _Window:
+        """Trains ``pipe`` on the next ``steps`` batches of ``pending``."""
+        with pipe.activate():
+            window = _train_window(pipe, self.order, pending[:steps * pipe.config.batch_size],
+                                   stop)
+        self.steps += window.steps
+        key = short(pipe.config.to_dict())
+        self.log.steps_by_config[key] = self.log.steps_by_config.get(key, 0) + window.steps
+        return window
+
+    def _try_next(self, pending: list[int]) -> _Window:
+        """The next candidate, paired with the incumbent's windows around each of its
+        own, until a verdict (:meth:`_verdict`, or failed); what they trained, in order."""
+        label, config = self.queue.pop(0)
+        tried = Tried(config, label)
+        self.log.tried.append(tried)
+        total, rest = _Window(), pending
+
+        def train(pipe: Pipeline) -> _Window:
+            nonlocal rest
+            window = self._window(pipe, rest, self.spec.window_steps)
+            rest = rest[window.seeds:]
+            total.steps, total.seeds = total.steps + window.steps, total.seeds + window.seeds
+            total.seconds, total.loss = total.seconds + window.seconds, window.loss or total.loss
+            if window.error is not None and pipe is self.pipe:
+                raise _IncumbentFailed() from window.error
+            if window.error is not None:
+                raise window.error
+            return window
+
+        started, candidate = time.perf_counter(), None
+        try:
+            before = train(self.pipe).rate
+            candidate = self._build(config, self.pipe)
+            while not tried.verdict and rest:
+                own = train(candidate)
+                tried.steps, tried.seconds = tried.steps + own.steps, tried.seconds + own.seconds
+                self.explore_steps_left -= own.steps
+                if not own.rate:  # one step only (the epoch's last): nothing timed
+                    break
+                after = train(self.pipe).rate if rest else before
+                tried.ratios.append(own.rate / ((before + after) / 2) if before + after else 0.0)
+                tried.verdict, before = self._verdict(tried), after
+        except _IncumbentFailed as failed:
+            if candidate is not None:
+                candidate.close()
+            raise failed.__cause__
+        except Exception as exc:  # out of memory, a dead worker, a compile error
+            tried.verdict, tried.reason = "failed", f"{type(exc).__name__}: {exc}"[:300]
+        self.log.explore_s += time.perf_counter() - started
+        if tried.verdict == "kept":
+            self._adopt(candidate)
+        elif candidate is not None:
+            candidate.close()
+        if tried.verdict:
+            self.on_line(tried.line())
+        else:  # the epoch's seeds ran out first: it goes on in the next epoch
+            self.log.tried.remove(tried)
+            self.queue.insert(0, (label, config))
+        return total
+
+    def _verdict(self, tried: Tried) -> str:
+        """Kept where the low end of its ratios is above 1, slower where the high end
+        is below, dropped where its first window was under ``spec.screen``; after
+        ``spec.pairs`` pairs, kept only if it is ahead by more than its spread."""
+        low, high = tried.ratio - tried.spread, tried.ratio + tried.spread
+        if len(tried.ratios) == 1 and tried.ratio < self.spec.screen:
+            return "dropped"
+        if len(tried.ratios) >= 2 and (low > 1 or high < 1):
+            return "kept" if low > 1 else "slower"
+        if len(tried.ratios) >= self.spec.pairs:
+            return "kept" if low > 1 else "no faster"
+        return ""
+
+    def _adopt(self, candidate: Pipeline) -> None:
+        """``candidate`` becomes the incumbent; the queue is remade around it."""
+        tried = {t.config.key() for t in self.log.tried} | {self.pipe.config.key()}
+        self.pipe.close()
+        self.pipe = candidate
+        self.log.final = candidate.config
+        self.queue = [(label, c) for label, c in candidates(candidate.config, self.spec)
+                      if c.key() not in tried]
+
+    def _settle(self, epoch: int) -> None:
+        self.log.settled_step, self.log.settled_epoch = self.steps, epoch
+        self.log.final = self.pipe.config
+        for label, _ in self.queue:
+            self.log.tried.append(Tried(self.pipe.config, label, verdict="not tried",
+                                        reason="exploring's share of the run was spent"))
+        self.queue.clear()
+        self.on_line(f"settled at step {self.steps} (epoch {epoch}): "
+                     f"{short(self.pipe.config.to_dict())}")
+
+    def close(self) -> None:
+        self.pipe.close()

@@ -1,0 +1,122 @@
+"""A training run that tunes itself (autotune train --tune): every epoch trains each
+seed once whatever it tries, a candidate that fails leaves the run going, and where
+its space holds a faster config the run settles on it."""
+from __future__ import annotations
+
+import collections
+
+import psutil
+import pytest
+
+from autotune.config import TrialConfig
+from autotune.pipeline import Pipeline
+from autotune.pipeline._training import fit_tuned
+from autotune.pipeline._tuning import TunedRun, TuneSpec, candidates
+
+# Batches of 32 on a graph of ~930 nodes: a loader worker's hand-off costs more than
+# the in-process sampling of a batch, so 0 workers trains faster than 2
+START = TrialConfig(batch_size=32, num_neighbors=(5, 5), num_workers=2, hidden_channels=16,
+                    sampling_backend="builtin")
+
+
+def _seen(monkeypatch) -> tuple[list[list[int]], set[int]]:
+    """The training seeds (node ids) of every step, as each batch gives them, and
+    the processes this one had while it trained."""
+    steps: list[list[int]] = []
+    children: set[int] = set()
+    real = Pipeline.train_step
+
+    def train_step(self, batch):
+        steps.append(batch.n_id[:batch.batch_size].tolist())
+        children.update(c.pid for c in psutil.Process().children(recursive=True))
+        return real(self, batch)
+
+    monkeypatch.setattr(Pipeline, "train_step", train_step)
+    return steps, children
+
+
+@pytest.mark.slow
+def test_a_tuned_run_trains_every_seed_once_an_epoch_and_outlives_a_failing_candidate(
+        tiny_synthetic, monkeypatch):
+    """Candidates come and go mid-epoch (one fails at its build: PyG's sampler needs
+    pyg-lib or torch-sparse, which this machine may lack; one is dropped or kept);
+    each epoch still trains every training seed exactly once, and no loader worker
+    outlives the run."""
+    steps, workers = _seen(monkeypatch)
+    failing = START.replace(sampling_backend="pyg", num_workers=0)
+    queue = [("sampling_backend builtin -> pyg", failing),
+             ("num_workers 2 -> 0", START.replace(num_workers=0)),
+             ("aggregation scatter -> sparse", START.replace(aggregation="sparse"))]
+    lines: list[str] = []
+    run = TunedRun(START, tiny_synthetic, TuneSpec(share=1.0, window_steps=3, pairs=2),
+                   epochs=3, num_classes=4, on_line=lines.append, queue=queue)
+    train_nodes = tiny_synthetic.train_mask.nonzero().flatten().tolist()
+    train_seeds = len(train_nodes)
+    try:
+        for epoch in (1, 2, 3):
+            before = len(steps)
+            trained, seeds, _, loss = run.epoch(epoch)
+            positions = [p for step in steps[before:] for p in step]
+            assert sorted(positions) == train_nodes, f"epoch {epoch}"
+            assert trained == len(steps) - before and seeds == train_seeds
+            assert loss == loss  # not NaN
+    finally:
+        run.close()
+    assert workers, "the run started on loader workers"
+    left = [c for c in psutil.Process().children(recursive=True)
+            if c.pid in workers and c.status() != psutil.STATUS_ZOMBIE]
+    assert not left, left
+    verdicts = {t.change: t for t in run.log.tried}
+    pyg = verdicts["sampling_backend builtin -> pyg"]
+    try:
+        import torch_geometric.typing as pyg_typing
+        has_pyg_sampler = pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE
+    except ImportError:
+        has_pyg_sampler = False
+    if not has_pyg_sampler:
+        assert pyg.verdict == "failed" and "pyg" in pyg.reason.lower(), pyg
+        assert any(line.startswith("tried sampling_backend") and "failed" in line
+                   for line in lines), lines
+    assert all(t.verdict in ("kept", "slower", "dropped", "no faster", "failed")
+               for t in run.log.tried), run.log.tried
+    assert run.log.settled_step is not None
+    assert sum(run.log.steps_by_config.values()) == len(steps)
+
+
+@pytest.mark.slow
+def test_a_tuned_run_settles_on_the_faster_config_its_space_holds(tiny_synthetic):
+    """Started on 2 loader workers where in-process sampling is faster, the run
+    tries 0 workers, pairs its windows with the incumbent's, keeps it, and trains
+    the rest of the run there."""
+    config = START.replace()
+    queue = [("num_workers 2 -> 0", config.replace(num_workers=0))]
+    run = TunedRun(config, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=3),
+                   epochs=2, num_classes=4, queue=queue)
+    try:
+        out = fit_tuned(run, tiny_synthetic, 2)
+    finally:
+        run.close()
+    tried = run.log.tried[0]
+    assert tried.verdict == "kept", (tried.ratios, tried.verdict)
+    assert tried.ratio > 1 and run.pipe.config.num_workers == 0
+    assert run.log.final.num_workers == 0
+    assert out.epochs[-1].val_metric is not None
+    by = collections.Counter(run.log.steps_by_config)
+    assert by and sum(by.values()) == sum(e.steps for e in out.epochs)
+
+
+def test_candidates_change_one_learning_neutral_knob_each():
+    """Never the batch size or the fanout; the dtypes only when allowed."""
+    from autotune.topology import Topology
+
+    two = Topology(cpus=(0, 1), cores=((0,), (1,)), nodes=((0, 1),))
+    changes = candidates(START, TuneSpec(), two)
+    assert changes and all(c.batch_size == START.batch_size and
+                           c.num_neighbors == START.num_neighbors for _, c in changes)
+    for label, c in changes:
+        differ = {k for k, v in c.to_dict().items() if START.to_dict()[k] != v}
+        assert differ and differ <= {"num_workers", "sampling_backend", "aggregation",
+                                     "loader_cores", "compute_cores"}, (label, differ)
+    assert not any(c.amp_dtype != START.amp_dtype for _, c in changes)
+    precise = candidates(START, TuneSpec(precision=True), two)
+    assert any(c.feature_dtype == "bfloat16" for _, c in precise)
