@@ -343,8 +343,9 @@ def tuning_lines(log) -> list[str]:
     what exploring took, and the steps each config trained."""
     settled = f"settled at step {log.settled_step} (epoch {log.settled_epoch})" \
         if log.settled_step is not None else "still exploring at the end"
-    kept = [t for t in log.tried if t.verdict == "kept"]
-    out = [f"tuned: {len(log.tried)} configs tried, {len(kept)} kept; {settled}; "
+    tried = [t for t in log.tried if t.verdict != "not tried"]
+    kept = [t for t in tried if t.verdict == "kept"]
+    out = [f"tuned: {len(tried)} configs tried, {len(kept)} kept; {settled}; "
            f"candidates trained {log.explore_s:.1f} s",
            f"tuned: started on {short(log.start.to_dict())}, ended on "
            f"{short((log.final or log.start).to_dict())}"]

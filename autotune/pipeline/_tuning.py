@@ -246,7 +246,6 @@ class TunedRun:
         self.queue = candidates(config, spec) if queue is None else list(queue)
         self.log = TuneLog(start=config, final=config)
         self.steps = 0
-        self._last_rate: float | None = None
 
     def _build(self, config: TrialConfig, base: Pipeline | None) -> Pipeline:
         """A pipeline of ``config`` around ``base``'s model and optimizer (None: its
