@@ -120,9 +120,7 @@ def fit(pipe: Pipeline, data, spec: TrainSpec,
             out.stopped_by_budget = spec.budget_s is not None and out.train_s >= spec.budget_s
             last = out.stopped_by_budget or len(out.epochs) == spec.epochs
             if last or spec.epochs is not None and spec.every_epoch:
-                epoch.val_metric = evaluate(pipe, data, "val")
-                if spec.evaluate_test:
-                    epoch.test_metric = evaluate(pipe, data, "test")
+                _evaluate_epoch(pipe, data, epoch, spec.evaluate_test)
             if on_epoch is not None:
                 on_epoch(epoch)
             if out.stopped_by_budget:
@@ -139,13 +137,18 @@ def fit_tuned(run: TunedRun, data, epochs: int, evaluate_test: bool = True,
         steps, seeds, seconds, loss = run.epoch(number)
         epoch = Epoch(epoch=number, steps=steps, seeds=seeds, train_s=seconds, loss=loss)
         with run.pipe.activate():
-            epoch.val_metric = evaluate(run.pipe, data, "val")
-            if evaluate_test:
-                epoch.test_metric = evaluate(run.pipe, data, "test")
+            _evaluate_epoch(run.pipe, data, epoch, evaluate_test)
         out.epochs.append(epoch)
         if on_epoch is not None:
             on_epoch(epoch)
     return out
+
+
+def _evaluate_epoch(pipe: Pipeline, data, epoch: Epoch, test: bool) -> None:
+    """The task's metric after ``epoch`` on validation, and on test where asked."""
+    epoch.val_metric = evaluate(pipe, data, "val")
+    if test:
+        epoch.test_metric = evaluate(pipe, data, "test")
 
 
 def _one_epoch(pipe: Pipeline, number: int, left_s: float | None) -> Epoch:

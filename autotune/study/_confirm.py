@@ -142,8 +142,7 @@ def control_spec(opts: SearchOptions, trials: list[TrialRecord], baseline_no: in
     :data:`FAR_AHEAD` of it. A drift of a few percent in a baseline 20 times slower
     than the front moves no decision, and on an H200 a control at the search's 3%
     ran its 60 s window out (docs/gpu.md)."""
-    fastest = max((t for t in trials if t.counts and t.complete and t.throughput),
-                  key=lambda t: t.throughput, default=None)
+    fastest = rec.fastest_fitting(trials)
     numbers = [baseline_no] + ([fastest.number] if fastest is not None else [])
     return dataclasses.replace(opts.measure,
                                precision=baseline_precision(opts, trials, numbers))

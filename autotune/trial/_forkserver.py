@@ -198,7 +198,7 @@ class DriverFreeConfig:
         torch = sys.modules.get("torch")  # not imported: nothing to answer for
         if torch is None or torch.version.cuda is None:
             return self
-        self._original = torch._C._show_config
+        self._torch, self._original = torch, torch._C._show_config
         self._proc = subprocess.Popen(
             [sys.executable, "-c", "import sys, torch; sys.stdout.write(torch.__config__.show())"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -218,9 +218,7 @@ class DriverFreeConfig:
     def __exit__(self, *exc) -> None:
         if self._proc is None:
             return
-        import torch
-
-        torch._C._show_config = self._original
+        self._torch._C._show_config = self._original
         if self._proc.poll() is None:
             self._proc.kill()
         self._proc.communicate()
