@@ -83,6 +83,7 @@ def test_a_tuned_run_trains_every_seed_once_an_epoch_and_outlives_a_failing_cand
     assert sum(run.log.steps_by_config.values()) == len(steps)
 
 
+@pytest.mark.exclusive  # it compares timings: a test beside it would skew them
 @pytest.mark.slow
 def test_a_tuned_run_settles_on_the_faster_config_its_space_holds(tiny_synthetic):
     """Started on 2 loader workers where in-process sampling is faster, the run
@@ -90,10 +91,10 @@ def test_a_tuned_run_settles_on_the_faster_config_its_space_holds(tiny_synthetic
     the rest of the run there."""
     config = START.replace()
     queue = [("num_workers 2 -> 0", config.replace(num_workers=0))]
-    run = TunedRun(config, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=3),
-                   epochs=2, num_classes=4, queue=queue)
+    run = TunedRun(config, tiny_synthetic, TuneSpec(share=1.0, window_steps=8, pairs=3),
+                   epochs=4, num_classes=4, queue=queue)
     try:
-        out = fit_tuned(run, tiny_synthetic, 2)
+        out = fit_tuned(run, tiny_synthetic, 4)
     finally:
         run.close()
     tried = run.log.tried[0]
@@ -120,3 +121,17 @@ def test_candidates_change_one_learning_neutral_knob_each():
     assert not any(c.amp_dtype != START.amp_dtype for _, c in changes)
     precise = candidates(START, TuneSpec(precision=True), two)
     assert any(c.feature_dtype == "bfloat16" for _, c in precise)
+
+
+def test_tune_flags_without_tune_are_one_line_errors(tmp_path):
+    from _helpers import cli
+
+    config = tmp_path / "cfg.yaml"
+    config.write_text("batch_size: 32\nnum_neighbors: [5, 5]\n")
+    out = cli("train", "--config", str(config), "--epochs", "1", "--tune-share", "20%",
+              "--root", str(tmp_path / "data"))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "--tune-share and --tune-precision need --tune" in out.stderr
+    assert not (tmp_path / "data").exists(), "nothing prepared for refused flags"
+    bad = cli("train", "--config", str(config), "--epochs", "1", "--tune", "--tune-share", "0")
+    assert bad.returncode == 2 and "--tune-share" in bad.stderr, bad.stderr

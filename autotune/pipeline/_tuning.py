@@ -190,11 +190,10 @@ class _Window:
     error: BaseException | None = None  # what stopped it early (an Exception)
 
 
-def _train_window(pipe: Pipeline, order: SeedOrder, positions: list[int],
-                  stop: Callable[[int, float], bool] | None = None) -> _Window:
-    """Trains ``pipe`` on ``positions`` (in order) until they are spent or ``stop``
-    (steps so far, rate so far) says so. The window's first step is trained but not
-    timed: the loader's first batch (its workers starting, or refilling their queue)."""
+def _train_window(pipe: Pipeline, order: SeedOrder, positions: list[int]) -> _Window:
+    """Trains ``pipe`` on ``positions`` (in order) until they are spent, or a step
+    fails. The window's first step is trained but not timed: the loader's first
+    batch (its workers starting, or refilling their queue)."""
     order.positions = positions
     sync = device_sync(pipe.device)
     out, timed_seeds, loss = _Window(), 0, torch.zeros(())
@@ -210,9 +209,6 @@ def _train_window(pipe: Pipeline, order: SeedOrder, positions: list[int],
                 t0 = time.perf_counter()
                 continue
             timed_seeds += seeds
-            if stop is not None and stop(out.steps, timed_seeds / max(
-                    time.perf_counter() - t0, 1e-9)):
-                break
         sync()
     except Exception as exc:  # a candidate's failure: the run goes on without it
         out.error = exc
@@ -246,6 +242,7 @@ class TunedRun:
         self.queue = candidates(config, spec) if queue is None else list(queue)
         self.log = TuneLog(start=config, final=config)
         self.steps = 0
+        self._unfinished: Tried | None = None  # a candidate the last epoch's end cut short
 
     def _build(self, config: TrialConfig, base: Pipeline | None) -> Pipeline:
         """A pipeline of ``config`` around ``base``'s model and optimizer (None: its
@@ -283,11 +280,10 @@ class TunedRun:
                 self._settle(number)
         return steps, seeds, seconds, loss
 
-    def _window(self, pipe: Pipeline, pending: list[int], steps: int, stop=None) -> _Window:
+    def _window(self, pipe: Pipeline, pending: list[int], steps: int) -> _Window:
         """Trains ``pipe`` on the next ``steps`` batches of ``pending``."""
         with pipe.activate():
-            window = _train_window(pipe, self.order, pending[:steps * pipe.config.batch_size],
-                                   stop)
+            window = _train_window(pipe, self.order, pending[:steps * pipe.config.batch_size])
         self.steps += window.steps
         key = short(pipe.config.to_dict())
         self.log.steps_by_config[key] = self.log.steps_by_config.get(key, 0) + window.steps
@@ -296,10 +292,8 @@ class TunedRun:
     def _try_next(self, pending: list[int]) -> _Window:
         """The next candidate, paired with the incumbent's windows around each of its
         own, until a verdict (:meth:`_verdict`, or failed); what they trained, in order."""
-        label, config = self.queue.pop(0)
-        tried = Tried(config, label)
-        self.log.tried.append(tried)
-        total, rest = _Window(), pending
+        tried = self._next()
+        config, total, rest = tried.config, _Window(), pending
 
         def train(pipe: Pipeline) -> _Window:
             nonlocal rest
@@ -339,10 +333,21 @@ class TunedRun:
             candidate.close()
         if tried.verdict:
             self.on_line(tried.line())
-        else:  # the epoch's seeds ran out first: it goes on in the next epoch
+        else:  # the epoch's seeds ran out first: it goes on in the next, its pairs kept
             self.log.tried.remove(tried)
-            self.queue.insert(0, (label, config))
+            self.queue.insert(0, (tried.change, config))
+            self._unfinished = tried
         return total
+
+    def _next(self) -> Tried:
+        """The next candidate, as a new entry of the log, or the one the last epoch's
+        end cut short, with the pairs it had."""
+        label, config = self.queue.pop(0)
+        resumed, self._unfinished = self._unfinished, None
+        tried = resumed if resumed is not None and resumed.change == label else \
+            Tried(config, label)
+        self.log.tried.append(tried)
+        return tried
 
     def _verdict(self, tried: Tried) -> str:
         """Kept where the low end of its ratios is above 1, slower where the high end
@@ -369,8 +374,8 @@ class TunedRun:
     def _settle(self, epoch: int) -> None:
         self.log.settled_step, self.log.settled_epoch = self.steps, epoch
         self.log.final = self.pipe.config
-        for label, _ in self.queue:
-            self.log.tried.append(Tried(self.pipe.config, label, verdict="not tried",
+        for label, config in self.queue:
+            self.log.tried.append(Tried(config, label, verdict="not tried",
                                         reason="exploring's share of the run was spent"))
         self.queue.clear()
         self.on_line(f"settled at step {self.steps} (epoch {epoch}): "
