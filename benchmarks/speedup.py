@@ -44,7 +44,7 @@ def main() -> None:
     p = parser(__doc__, "benchmarks/results/speedup.json")
     p.add_argument("--n-trials", type=int, default=30)
     p.add_argument("--trial-timeout", type=float, default=600.0)
-    p.add_argument("--sampler", default="gp")
+    p.add_argument("--optuna-sampler", default="gp", help="the Optuna sampler (as search's flag)")
     args = p.parse_args()
     ref, stats, _ = prepare(args)
     base = baseline()
@@ -75,7 +75,7 @@ def main() -> None:
         "confirmation_measurements": result.outcome.confirmed,
         "stopped": result.outcome.stopped,
         "failed_trials": sum(t.state == "fail" for t in result.trials),
-        "sampler": args.optuna_sampler, "measure": measure_spec(args).to_dict(),
+        "optuna_sampler": args.optuna_sampler, "measure": measure_spec(args).to_dict(),
         "screened_trials": sum(t.screened for t in result.trials),
         "baseline": {"trial": base_t.number, "seed_nodes_per_s": base_t.throughput,
                      "peak_mib": base_t.memory_mib},

@@ -1,19 +1,30 @@
 """Helpers shared by the test modules."""
 from __future__ import annotations
 
+# torch's thread count in a fresh interpreter: conftest records it before it gives a
+# parallel run's worker one thread, and an in-process command runs with it again.
+FRESH_THREADS: int | None = None
 
-def cli(*args, env=None, timeout=900, cwd=None, background=False, script=False):
-    """``python -m autotune ARGS`` in a fresh interpreter, as a user would run it: the
-    one way the tests run the command. ``env`` adds to this process's environment
-    (a value None removes the variable). ``script``: the installed ``autotune``
-    script instead, whose import path, unlike ``-m``'s, lacks the current folder.
-    Returns the finished process, or with ``background`` the running ``Popen`` (its
-    stdout and stderr piped, as text)."""
+
+def cli(*args, env=None, timeout=900, cwd=None, background=False, script=False, fresh=False):
+    """``autotune ARGS`` as a user would run it, returning the finished process (its
+    ``returncode``, ``stdout`` and ``stderr``). The command runs in this interpreter,
+    through the same ``autotune.cli.main`` that ``python -m autotune`` calls, with
+    its own stdout, stderr, environment (``env`` adds to this process's; a value None
+    removes the variable), folder and torch threads: a fresh interpreter spends 4-7 s
+    of a 2-core machine importing torch and PyG, about a fifth of the suite's CPU time
+    when every command paid it. ``fresh``, ``background`` (the running ``Popen``, its
+    stdout and stderr piped as text), ``script`` (the installed ``autotune`` script,
+    whose import path, unlike ``-m``'s, lacks the current folder) or a ``PYTHONPATH``
+    in ``env`` run ``python -m autotune ARGS`` in a fresh interpreter instead: what
+    needs a process of its own (a signal, a kill, an import path, a timeout)."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
+    if not (fresh or background or script or "PYTHONPATH" in (env or {})):
+        return _in_process([str(a) for a in args], env or {}, cwd)
     command = [str(Path(sys.executable).with_name("autotune"))] if script else \
         [sys.executable, "-m", "autotune"]
     command += list(args)
@@ -23,6 +34,55 @@ def cli(*args, env=None, timeout=900, cwd=None, background=False, script=False):
                                 text=True, env=env, cwd=cwd, preexec_fn=_as_from_a_terminal)
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
                           cwd=cwd, preexec_fn=_as_from_a_terminal)
+
+
+def _in_process(argv: list[str], env: dict, cwd):
+    """``autotune.cli.main(argv)`` here, as a fresh interpreter would run it: its
+    output captured, an exception printed as Python prints one (exit 1), and this
+    process's environment, folder, import path, modules from outside the installed
+    packages (a user's ``mymodels``) and torch threads as they were afterwards."""
+    import contextlib
+    import io
+    import os
+    import subprocess
+    import sys
+    import sysconfig
+    import traceback
+
+    import torch
+
+    from autotune.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_path, saved_threads = dict(os.environ), list(sys.path), torch.get_num_threads()
+    modules = set(sys.modules)
+    installed = (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"])
+    try:
+        os.environ.update({k: v for k, v in env.items() if v is not None})
+        for k in [k for k, v in env.items() if v is None]:
+            os.environ.pop(k, None)
+        torch.set_num_threads(FRESH_THREADS or saved_threads)
+        with contextlib.chdir(cwd or os.getcwd()), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as exc:  # argparse's usage errors, --help
+                code = exc.code if isinstance(exc.code, int) else (exc.code is not None)
+            except Exception:  # --debug re-raises: Python prints it and exits 1
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.path[:] = saved_path
+        torch.set_num_threads(saved_threads)
+        for name in set(sys.modules) - modules:
+            where = getattr(sys.modules[name], "__file__", None) or ""
+            if where and not where.startswith(installed) and "/autotune/" not in where:
+                del sys.modules[name]
+    return subprocess.CompletedProcess(["autotune", *argv], code, out.getvalue(),
+                                       err.getvalue())
 
 
 def _as_from_a_terminal() -> None:

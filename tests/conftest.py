@@ -6,6 +6,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+import _helpers
 import pytest
 import torch
 from fake_cuda import fake_cuda  # noqa: F401  (a fixture: torch.cuda over a stand-in GPU)
@@ -38,6 +39,7 @@ def pytest_xdist_auto_num_workers(config):
 
 # In a parallel run each worker's own torch work (the tests that train in-process)
 # keeps to one thread: two workers on two cores with two threads each fight for them.
+_helpers.FRESH_THREADS = torch.get_num_threads()  # what an in-process command runs with
 if "PYTEST_XDIST_WORKER" in os.environ:
     torch.set_num_threads(1)
 

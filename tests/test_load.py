@@ -151,7 +151,7 @@ def test_a_search_on_a_busy_machine_names_what_took_its_cores(tmp_path):
     assert any(t["remeasured"] for t in shown["trials"])
     for row in shown["pareto"]:
         if any(m.startswith("confirmed") for m in row["marks"]):
-            assert row["speedup_precision"] / row["speedup"] <= 0.2, row
+            assert row["speedup_precision"] <= 0.2, row  # relative already
     default = next(r for r in shown["pareto"] if any(m.startswith("default") for m in
                                                      r["marks"]))
     assert any(m.startswith(("confirmed", "unconfirmed")) for m in default["marks"]), default

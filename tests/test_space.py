@@ -32,17 +32,17 @@ def test_default_space_is_device_aware():
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_bfloat16_is_searched_only_on_a_cpu_that_computes_it(monkeypatch, native):
-    """On a CPU without avx512_bf16 or amx_bf16 (a Cascade Lake Xeon, an AVX2-only
-    EPYC) bfloat16 is emulated and slower than float32: left out, with a note."""
-    from autotune.study import _space
+def test_the_space_is_the_same_on_every_cpu(monkeypatch, native):
+    """A study made on a CPU that computes bfloat16 natively resumes on one that
+    emulates it (an AVX2-only EPYC), and hosts of both kinds share one study: the
+    space keeps bfloat16 on every CPU. Only the priors follow the CPU's flags (the
+    bf16 prior, test_staged's test_priors_follow_the_device)."""
+    from autotune import env
 
-    monkeypatch.setattr(_space, "native_bf16", lambda: native)
+    monkeypatch.setattr(env, "cpu_flags", lambda: {"avx512_bf16"} if native else {"avx2"})
     cpu = load_space("quick", device="cpu", cores=2)
-    assert ("bfloat16" in cpu.knobs["amp_dtype"].choices) == native
-    assert "float32" in cpu.knobs["amp_dtype"].choices
-    assert any("amp_dtype bfloat16 left out" in n for n in cpu.notes) != native
-    assert "bfloat16" in load_space("quick", device="cuda", cores=2).knobs["amp_dtype"].choices
+    assert cpu.knobs["amp_dtype"].choices == ("float32", "bfloat16")
+    assert not any("bfloat16" in n for n in cpu.notes)
 
 
 def _space(tmp_path, text):

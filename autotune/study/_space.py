@@ -27,7 +27,7 @@ from autotune.config import (
     check_field,
     fit_fanout,
 )
-from autotune.env import BF16_FLAGS, native_bf16, parse_fraction
+from autotune.env import parse_fraction
 from autotune.errors import ConfigError, SearchSpaceError
 from autotune.taskinfo import DEFAULT_TASK, TASKS
 from autotune.topology import STRATEGIES, Topology, affinity_sets, this_machine
@@ -484,12 +484,6 @@ def _cpu_only(path: Path, knobs: dict[str, Knob], notes: list[str]) -> dict[str,
         else:
             out[name] = Knob(name, (fallback,))
             notes.append(f"{path.name}: on cpu, {name} {excluded} is downgraded to {fallback}")
-    amp = out.get("amp_dtype")
-    if amp is not None and "bfloat16" in (amp.choices or ()) and len(amp.choices) > 1 \
-            and not native_bf16():  # a space of bfloat16 alone keeps it: asked for
-        out["amp_dtype"] = Knob("amp_dtype", tuple(c for c in amp.choices if c != "bfloat16"))
-        notes.append(f"{path.name}: amp_dtype bfloat16 left out: this CPU has no "
-                     f"{' or '.join(BF16_FLAGS)}, so bfloat16 is emulated, slower than float32")
     return out
 
 
