@@ -131,7 +131,61 @@ def test_tune_flags_without_tune_are_one_line_errors(tmp_path):
     out = cli("train", "--config", str(config), "--epochs", "1", "--tune-share", "20%",
               "--root", str(tmp_path / "data"))
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
-    assert "--tune-share and --tune-precision need --tune" in out.stderr
+    assert "--tune-share, --tune-precision and --study-name need --tune" in out.stderr
     assert not (tmp_path / "data").exists(), "nothing prepared for refused flags"
     bad = cli("train", "--config", str(config), "--epochs", "1", "--tune", "--tune-share", "0")
     assert bad.returncode == 2 and "--tune-share" in bad.stderr, bad.stderr
+
+
+@pytest.mark.slow
+def test_a_tuned_run_is_a_study_that_show_export_and_studies_read(tmp_path):
+    """Every window of ``train --tune`` is a trial of a new study: show says what the
+    run tried, the steps each config trained and when it settled; export writes the
+    winner; studies lists it; a search, a report and a second run refuse the study,
+    which keeps every trial."""
+    import json
+
+    import yaml
+    from _helpers import cli
+
+    from autotune.config import read_export
+
+    config = tmp_path / "cfg.yaml"
+    config.write_text(yaml.safe_dump(START.to_dict()))
+    where = ["--studies-dir", str(tmp_path / "studies")]
+    data = ["--dataset", "synthetic", "--scale", "0.004", "--root", str(tmp_path / "data")]
+    run = cli("train", "--config", str(config), *data, "--epochs", "2", "--tune",
+              "--tune-share", "100%", "--study-name", "run", *where, "-f", "json")
+    assert run.returncode == 0, run.stderr
+    trained = json.loads(run.stdout)
+    shown = json.loads(cli("show", "--study-name", "run", *where, "-f", "json").stdout)
+    windows = shown["windows"]
+    assert sum(w["steps"] for w in windows) == sum(e["steps"] for e in trained["epochs"])
+    assert sum(shown["steps_by_config"].values()) == sum(w["steps"] for w in windows)
+    assert [w["step"] for w in windows] == sorted(w["step"] for w in windows)
+    assert any(w["change"] for w in windows) and any(not w["change"] for w in windows)
+    assert shown["final"] == trained["config"] and shown["tried"]
+    assert shown["tried"] == trained["tuning"]["tried"]
+    text = cli("show", "--study-name", "run", *where).stdout
+    assert "a training run that tuned itself" in text and "steps trained by config" in text
+    assert all(t["change"] in text for t in shown["tried"]), text
+    out = tmp_path / "best.yaml"
+    exported = cli("export", "--study-name", "run", *where, "--out", str(out))
+    assert exported.returncode == 0, exported.stderr
+    assert "the tuned run's winner" in exported.stdout, exported.stdout
+    assert read_export(out).config.to_dict() == trained["config"]
+    knee = cli("export", "--study-name", "run", *where, "--pick", "knee", "--out", str(out))
+    assert knee.returncode == 2 and "one winner" in knee.stderr, knee.stderr
+    rows = json.loads(cli("studies", *where, "-f", "json").stdout)
+    assert [(r["study"], r["kind"]) for r in rows] == [("run", "tuned run")]
+    assert rows[0]["best"] == shown["final_rate"] > 0
+    search = cli("search", *data, *where, "--study-name", "run", "--space", "quick",
+                 "--n-trials", "1")
+    assert search.returncode == 2 and "records a training run" in search.stderr, search.stderr
+    report = cli("report", "--study-name", "run", *where, "--out", str(tmp_path / "r.html"))
+    assert report.returncode == 2 and "tuned itself" in report.stderr, report.stderr
+    again = cli("train", "--config", str(config), *data, "--epochs", "1", "--tune",
+                "--study-name", "run", *where)
+    assert again.returncode == 2 and "already exists" in again.stderr, again.stderr
+    after = json.loads(cli("show", "--study-name", "run", *where, "-f", "json").stdout)
+    assert len(after["windows"]) == len(windows), "a refused command changed the study"

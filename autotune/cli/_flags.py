@@ -458,9 +458,15 @@ def _add_train_parser(sub) -> None:
     train.add_argument("--tune-precision", action="store_true",
                        help="with --tune: try the AMP and feature dtypes too (they change "
                             "the arithmetic, not the batches)")
+    train.add_argument("--study-name", default=None,
+                       help="with --tune: the new study its windows are recorded in (default: "
+                            "DATASET-DEVICE-HOST-tuned-TIME)")
+    train.add_argument("--storage", default=os.environ.get(STORAGE_ENV),
+                       help=f"with --tune: an Optuna RDB URL (default: ${STORAGE_ENV}, else "
+                            "sqlite:///STUDIES_DIR/STUDY.db)")
     train.add_argument("--studies-dir", default=STUDIES_DIR,
-                       help="inductor's kernel cache lives in STUDIES_DIR/.cache (default: "
-                            "studies)")
+                       help="a tuned run's SQLite study and inductor's kernel cache "
+                            "(STUDIES_DIR/.cache) live here (default: studies)")
     _add_format(train)
 
 

@@ -210,12 +210,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         _writable_dir(Path(args.save).parent, "--save")
     recorded, measured = export.dataset_ref, export.measured
     ref = _dataset_of(args, recorded, config.task)
+    recorder = _run_recorder(args, config, ref) if tune else None
     if not (same_dataset(ref, recorded, args.config) and config.device == measured_on):
         measured = None
     task, table = task_info(config), args.format == "table"
     if table:
         print(f"training {short_config(config)} on {ref.name} for {args.epochs} epochs" +
-              (f", tuning in at most {tune.share:.0%} of its steps" if tune else ""))
+              (f", tuning in at most {tune.share:.0%} of its steps (its windows go to study "
+               f"{recorder.name})" if tune else ""))
         print(f"{'epoch':>5} {'loss':>7} {'train s':>8} {task.unit:>13} "
               f"{'val ' + task.metric:>12} {'test ' + task.metric:>12}")
     with tqdm(total=args.epochs, desc="training", unit="epoch", leave=False,
@@ -229,11 +231,30 @@ def cmd_train(args: argparse.Namespace) -> int:
         result = train(config, ref, epochs=args.epochs, save=args.save, on_epoch=row,
                        inductor_cache=inductor_cache_dir(args.studies_dir),
                        tune=tune, on_line=lambda line: bar.write(
-                           line, file=sys.stdout if table else sys.stderr))
+                           line, file=sys.stdout if table else sys.stderr),
+                       on_window=None if recorder is None else recorder.window)
+    if recorder is not None:
+        recorder.finish(result.tuning, dataset=result.dataset)
     blob, lines = train_summary(result, measured, epochs=args.epochs, config_path=args.config,
                                 save=args.save)
     print(emit(blob, args.format, lambda: "\n".join(lines)))
     return 0
+
+
+def _run_recorder(args: argparse.Namespace, config, ref):
+    """The recorder of a tuned run's windows, in a new study (``--study-name``)."""
+    import time
+
+    from autotune.env import fingerprint
+    from autotune.study import RunRecorder, default_storage
+    from autotune.study._options import check_study_name, default_study_name
+
+    name = check_study_name(args.study_name or default_study_name(ref.name, config.device) +
+                            time.strftime("-tuned-%Y%m%d-%H%M%S"))
+    url = args.storage or default_storage(
+        _writable_dir(Path(args.studies_dir), "--studies-dir"), name)
+    return RunRecorder(name, url, dataset_ref=ref.record(), env=fingerprint(config.device),
+                       device=config.device)
 
 
 def _tune_spec(args: argparse.Namespace):
@@ -241,8 +262,8 @@ def _tune_spec(args: argparse.Namespace):
     from autotune.pipeline import TuneSpec
 
     if not args.tune:
-        if args.tune_share is not None or args.tune_precision:
-            raise ConfigError("--tune-share and --tune-precision need --tune")
+        if args.tune_share is not None or args.tune_precision or args.study_name:
+            raise ConfigError("--tune-share, --tune-precision and --study-name need --tune")
         return None
     share = TuneSpec.share if args.tune_share is None else args.tune_share
     return TuneSpec(share=share, precision=args.tune_precision)
@@ -378,6 +399,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     from autotune.study import study_front, study_reference
 
     study, url = _load(args)
+    if rec.StudyRecord.from_study(study).tuned_run is not None:
+        return _show_run(study, url, args)
     front, trials, s = study_front(study), rec.records(study), rec.StudyRecord.from_study(study)
     references, reference = drifts(trials), study_reference(study)
     blob = {"study": study.study_name, "storage": masked(url), "task": s.task.name,
@@ -389,6 +412,18 @@ def cmd_show(args: argparse.Namespace) -> int:
         [f"study {study.study_name} in {masked(url)} (task {s.task.name})",
          front_table(front, s.task, reference, trials), *drift_lines(references), "",
          trials_table(trials, s.task)])))
+    return 0
+
+
+def _show_run(study, url: str, args: argparse.Namespace) -> int:
+    """``autotune show`` of a training run that tuned itself (``train --tune``)."""
+    from autotune.storage import masked
+    from autotune.study import run_lines, run_report
+
+    blob = {"storage": masked(url), **run_report(study)}
+    print(emit(blob, args.format, lambda: "\n".join(
+        [f"study {study.study_name} in {masked(url)} (task {blob['task']}): a training run "
+         "that tuned itself", *run_lines(blob)])))
     return 0
 
 
@@ -407,12 +442,15 @@ def cmd_export(args: argparse.Namespace) -> int:
         blob, t = export_blob(study, args.pick, url, "-")
         print(dump(blob, "json" if args.format == "json" else "yaml"), end="")
         return 0
-    blob, t = write_export(study, args.pick, url, out)
-    print(emit({"trial": t.number, "pick": args.pick, "out": str(out), **blob}, args.format,
-               lambda: f"exported trial {t.number} ({args.pick}): "
-                       f"{blob['measured']['throughput']:,.0f} {blob['measured']['unit']}, "
-                       f"{blob['measured']['peak_memory_mib']:,.0f} MiB"
-                       f" ({confirmation_words(blob['measured']['confirmed'])}) -> {out}\n"
+    blob, _ = write_export(study, args.pick, url, out)
+    m, run = blob["measured"], blob["measured"].get("tuned_run")
+    pick = "the tuned run's winner" if run else args.pick
+    print(emit({"trial": m["trial"], "pick": pick, "out": str(out), **blob}, args.format,
+               lambda: f"exported trial {m['trial']} ({pick}): "
+                       f"{m['throughput']:,.0f} {m['unit']}" + (
+                           " (median of its windows)" if run else
+                           f", {m['peak_memory_mib']:,.0f} MiB "
+                           f"({confirmation_words(m['confirmed'])})") + f" -> {out}\n"
                        f"reproduce: {blob['reproduce']}"))
     return 0
 
@@ -424,6 +462,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     page = report_paths(out)[0]
     _writable_dir(page.parent, "--out")
     study, url = _load(args)
+    if rec.StudyRecord.from_study(study).tuned_run is not None:
+        raise ConfigError(f"study {study.study_name!r} records a training run that tuned "
+                          f"itself: 'autotune show --study-name {study.study_name}' says what "
+                          "it did, 'autotune dashboard' draws its windows")
     other = report_of(page)
     if other is not None and other != study.study_name:
         what = f"study {other}'s report" if other else "a file that is no autotune report"
@@ -452,7 +494,8 @@ def _studies_table(rows: list[dict], where: str) -> str:
              f"{'default':<16} {'last trial':<16}  storage"]
     for r in rows:
         best = f"{r['best']:,.0f} {r['unit']}" if r["best"] else "-"
-        default = "-" if r["default_trial"] is None else f"#{r['default_trial']} " + (
+        default = "tuned run" if r["kind"] == "tuned run" else "-" \
+            if r["default_trial"] is None else f"#{r['default_trial']} " + (
             (r["confirmation"] or "unconfirmed").split(" in ")[0].split(":")[0])
         lines.append(f"{r['study']:<28} {r['task']:<4} {r['trials']:>6} {best:>28} "
                      f"{default:<16} {r['last_trial'] or '-':<16}  {r['storage']}")

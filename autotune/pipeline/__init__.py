@@ -25,7 +25,9 @@ _EXPORTS = {
     "fit": "_training",
     "train": "_training",
     "TunedRun": "_tuning",
+    "TuneLog": "_tuning",
     "TuneSpec": "_tuning",
+    "WindowEvent": "_tuning",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -22,7 +22,7 @@ from autotune.files import atomic_write, inductor_cache_dir
 from autotune.pipeline._allocator import heap_state
 from autotune.pipeline._build import Pipeline, build, check_config, device_sync
 from autotune.pipeline._tasks import check_dataset
-from autotune.pipeline._tuning import TuneLog, TunedRun, TuneSpec
+from autotune.pipeline._tuning import TuneLog, TunedRun, TuneSpec, WindowEvent
 from autotune.specs import STUDIES_DIR
 from autotune.taskinfo import task_info
 
@@ -181,6 +181,7 @@ class TrainResult:
     state: dict[str, Any] = field(repr=False)
     saved: Path | None = None
     tuning: TuneLog | None = None  # what a run that tuned itself tried (config: its winner)
+    dataset: dict[str, Any] = field(default_factory=dict)  # the dataset's Dataset.stats()
 
     @property
     def unit(self) -> str:
@@ -212,7 +213,8 @@ def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset
           epochs: int, save: str | os.PathLike | None = None,
           on_epoch: Callable[[Epoch], None] | None = None,
           inductor_cache: str | os.PathLike | None = None, tune: TuneSpec | None = None,
-          on_line: Callable[[str], None] | None = None) -> TrainResult:
+          on_line: Callable[[str], None] | None = None,
+          on_window: Callable[[WindowEvent, TuneLog], None] | None = None) -> TrainResult:
     """Trains with every knob of ``config`` (a ``TrialConfig``, or a file written by
     ``autotune export``) for ``epochs`` whole epochs on ``dataset`` (a
     :class:`autotune.DatasetRef`, prepared here, or a prepared dataset), evaluating
@@ -221,7 +223,8 @@ def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset
     config reuses the kernels its search compiled: ``inductor_cache`` (default the
     studies folder's, :func:`autotune.files.inductor_cache_dir`), unless
     ``TORCHINDUCTOR_CACHE_DIR`` is set. With ``tune`` (:class:`TuneSpec`) the run tunes
-    itself (:mod:`autotune.pipeline._tuning`; ``on_line`` hears it), its winner the config."""
+    itself (:mod:`autotune.pipeline._tuning`; ``on_line`` hears what it decides and
+    ``on_window`` each window it trains), its winner the config."""
     cache_dir = inductor_cache if inductor_cache is not None else inductor_cache_dir(STUDIES_DIR)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache_dir).resolve()))
 
@@ -234,7 +237,8 @@ def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset
     cache = dataset.csc_path() if hasattr(dataset, "csc_path") else None
     kept: dict[str, Any] = {}
     run = TunedRun(config, prepared.data, tune, epochs=epochs, num_classes=prepared.num_classes,
-                   cache_file=cache, on_line=on_line) if tune is not None else None
+                   cache_file=cache, on_line=on_line, on_window=on_window) \
+        if tune is not None else None
     pipe = run.pipe if run is not None else \
         build(config, prepared.data, num_classes=prepared.num_classes, cache_file=cache)
     model = pipe.eager_model  # a tuned run's candidates train this model too
@@ -257,4 +261,4 @@ def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset
     if save is not None:
         saved = atomic_write(save, lambda tmp: torch.save(kept["state"], tmp))
     return TrainResult(config, training, kept["best"], kept["state"], saved,
-                       tuning=None if run is None else run.log)
+                       tuning=None if run is None else run.log, dataset=prepared.stats())

@@ -190,6 +190,26 @@ class _Window:
     error: BaseException | None = None  # what stopped it early (an Exception)
 
 
+@dataclass(frozen=True)
+class WindowEvent:
+    """One window of a tuned run, as :attr:`TunedRun.on_window` hears it (``autotune
+    train --tune`` records each as a trial of its study): the config that trained it,
+    the candidate's change (None: the incumbent's window), the epoch, the run's steps
+    before it, and what it trained: steps, seeds, seconds, seeds per second after its
+    first step, its last loss, and the error that ended it early, if any."""
+
+    config: TrialConfig
+    change: str | None
+    epoch: int
+    step: int
+    steps: int
+    seeds: int
+    seconds: float
+    rate: float
+    loss: float
+    error: str | None = None
+
+
 def _train_window(pipe: Pipeline, order: SeedOrder, positions: list[int]) -> _Window:
     """Trains ``pipe`` on ``positions`` (in order) until they are spent, or a step
     fails. The window's first step is trained but not timed: the loader's first
@@ -230,10 +250,13 @@ class TunedRun:
     def __init__(self, config: TrialConfig, data, spec: TuneSpec, *, epochs: int,
                  num_classes: int | None = None, cache_file=None,
                  on_line: Callable[[str], None] | None = None,
-                 queue: list[tuple[str, TrialConfig]] | None = None) -> None:
+                 queue: list[tuple[str, TrialConfig]] | None = None,
+                 on_window: Callable[[WindowEvent, TuneLog], None] | None = None) -> None:
         self.data, self.spec, self.num_classes, self.cache_file = data, spec, num_classes, \
             cache_file
         self.on_line = on_line or (lambda line: None)
+        self.on_window = on_window or (lambda event, log: None)
+        self._epoch = 0
         self.order = SeedOrder()
         self.pipe = self._build(config, None)
         self.seeds = len(self.pipe.loader.dataset)
@@ -262,6 +285,7 @@ class TunedRun:
     def epoch(self, number: int) -> tuple[int, int, float, float]:
         """One epoch: (steps, seeds, training seconds, last loss). Its seeds' order
         comes from the config's seed and the epoch's number."""
+        self._epoch = number
         generator = torch.Generator().manual_seed(self.log.start.seed * 1_000_003 + number)
         pending = torch.randperm(self.seeds, generator=generator).tolist()
         steps = seeds = 0
@@ -280,13 +304,20 @@ class TunedRun:
                 self._settle(number)
         return steps, seeds, seconds, loss
 
-    def _window(self, pipe: Pipeline, pending: list[int], steps: int) -> _Window:
-        """Trains ``pipe`` on the next ``steps`` batches of ``pending``."""
+    def _window(self, pipe: Pipeline, pending: list[int], steps: int,
+                change: str | None = None) -> _Window:
+        """Trains ``pipe`` (a candidate's, ``change`` says which) on the next ``steps``
+        batches of ``pending``; :attr:`on_window` hears it."""
         with pipe.activate():
             window = _train_window(pipe, self.order, pending[:steps * pipe.config.batch_size])
-        self.steps += window.steps
         key = short(pipe.config.to_dict())
         self.log.steps_by_config[key] = self.log.steps_by_config.get(key, 0) + window.steps
+        error = None if window.error is None else \
+            f"{type(window.error).__name__}: {window.error}"[:300]
+        self.on_window(WindowEvent(pipe.config, change, self._epoch, self.steps, window.steps,
+                                   window.seeds, window.seconds, window.rate, window.loss,
+                                   error), self.log)
+        self.steps += window.steps
         return window
 
     def _try_next(self, pending: list[int]) -> _Window:
@@ -297,7 +328,8 @@ class TunedRun:
 
         def train(pipe: Pipeline) -> _Window:
             nonlocal rest
-            window = self._window(pipe, rest, self.spec.window_steps)
+            window = self._window(pipe, rest, self.spec.window_steps,
+                                  None if pipe is self.pipe else tried.change)
             rest = rest[window.seeds:]
             total.steps, total.seeds = total.steps + window.steps, total.seeds + window.seeds
             total.seconds, total.loss = total.seconds + window.seconds, window.loss or total.loss

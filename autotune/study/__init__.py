@@ -12,6 +12,7 @@
 - ``_records``: :class:`TrialRecord`, :class:`StudyRecord`, the attribute keys;
 - ``_pareto``: the front's maths; ``_front``: the Pareto rows, ``pareto.yaml`` and exports;
 - ``_studies``: naming, finding and loading studies;
+- ``_tuned``: a training run that tuned itself (``autotune train --tune``) as a study;
 - ``_optuna``: the one adapter to Optuna's private API.
 
 Reading a study (records, front, studies) imports neither torch nor PyG.
@@ -48,6 +49,11 @@ _EXPORTS = {
     "StudyRecord": "_records",
     "TrialRecord": "_records",
     "points": "_records",
+    "RunRecorder": "_tuned",
+    "is_run": "_tuned",
+    "run_export": "_tuned",
+    "run_lines": "_tuned",
+    "run_report": "_tuned",
     "default_storage": "_studies",
     "delete_study": "_studies",
     "deletion": "_studies",

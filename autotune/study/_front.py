@@ -20,6 +20,7 @@ from autotune.study._paired import Confirmed, confirmed, drifts, left_out, ties
 from autotune.study._pareto import PICKS, Point, best_under, default_pick, front, knee, pick
 from autotune.study._records import StudyRecord, TrialRecord
 from autotune.study._space import eager_twin as twin_of
+from autotune.study._tuned import run_report
 
 DEFAULT = "default"  # the mark of the default pick, which goes on to say why
 
@@ -241,6 +242,12 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
     min-memory, trial:N): its full config, the measured figures, the environment and the command
     that reproduces the measurement."""
     s = StudyRecord.from_study(study)
+    if s.tuned_run is not None:
+        if how != "default":
+            raise ConfigError(f"study {study.study_name!r} records a training run that tuned "
+                              f"itself: it has one winner, and --pick {how} chooses among a "
+                              "search's trials; leave --pick out")
+        return _run_export(study, s, url, out)
     trials = {t.number: t for t in rec.records(study)}
     explicit = how.startswith("trial:")  # any completed trial, flags and all
     figures = confirmed(trials.values())
@@ -256,10 +263,6 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
                   holding(figures, s.confirm_within, s.baseline))
     t, c = trials[chosen.number], figures.get(chosen.number)
     config = TrialConfig.from_dict(t.config)
-    ref = s.dataset_ref
-    reproduce = shlex.join(["autotune", "trial", "--dataset", str(ref.get("name")), "--root",
-                            str(ref.get("root")), "--scale", str(ref.get("scale")),
-                            "--data-seed", str(ref.get("seed")), "--config", str(out)])
     measured = {"trial": t.number, "measured_in_trial": t.reused_from if t.reused_from
                 is not None else t.number, s.task.throughput_key: chosen.throughput,
                 "throughput": chosen.throughput, "unit": s.task.unit,
@@ -278,10 +281,37 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
                 "guard_ratio": t.guard_ratio, "window": t.window.to_dict(),
                 "precision": t.precision, "screened": t.screened, "imprecise": t.imprecise,
                 "payback_epochs": payback_epochs(t, list(trials.values()), s.num_train)}
-    blob = {"format": CONFIG_FORMAT, "config": config.meaningful(), "model": config.model,
+    return _blob(config, measured, study, s, url, out), t
+
+
+def _blob(config: TrialConfig, measured: dict, study, s: StudyRecord, url: str,
+          out: str | Path) -> dict[str, Any]:
+    """An export: the config, its measured figures, where they were measured and the
+    command that measures it again."""
+    ref = s.dataset_ref
+    reproduce = shlex.join(["autotune", "trial", "--dataset", str(ref.get("name")), "--root",
+                            str(ref.get("root")), "--scale", str(ref.get("scale")),
+                            "--data-seed", str(ref.get("seed")), "--config", str(out)])
+    return {"format": CONFIG_FORMAT, "config": config.meaningful(), "model": config.model,
             "measured": measured, "env": s.env, "dataset": s.dataset, "dataset_ref": ref,
             "study": study.study_name, "storage": masked(url), "reproduce": reproduce}
-    return blob, t
+
+
+def _run_export(study, s: StudyRecord, url: str, out: str | Path) -> tuple[dict, None]:
+    """The export of a tuned training run's winner (``autotune train --tune``), its
+    figures those of the run's windows (no Pareto pick: a run has one winner)."""
+    report = run_report(study)
+    if not report["final"] or report["final_rate"] is None:
+        raise ConfigError(f"study {study.study_name!r}: its tuned run recorded no timed "
+                          "window of its winner")
+    last = max((w["trial"] for w in report["windows"] if w["config"] == report["final"]),
+               default=None)
+    measured = {"trial": last, "measured_in_trial": last, "throughput": report["final_rate"],
+                s.task.throughput_key: report["final_rate"], "unit": s.task.unit,
+                "peak_memory_mib": None, "confirmed": None,
+                "tuned_run": {k: report[k] for k in ("start", "settled_step", "settled_epoch",
+                                                     "explore_s", "steps_by_config", "tried")}}
+    return _blob(TrialConfig.from_dict(report["final"]), measured, study, s, url, out), None
 
 
 def write_export(study, how: str, url: str, out: Path) -> tuple[dict, TrialRecord]:

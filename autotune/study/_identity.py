@@ -12,6 +12,7 @@ import optuna
 from autotune.errors import ConfigError, StorageError
 from autotune.study import _records as rec
 from autotune.study._options import SearchOptions
+from autotune.study._tuned import refuse_search
 from autotune.storage import masked, open_storage, study_lock
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ def open_study(opts: SearchOptions, *, dataset_stats: dict, env: dict) -> optuna
         except ValueError as exc:
             raise StorageError(f"study {name!r} in {masked(opts.storage)} cannot be reused: "
                                f"{exc}; pass a new --study-name (study_name=)") from exc
+        refuse_search(study)
         directions = [d.name.lower() for d in study.directions]
         if directions != opts.directions:
             raise ConfigError(f"study {name!r} has directions {directions} (expected "

@@ -44,12 +44,13 @@ GUARD_S, GUARD_TRAIN_S, GUARD_STEPS = "guard_s", "guard_train_s", "guard_steps"
 MEMORY_EXCESS = "memory_excess_mib"
 WINDOW, PRIOR, DEFERRED, TWIN = "window", "prior", "deferred", "eager_twin"
 OUTSIDE = "outside_space"
+TUNING, TUNING_WINDOW = "tuning", "tuning_window"  # a tuned training run's window
 PAIRED, CONFIRM, EXPLORED = "paired", "confirm", "explored"
 # Study attribute keys.
 STUDY_BASELINE, STUDY_DATASET, STUDY_DATASET_REF = "baseline_trial", "dataset", "dataset_ref"
 STUDY_ENV, STUDY_SPACE, STUDY_DEVICE = "env", "space", "device"
 STUDY_MAX_MEMORY, STUDY_GUARD_OPTS, STUDY_GUARD = "max_memory_bytes", "accuracy_guard", "guard"
-STUDY_PRIORS = "priors"
+STUDY_PRIORS, STUDY_TUNED_RUN = "priors", "tuned_run"
 STUDY_CONTROL_CLAIM, STUDY_CONFIRMATIONS, STUDY_STOPPED = "control_claimed_at", \
     "confirmations", "stopped"
 
@@ -60,11 +61,12 @@ NOT_MEASURED = ("interrupted", "stale", "orphan", "budget")
 NOT_REUSED = (WORKER, ROLE, CONFIG_KEY, PRIOR, EXPLORED, OUTSIDE, RETRY_OF, TWIN)
 # What a trial measures for, stored in ROLE: the baseline (the reference of every
 # speed-up), a prior-table row, a config the Optuna sampler proposed, a control (the
-# baseline's config again, a later reference) or a confirmation round's measurement.
+# baseline's config again, a later reference), a confirmation round's measurement, or
+# a window of a training run that tuned itself (TUNING: such a study holds no other).
 # How it came about is told apart from why: a retry (RETRY_OF), a repeat of a config
 # measured already (REUSED_FROM) and the eager twin of a compiled config (TWIN) keep
 # the role of what they stand in for: a retried baseline is still the baseline.
-ROLES = ("baseline", "prior", "searched", "control", "confirmation")
+ROLES = ("baseline", "prior", "searched", "control", "confirmation", TUNING)
 # Studies made before the role was stored marked it with these keys.
 LEGACY_ROLE_KEYS = ("baseline", "control")
 # Keys of studies made before the guard's metric was named for what it holds.
@@ -443,6 +445,34 @@ def add_finished(study, record: TrialRecord, *, of, values: list[float] | None =
                 if t.user_attrs.get(TRIAL_DIR) == record.trial_dir)
 
 
+def add_window(study, config: dict[str, Any], window: dict[str, Any], *,
+               rate: float | None, fail_reason: str | None, params: dict[str, Any],
+               distributions: dict[str, Any]) -> None:
+    """Adds one window of a training run that tunes itself (``autotune train --tune``)
+    as a finished trial: failed with ``fail_reason``, else complete with its ``rate``
+    (seeds per second), else pruned (an epoch's last step alone: trained, not timed);
+    its role is ``tuning``."""
+    import optuna
+    from optuna.trial import TrialState
+
+    attrs = {ROLE: TUNING, CONFIG: config, TUNING_WINDOW: window,
+             **({FAIL_REASON: fail_reason} if fail_reason else {})}
+    state = TrialState.FAIL if fail_reason else TrialState.COMPLETE if rate else \
+        TrialState.PRUNED
+    study.add_trial(optuna.trial.create_trial(
+        state=state, value=rate if state == TrialState.COMPLETE else None, params=params,
+        distributions=distributions, user_attrs=attrs))
+
+
+def windows(study) -> list[dict[str, Any]]:
+    """A tuned run's windows as :func:`add_window` stored them, in order: trial,
+    state, rate, config, fail_reason and the window's own fields."""
+    return [{"trial": t.number, "state": t.state.name.lower(), "rate": t.value,
+             "config": t.user_attrs.get(CONFIG) or {}, **t.user_attrs.get(TUNING_WINDOW, {}),
+             "fail_reason": t.user_attrs.get(FAIL_REASON)}
+            for t in study.get_trials(deepcopy=False)]
+
+
 def store_role(trial) -> str:
     """Stores a reserved trial's role: the one it was queued with, else ``searched``
     (a config the Optuna sampler proposed). Returns it."""
@@ -506,6 +536,7 @@ class StudyRecord:
     control_claimed_at: float = 0.0  # when a worker last claimed a control
     # {run, started, candidates, rounds, asked (--confirm-rounds), within, cut}
     confirmations: tuple[dict[str, Any], ...] = ()
+    tuned_run: dict[str, Any] | None = None  # a training run that tuned itself: its TuneLog
 
     @classmethod
     def from_study(cls, study) -> StudyRecord:
@@ -520,7 +551,8 @@ class StudyRecord:
                    guard_options=a.get(STUDY_GUARD_OPTS), guard=a.get(STUDY_GUARD),
                    priors=tuple(a.get(STUDY_PRIORS) or ()), stopped=a.get(STUDY_STOPPED),
                    control_claimed_at=a.get(STUDY_CONTROL_CLAIM, 0.0),
-                   confirmations=tuple(a.get(STUDY_CONFIRMATIONS) or ()))
+                   confirmations=tuple(a.get(STUDY_CONFIRMATIONS) or ()),
+                   tuned_run=a.get(STUDY_TUNED_RUN))
 
     @property
     def task(self) -> TaskInfo:
@@ -549,7 +581,7 @@ STUDY_KEYS = {"baseline": STUDY_BASELINE, "dataset_ref": STUDY_DATASET_REF,
               "device": STUDY_DEVICE, "max_memory_bytes": STUDY_MAX_MEMORY,
               "guard_options": STUDY_GUARD_OPTS, "guard": STUDY_GUARD, "priors": STUDY_PRIORS,
               "stopped": STUDY_STOPPED, "control_claimed_at": STUDY_CONTROL_CLAIM,
-              "confirmations": STUDY_CONFIRMATIONS}
+              "confirmations": STUDY_CONFIRMATIONS, "tuned_run": STUDY_TUNED_RUN}
 
 
 def store_study(study, **fields: Any) -> None:

@@ -18,6 +18,7 @@ from autotune.study._options import (
     study_folder,  # noqa: F401
 )
 from autotune.study._optuna import storage as storage_of
+from autotune.study._tuned import is_run, run_report
 
 
 def load_study(study_name: str, *, storage: str | None = None,
@@ -87,12 +88,17 @@ def study_rows(*, storage: str | None = None,
     for name, url in study_names(storage=storage, studies_dir=studies_dir):
         study, _ = load_study(name, storage=url)
         trials, task = study.get_trials(deepcopy=False), rec.StudyRecord.from_study(study).task
-        front = study_front(study)  # confirmed figures where the confirmation measured them
-        default = next((r for r in front if r.default), None)
+        if is_run(study):  # a tuned training run: its winner's rate, no pick
+            front, default = [], None
+            rate = run_report(study)["final_rate"]
+        else:
+            front = study_front(study)  # confirmed figures where the confirmation measured them
+            default = next((r for r in front if r.default), None)
+            rate = max((r.throughput for r in front), default=None)
         starts = [t.datetime_start for t in trials if t.datetime_start is not None]
         rows.append({"study": name, "storage": masked(url), "task": task.name,
                      "trials": len(trials),
-                     "best": max((r.throughput for r in front), default=None),
+                     "best": rate, "kind": "tuned run" if is_run(study) else "search",
                      "default_trial": default.trial if default else None,
                      "confirmation": default.confirmation if default else None,
                      "unit": task.unit,

@@ -1,0 +1,142 @@
+"""A training run that tunes itself (``autotune train --tune``), kept as an Optuna
+study in the storage a search uses. Each window the run trained is a trial: its value
+the window's seeds per second, its parameters the knobs a run changes, its user
+attributes the config, the candidate's change (none for the incumbent's windows),
+epoch, step, steps and seconds. The study's ``tuned_run`` attribute holds what the
+run decided (:meth:`autotune.pipeline.TuneLog.to_dict`), updated as it goes.
+
+``autotune show`` reads such a study as a tuned run (:func:`run_report`), ``autotune
+export`` writes its winner (``study/_front.py``'s ``export_blob``), ``autotune
+studies`` lists it, and optuna-dashboard shows its windows. A search refuses it
+(:func:`refuse_search`).
+"""
+from __future__ import annotations
+
+import statistics
+import typing
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution, IntDistribution
+
+from autotune.config import AmpDtype, Aggregation, FeatureDtype, SamplingBackend, short
+from autotune.errors import ConfigError
+from autotune.storage import masked, open_storage
+from autotune.study import _records as rec
+
+# The knobs a run changes, as trial parameters (optuna-dashboard plots them); the
+# cores' affinity is in each trial's config.
+PARAMS = {"num_workers": IntDistribution(0, 4096),
+          "sampling_backend": CategoricalDistribution(typing.get_args(SamplingBackend)),
+          "aggregation": CategoricalDistribution(typing.get_args(Aggregation)),
+          "amp_dtype": CategoricalDistribution(typing.get_args(AmpDtype)),
+          "feature_dtype": CategoricalDistribution(typing.get_args(FeatureDtype))}
+
+
+def check_run_study(name: str, url: str) -> None:
+    """A tuned run records into a new study: ``name`` taken in ``url`` is an error."""
+    if name in [s.study_name for s in optuna.get_all_study_summaries(open_storage(url))]:
+        raise ConfigError(f"study {name!r} already exists in {masked(url)}: a tuned run "
+                          "records into a study of its own; pass another --study-name")
+
+
+class RunRecorder:
+    """Records a tuned run's windows (``on_window`` of :func:`autotune.pipeline.train`)
+    and, with :meth:`finish`, what it decided, into a new study ``name`` in ``url``
+    holding ``facts`` (:class:`autotune.study.StudyRecord` fields: dataset_ref, env,
+    device). The name is checked now; the study is made at the first window, so a
+    run that fails before it trains leaves no empty study behind."""
+
+    def __init__(self, name: str, url: str, **facts: Any) -> None:
+        check_run_study(name, url)
+        self.name, self.url, self.facts = name, url, facts
+        self._study: optuna.Study | None = None
+
+    @property
+    def study(self) -> optuna.Study:
+        if self._study is None:
+            check_run_study(self.name, self.url)
+            self._study = optuna.create_study(study_name=self.name,
+                                              storage=open_storage(self.url),
+                                              direction="maximize")
+            rec.store_study(self._study, **self.facts, tuned_run={})
+        return self._study
+
+    def window(self, event, log) -> None:
+        """Records one window (a :class:`autotune.pipeline.WindowEvent`) and ``log``."""
+        config = event.config
+        rec.add_window(self.study, config.to_dict(),
+                       {"change": event.change, "epoch": event.epoch, "step": event.step,
+                        "steps": event.steps, "seeds": event.seeds, "seconds": event.seconds,
+                        "loss": event.loss}, rate=event.rate, fail_reason=event.error,
+                       params={k: getattr(config, k) for k in PARAMS}, distributions=PARAMS)
+        self.finish(log)
+
+    def finish(self, log, **facts: Any) -> None:
+        """What the run decided so far (``log``), and StudyRecord ``facts`` learnt late
+        (the dataset's stats)."""
+        rec.store_study(self.study, tuned_run=log.to_dict(), **facts)
+
+
+def is_run(study: optuna.Study) -> bool:
+    """Whether ``study`` records a tuned run, not a search."""
+    return rec.StudyRecord.from_study(study).tuned_run is not None
+
+
+def refuse_search(study: optuna.Study) -> None:
+    """A search must not add its trials to a tuned run's study."""
+    if is_run(study):
+        raise ConfigError(f"study {study.study_name!r} records a training run that tuned "
+                          "itself (autotune train --tune), not a search; pass another "
+                          "--study-name")
+
+
+def run_report(study: optuna.Study) -> dict[str, Any]:
+    """What ``autotune show`` says of a tuned run: where it started and ended, when it
+    settled, every candidate tried with its paired ratios, the steps each config
+    trained, and every window."""
+    s = rec.StudyRecord.from_study(study)
+    run = dict(s.tuned_run or {})
+    final = run.get("final") or {}
+    return {"study": study.study_name, "task": s.task.name, "unit": s.task.unit,
+            "start": run.get("start"), "final": final,
+            "settled_step": run.get("settled_step"), "settled_epoch": run.get("settled_epoch"),
+            "explore_s": run.get("explore_s"), "steps_by_config": run.get("steps_by_config", {}),
+            "tried": run.get("tried", []), "final_rate": final_rate(study, final),
+            "windows": rec.windows(study)}
+
+
+def final_rate(study: optuna.Study, final: dict[str, Any]) -> float | None:
+    """The median seeds per second of the winner's windows (None before any)."""
+    rates = [w["rate"] for w in rec.windows(study)
+             if w["config"] == final and w["rate"] and w["state"] == "complete"]
+    return statistics.median(rates) if rates else None
+
+
+def run_lines(report: dict[str, Any]) -> list[str]:
+    """``autotune show``'s text for a tuned run."""
+    unit = report["unit"]
+    settled = (f"settled at step {report['settled_step']} (epoch {report['settled_epoch']})"
+               if report["settled_step"] is not None else "still exploring at its last window")
+    rate = report["final_rate"]
+    lines = [f"tuned run: started on {short(report['start'] or {})}",
+             f"  {settled} on {short(report['final'])}" +
+             (f", {rate:,.0f} {unit} (median of its windows)" if rate else ""),
+             f"  exploring took {report['explore_s'] or 0:.1f} s", "steps trained by config:"]
+    lines += [f"  {steps:>7}  {config}" for config, steps in report["steps_by_config"].items()]
+    lines.append("tried:")
+    for t in report["tried"]:
+        ratios = t["ratios"]
+        figure = f"{statistics.fmean(ratios):.2f}x over {len(ratios)} pair" + \
+            ("s" if len(ratios) != 1 else "") if ratios else "-"
+        why = f" ({t['reason']})" if t.get("reason") else ""
+        lines.append(f"  {t['change']:<40} {figure:>20}  {t['verdict']}{why}")
+    lines += ["", f"{'trial':>5} {'epoch':>5} {'step':>6} {'steps':>5} {unit:>14}  window of"]
+    for w in report["windows"]:
+        figure = f"{w['rate']:,.0f}" if w["rate"] else \
+            "untimed" if w["state"] == "pruned" else w["state"]
+        lines.append(f"{w['trial']:>5} {w.get('epoch', '-'):>5} {w.get('step', '-'):>6} "
+                     f"{w.get('steps', '-'):>5} {figure:>14}  " +
+                     (w["change"] if w.get("change") else "the incumbent") +
+                     f": {short(w['config'])}")
+    return lines
