@@ -227,11 +227,9 @@ def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset
     ``on_window`` each window it trains), its winner the config."""
     cache_dir = inductor_cache if inductor_cache is not None else inductor_cache_dir(STUDIES_DIR)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache_dir).resolve()))
-
     if not isinstance(config, TrialConfig):
         config = load_config(config)
     check_config(config)
-    spec = TrainSpec(epochs=epochs)
     prepared = dataset.prepare() if hasattr(dataset, "prepare") else dataset
     check_dataset(config, prepared)
     cache = dataset.csc_path() if hasattr(dataset, "csc_path") else None
@@ -256,9 +254,8 @@ def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset
         config = run.pipe.config
     else:
         with pipe:  # its loader workers end here, not at a later garbage collection
-            training = fit(pipe, prepared.data, spec, on_epoch=keep_best)
-    saved = None
-    if save is not None:
-        saved = atomic_write(save, lambda tmp: torch.save(kept["state"], tmp))
+            training = fit(pipe, prepared.data, TrainSpec(epochs=epochs), on_epoch=keep_best)
+    saved = None if save is None else \
+        atomic_write(save, lambda tmp: torch.save(kept["state"], tmp))
     return TrainResult(config, training, kept["best"], kept["state"], saved,
                        tuning=None if run is None else run.log, dataset=prepared.stats())

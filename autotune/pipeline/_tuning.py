@@ -69,7 +69,8 @@ class TuneSpec:
 @dataclass
 class Tried:
     """One candidate: the knob it changed, its paired ratios, what became of it
-    (``kept``, ``slower``, ``dropped`` at its first window, ``failed`` and why), and
+    (``kept``, ``slower``, ``dropped`` at its first window, ``failed`` and why,
+    ``unfinished`` where the run ended first, ``not tried``), and
     the steps and seconds it trained."""
 
     config: TrialConfig
@@ -414,4 +415,12 @@ class TunedRun:
                      f"{short(self.pipe.config.to_dict())}")
 
     def close(self) -> None:
+        """Ends every loader; a candidate the run's end cut short before its verdict
+        goes into the log as ``unfinished``, with the pairs it had."""
+        if self._unfinished is not None:
+            self._unfinished.verdict = "unfinished"
+            self._unfinished.reason = "the run ended before its verdict"
+            self.log.tried.append(self._unfinished)
+            self._unfinished = None
+            self.on_line(self.log.tried[-1].line())
         self.pipe.close()
