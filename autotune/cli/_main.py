@@ -396,10 +396,10 @@ def _load(args: argparse.Namespace):
 
 def cmd_show(args: argparse.Namespace) -> int:
     from autotune.storage import masked
-    from autotune.study import study_front, study_reference
+    from autotune.study import is_run, study_front, study_reference
 
     study, url = _load(args)
-    if rec.StudyRecord.from_study(study).tuned_run is not None:
+    if is_run(study):
         return _show_run(study, url, args)
     front, trials, s = study_front(study), rec.records(study), rec.StudyRecord.from_study(study)
     references, reference = drifts(trials), study_reference(study)
@@ -457,12 +457,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from autotune.cli._report import report_of, report_paths, write_report
+    from autotune.study import is_run
 
     out = Path(args.out)
     page = report_paths(out)[0]
     _writable_dir(page.parent, "--out")
     study, url = _load(args)
-    if rec.StudyRecord.from_study(study).tuned_run is not None:
+    if is_run(study):
         raise ConfigError(f"study {study.study_name!r} records a training run that tuned "
                           f"itself: 'autotune show --study-name {study.study_name}' says what "
                           "it did, 'autotune dashboard' draws its windows")

@@ -51,7 +51,6 @@ _EXPORTS = {
     "points": "_records",
     "RunRecorder": "_tuned",
     "is_run": "_tuned",
-    "run_export": "_tuned",
     "run_lines": "_tuned",
     "run_report": "_tuned",
     "default_storage": "_studies",

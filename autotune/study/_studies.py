@@ -88,7 +88,8 @@ def study_rows(*, storage: str | None = None,
     for name, url in study_names(storage=storage, studies_dir=studies_dir):
         study, _ = load_study(name, storage=url)
         trials, task = study.get_trials(deepcopy=False), rec.StudyRecord.from_study(study).task
-        if is_run(study):  # a tuned training run: its winner's rate, no pick
+        run = is_run(study)
+        if run:  # a tuned training run: its winner's rate, no pick
             front, default = [], None
             rate = run_report(study)["final_rate"]
         else:
@@ -98,7 +99,7 @@ def study_rows(*, storage: str | None = None,
         starts = [t.datetime_start for t in trials if t.datetime_start is not None]
         rows.append({"study": name, "storage": masked(url), "task": task.name,
                      "trials": len(trials),
-                     "best": rate, "kind": "tuned run" if is_run(study) else "search",
+                     "best": rate, "kind": "tuned run" if run else "search",
                      "default_trial": default.trial if default else None,
                      "confirmation": default.confirmation if default else None,
                      "unit": task.unit,

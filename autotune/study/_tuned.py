@@ -95,20 +95,20 @@ def run_report(study: optuna.Study) -> dict[str, Any]:
     """What ``autotune show`` says of a tuned run: where it started and ended, when it
     settled, every candidate tried with its paired ratios, the steps each config
     trained, and every window."""
-    s = rec.StudyRecord.from_study(study)
+    s, windows = rec.StudyRecord.from_study(study), rec.windows(study)
     run = dict(s.tuned_run or {})
     final = run.get("final") or {}
     return {"study": study.study_name, "task": s.task.name, "unit": s.task.unit,
             "start": run.get("start"), "final": final,
             "settled_step": run.get("settled_step"), "settled_epoch": run.get("settled_epoch"),
             "explore_s": run.get("explore_s"), "steps_by_config": run.get("steps_by_config", {}),
-            "tried": run.get("tried", []), "final_rate": final_rate(study, final),
-            "windows": rec.windows(study)}
+            "tried": run.get("tried", []), "final_rate": final_rate(windows, final),
+            "windows": windows}
 
 
-def final_rate(study: optuna.Study, final: dict[str, Any]) -> float | None:
-    """The median seeds per second of the winner's windows (None before any)."""
-    rates = [w["rate"] for w in rec.windows(study)
+def final_rate(windows: list[dict[str, Any]], final: dict[str, Any]) -> float | None:
+    """The median seeds per second of the winner's timed windows (None before any)."""
+    rates = [w["rate"] for w in windows
              if w["config"] == final and w["rate"] and w["state"] == "complete"]
     return statistics.median(rates) if rates else None
 
