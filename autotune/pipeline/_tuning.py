@@ -407,6 +407,7 @@ class TunedRun:
     def _settle(self, epoch: int) -> None:
         self.log.settled_step, self.log.settled_epoch = self.steps, epoch
         self.log.final = self.pipe.config
+        self._log_unfinished("exploring's share of the run was spent before its verdict")
         for label, config in self.queue:
             self.log.tried.append(Tried(config, label, verdict="not tried",
                                         reason="exploring's share of the run was spent"))
@@ -417,10 +418,16 @@ class TunedRun:
     def close(self) -> None:
         """Ends every loader; a candidate the run's end cut short before its verdict
         goes into the log as ``unfinished``, with the pairs it had."""
-        if self._unfinished is not None:
-            self._unfinished.verdict = "unfinished"
-            self._unfinished.reason = "the run ended before its verdict"
-            self.log.tried.append(self._unfinished)
-            self._unfinished = None
-            self.on_line(self.log.tried[-1].line())
+        self._log_unfinished("the run ended before its verdict")
         self.pipe.close()
+
+    def _log_unfinished(self, reason: str) -> None:
+        """The candidate an epoch's end cut short, if any, goes into the log as
+        ``unfinished`` (with the pairs it had, and ``reason``) and leaves the queue."""
+        if self._unfinished is None:
+            return
+        tried, self._unfinished = self._unfinished, None
+        tried.verdict, tried.reason = "unfinished", reason
+        self.log.tried.append(tried)
+        self.queue = [(label, c) for label, c in self.queue if c.key() != tried.config.key()]
+        self.on_line(tried.line())
