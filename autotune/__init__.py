@@ -30,6 +30,8 @@ _EXPORTS = {
     "StudyRecord": "study",
     "train": "pipeline",
     "TrainResult": "pipeline",
+    "TunedLoop": "pipeline",
+    "TuneSpec": "pipeline",
     "TaskInfo": "taskinfo",
     "load_study": "study",
     "NeighborSampler": "sampling",
@@ -64,7 +66,7 @@ if TYPE_CHECKING:
         search
     from autotune.study import StudyRecord, TrialRecord
     from autotune.taskinfo import TaskInfo
-    from autotune.pipeline import TrainResult, train
+    from autotune.pipeline import TrainResult, TunedLoop, TuneSpec, train
     from autotune.study import load_study
     from autotune.specs import MeasureSpec, TrialLimits
     from autotune.pipeline import Pipeline, build

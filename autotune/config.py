@@ -429,14 +429,16 @@ def one_line(exc: Exception | str) -> str:
     return re.sub(r"\s+", " ", str(exc)).strip()
 
 
-def short(config: dict) -> str:
-    """A config in one short line: batch, fanout, workers/affinity, compile/shapes,
+def short(config: TrialConfig | dict) -> str:
+    """A config (or its dict) in one short line: batch, fanout, workers/affinity, compile/shapes,
     dtype, checkpointing, sampling backend (``@gpu`` with GPU sampling, ``@gpu+pinned`` with
     its features in pinned host memory), ``+spmm`` for the
     sparse aggregation, ``+bits`` for dropout masks from random bits and ``+xbf16``
     for features stored in bfloat16 (see the README's "Reading a config code"); a named edge
     type's fanout follows the shared one as ``REL[k, ...]``. A graph-level config
     (task graph) has no fanout and no sampling backend: ``graphs`` stands for both."""
+    if isinstance(config, TrialConfig):
+        config = config.to_dict()
     affinity = "pin" if config.get("loader_cores") else "-"
     shapes = "pad" if config.get("shapes") == "padded" else "dyn"
     whole = task_info(config).whole_graphs

@@ -114,6 +114,6 @@ def rounds(configs: dict, ref, args, server, n_rounds: int, tag: str,
         measured.append(record)
         if on_measured is not None:
             on_measured(name, record)
-    base = TrialRecord(0, "complete", baseline=True)
+    base = TrialRecord(0, "complete", role="baseline")
     figures = confirmed([base, *measured])
     return measured, {name: figures.get(i) for i, name in enumerate(names)}

@@ -52,14 +52,14 @@ def main() -> None:
     precision = {t.number: t.precision for t in (base_trial, best)}
     write(args.out, {
         "benchmark": "graph_search", "dataset": stats, "scale": args.scale,
-        "device": base_trial.config["device"], "space": yaml.safe_load(
+        "device": base_trial.config.device, "space": yaml.safe_load(
             space.read_text()), "n_trials": len(study.trials), "measured_trials": len(done),
         "failed_trials": sum(t.state == "fail" for t in trials),
         "measure": measure_spec(args).to_dict(),
         "baseline": {"trial": base_trial.number, "graphs_per_s": base_trial.values[0],
                      "peak_mib": base_trial.values[1]},
         "best": {"trial": best.number, "graphs_per_s": best.values[0],
-                 "peak_mib": best.values[1], "config": best.config},
+                 "peak_mib": best.values[1], "config": best.config.to_dict()},
         "speedup": best.values[0] / base_trial.values[0],
         "precision": {"baseline": precision[base_trial.number],
                       "best": precision[best.number],

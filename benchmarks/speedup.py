@@ -65,7 +65,7 @@ def main() -> None:
     epoch_base = REDDIT_TRAIN_NODES / base_t.throughput
     epoch_best = epoch_base / ratio
     saved = epoch_base - epoch_best
-    device = base_t.config["device"]
+    device = base_t.config.device
     target = TARGET_GPU if device == "cuda" else TARGET_CPU
     write(args.out, {
         "benchmark": "speedup", "dataset": stats, "scale": args.scale, "device": device,

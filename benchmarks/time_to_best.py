@@ -86,7 +86,7 @@ def measure_grid(configs: dict, ref, args, workdir: Path) -> dict:
                     key=lambda nc: -nc[1].speedup)
     return {"configs": len(configs), "rounds": args.grid_rounds, "measured_at": at,
             "wall_s": time.perf_counter() - started,
-            "failed": [r.config for r in measured if r.state != "complete"],
+            "failed": [r.config.to_dict() for r in measured if r.state != "complete"],
             "best": ranked[0][0], "best_speedup": ranked[0][1].speedup,
             "best_interval": ranked[0][1].interval,
             "figures": {n: c.to_dict() for n, c in ranked},
@@ -107,7 +107,7 @@ def running_best(trials, started_at: float) -> list[dict]:
         rows.append({"trial": t.number, "at_s": t.measured_at[1] - started_at,
                      "seed_nodes_per_s": t.throughput, "precision": t.precision,
                      "paired_speedup": speedup, "interval": interval, "running_best": best,
-                     "prior": t.prior, "config": t.config})
+                     "prior": t.prior, "config": t.config.to_dict()})
     return rows
 
 

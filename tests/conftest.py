@@ -37,10 +37,17 @@ def pytest_xdist_auto_num_workers(config):
     return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
-# In a parallel run each worker's own torch work (the tests that train in-process)
-# keeps to one thread: two workers on two cores with two threads each fight for them.
+# In a parallel run each worker keeps to its share of the cores, in its own torch work
+# (the tests that train in-process, at one thread), in the commands it runs in-process
+# and in every process it starts (OMP_NUM_THREADS: trials, fork servers, commands).
+# Two workers on two cores with two OpenMP threads each fight for them: each thread
+# spins for the other's core between parallel regions (two link trainings side by side
+# took 24-34 s with two threads each and 12 s with one, on a 2-core EPYC).
 _helpers.FRESH_THREADS = torch.get_num_threads()  # what an in-process command runs with
 if "PYTEST_XDIST_WORKER" in os.environ:
+    share = max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(share))
+    _helpers.FRESH_THREADS = int(os.environ["OMP_NUM_THREADS"])
     torch.set_num_threads(1)
 
 # In a parallel run the other workers' tests take the cores on purpose: a window is not

@@ -226,9 +226,9 @@ def test_an_unknown_precision_reads_the_same_in_both_tables():
     from autotune.study._records import TrialRecord
     from autotune.taskinfo import task_info
 
-    config = autotune.TrialConfig().to_dict()
+    config = autotune.TrialConfig()
     record = TrialRecord(0, "complete", (1000.0, 300.0), config, status="ok")
-    row = FrontRow(0, 1000.0, 300.0, None, None, None, config=config)
+    row = FrontRow(0, 1000.0, 300.0, None, None, None, config=config.to_dict())
     assert "±?" in trials_table([record], task_info("node")).splitlines()[-1]
     assert "±?" in front_table([row], task_info("node")).splitlines()[-1]
 

@@ -104,17 +104,17 @@ def test_a_budgeted_gpu_search_spends_its_budget_on_what_matters(tmp_path, monke
     assert [t.prior for t in searched[1:3]] == ["gpu-resident-bf16", "gpu-resident"]
     assert not any(t.prior for t in searched[3:]), "the CPU-sampling priors wait"
     assert len(searched) > 3, "trials run until the budget is spent, not a fixed count"
-    cpu = [t for t in searched[3:] if not t.config["gpu_sampling"]]
+    cpu = [t for t in searched[3:] if not t.config.gpu_sampling]
     assert all(t.screened and t.window.screened_by == "warm-up" for t in cpu)
     # the confirmation: GPU-resident candidates, the baseline measured to 20%
     confirmed = [t for t in trials if t.confirm is not None]
-    assert confirmed and all(trials[t.confirm["of"]].config["gpu_sampling"]
+    assert confirmed and all(trials[t.confirm["of"]].config.gpu_sampling
                              for t in confirmed if not trials[t.confirm["of"]].baseline)
     loose = [c for c, m in machine.calls if m.precision == confirm_module.LOOSE_PRECISION]
     controls = [t for t in trials if t.role == "control"]
     assert len(loose) == sum(trials[t.confirm["of"]].baseline for t in confirmed) + sum(
         t.window.precision >= confirm_module.LOOSE_PRECISION * 0.9 for t in controls)
-    assert all(c == trials[0].config for c in loose), "only the baseline is measured loosely"
+    assert all(c == trials[0].config.to_dict() for c in loose), "only the baseline is measured loosely"
     # the default pick, and so the export: GPU-resident, confirmed, at 15x or more
     row = next(r for r in result.front if r.default)
     assert row.config["gpu_sampling"] and row.confirmed is not None and row.speedup >= 15

@@ -107,9 +107,9 @@ def test_search_a_user_model_and_data_from_python(tmp_path, capsys):
     assert [t.state for t in result.trials] == ["complete"] * 3, \
         [t.fail_reason or t.stderr_tail for t in result.trials]
     for t in result.trials:
-        assert t.config["model"] == MODEL
+        assert t.config.model == MODEL
         assert t.observed.conv_types == ["GraphConv"] and t.observed.conv_layers == 2
-        assert t.observed.checkpointed_layers == (2 if t.config["checkpointing"] else 0)
+        assert t.observed.checkpointed_layers == (2 if t.config.checkpointing else 0)
     assert result.baseline is not None and result.baseline.number == 0
     assert result.knee is not None and result.front
     assert result.pareto_path.exists()

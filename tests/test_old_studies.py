@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from _helpers import cli
 
+from autotune.config import TrialConfig
+
 FIXTURES = Path(__file__).parent / "fixtures"
 NAME = "study-ca91c29"
 
@@ -33,7 +35,7 @@ def test_an_old_study_reads_back_typed_with_todays_names(studies):
     study, _ = load_study(NAME, studies_dir=studies)
     records = [TrialRecord.from_frozen(t) for t in study.get_trials()]
     assert len(records) == 12 and all(r.complete for r in records)
-    assert all(r.config["sampling_backend"] == "builtin" and "sampler" not in r.config
+    assert all(isinstance(r.config, TrialConfig) and r.config.sampling_backend == "builtin"
                for r in records)
     assert all(r.observed.sampling_backend for r in records)
     assert [r.role for r in records] == ["baseline"] + ["prior"] * 3 + ["searched"] + \

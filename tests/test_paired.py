@@ -104,7 +104,7 @@ def _search(tmp_path, monkeypatch, machine, sizes=TRUE, fanouts=((25, 10),), not
 
 
 def _true_ratio(t: TrialRecord) -> float:
-    return TRUE[t.config["batch_size"]][0] / TRUE[1024][0]
+    return TRUE[t.config.batch_size][0] / TRUE[1024][0]
 
 
 def test_paired_speedups_hold_up_under_drift_and_unpaired_ones_do_not(tmp_path, monkeypatch):
@@ -131,7 +131,7 @@ def test_paired_speedups_hold_up_under_drift_and_unpaired_ones_do_not(tmp_path, 
     assert steps[0]["trial"] == s.baseline and steps[-1]["drift"] < 0
     assert steps[-1]["throughput"] < 0.9 * steps[0]["throughput"]  # 20% over the search
     figures = confirmed(trials)
-    fast = next(t for t in trials if t.config and t.config["batch_size"] == 896 and
+    fast = next(t for t in trials if t.config and t.config.batch_size == 896 and
                 t.search_point)
     c = figures[fast.number]
     assert c.rounds == 3 and abs(c.speedup / 1.10 - 1) <= c.interval, c
@@ -148,7 +148,7 @@ def test_confirmation_is_interleaved_and_drops_a_config_fast_only_by_drift(tmp_p
     export carries the confirmed figures."""
     machine = FakeMachine(drift=0.0, boost={768: 1.3})
     result, trials, s = _search(tmp_path, monkeypatch, machine, n_trials=8, confirm=3)
-    by_size = {t.config["batch_size"]: t for t in trials if t.search_point and t.config and
+    by_size = {t.config.batch_size: t for t in trials if t.search_point and t.config and
                t.reused_from is None}
     search_front = [r.trial for r in front_rows([t for t in trials if t.search_point],
                                                 s.baseline, None)]
@@ -187,7 +187,7 @@ def test_a_disturbed_confirmation_measurement_is_measured_again_not_kept(tmp_pat
 
     result, trials, s = _search(tmp_path, monkeypatch, FakeMachine(drift=0.0, busy=busy),
                                 sizes=[640, 896, 1024], n_trials=3, confirm=2)
-    by_size = {t.config["batch_size"]: t.number for t in trials
+    by_size = {t.config.batch_size: t.number for t in trials
                if t.search_point and t.reused_from is None}
     fast, lean = by_size[896], by_size[640]
     first = [t for t in trials if t.confirm == {"run": 0, "round": 0, "of": fast}]
@@ -212,7 +212,7 @@ def test_confirmed_means_the_speedups_interval_holds(tmp_path, monkeypatch):
     machine = FakeMachine(drift=0.0, jitter={896: [1.0, 0.6, 1.5, 1.0]})
     result, trials, s = _search(tmp_path, monkeypatch, machine, sizes=[640, 896, 1024],
                                 n_trials=3, confirm=2, confirm_precision=0.05)
-    by_size = {t.config["batch_size"]: t.number for t in trials
+    by_size = {t.config.batch_size: t.number for t in trials
                if t.search_point and t.reused_from is None}
     noisy, steady = by_size[896], by_size[640]
     rows = {r.trial: r for r in result.front}
@@ -288,7 +288,7 @@ def test_a_sampler_that_repeats_itself_explores_then_stops(tmp_path, monkeypatch
     assert result.outcome.explored >= 1 and any(t.explored for t in trials)
     assert sum(t.counts for t in trials) == 3
     assert sum(t.reused_from is not None for t in trials) >= loop.EXPLORE_AFTER
-    assert len({t.config["batch_size"] for t in trials if t.counts}) == 3
+    assert len({t.config.batch_size for t in trials if t.counts}) == 3
 
 
 def test_budget_keeps_time_for_the_confirmation(tmp_path, monkeypatch):
@@ -366,7 +366,7 @@ def test_a_budget_measures_the_spaces_only_trial_rather_than_keep_time_for_nothi
                                          Timed({1024: 2.0, 896: 2.4}), [896, 1024],
                                          "--budget", "6s", "--confirm", "1")
     assert code == 0, err
-    other = [t for t in trials if t.search_point and t.config["batch_size"] == 896]
+    other = [t for t in trials if t.search_point and t.config.batch_size == 896]
     assert [t.state for t in other] == ["complete"], [(t.state, t.fail_reason) for t in other]
     assert "896" in out.split("Pareto front")[1]
 
@@ -416,7 +416,7 @@ def test_paired_figures_from_records():
     the baseline missed is left out; the interval is Student's t over the rounds'
     log ratios."""
     def rec(number, rate, round_, of, at):
-        return TrialRecord(number, "complete", (rate, 100.0), {"batch_size": 1},
+        return TrialRecord(number, "complete", (rate, 100.0), TrialConfig(batch_size=1),
                            confirm={"run": 0, "round": round_, "of": of},
                            window=WindowStats(precision=0.01), measured_at=(at, at + 1))
 
@@ -442,14 +442,14 @@ def test_a_config_whose_rounds_gave_no_figure_says_why():
     search once fell back to the search's figures with no word)."""
     def rec(number, rate, round_, of, state="complete"):
         return TrialRecord(number, state, (rate, 100.0) if state == "complete" else None,
-                           {"batch_size": 1}, role="confirmation",
+                           TrialConfig(batch_size=1), role="confirmation",
                            confirm={"run": 0, "round": round_, "of": of},
                            window=WindowStats(precision=0.01),
                            measured_at=(10 + number, 11 + number))
 
-    base = TrialRecord(0, "complete", (100.0, 100.0), {"batch_size": 2}, role="baseline",
-                       window=WindowStats(precision=0.01), measured_at=(0, 1))
-    fast = TrialRecord(1, "complete", (150.0, 50.0), {"batch_size": 1},
+    base = TrialRecord(0, "complete", (100.0, 100.0), TrialConfig(batch_size=2),
+                       role="baseline", window=WindowStats(precision=0.01), measured_at=(0, 1))
+    fast = TrialRecord(1, "complete", (150.0, 50.0), TrialConfig(batch_size=1),
                        window=WindowStats(precision=0.01), measured_at=(1, 2))
     trials = [base, fast, rec(2, 100, 0, 0, "fail"), rec(3, 160, 0, 1),
               rec(4, 90, 1, 0, "fail"), rec(5, 150, 1, 1)]
@@ -529,7 +529,7 @@ def test_a_knee_that_moves_onto_an_unmeasured_config_is_confirmed_in_a_follow_up
     by_size: dict[int, int] = {}
     for t in trials:
         if t.search_point and t.reused_from is None:
-            by_size.setdefault(t.config["batch_size"], t.number)
+            by_size.setdefault(t.config.batch_size, t.number)
     study = optuna.load_study(study_name=result.study_name, storage=result._url)
     runs = study.user_attrs["confirmations"]
     assert [r["candidates"] for r in runs] == [
@@ -561,11 +561,11 @@ def test_the_search_stays_in_the_space_the_user_wrote(tmp_path, monkeypatch, sam
                                 priors=True, control_every_trials=3, notes=notes)
     study = optuna.load_study(study_name=result.study_name, storage=result._url)
     base = trials[s.baseline]
-    assert base.complete and base.config["batch_size"] == 1024
+    assert base.complete and base.config.batch_size == 1024
     assert base.outside_space == {"batch_size": 1024, "num_neighbors": [25, 10]}
     assert study.trials[s.baseline].params == {}
     assert any("outside this space" in n and "never proposed" in n for n in notes)
-    references = [t for t in trials if t.config and t.config["batch_size"] == 1024]
+    references = [t for t in trials if t.config and t.config.batch_size == 1024]
     assert all(t.baseline or t.control or (t.confirm or {}).get("of") == s.baseline
                for t in references), "only the baseline's measurements are outside"
     assert len(references) >= 3  # the baseline, controls, its confirmation rounds
@@ -586,7 +586,7 @@ def test_the_search_stays_in_the_space_the_user_wrote(tmp_path, monkeypatch, sam
         exported = yaml.safe_load(result.export(tmp_path / f"{pick}.yaml", pick=pick)
                                   .read_text())
         assert exported["config"]["batch_size"] in SMALL, pick
-    assert result.default.config["batch_size"] == 896  # truly 1.10x: the space's fastest
+    assert result.default.config.batch_size == 896  # truly 1.10x: the space's fastest
 
 
 def test_a_study_made_with_a_widened_space_resumes_in_it(tmp_path, monkeypatch):

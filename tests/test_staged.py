@@ -13,6 +13,7 @@ import optuna
 import pytest
 from _helpers import cli
 
+from autotune.config import TrialConfig
 from autotune.trial._window import _window
 from autotune.specs import MeasureSpec, Screen
 from autotune.trial._result import WindowStats, rate_half_width
@@ -201,7 +202,7 @@ def _record(number, throughput, memory, stopped="precise", config=None, **kw):
     from autotune.study._records import TrialRecord
 
     return TrialRecord(number, state="complete", values=(throughput, memory),
-                       config=config or {"batch_size": number},
+                       config=config or TrialConfig(batch_size=number + 1),
                        window=WindowStats(stopped=stopped, precision=0.02), **kw)
 
 
@@ -224,13 +225,13 @@ def test_payback_epochs_of_a_compiled_config():
 
     eager = TrialConfig(batch_size=512)
     compiled = eager.replace(compile_mode="default")
-    trials = [_record(0, 1000.0, 50.0, config=eager.to_dict()),
-              _record(1, 2000.0, 60.0, config=compiled.to_dict(),
+    trials = [_record(0, 1000.0, 50.0, config=eager),
+              _record(1, 2000.0, 60.0, config=compiled,
                       compile=CompileStats(compiled=True, compile_time_s=10.0))]
     # an epoch of 10,000 seeds: 10 s eager, 5 s compiled, so 10 s of compile = 2 epochs
     assert payback_epochs(trials[1], trials, 10_000) == pytest.approx(2.0)
     assert payback_epochs(trials[0], trials, 10_000) is None
-    slower = [trials[0], _record(1, 900.0, 60.0, config=compiled.to_dict())]
+    slower = [trials[0], _record(1, 900.0, 60.0, config=compiled)]
     assert payback_epochs(slower[1], slower, 10_000) == float("inf")
 
 

@@ -35,7 +35,7 @@ def _study(folder, task: str) -> str:
                          target=0.03, stopped="precise")
     for number, (rate, mib, batch) in enumerate([(1000.0, 900.0, 256), (2000.0, 800.0, 512),
                                                  (1500.0, 500.0, 128)]):
-        config = TrialConfig(task=task, batch_size=batch).to_dict()
+        config = TrialConfig(task=task, batch_size=batch)
         record = TrialRecord(number, config=config, status="ok",
                              role="baseline" if number == 0 else "searched",
                              window=window, step_times_s=(0.01, 0.012, 0.011))

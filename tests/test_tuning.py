@@ -7,6 +7,7 @@ import collections
 
 import psutil
 import pytest
+import torch
 
 from autotune.config import TrialConfig
 from autotune.pipeline import Pipeline
@@ -42,11 +43,16 @@ def test_a_tuned_run_trains_every_seed_once_an_epoch_and_outlives_a_failing_cand
     pyg-lib or torch-sparse, which this machine may lack; one is dropped or kept);
     each epoch still trains every training seed exactly once, and no loader worker
     outlives the run."""
+    from autotune.pipeline import _tuning
+
     steps, workers = _seen(monkeypatch)
     failing = START.replace(sampling_backend="pyg", num_workers=0)
     queue = [("sampling_backend builtin -> pyg", failing),
-             ("num_workers 2 -> 0", START.replace(num_workers=0)),
-             ("aggregation scatter -> sparse", START.replace(aggregation="sparse"))]
+             ("aggregation scatter -> sparse", START.replace(aggregation="sparse")),
+             ("num_workers 2 -> 0", START.replace(num_workers=0))]
+    # a kept candidate remakes the queue around itself: here, with nothing more to try,
+    # so that the run settles within its 3 epochs whichever candidate the timings keep
+    monkeypatch.setattr(_tuning, "candidates", lambda config, spec, topology=None: [])
     lines: list[str] = []
     run = TunedRun(START, tiny_synthetic, TuneSpec(share=1.0, window_steps=3, pairs=2),
                    epochs=3, num_classes=4, on_line=lines.append, queue=queue)
@@ -189,3 +195,75 @@ def test_a_tuned_run_is_a_study_that_show_export_and_studies_read(tmp_path):
     assert again.returncode == 2 and "already exists" in again.stderr, again.stderr
     after = json.loads(cli("show", "--study-name", "run", *where, "-f", "json").stdout)
     assert len(after["windows"]) == len(windows), "a refused command changed the study"
+
+
+class _EdgeIndexOnly(torch.nn.Module):
+    """A user's model that takes ``edge_index`` and nothing else: sparse aggregation's
+    CSR adjacency makes it raise, in the user's own step."""
+
+    def __init__(self, features: int, classes: int) -> None:
+        super().__init__()
+        from torch_geometric.nn import SAGEConv
+
+        self.conv1, self.conv2 = SAGEConv(features, 16), SAGEConv(16, classes)
+
+    def forward(self, x, edge_index):
+        if edge_index.layout != torch.strided:
+            raise RuntimeError("this model takes edge_index only")
+        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+
+@pytest.mark.slow
+def test_a_users_own_loop_trains_every_seed_once_on_its_optimizer_through_a_failing_step(
+        tiny_synthetic, monkeypatch):
+    """TunedLoop under a loop of the user's: each epoch yields every training seed
+    once; the candidate whose step raises in the user's code (sparse aggregation to a
+    model that takes edge_index only) is recorded failed and the batch trains again;
+    the user's optimizer keeps its state through every change (Adam's step count is
+    the steps the user took); windows carry the loss the user gave; no worker is left."""
+    import torch.nn.functional as F
+
+    from autotune.pipeline import TunedLoop, _tuning
+
+    start = START.replace(num_workers=0)
+    queue = [("aggregation scatter -> sparse", start.replace(aggregation="sparse")),
+             ("num_workers 0 -> 1", start.replace(num_workers=1))]
+    monkeypatch.setattr(_tuning, "candidates", lambda config, spec, topology=None: list(queue))
+    torch.manual_seed(0)
+    model = _EdgeIndexOnly(tiny_synthetic.num_features, 4)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    windows, lines, seen, taken = [], [], [], 0
+    train_nodes = tiny_synthetic.train_mask.nonzero().flatten().tolist()
+    with TunedLoop(tiny_synthetic, model, optimizer, start, epochs=4,
+                   tune=TuneSpec(share=1.0, window_steps=3, pairs=2),
+                   on_line=lines.append, on_window=lambda e, log: windows.append(e)) as loop:
+        for epoch in range(4):
+            seeds: list[int] = []
+            for batch in loop.batches():
+                with loop.step() as step:
+                    with loop.autocast():
+                        out = loop.model(batch.x, loop.edges(batch))[:batch.batch_size]
+                        loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    taken += 1
+                    seeds += batch.n_id[:batch.batch_size].tolist()
+                    step.loss = loss.detach()
+            assert sorted(seeds) == train_nodes, f"epoch {epoch + 1}"
+            seen.append(len(seeds))
+        workers = {c.pid for c in psutil.Process().children(recursive=True)}
+    left = [c for c in psutil.Process().children(recursive=True)
+            if c.pid in workers and c.status() != psutil.STATUS_ZOMBIE]
+    assert not left, left
+    verdicts = {t.change: t for t in loop.log.tried}
+    sparse = verdicts["aggregation scatter -> sparse"]
+    assert sparse.verdict == "failed" and "edge_index only" in sparse.reason, sparse
+    assert any("aggregation" in line and "failed" in line for line in lines), lines
+    assert verdicts["num_workers 0 -> 1"].verdict, verdicts
+    assert loop.settled and loop.config in (start, start.replace(num_workers=1))
+    steps = {int(optimizer.state[p]["step"]) for p in model.parameters()}
+    assert steps == {taken}, (steps, taken)
+    assert sum(w.steps for w in windows) == taken
+    assert all(w.loss is not None and w.loss == w.loss for w in windows if w.steps), windows
+    assert any(w.error and "edge_index only" in w.error for w in windows), windows

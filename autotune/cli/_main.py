@@ -243,8 +243,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _run_recorder(args: argparse.Namespace, config, ref):
     """The recorder of a tuned run's windows, in a new study (``--study-name``)."""
-    import time
-
     from autotune.env import fingerprint
     from autotune.study import RunRecorder, default_storage
     from autotune.study._options import check_study_name, default_study_name

@@ -135,7 +135,7 @@ def trial_row(r) -> dict[str, Any]:
             "remeasured": r.window.remeasured, "prior": r.prior, "deferred": r.deferred,
             "control": r.control,
             "paired": r.paired, "confirm": r.confirm, "measured_at": r.measured_at,
-            "config": r.config}
+            "config": r.config.to_dict() if r.config else None}
 
 
 def result_text(result, trial_dir) -> str:

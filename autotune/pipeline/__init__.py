@@ -2,7 +2,7 @@
 takes effect there: :func:`build`, :class:`Pipeline`), ``_tasks`` (node, link and graph
 tasks, homogeneous or not), ``_models`` (the built-in models), ``_training``
 (:func:`train`: whole epochs with a config), ``_tuning`` (a training run that tunes
-itself) and ``_allocator`` (glibc's heap held).
+itself), ``_tuned_loop`` (the same under the caller's own loop) and ``_allocator`` (glibc's heap held).
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ _EXPORTS = {
     "evaluate": "_training",
     "fit": "_training",
     "train": "_training",
+    "TunedLoop": "_tuned_loop",
     "TunedRun": "_tuning",
     "TuneLog": "_tuning",
     "TuneSpec": "_tuning",

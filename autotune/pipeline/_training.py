@@ -212,7 +212,7 @@ class TrainResult:
 def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset, *,
           epochs: int, save: str | os.PathLike | None = None,
           on_epoch: Callable[[Epoch], None] | None = None,
-          inductor_cache: str | os.PathLike | None = None, tune: TuneSpec | None = None,
+          inductor_cache: str | os.PathLike | None = None, tune: TuneSpec | bool | None = None,
           on_line: Callable[[str], None] | None = None,
           on_window: Callable[[WindowEvent, TuneLog], None] | None = None) -> TrainResult:
     """Trains with every knob of ``config`` (a ``TrialConfig``, or a file written by
@@ -222,13 +222,13 @@ def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset
     weights are kept and, with ``save``, written there (``torch.save``). A compiled
     config reuses the kernels its search compiled: ``inductor_cache`` (default the
     studies folder's, :func:`autotune.files.inductor_cache_dir`), unless
-    ``TORCHINDUCTOR_CACHE_DIR`` is set. With ``tune`` (:class:`TuneSpec`) the run tunes
-    itself (:mod:`autotune.pipeline._tuning`; ``on_line`` hears what it decides and
-    ``on_window`` each window it trains), its winner the config."""
+    ``TORCHINDUCTOR_CACHE_DIR`` is set. With ``tune`` (:class:`TuneSpec`, or True) the
+    run tunes itself (:mod:`autotune.pipeline._tuning`; ``on_line`` hears what it
+    decides, ``on_window`` each window it trains), its winner the config."""
+    tune = TuneSpec() if tune is True else tune or None
     cache_dir = inductor_cache if inductor_cache is not None else inductor_cache_dir(STUDIES_DIR)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache_dir).resolve()))
-    if not isinstance(config, TrialConfig):
-        config = load_config(config)
+    config = config if isinstance(config, TrialConfig) else load_config(config)
     check_config(config)
     prepared = dataset.prepare() if hasattr(dataset, "prepare") else dataset
     check_dataset(config, prepared)

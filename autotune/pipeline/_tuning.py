@@ -24,12 +24,14 @@ rest of the run trains on the winner.
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Generator, Iterator
 
 import torch
+from torch import Tensor
 from torch.utils.data import Sampler
 
 from autotune.config import TrialConfig, short
@@ -187,8 +189,14 @@ class _Window:
     seeds: int = 0  # trained: the window's first ``seeds`` positions
     rate: float = 0.0  # seeds per second, after the window's first step
     seconds: float = 0.0
-    loss: float = 0.0
+    loss: float | None = None  # the last step's, where its caller said
     error: BaseException | None = None  # what stopped it early (an Exception)
+
+    def add(self, other: _Window) -> None:
+        """Counts ``other``'s steps, seeds and seconds in this one; its loss is last."""
+        self.steps, self.seeds = self.steps + other.steps, self.seeds + other.seeds
+        self.seconds += other.seconds
+        self.loss = other.loss if other.loss is not None else self.loss
 
 
 @dataclass(frozen=True)
@@ -207,76 +215,66 @@ class WindowEvent:
     seeds: int
     seconds: float
     rate: float
-    loss: float
+    loss: float | None
     error: str | None = None
-
-
-def _train_window(pipe: Pipeline, order: SeedOrder, positions: list[int]) -> _Window:
-    """Trains ``pipe`` on ``positions`` (in order) until they are spent, or a step
-    fails. The window's first step is trained but not timed: the loader's first
-    batch (its workers starting, or refilling their queue)."""
-    order.positions = positions
-    sync = device_sync(pipe.device)
-    out, timed_seeds, loss = _Window(), 0, torch.zeros(())
-    sync()
-    started = t0 = time.perf_counter()
-    try:
-        for batch in pipe.loader:
-            loss = pipe.train_step(batch)
-            seeds = pipe.task.seeds(batch)
-            out.steps, out.seeds = out.steps + 1, out.seeds + seeds
-            if out.steps == 1:
-                sync()
-                t0 = time.perf_counter()
-                continue
-            timed_seeds += seeds
-        sync()
-    except Exception as exc:  # a candidate's failure: the run goes on without it
-        out.error = exc
-    now = time.perf_counter()
-    out.seconds, out.loss = now - started, float(loss)
-    out.rate = timed_seeds / (now - t0) if timed_seeds and now > t0 else 0.0
-    return out
 
 
 class _IncumbentFailed(Exception):
     """The incumbent's own window failed: the run fails, as an untuned one would."""
 
 
+class Step:
+    """The step a caller trains on a batch of :meth:`TunedRun.batches`, inside
+    :meth:`TunedRun.step`; ``loss`` (optional) is what the window records as its loss."""
+
+    loss: Tensor | float | None = None
+
+
 class TunedRun:
-    """A training run that tunes itself: :meth:`epoch` trains one epoch (every
-    training seed once) in windows, trying candidates while exploring; ``pipe`` is
-    the incumbent's pipeline, ``log`` what it did. ``close()`` ends every loader."""
+    """A training run that tunes itself. :meth:`batches` yields one epoch's batches
+    (every training seed once) in windows, trying candidates while exploring, and the
+    caller trains each inside :meth:`step`, with :attr:`current`'s model and autocast
+    (:meth:`epoch` does so with the pipeline's own step); ``pipe`` is the incumbent's
+    pipeline, ``log`` what the run did. ``close()`` ends every loader."""
 
     def __init__(self, config: TrialConfig, data, spec: TuneSpec, *, epochs: int,
                  num_classes: int | None = None, cache_file=None,
                  on_line: Callable[[str], None] | None = None,
                  queue: list[tuple[str, TrialConfig]] | None = None,
-                 on_window: Callable[[WindowEvent, TuneLog], None] | None = None) -> None:
+                 on_window: Callable[[WindowEvent, TuneLog], None] | None = None,
+                 model: torch.nn.Module | None = None,
+                 optimizer: torch.optim.Optimizer | None = None) -> None:
         self.data, self.spec, self.num_classes, self.cache_file = data, spec, num_classes, \
             cache_file
         self.on_line = on_line or (lambda line: None)
         self.on_window = on_window or (lambda event, log: None)
         self._epoch = 0
         self.order = SeedOrder()
-        self.pipe = self._build(config, None)
+        state = torch.get_rng_state()
+        self.pipe = build(config, data, model, num_classes=num_classes, cache_file=cache_file,
+                          order=self.order, optimizer=optimizer)
+        if optimizer is not None:  # the caller's training: its random state stays its own
+            torch.set_rng_state(state)
+        self.current = self.pipe  # the pipeline whose batch :meth:`batches` yielded last
         self.seeds = len(self.pipe.loader.dataset)
         per_epoch = -(-self.seeds // config.batch_size)
         self.explore_steps_left = spec.share * epochs * per_epoch
         self.queue = candidates(config, spec) if queue is None else list(queue)
         self.log = TuneLog(start=config, final=config)
         self.steps = 0
+        self.totals = _Window()  # the last epoch's steps, seeds, seconds and loss
         self._unfinished: Tried | None = None  # a candidate the last epoch's end cut short
+        self._failure: Exception | None = None  # what a candidate's step raised
+        self._loss: float | None = None  # the last step's, where its caller said
 
-    def _build(self, config: TrialConfig, base: Pipeline | None) -> Pipeline:
-        """A pipeline of ``config`` around ``base``'s model and optimizer (None: its
-        own, seeded); the random state stays where the run had it."""
+    def _build(self, config: TrialConfig) -> Pipeline:
+        """A pipeline of ``config`` around the incumbent's model and optimizer; the
+        random state stays where the run had it."""
         state = torch.get_rng_state()
-        pipe = build(config, self.data, None if base is None else base.eager_model,
-                     num_classes=self.num_classes, cache_file=self.cache_file,
-                     order=self.order, optimizer=None if base is None else base.optimizer)
-        if base is not None:
-            torch.set_rng_state(state)
+        pipe = build(config, self.data, self.pipe.eager_model, num_classes=self.num_classes,
+                     cache_file=self.cache_file, order=self.order,
+                     optimizer=self.pipe.optimizer)
+        torch.set_rng_state(state)
         return pipe
 
     @property
@@ -284,33 +282,56 @@ class TunedRun:
         return bool(self.queue) and self.explore_steps_left > 0
 
     def epoch(self, number: int) -> tuple[int, int, float, float]:
-        """One epoch: (steps, seeds, training seconds, last loss). Its seeds' order
-        comes from the config's seed and the epoch's number."""
-        self._epoch = number
+        """One epoch trained with the pipelines' own step: (steps, seeds, training
+        seconds, last loss)."""
+        for batch in self.batches(number):
+            with self.step() as step:
+                step.loss = self.current.train_step(batch)
+        totals = self.totals
+        return totals.steps, totals.seeds, totals.seconds, totals.loss or 0.0
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[Step]:
+        """Around the caller's step on the batch :meth:`batches` yielded last. Where a
+        candidate's batch it was, what the step raises is that candidate's failure: it
+        is recorded and dropped, and the batch's seeds train again on the incumbent.
+        The incumbent's step raises as an untuned run's would."""
+        step = Step()
+        try:
+            yield step
+        except Exception as exc:
+            if self.current is self.pipe:
+                raise
+            self._failure = exc
+        if step.loss is not None:
+            self._loss = float(step.loss)
+
+    def batches(self, number: int) -> Iterator:
+        """Epoch ``number``'s batches, each on its device: every training seed once, in
+        an order drawn from the config's seed and the epoch's number. A window's time
+        spans its caller's steps; :attr:`totals` holds the epoch's."""
+        self._epoch, self.totals = number, _Window()
         generator = torch.Generator().manual_seed(self.log.start.seed * 1_000_003 + number)
         pending = torch.randperm(self.seeds, generator=generator).tolist()
-        steps = seeds = 0
-        seconds = loss = 0.0
         while pending:
             if self.exploring:
-                window = self._try_next(pending)
+                window = yield from self._try_next(pending)
             else:
-                window = self._window(self.pipe, pending, len(pending))
+                window = yield from self._window(self.pipe, pending, len(pending))
                 if window.error is not None:
                     raise window.error
             pending = pending[window.seeds:]
-            steps, seeds = steps + window.steps, seeds + window.seeds
-            seconds, loss = seconds + window.seconds, window.loss or loss
+            self.totals.add(window)
             if self.log.settled_step is None and not self.exploring:
                 self._settle(number)
-        return steps, seeds, seconds, loss
 
     def _window(self, pipe: Pipeline, pending: list[int], steps: int,
-                change: str | None = None) -> _Window:
-        """Trains ``pipe`` (a candidate's, ``change`` says which) on the next ``steps``
-        batches of ``pending``; :attr:`on_window` hears it."""
+                change: str | None = None) -> Generator[Any, None, _Window]:
+        """Yields ``pipe``'s batches (a candidate's, ``change`` says which) of the next
+        ``steps`` batches of ``pending``; :attr:`on_window` hears the window."""
+        self.current, window = pipe, _Window()
         with pipe.activate():
-            window = _train_window(pipe, self.order, pending[:steps * pipe.config.batch_size])
+            yield from self._timed(pipe, pending[:steps * pipe.config.batch_size], window)
         key = short(pipe.config.to_dict())
         self.log.steps_by_config[key] = self.log.steps_by_config.get(key, 0) + window.steps
         error = None if window.error is None else \
@@ -321,19 +342,50 @@ class TunedRun:
         self.steps += window.steps
         return window
 
-    def _try_next(self, pending: list[int]) -> _Window:
-        """The next candidate, paired with the incumbent's windows around each of its
-        own, until a verdict (:meth:`_verdict`, or failed); what they trained, in order."""
-        tried = self._next()
-        config, total, rest = tried.config, _Window(), pending
+    def _timed(self, pipe: Pipeline, positions: list[int], out: _Window) -> Iterator:
+        """Yields ``pipe``'s batches of ``positions`` (in order) until they are spent, or
+        a batch or its step fails; fills ``out``. The window's first step is trained but
+        not timed: the loader's first batch (its workers starting, or refilling their
+        queue)."""
+        self.order.positions, self._failure, self._loss = positions, None, None
+        sync = device_sync(pipe.device)
+        timed_seeds = 0
+        sync()
+        started = t0 = time.perf_counter()
+        try:
+            for batch in pipe.loader:
+                seeds = pipe.task.seeds(batch)
+                if not pipe.config.gpu_sampling:  # GPU-resident batches are built there
+                    batch = batch.to(pipe.device, non_blocking=True)
+                yield batch
+                if self._failure is not None:
+                    raise self._failure
+                out.steps, out.seeds = out.steps + 1, out.seeds + seeds
+                if out.steps == 1:
+                    sync()
+                    t0 = time.perf_counter()
+                    continue
+                timed_seeds += seeds
+            sync()
+        except Exception as exc:  # a candidate's failure: the run goes on without it
+            out.error = exc
+        now = time.perf_counter()
+        out.seconds, out.loss = now - started, self._loss
+        out.rate = timed_seeds / (now - t0) if timed_seeds and now > t0 else 0.0
 
-        def train(pipe: Pipeline) -> _Window:
+    def _try_next(self, pending: list[int]) -> Generator[Any, None, _Window]:
+        """Yields the batches of the next candidate, paired with the incumbent's
+        windows around each of its own, until a verdict (:meth:`_verdict`, or failed);
+        returns what they trained, in all."""
+        tried = self._next()
+        total, rest = _Window(), pending
+
+        def train(pipe: Pipeline) -> Generator[Any, None, _Window]:
             nonlocal rest
-            window = self._window(pipe, rest, self.spec.window_steps,
-                                  None if pipe is self.pipe else tried.change)
+            window = yield from self._window(pipe, rest, self.spec.window_steps,
+                                             None if pipe is self.pipe else tried.change)
             rest = rest[window.seeds:]
-            total.steps, total.seeds = total.steps + window.steps, total.seeds + window.seeds
-            total.seconds, total.loss = total.seconds + window.seconds, window.loss or total.loss
+            total.add(window)
             if window.error is not None and pipe is self.pipe:
                 raise _IncumbentFailed() from window.error
             if window.error is not None:
@@ -342,15 +394,15 @@ class TunedRun:
 
         started, candidate = time.perf_counter(), None
         try:
-            before = train(self.pipe).rate
-            candidate = self._build(config, self.pipe)
+            before = (yield from train(self.pipe)).rate
+            candidate = self._build(tried.config)
             while not tried.verdict and rest:
-                own = train(candidate)
+                own = yield from train(candidate)
                 tried.steps, tried.seconds = tried.steps + own.steps, tried.seconds + own.seconds
                 self.explore_steps_left -= own.steps
                 if not own.rate:  # one step only (the epoch's last): nothing timed
                     break
-                after = train(self.pipe).rate if rest else before
+                after = (yield from train(self.pipe)).rate if rest else before
                 tried.ratios.append(own.rate / ((before + after) / 2) if before + after else 0.0)
                 tried.verdict, before = self._verdict(tried), after
         except _IncumbentFailed as failed:
@@ -360,17 +412,23 @@ class TunedRun:
         except Exception as exc:  # out of memory, a dead worker, a compile error
             tried.verdict, tried.reason = "failed", f"{type(exc).__name__}: {exc}"[:300]
         self.log.explore_s += time.perf_counter() - started
+        self._conclude(tried, candidate)
+        return total
+
+    def _conclude(self, tried: Tried, candidate: Pipeline | None) -> None:
+        """A kept candidate becomes the incumbent, another is closed; one without a
+        verdict (the epoch's seeds ran out first) goes on in the next epoch, its pairs
+        kept."""
         if tried.verdict == "kept":
             self._adopt(candidate)
         elif candidate is not None:
             candidate.close()
         if tried.verdict:
             self.on_line(tried.line())
-        else:  # the epoch's seeds ran out first: it goes on in the next, its pairs kept
+        else:
             self.log.tried.remove(tried)
-            self.queue.insert(0, (tried.change, config))
+            self.queue.insert(0, (tried.change, tried.config))
             self._unfinished = tried
-        return total
 
     def _next(self) -> Tried:
         """The next candidate, as a new entry of the log, or the one the last epoch's

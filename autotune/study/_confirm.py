@@ -438,7 +438,7 @@ def _measure_round(opts: SearchOptions, study: optuna.Study, server: ForkServer,
     """Measures ``of``'s config for ``round_`` and stores it; a measurement left
     disturbed is measured again (:data:`DISTURBED_AGAIN` times) where the budget still
     holds ``again_s``."""
-    config = TrialConfig.from_dict(TrialRecord.from_frozen(of).config)
+    config = TrialRecord.from_frozen(of).config
     for again in range(DISTURBED_AGAIN + 1):
         if again and (rest := left()) is not None and rest < again_s:
             return  # no time to measure a disturbed round again: it is left out

@@ -169,7 +169,7 @@ def reference_row(trials: list[TrialRecord], baseline_no: int | None) -> FrontRo
     throughput, memory = (c.throughput, c.memory_mib) if c else (base.throughput,
                                                                 base.memory_mib)
     return FrontRow(base.number, throughput, memory, 1.0, 1.0, base.val_metric,
-                    [f"baseline (reference), {why}"], base.config or {},
+                    [f"baseline (reference), {why}"], base.config.to_dict() if base.config else {},
                     c.throughput_interval if c else base.precision, 0.0, None,
                     c.to_dict() if c else None)
 
@@ -192,11 +192,11 @@ def candidate_points(trials: list[TrialRecord], figures: dict[int, Confirmed],
 
 def eager_twin_trial(trial: TrialRecord, trials: list[TrialRecord]) -> TrialRecord | None:
     """The completed trial that measured ``trial``'s config without compile."""
-    if not trial.config or trial.config.get("compile_mode", "none") == "none":
+    if not trial.config or trial.config.compile_mode == "none":
         return None
-    key = twin_of(TrialConfig.from_dict(trial.config)).key()
+    key = twin_of(trial.config).key()
     return next((t for t in trials if t.complete and t.config and t.throughput and
-                 TrialConfig.from_dict(t.config).key() == key), None)
+                 t.config.key() == key), None)
 
 
 def payback_epochs(trial: TrialRecord, trials: list[TrialRecord],
@@ -262,7 +262,7 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
     chosen = pick(candidates, how, s.budget_mib, limit,
                   holding(figures, s.confirm_within, s.baseline))
     t, c = trials[chosen.number], figures.get(chosen.number)
-    config = TrialConfig.from_dict(t.config)
+    config = t.config
     measured = {"trial": t.number, "measured_in_trial": t.reused_from if t.reused_from
                 is not None else t.number, s.task.throughput_key: chosen.throughput,
                 "throughput": chosen.throughput, "unit": s.task.unit,

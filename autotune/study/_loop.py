@@ -485,7 +485,7 @@ def _enqueue_priors(opts: SearchOptions, study: optuna.Study, baseline: TrialCon
     if not opts.priors or study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         return
     best = rec.fastest_fitting(rec.records(study), opts.budget_mib)
-    gpu_wins = best is not None and bool((best.config or {}).get("gpu_sampling"))
+    gpu_wins = best is not None and best.config is not None and best.config.gpu_sampling
     for name, config in prior_configs(baseline, opts.space, machine_facts(opts.device)):
         if name not in done and not (gpu_wins and not config.gpu_sampling):
             _queue(opts, study, params_for(config, opts.space), role="prior", prior=name)

@@ -52,7 +52,7 @@ def progress_line(n: int, total: int, record, elapsed: float, eta: float,
         where = "[control]"
     elif record.confirm is not None:
         where = f"[round {record.confirm['round'] + 1}] of #{record.confirm['of']}"
-    return (f"{where} #{record.number:<3} {short(record.config or {}):<52} "
+    return (f"{where} #{record.number:<3} {short(record.config) if record.config else '':<52} "
             f"{figures} | {_status(record)}{_split(record)} | {clock(elapsed)} "
             f"ETA {clock(eta)}")
 

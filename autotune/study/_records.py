@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from autotune.config import renamed_knobs, short
+from autotune.config import TrialConfig, renamed_knobs, short
 from autotune.specs import CONFIRM_PRECISION
 from autotune.study._pareto import Point
 from autotune.taskinfo import TaskInfo, task_info
@@ -120,7 +120,7 @@ class TrialRecord:
     number: int
     state: str = "running"  # complete, fail, running, waiting, pruned
     values: tuple[float, ...] | None = None
-    config: dict[str, Any] | None = None
+    config: TrialConfig | None = None
     status: str | None = None
     role: str = "searched"  # one of ROLES
     reused_from: int | None = None
@@ -172,6 +172,9 @@ class TrialRecord:
         for key in (WARNINGS, STEP_TIMES, MEASURED_AT):
             if kwargs.get(key) is not None:
                 kwargs[key] = tuple(kwargs[key])
+        if kwargs.get(CONFIG) is not None:
+            kwargs[CONFIG] = TrialConfig.from_dict(kwargs[CONFIG],
+                                                   source=f"trial {trial.number}'s config")
         return cls(number=trial.number, state=trial.state.name.lower(),
                    values=tuple(trial.values) if trial.values else None, **kwargs)
 
@@ -188,7 +191,7 @@ class TrialRecord:
                             step_times_s=result.step_times_s)
         else:
             measured = dict(fail_reason=result.reason, stderr_tail=result.stderr_tail or "")
-        return cls(number=number, status=result.status, config=result.config.to_dict(),
+        return cls(number=number, status=result.status, config=result.config,
                    **measured, **where)
 
     def to_attrs(self) -> dict[str, Any]:
@@ -201,7 +204,7 @@ class TrialRecord:
             value = getattr(self, f.name)
             if f.name in ("number", "state", "values") or value == getattr(empty, f.name):
                 continue
-            if f.name in PARTS:
+            if f.name in PARTS or isinstance(value, TrialConfig):
                 value = value.to_dict()
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
@@ -349,7 +352,8 @@ class TrialRecord:
     def point(self) -> Point:
         assert self.values, f"trial {self.number} has no objectives"
         return Point(number=self.number, throughput=self.values[0],
-                     memory_mib=self.values[1], config=self.config or {},
+                     memory_mib=self.values[1],
+                     config=self.config.to_dict() if self.config else {},
                      feasible=self.feasible, val_metric=self.val_metric,
                      metric_objective=len(self.values) > 2, baseline=self.baseline,
                      eager=self.eager)
@@ -372,7 +376,7 @@ def stored(**fields: Any) -> dict[str, Any]:
     for name, value in fields.items():
         if value == _EMPTY_FIELDS[name]:
             continue
-        if name in PARTS:
+        if name in PARTS or isinstance(value, TrialConfig):
             value = value.to_dict()
         out[name] = list(value) if isinstance(value, tuple) else value
     return out
