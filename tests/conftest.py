@@ -41,8 +41,7 @@ def pytest_xdist_auto_num_workers(config):
 # (the tests that train in-process, at one thread), in the commands it runs in-process
 # and in every process it starts (OMP_NUM_THREADS: trials, fork servers, commands).
 # Two workers on two cores with two OpenMP threads each fight for them: each thread
-# spins for the other's core between parallel regions (two link trainings side by side
-# took 24-34 s with two threads each and 12 s with one, on a 2-core EPYC).
+# spins for the other's core between parallel regions (docs/layout.md#tests: measured).
 _helpers.FRESH_THREADS = torch.get_num_threads()  # what an in-process command runs with
 if "PYTEST_XDIST_WORKER" in os.environ:
     share = max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
