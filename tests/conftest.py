@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import collections
 import os
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +29,17 @@ def cora_root() -> str:
 # chosen before anything imports triton (triton.language builds its helpers then).
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_configure(config):
+    """Where Python writes no bytecode (PYTHONDONTWRITEBYTECODE, as on the CI machines),
+    every process the suite starts (fork servers, commands, trials) would compile
+    autotune's modules from source again: about half a second each. The controller
+    compiles them once, before the workers start; Python still reads what exists."""
+    if sys.dont_write_bytecode and "PYTEST_XDIST_WORKER" not in os.environ:
+        import compileall
+
+        compileall.compile_dir(Path(__file__).resolve().parents[1] / "autotune", quiet=1)
 
 
 def pytest_xdist_auto_num_workers(config):
