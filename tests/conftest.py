@@ -83,33 +83,68 @@ def _machine_share(request):
     one shuts the "gate", so that no new test comes in, and waits for the room to
     empty (LOCK_EX). A module fixture runs before the lock is taken: one whose
     measurements its tests assert on takes the machine itself (:func:`alone`)."""
-    exclusive = request.node.get_closest_marker("exclusive") is not None
-    with _share(exclusive):
+    node = request.node
+    with _share(_exclusive(node), keep=node.stash.get(_NEXT_EXCLUSIVE, False)):
         yield
 
 
+def _exclusive(item) -> bool:
+    return item is not None and item.get_closest_marker("exclusive") is not None
+
+
+_NEXT_EXCLUSIVE = pytest.StashKey[bool]()
+_KEPT: list[int] = []  # the room and gate an exclusive test kept for the next one
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """An exclusive test whose worker runs another next keeps the machine for it, so
+    that the next does not wait again for another worker's test to end (each such wait
+    lasts one of that worker's tests); once a test has ended and the next is not
+    exclusive (or skipped before its fixtures), the machine is given back."""
+    item.stash[_NEXT_EXCLUSIVE] = _exclusive(item) and _exclusive(nextitem)
+    yield
+    if _KEPT and not _exclusive(nextitem):
+        _give_back(_KEPT)
+
+
+def _give_back(held: list[int]) -> None:
+    while held:
+        os.close(held.pop(0))  # closing the file drops this process's locks on it
+
+
 @contextmanager
-def _share(exclusive: bool):
+def _share(exclusive: bool, keep: bool = False):
     import fcntl
 
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if run is None:  # a serial run: every test runs alone anyway
         yield
         return
-    base = Path(tempfile.gettempdir()) / f"autotune-tests-{run}"
-    # POSIX record locks (lockf), not flock: a process forked during a test (a loader
-    # worker outliving it) does not inherit them, so it cannot hold the room shut
-    gate = os.open(f"{base}.gate", os.O_RDWR | os.O_CREAT, 0o600)
-    room = os.open(f"{base}.room", os.O_RDWR | os.O_CREAT, 0o600)
+    if exclusive and _KEPT:  # kept for this test by the exclusive test before it
+        held, _KEPT[:] = list(_KEPT), []
+    else:
+        base = Path(tempfile.gettempdir()) / f"autotune-tests-{run}"
+        # POSIX record locks (lockf), not flock: a process forked during a test (a
+        # loader worker outliving it) does not inherit them, so it cannot hold the room
+        room = os.open(f"{base}.room", os.O_RDWR | os.O_CREAT, 0o600)
+        gate = os.open(f"{base}.gate", os.O_RDWR | os.O_CREAT, 0o600)
+        held = [room, gate]
+        try:
+            fcntl.lockf(gate, fcntl.LOCK_EX)
+            fcntl.lockf(room, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            if not exclusive:
+                fcntl.lockf(gate, fcntl.LOCK_UN)
+        except BaseException:
+            _give_back(held)
+            raise
     try:
-        fcntl.lockf(gate, fcntl.LOCK_EX)
-        fcntl.lockf(room, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        if not exclusive:
-            fcntl.lockf(gate, fcntl.LOCK_UN)
         yield
     finally:
-        os.close(room)  # closing the file drops this process's locks on it
-        os.close(gate)
+        if keep:
+            _KEPT[:] = held
+        else:
+            _give_back(held)
 
 
 @pytest.fixture(scope="session")
