@@ -265,7 +265,7 @@ class TunedRun:
         self.totals = _Window()  # the last epoch's steps, seeds, seconds and loss
         self._unfinished: Tried | None = None  # a candidate the last epoch's end cut short
         self._failure: Exception | None = None  # what a candidate's step raised
-        self._loss: float | None = None  # the last step's, where its caller said
+        self._loss: Tensor | float | None = None  # the last step's, where its caller said
 
     def _build(self, config: TrialConfig) -> Pipeline:
         """A pipeline of ``config`` around the incumbent's model and optimizer; the
@@ -304,7 +304,7 @@ class TunedRun:
                 raise
             self._failure = exc
         if step.loss is not None:
-            self._loss = float(step.loss)
+            self._loss = step.loss  # read at the window's end: no host sync a step
 
     def batches(self, number: int) -> Iterator:
         """Epoch ``number``'s batches, each on its device: every training seed once, in
@@ -370,7 +370,7 @@ class TunedRun:
         except Exception as exc:  # a candidate's failure: the run goes on without it
             out.error = exc
         now = time.perf_counter()
-        out.seconds, out.loss = now - started, self._loss
+        out.seconds, out.loss = now - started, None if self._loss is None else float(self._loss)
         out.rate = timed_seeds / (now - t0) if timed_seeds and now > t0 else 0.0
 
     def _try_next(self, pending: list[int]) -> Generator[Any, None, _Window]:
