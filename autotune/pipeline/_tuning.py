@@ -250,11 +250,7 @@ class TunedRun:
         self.on_window = on_window or (lambda event, log: None)
         self._epoch = 0
         self.order = SeedOrder()
-        state = torch.get_rng_state()
-        self.pipe = build(config, data, model, num_classes=num_classes, cache_file=cache_file,
-                          order=self.order, optimizer=optimizer)
-        if optimizer is not None:  # the caller's training: its random state stays its own
-            torch.set_rng_state(state)
+        self.pipe = self._build(config, model, optimizer)
         self.current = self.pipe  # the pipeline whose batch :meth:`batches` yielded last
         self.seeds = len(self.pipe.loader.dataset)
         per_epoch = -(-self.seeds // config.batch_size)
@@ -267,14 +263,15 @@ class TunedRun:
         self._failure: Exception | None = None  # what a candidate's step raised
         self._loss: Tensor | float | None = None  # the last step's, where its caller said
 
-    def _build(self, config: TrialConfig) -> Pipeline:
-        """A pipeline of ``config`` around the incumbent's model and optimizer; the
-        random state stays where the run had it."""
+    def _build(self, config: TrialConfig, model: torch.nn.Module | None,
+               optimizer: torch.optim.Optimizer | None) -> Pipeline:
+        """A pipeline of ``config`` around ``model`` and ``optimizer`` (None: its own,
+        seeded); around a training's optimizer, the random state stays where it was."""
         state = torch.get_rng_state()
-        pipe = build(config, self.data, self.pipe.eager_model, num_classes=self.num_classes,
-                     cache_file=self.cache_file, order=self.order,
-                     optimizer=self.pipe.optimizer)
-        torch.set_rng_state(state)
+        pipe = build(config, self.data, model, num_classes=self.num_classes,
+                     cache_file=self.cache_file, order=self.order, optimizer=optimizer)
+        if optimizer is not None:
+            torch.set_rng_state(state)
         return pipe
 
     @property
@@ -395,7 +392,7 @@ class TunedRun:
         started, candidate = time.perf_counter(), None
         try:
             before = (yield from train(self.pipe)).rate
-            candidate = self._build(tried.config)
+            candidate = self._build(tried.config, self.pipe.eager_model, self.pipe.optimizer)
             while not tried.verdict and rest:
                 own = yield from train(candidate)
                 tried.steps, tried.seconds = tried.steps + own.steps, tried.seconds + own.seconds
