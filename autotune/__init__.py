@@ -30,6 +30,7 @@ _EXPORTS = {
     "StudyRecord": "study",
     "train": "pipeline",
     "TrainResult": "pipeline",
+    "TrainingInterrupted": "pipeline",
     "TunedLoop": "pipeline",
     "TuneSpec": "pipeline",
     "TaskInfo": "taskinfo",
@@ -66,7 +67,7 @@ if TYPE_CHECKING:
         search
     from autotune.study import StudyRecord, TrialRecord
     from autotune.taskinfo import TaskInfo
-    from autotune.pipeline import TrainResult, TunedLoop, TuneSpec, train
+    from autotune.pipeline import TrainingInterrupted, TrainResult, TunedLoop, TuneSpec, train
     from autotune.study import load_study
     from autotune.specs import MeasureSpec, TrialLimits
     from autotune.pipeline import Pipeline, build

@@ -15,9 +15,11 @@ from _helpers import cli, trial_processes
 
 from autotune.study._records import TrialRecord
 
+# Every trial after the baseline a config of its own (the sampler, seeded by --seed,
+# proposes no repeat before the trial after the faults): each takes one fault.
 FAULT_SPACE = """knobs:
-  batch_size: {choices: [64, 128]}
-  num_neighbors: {choices: [[5, 5]]}
+  batch_size: {choices: [48, 64, 80, 96, 112, 128, 144, 160]}
+  num_neighbors: {choices: [[5, 5], [4, 4], [3, 3], [6, 2]]}
   num_workers: 1
   compile_mode: none
   amp_dtype: float32
@@ -32,6 +34,15 @@ FAST = ["--dataset", "synthetic", "--scale", "0.004", "--warmup", "1",
 # torch reports a dead loader worker in one of four ways, depending on what it sees first
 DEAD_WORKER = (r"DataLoader worker \(pid(\(s\))? [\d, ]+\) (is killed|exited unexpectedly)"
                r"|(ConnectionResetError|EOFError).*a loader worker died")
+# (fault, status, fail_reason): in one study, the fault of index i hits trial i + 1
+FAULTS = [
+    ("raise", "error", r"injected fault at step 1"),
+    ("segfault", "crash", r"SIGSEGV"),
+    ("hang", "timeout", r"timeout"),
+    ("loader-hang", "timeout", r"timeout"),
+    ("loader-kill", "error", DEAD_WORKER),
+    ("alloc", "oom", r"exceeded --memory-limit 2\.0 GiB"),
+]
 
 
 def _cli(*args, env=None, **kwargs):
@@ -57,54 +68,49 @@ def _fault_args(data, studies, space):
 
 
 @pytest.fixture(scope="module")
-def stored(tmp_path_factory):
-    """A study whose trial 0 is stored, made once: each fault runs on a copy of it."""
-    tmp = tmp_path_factory.mktemp("stored")
+def faulted(tmp_path_factory):
+    """One study: its baseline stored first, then a search whose trials 1..6 each take
+    one of FAULTS (at step 1, the window's first: step 0 is the warm-up, before the
+    loader's workers exist; under load a 0.5 s window once ran one step only, so a
+    fault at step 2 never fired) and whose trial 7 runs clean. Returns the study, the
+    baseline's snapshot before the faults, and the studies folder."""
+    tmp = tmp_path_factory.mktemp("faulted")
     (tmp / "space.yaml").write_text(FAULT_SPACE)
-    first = _cli(*_fault_args(tmp / "data", tmp / "studies", tmp / "space.yaml"),
-                 "--n-trials", "1", "--trial-timeout", TRIAL_TIMEOUT)
+    args = [*_fault_args(tmp / "data", tmp / "studies", tmp / "space.yaml"),
+            "--trial-timeout", TRIAL_TIMEOUT, "--memory-limit", "2GiB"]
+    first = _cli(*args, "--n-trials", "1")
     assert first.returncode == 0, first.stderr
-    return tmp / "studies", tmp / "data", tmp / "space.yaml"
+    before = _snapshot(_study(tmp, "f"))
+    faults = ",".join(f"{fault}:1@{i + 1}" for i, (fault, _, _) in enumerate(FAULTS))
+    proc = _cli(*args, "--n-trials", str(len(FAULTS) + 2), env={"AUTOTUNE_TEST_FAULT": faults})
+    assert proc.returncode == 0, proc.stderr
+    return _study(tmp, "f"), before, tmp / "studies"
+
+
+@pytest.mark.slow
+def test_a_study_goes_on_past_every_fault_and_keeps_what_was_stored(faulted):
+    study, before, folder = faulted
+    counted = [TrialRecord.from_frozen(t).counts for t in study.trials]
+    assert sum(counted) == len(FAULTS) + 2, "the search must go on to its budget"
+    assert _snapshot(study)[:1] == before, "a trial stored before the faults changed"
+    configs = [str(t.user_attrs.get("config")) for t in study.trials[:len(FAULTS) + 1]]
+    assert len(set(configs)) == len(configs), "a fault's trial was a repeat"
+    assert study.trials[-1].state.name == "COMPLETE", "the trial after the faults ran"
+    assert not _survivors(folder), "a trial process survived"
 
 
 @pytest.mark.slow
 @pytest.mark.fault
-@pytest.mark.parametrize("fault, status, reason", [
-    ("raise", "error", r"injected fault at step 1"),
-    ("segfault", "crash", r"SIGSEGV"),
-    ("hang", "timeout", r"timeout"),
-    ("loader-hang", "timeout", r"timeout"),
-    ("loader-kill", "error", DEAD_WORKER),
-    ("alloc", "oom", r"exceeded --memory-limit 2\.0 GiB"),
-    pytest.param("cuda-oom", "oom", r"OutOfMemoryError", marks=pytest.mark.cuda),
-])
-def test_fault_in_a_study_becomes_a_failed_trial(tmp_path, stored, fault, status, reason):
-    import re
-    import shutil
+@pytest.mark.parametrize("number, fault, status, reason",
+                         [(i + 1, *f) for i, f in enumerate(FAULTS)],
+                         ids=[f[0] for f in FAULTS])
+def test_fault_in_a_study_becomes_a_failed_trial(faulted, number, fault, status, reason):
+    _assert_failed(faulted[0].trials[number], fault, status, reason)
 
-    folder, data, space = stored  # a study holding trial 0, stored before the fault
-    device = ["--device", "cuda"] if fault == "cuda-oom" else []
-    # A CUDA process holds ~2.4 GiB of host memory before it trains (the CUDA runtime
-    # and its kernels): a 2 GiB host limit would fire before the CUDA OOM under test.
-    # Its first trial also imports torch in 11-13 s on the GPU machine.
-    host_limit, timeout = ("16GiB", "120") if fault == "cuda-oom" else ("2GiB", TRIAL_TIMEOUT)
-    args = [*_fault_args(data, tmp_path / "studies", space), *device, "--trial-timeout",
-            timeout, "--memory-limit", host_limit]
-    if device:  # a CUDA study of its own
-        assert _cli(*args, "--n-trials", "1").returncode == 0
-    else:
-        shutil.copytree(folder, tmp_path / "studies")
-    before = _snapshot(_study(tmp_path, "f"))
-    # at step 1, the window's first (step 0 is the warm-up, before the loader's workers
-    # exist): under load a 0.5 s window once ran one step only, so a fault at step 2
-    # (the default) never fired and the trial completed
-    proc = _cli(*args, "--n-trials", "3", env={"AUTOTUNE_TEST_FAULT": f"{fault}:1@1"})
-    assert proc.returncode == 0, proc.stderr
-    study = _study(tmp_path, "f")
-    counted = [TrialRecord.from_frozen(t).counts for t in study.trials]
-    assert sum(counted) == 3, "the search must go on to its budget"
-    assert _snapshot(study)[:1] == before, "a trial stored before the fault changed"
-    hit = study.trials[1]
+
+def _assert_failed(hit, fault, status, reason):
+    import re
+
     assert "reused_from" not in hit.user_attrs, "the faulted trial must be measured"
     assert hit.state.name == "FAIL"
     assert hit.user_attrs["status"] == status
@@ -114,8 +120,24 @@ def test_fault_in_a_study_becomes_a_failed_trial(tmp_path, stored, fault, status
         assert re.search(r"Traceback|Fatal Python error|Thread", hit.user_attrs["stderr_tail"])
     if fault == "raise":
         assert "RuntimeError: injected fault" in hit.user_attrs["stderr_tail"]
-    after = study.trials[2]  # a new trial ran after the fault: measured, or a recorded repeat
-    assert after.state.name == "COMPLETE" or after.user_attrs.get("reused_from") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.fault
+@pytest.mark.cuda
+def test_cuda_oom_in_a_study_becomes_a_failed_trial(tmp_path):
+    # A CUDA process holds ~2.4 GiB of host memory before it trains (the CUDA runtime
+    # and its kernels): a 2 GiB host limit would fire before the CUDA OOM under test.
+    # Its first trial also imports torch in 11-13 s on the GPU machine.
+    (tmp_path / "space.yaml").write_text(FAULT_SPACE)
+    args = [*_fault_args(tmp_path / "data", tmp_path / "studies", tmp_path / "space.yaml"),
+            "--device", "cuda", "--trial-timeout", "120", "--memory-limit", "16GiB"]
+    assert _cli(*args, "--n-trials", "1").returncode == 0
+    proc = _cli(*args, "--n-trials", "3", env={"AUTOTUNE_TEST_FAULT": "cuda-oom:1@1"})
+    assert proc.returncode == 0, proc.stderr
+    study = _study(tmp_path, "f")
+    _assert_failed(study.trials[1], "cuda-oom", "oom", r"OutOfMemoryError")
+    assert sum(TrialRecord.from_frozen(t).counts for t in study.trials) == 3
     assert not _survivors(tmp_path / "studies"), "a trial process survived"
 
 

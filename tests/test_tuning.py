@@ -267,3 +267,98 @@ def test_a_users_own_loop_trains_every_seed_once_on_its_optimizer_through_a_fail
     assert sum(w.steps for w in windows) == taken
     assert all(w.loss is not None and w.loss == w.loss for w in windows if w.steps), windows
     assert any(w.error and "edge_index only" in w.error for w in windows), windows
+
+
+@pytest.mark.slow
+@pytest.mark.fault
+def test_ctrl_c_of_a_tuned_run_saves_its_best_epoch_and_its_windows(tmp_path):
+    """Ctrl-C mid-run: the best epoch so far is written to --save (as a finished run
+    writes it), the study keeps every window and says where the run was stopped, no
+    loader worker is left, and the command exits 130."""
+    import json
+    import signal
+    import time
+
+    import optuna
+    import yaml
+    from _helpers import cli
+
+    config = tmp_path / "cfg.yaml"
+    config.write_text(yaml.safe_dump(START.to_dict()))
+    where = ["--studies-dir", str(tmp_path / "studies")]
+    data = ["--dataset", "synthetic", "--scale", "0.004", "--root", str(tmp_path / "data")]
+    proc = cli("train", "--config", str(config), *data, "--epochs", "1000", "--tune",
+               "--tune-share", "100%", "--study-name", "run", *where,
+               "--save", str(tmp_path / "best.pt"), background=True)
+    storage = f"sqlite:///{tmp_path / 'studies' / 'run.db'}"
+    deadline, workers = time.monotonic() + 180, set()
+    while True:  # until a window of epoch 2: epoch 1 has ended and was evaluated
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"no window of epoch 2 in 180 s: {proc.communicate()}")
+        workers |= {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+        try:
+            trials = optuna.load_study(study_name="run", storage=storage).trials
+        except Exception:  # not made yet (it is, at the first window)
+            trials = []
+        if any(t.user_attrs["tuning_window"]["epoch"] >= 2 for t in trials):
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "autotune: interrupted after " in stderr and "of 1000 epochs" in stderr, stderr
+    assert f"saved to {tmp_path / 'best.pt'}" in stderr and "holds its windows" in stderr
+    state = torch.load(tmp_path / "best.pt")
+    assert any(k.endswith("weight") for k in state) and all(
+        torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
+    shown = json.loads(cli("show", "--study-name", "run", *where, "-f", "json").stdout)
+    assert shown["interrupted_step"] == sum(w["steps"] for w in shown["windows"]) > 0
+    assert "interrupted (Ctrl-C) at step" in cli("show", "--study-name", "run", *where).stdout
+    assert workers, "the run trained on loader workers"
+    left = [p for p in workers if psutil.pid_exists(p)
+            and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not left, left
+
+
+@pytest.mark.slow
+def test_a_tuned_run_learns_as_an_untuned_one_within_two_seeds_spread(cora_root, tmp_path,
+                                                                      monkeypatch):
+    """Real Cora, 12 epochs: a run that tries candidates (and may keep one) mid-run
+    stays, epoch by epoch, as near the untuned run of its seed as an untuned run of
+    another seed is, in validation accuracy and in loss: the same weights, optimizer
+    state and seeds go on through every change."""
+    from autotune.data import DatasetRef
+    from autotune.pipeline import _tuning
+    from autotune.pipeline._training import fit_tuned
+
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(_tuning, "candidates", lambda config, spec, topology=None: [])
+    dataset = DatasetRef("Cora", root=cora_root).prepare()
+    start = TrialConfig(batch_size=16, num_neighbors=(10, 10), num_workers=0,
+                        hidden_channels=64, sampling_backend="builtin")
+    epochs = 12
+
+    def run(seed: int, changes: dict[str, dict]) -> tuple[list[float], list[float], list]:
+        config = start.replace(seed=seed)
+        queue = [(label, config.replace(**change)) for label, change in changes.items()]
+        tuned = TunedRun(config, dataset.data, TuneSpec(share=1.0, window_steps=2, pairs=2),
+                         epochs=epochs, num_classes=dataset.num_classes, queue=queue)
+        try:
+            out = fit_tuned(tuned, dataset.data, epochs, evaluate_test=False)
+        finally:
+            tuned.close()
+        return [e.val_metric for e in out.epochs], [e.loss for e in out.epochs], tuned.log
+
+    changes = {"aggregation scatter -> sparse": {"aggregation": "sparse"},
+               "num_workers 0 -> 1": {"num_workers": 1}}
+    acc_a, loss_a, _ = run(0, {})
+    acc_b, loss_b, _ = run(1, {})
+    acc_t, loss_t, log = run(0, changes)
+    assert [t.change for t in log.tried] == list(changes) and all(t.steps for t in log.tried)
+    assert min(acc_a[-1], acc_b[-1], acc_t[-1]) > 0.6, (acc_a, acc_b, acc_t)  # they learn
+    for name, a, b, t in (("val accuracy", acc_a, acc_b, acc_t), ("loss", loss_a, loss_b, loss_t)):
+        seeds = [abs(x - y) for x, y in zip(a, b)]
+        tuned = [abs(x - y) for x, y in zip(a, t)]
+        assert max(tuned) <= max(seeds), (name, a, b, t)
+        assert sum(tuned) <= sum(seeds), (name, a, b, t)

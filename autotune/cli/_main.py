@@ -197,7 +197,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from autotune.data import same_dataset
-    from autotune.pipeline import check_config, train
+    from autotune.pipeline import TrainingInterrupted, check_config, train
 
     export = read_export(args.config)
     config, measured_on = export.config, export.config.device
@@ -228,17 +228,36 @@ def cmd_train(args: argparse.Namespace) -> int:
                 bar.write(f"{e.epoch:>5} {e.loss:>7.4f} {e.train_s:>8.2f} "
                           f"{e.seeds_per_s:>13,.0f} {e.val_metric:>12.4f} {e.test_metric:>12.4f}",
                           file=sys.stdout)
-        result = train(config, ref, epochs=args.epochs, save=args.save, on_epoch=row,
-                       inductor_cache=inductor_cache_dir(args.studies_dir),
-                       tune=tune, on_line=lambda line: bar.write(
-                           line, file=sys.stdout if table else sys.stderr),
-                       on_window=None if recorder is None else recorder.window)
+        try:
+            result = train(config, ref, epochs=args.epochs, save=args.save, on_epoch=row,
+                           inductor_cache=inductor_cache_dir(args.studies_dir),
+                           tune=tune, on_line=lambda line: bar.write(
+                               line, file=sys.stdout if table else sys.stderr),
+                           on_window=None if recorder is None else recorder.window)
+        except TrainingInterrupted as stop:
+            return _train_interrupted(stop, recorder, args.epochs)
     if recorder is not None:
         recorder.finish(result.tuning, dataset=result.dataset)
     blob, lines = train_summary(result, measured, epochs=args.epochs, config_path=args.config,
                                 save=args.save)
     print(emit(blob, args.format, lambda: "\n".join(lines)))
     return 0
+
+
+def _train_interrupted(stop, recorder, epochs: int) -> int:
+    """Ctrl-C (or SIGTERM) stopped ``autotune train``: one line of what it saved, the
+    tuned run's log stored where a window was; exit 130 (or 143)."""
+    if recorder is not None and recorder.started:
+        recorder.finish(stop.tuning)
+    best = stop.best
+    saved = "nothing saved: no epoch had ended" if best is None else \
+        f"the best epoch so far ({best.epoch}, val {best.val_metric:.4f})" + \
+        (f" saved to {stop.saved}" if stop.saved else " (no --save)")
+    where = f"; study {recorder.name} holds its windows" \
+        if recorder is not None and recorder.started else ""
+    print(f"autotune: interrupted after {stop.epochs} of {epochs} epochs; {saved}{where}",
+          file=sys.stderr)
+    return _interrupted_exit(stop.__cause__)
 
 
 def _run_recorder(args: argparse.Namespace, config, ref):

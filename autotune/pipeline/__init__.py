@@ -20,6 +20,7 @@ _EXPORTS = {
     "check_dataset": "_tasks",
     "TrainResult": "_training",
     "TrainSpec": "_training",
+    "TrainingInterrupted": "_training",
     "Training": "_training",
     "evaluate": "_training",
     "fit": "_training",

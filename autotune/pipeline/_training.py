@@ -219,7 +219,8 @@ def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset
     ``autotune export``) for ``epochs`` whole epochs on ``dataset`` (a
     :class:`autotune.DatasetRef`, prepared here, or a prepared dataset), evaluating
     the task's metric on validation and test after each. The best validation epoch's
-    weights are kept and, with ``save``, written there (``torch.save``). A compiled
+    weights are kept and, with ``save``, written there (``torch.save``), also when
+    Ctrl-C stops the training (:class:`TrainingInterrupted`). A compiled
     config reuses the kernels its search compiled: ``inductor_cache`` (default the
     studies folder's, :func:`autotune.files.inductor_cache_dir`), unless
     ``TORCHINDUCTOR_CACHE_DIR`` is set. With ``tune`` (:class:`TuneSpec`, or True) the
@@ -242,20 +243,55 @@ def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset
     model = pipe.eager_model  # a tuned run's candidates train this model too
 
     def keep_best(epoch: Epoch) -> None:
+        kept["epochs"] = epoch.epoch
         if "best" not in kept or epoch.val_metric > kept["best"].val_metric:
             kept["best"] = epoch
             kept["state"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
         if on_epoch is not None:
             on_epoch(epoch)
 
-    if run is not None:
-        with contextlib.closing(run):  # every loader's workers end here
-            training = fit_tuned(run, prepared.data, epochs, on_epoch=keep_best)
-        config = run.pipe.config
-    else:
-        with pipe:  # its loader workers end here, not at a later garbage collection
-            training = fit(pipe, prepared.data, TrainSpec(epochs=epochs), on_epoch=keep_best)
-    saved = None if save is None else \
-        atomic_write(save, lambda tmp: torch.save(kept["state"], tmp))
-    return TrainResult(config, training, kept["best"], kept["state"], saved,
+    try:
+        training = _epochs(run, pipe, prepared.data, epochs, keep_best)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (the CLI raises it for both)
+        raise TrainingInterrupted(kept.get("best"), _save(save, kept), kept.get("epochs", 0),
+                                  None if run is None else run.log) from exc
+    return TrainResult(config if run is None else run.pipe.config, training, kept["best"],
+                       kept["state"], _save(save, kept),
                        tuning=None if run is None else run.log, dataset=prepared.stats())
+
+
+def _epochs(run: TunedRun | None, pipe: Pipeline, data, epochs: int,
+            on_epoch: Callable[[Epoch], None]) -> Training:
+    """``epochs`` epochs of a tuned run (whose log notes where Ctrl-C stopped it), or
+    else of ``pipe``; every loader's workers end here, not at a later garbage
+    collection."""
+    if run is not None:
+        with contextlib.closing(run):
+            try:
+                return fit_tuned(run, data, epochs, on_epoch=on_epoch)
+            except KeyboardInterrupt:
+                run.log.interrupted_step = run.steps
+                raise
+    with pipe:
+        return fit(pipe, data, TrainSpec(epochs=epochs), on_epoch=on_epoch)
+
+
+def _save(save: str | os.PathLike | None, kept: dict[str, Any]) -> Path | None:
+    """The best epoch's weights written to ``save``, where asked and an epoch ended."""
+    if save is None or "state" not in kept:
+        return None
+    return atomic_write(save, lambda tmp: torch.save(kept["state"], tmp))
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM: its ``__cause__`` says which) during :func:`train`, raised
+    once the training saved what a finished one saves: the best validation epoch so
+    far (``best``, None before the first ended) with its weights written to ``saved``
+    (where ``save`` was given), the ``epochs`` that ended, and a tuned run's log
+    (``tuning``) up to the step it reached (``interrupted_step``). Its loader workers
+    have ended."""
+
+    def __init__(self, best: Epoch | None, saved: Path | None, epochs: int,
+                 tuning: TuneLog | None) -> None:
+        super().__init__("training interrupted")
+        self.best, self.saved, self.epochs, self.tuning = best, saved, epochs, tuning

@@ -102,8 +102,8 @@ class Tried:
 @dataclass
 class TuneLog:
     """What a tuned run did: every candidate tried, the step (and epoch) at which it
-    settled, the steps each config trained (by ``short(config)``), and the seconds
-    its candidates took."""
+    settled, the steps each config trained (by ``short(config)``), the seconds its
+    candidates took, and the step Ctrl-C stopped it at, if it did."""
 
     start: TrialConfig
     tried: list[Tried] = field(default_factory=list)
@@ -112,10 +112,12 @@ class TuneLog:
     steps_by_config: dict[str, int] = field(default_factory=dict)
     explore_s: float = 0.0
     final: TrialConfig | None = None
+    interrupted_step: int | None = None  # where Ctrl-C stopped the run
 
     def to_dict(self) -> dict:
         return {"start": self.start.to_dict(), "final": (self.final or self.start).to_dict(),
                 "settled_step": self.settled_step, "settled_epoch": self.settled_epoch,
+                "interrupted_step": self.interrupted_step,
                 "explore_s": self.explore_s, "steps_by_config": self.steps_by_config,
                 "tried": [{"change": t.change, "config": t.config.to_dict(),
                            "ratios": t.ratios, "verdict": t.verdict, "reason": t.reason,

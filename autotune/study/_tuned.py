@@ -72,6 +72,11 @@ class RunRecorder:
                        params={k: getattr(config, k) for k in PARAMS}, distributions=PARAMS)
         self.finish(log)
 
+    @property
+    def started(self) -> bool:
+        """Whether the study exists: a window was recorded."""
+        return self._study is not None
+
     def finish(self, log, **facts: Any) -> None:
         """What the run decided so far (``log``), and StudyRecord ``facts`` learnt late
         (the dataset's stats)."""
@@ -101,6 +106,7 @@ def run_report(study: optuna.Study) -> dict[str, Any]:
     return {"study": study.study_name, "task": s.task.name, "unit": s.task.unit,
             "start": run.get("start"), "final": final,
             "settled_step": run.get("settled_step"), "settled_epoch": run.get("settled_epoch"),
+            "interrupted_step": run.get("interrupted_step"),
             "explore_s": run.get("explore_s"), "steps_by_config": run.get("steps_by_config", {}),
             "tried": run.get("tried", []), "final_rate": final_rate(windows, final),
             "windows": windows}
@@ -122,7 +128,10 @@ def run_lines(report: dict[str, Any]) -> list[str]:
     lines = [f"tuned run: started on {short(report['start'] or {})}",
              f"  {settled} on {short(report['final'])}" +
              (f", {rate:,.0f} {unit} (median of its windows)" if rate else ""),
-             f"  exploring took {report['explore_s'] or 0:.1f} s", "steps trained by config:"]
+             f"  exploring took {report['explore_s'] or 0:.1f} s"]
+    if report["interrupted_step"] is not None:
+        lines.append(f"  interrupted (Ctrl-C) at step {report['interrupted_step']}")
+    lines.append("steps trained by config:")
     lines += [f"  {steps:>7}  {config}" for config, steps in report["steps_by_config"].items()]
     lines.append("tried:")
     for t in report["tried"]:

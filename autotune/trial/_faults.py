@@ -2,7 +2,8 @@
 ``AUTOTUNE_TEST_FAULT=KIND[:STEP][@TRIAL]`` is set: a fault at training step STEP
 (default 2): raise, segfault, hang, alloc, loader-hang, loader-kill, cuda-oom. With
 ``@TRIAL``, only the trial whose folder is named TRIAL (a study's trial number) is
-hit. tests/test_hardening.py and tests/test_runner.py set it."""
+hit; several such faults, comma-separated, hit a trial each (one study, a fault a
+trial: tests/test_hardening.py)."""
 from __future__ import annotations
 
 import os
@@ -16,12 +17,17 @@ FAULT_ALLOC_CHUNK = 64 << 20
 FAULT_ALLOC_MAX = 8 << 30
 
 
-def fault_hook(spec: str, trial_dir: Path):
-    """What fires the fault ``spec`` names at its step, or None where it names another
-    trial."""
-    spec, _, only_trial = spec.partition("@")
-    if only_trial and trial_dir.name != only_trial:
-        return None
+def fault_hook(specs: str, trial_dir: Path):
+    """What fires the fault ``specs`` names for this trial at its step, or None where
+    each names another trial."""
+    for spec in specs.split(","):
+        spec, _, only_trial = spec.partition("@")
+        if not only_trial or trial_dir.name == only_trial:
+            return _fire(spec)
+    return None
+
+
+def _fire(spec: str):
     kind, _, at = spec.partition(":")
     at_step = int(at) if at else 2
 
