@@ -57,7 +57,9 @@ class TrainSpec:
 class Epoch:
     """One epoch (or the budget's last, partial one): training time excludes the
     evaluation; throughput is seeds (nodes, or edges for link) per second of training
-    time; ``val_metric``/``test_metric`` hold the task's metric (accuracy or ROC-AUC)."""
+    time; ``loss`` is the mean training loss over its seeds (as PyG's examples
+    report it); ``val_metric``/``test_metric`` hold the task's metric (accuracy or
+    ROC-AUC)."""
 
     epoch: int
     steps: int
@@ -154,19 +156,21 @@ def _evaluate_epoch(pipe: Pipeline, data, epoch: Epoch, test: bool) -> None:
 def _one_epoch(pipe: Pipeline, number: int, left_s: float | None) -> Epoch:
     """One pass over the training nodes, or less when ``left_s`` runs out first."""
     steps = seeds = 0
-    loss = torch.zeros(())
+    loss_sum = torch.zeros(())  # summed by seeds on the loss's device: no host sync a step
     sync = device_sync(pipe.device)
     sync()
     t0 = time.perf_counter()
     for batch in pipe.loader:
         loss = pipe.train_step(batch)
         steps += 1
-        seeds += pipe.task.seeds(batch)
+        batch_seeds = pipe.task.seeds(batch)
+        seeds += batch_seeds
+        loss_sum = loss_sum + loss * batch_seeds
         if left_s is not None and time.perf_counter() - t0 >= left_s:
             break
     sync()
     return Epoch(epoch=number, steps=steps, seeds=seeds, train_s=time.perf_counter() - t0,
-                 loss=float(loss))
+                 loss=float(loss_sum) / seeds if seeds else 0.0)
 
 
 @dataclass(frozen=True)

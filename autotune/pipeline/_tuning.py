@@ -16,7 +16,7 @@ A candidate's window of :attr:`TuneSpec.window_steps` steps is paired with the
 incumbent's windows measured just before and after it (the ratio of its rate to
 their mean). A candidate under :attr:`TuneSpec.screen` times the incumbent in its
 first window is dropped then; else it runs up to :attr:`TuneSpec.pairs` pairs and is
-kept where the lower end of its ratios' range is above 1. A candidate that fails
+kept where the lower end of its ratios' range is above 1 + :attr:`TuneSpec.min_gain`. A candidate that fails
 (out of memory, a worker crash, an error) is recorded and dropped, and training
 goes on with the incumbent. Exploring ends when no candidate is left, or once the
 candidates have trained :attr:`TuneSpec.share` of the run's planned steps; the
@@ -38,6 +38,7 @@ from autotune.config import TrialConfig, short
 from autotune.env import native_bf16
 from autotune.errors import AutotuneError, ConfigError
 from autotune.pipeline._build import Pipeline, build, check_config, device_sync
+from autotune.sampling import resolve_backend
 from autotune.topology import STRATEGIES, Topology, affinity_sets, this_machine
 
 # The knobs a run may change: the same batches of the same seeds through the same
@@ -52,18 +53,23 @@ class TuneSpec:
     """How a run tunes itself. ``share``: the most of the run's planned steps its
     candidates may train (0.10); ``window_steps``: steps a window; ``pairs``: the
     most paired windows a candidate gets; ``screen``: a candidate under this times
-    the incumbent in its first window is dropped; ``precision``: the AMP and feature
-    dtypes may be tried too (they change the arithmetic, not the batches)."""
+    the incumbent in its first window is dropped; ``min_gain``: a candidate is kept
+    only where the low end of its ratios is above 1 + this (a gain within the noise
+    is not worth a new pipeline); ``precision``: the AMP and feature dtypes may be
+    tried too (they change the arithmetic, not the batches)."""
 
     share: float = 0.10
     window_steps: int = 8
     pairs: int = 3
     screen: float = 0.8
+    min_gain: float = 0.02
     precision: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.share <= 1:
             raise ConfigError(f"the tuning share must be in (0, 1] (got {self.share!r})")
+        if not 0 <= self.min_gain < 1:
+            raise ConfigError(f"the tuning min_gain must be in [0, 1) (got {self.min_gain!r})")
         if self.window_steps < 2 or self.pairs < 1:
             raise ConfigError("a tuning window needs 2 steps or more and a pair at least")
 
@@ -154,7 +160,8 @@ def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = 
                                                  _cores(s, config, topology))))
                     for s in STRATEGIES if _cores(s, config, topology) is not None]
     changes += [(f"sampling_backend {config.sampling_backend} -> {b}", {"sampling_backend": b})
-                for b in ("builtin", "pyg")]
+                for b in ("builtin", "pyg")  # not one that resolves to the same sampler
+                if _resolved(b) != _resolved(config.sampling_backend)]
     if config.compile_mode == "none":
         changes += [(f"aggregation {config.aggregation} -> {a}", {"aggregation": a})
                     for a in ("scatter", "sparse")]
@@ -177,6 +184,14 @@ def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = 
     return out
 
 
+def _resolved(backend: str) -> str | None:
+    """The sampler ``backend`` runs here (auto: PyG's or the built-in), None where none."""
+    try:
+        return resolve_backend(backend)
+    except AutotuneError:
+        return None
+
+
 def _cores(strategy: str, config: TrialConfig, topology: Topology):
     """``(loader_cores, compute_cores)`` of an affinity strategy for ``config``'s
     workers, or None where the machine cannot build it."""
@@ -191,14 +206,18 @@ class _Window:
     seeds: int = 0  # trained: the window's first ``seeds`` positions
     rate: float = 0.0  # seeds per second, after the window's first step
     seconds: float = 0.0
-    loss: float | None = None  # the last step's, where its caller said
+    loss: float | None = None  # the mean over the seeds of the steps that gave one
+    loss_seeds: int = 0  # the seeds of those steps
     error: BaseException | None = None  # what stopped it early (an Exception)
 
     def add(self, other: _Window) -> None:
-        """Counts ``other``'s steps, seeds and seconds in this one; its loss is last."""
+        """Counts ``other``'s steps, seeds, seconds and loss in this one."""
         self.steps, self.seeds = self.steps + other.steps, self.seeds + other.seeds
         self.seconds += other.seconds
-        self.loss = other.loss if other.loss is not None else self.loss
+        if other.loss is not None:
+            total = (self.loss or 0.0) * self.loss_seeds + other.loss * other.loss_seeds
+            self.loss_seeds += other.loss_seeds
+            self.loss = total / self.loss_seeds
 
 
 @dataclass(frozen=True)
@@ -207,7 +226,8 @@ class WindowEvent:
     train --tune`` records each as a trial of its study): the config that trained it,
     the candidate's change (None: the incumbent's window), the epoch, the run's steps
     before it, and what it trained: steps, seeds, seconds, seeds per second after its
-    first step, its last loss, and the error that ended it early, if any."""
+    first step, its mean loss over its seeds (None where no step gave one), and the
+    error that ended it early, if any."""
 
     config: TrialConfig
     change: str | None
@@ -227,7 +247,8 @@ class _IncumbentFailed(Exception):
 
 class Step:
     """The step a caller trains on a batch of :meth:`TunedRun.batches`, inside
-    :meth:`TunedRun.step`; ``loss`` (optional) is what the window records as its loss."""
+    :meth:`TunedRun.step`; ``loss`` (optional): the step's loss, of which its window
+    and epoch record the mean over their seeds."""
 
     loss: Tensor | float | None = None
 
@@ -263,7 +284,7 @@ class TunedRun:
         self.totals = _Window()  # the last epoch's steps, seeds, seconds and loss
         self._unfinished: Tried | None = None  # a candidate the last epoch's end cut short
         self._failure: Exception | None = None  # what a candidate's step raised
-        self._loss: Tensor | float | None = None  # the last step's, where its caller said
+        self._loss: Tensor | float | None = None  # the step's, where its caller said
 
     def _build(self, config: TrialConfig, model: torch.nn.Module | None,
                optimizer: torch.optim.Optimizer | None) -> Pipeline:
@@ -282,7 +303,7 @@ class TunedRun:
 
     def epoch(self, number: int) -> tuple[int, int, float, float]:
         """One epoch trained with the pipelines' own step: (steps, seeds, training
-        seconds, last loss)."""
+        seconds, mean loss over its seeds)."""
         for batch in self.batches(number):
             with self.step() as step:
                 step.loss = self.current.train_step(batch)
@@ -303,7 +324,7 @@ class TunedRun:
                 raise
             self._failure = exc
         if step.loss is not None:
-            self._loss = step.loss  # read at the window's end: no host sync a step
+            self._loss = step.loss  # summed on its device, read at the window's end
 
     def batches(self, number: int) -> Iterator:
         """Epoch ``number``'s batches, each on its device: every training seed once, in
@@ -348,7 +369,7 @@ class TunedRun:
         queue)."""
         self.order.positions, self._failure, self._loss = positions, None, None
         sync = device_sync(pipe.device)
-        timed_seeds = 0
+        timed_seeds, loss_sum = 0, 0.0  # the loss summed by seeds: no host sync a step
         sync()
         started = t0 = time.perf_counter()
         try:
@@ -359,6 +380,9 @@ class TunedRun:
                 yield batch
                 if self._failure is not None:
                     raise self._failure
+                if self._loss is not None:
+                    loss_sum, out.loss_seeds = loss_sum + self._loss * seeds, out.loss_seeds + seeds
+                    self._loss = None
                 out.steps, out.seeds = out.steps + 1, out.seeds + seeds
                 if out.steps == 1:
                     sync()
@@ -369,7 +393,8 @@ class TunedRun:
         except Exception as exc:  # a candidate's failure: the run goes on without it
             out.error = exc
         now = time.perf_counter()
-        out.seconds, out.loss = now - started, None if self._loss is None else float(self._loss)
+        out.seconds = now - started
+        out.loss = float(loss_sum) / out.loss_seeds if out.loss_seeds else None
         out.rate = timed_seeds / (now - t0) if timed_seeds and now > t0 else 0.0
 
     def _try_next(self, pending: list[int]) -> Generator[Any, None, _Window]:
@@ -440,16 +465,17 @@ class TunedRun:
         return tried
 
     def _verdict(self, tried: Tried) -> str:
-        """Kept where the low end of its ratios is above 1, slower where the high end
-        is below, dropped where its first window was under ``spec.screen``; after
-        ``spec.pairs`` pairs, kept only if it is ahead by more than its spread."""
+        """Kept where the low end of its ratios is above 1 + ``spec.min_gain``, slower
+        where the high end is below 1, dropped where its first window was under
+        ``spec.screen``; after ``spec.pairs`` pairs, "no faster" unless kept."""
         low, high = tried.ratio - tried.spread, tried.ratio + tried.spread
+        ahead = low > 1 + self.spec.min_gain
         if len(tried.ratios) == 1 and tried.ratio < self.spec.screen:
             return "dropped"
-        if len(tried.ratios) >= 2 and (low > 1 or high < 1):
-            return "kept" if low > 1 else "slower"
+        if len(tried.ratios) >= 2 and (ahead or high < 1):
+            return "kept" if ahead else "slower"
         if len(tried.ratios) >= self.spec.pairs:
-            return "kept" if low > 1 else "no faster"
+            return "kept" if ahead else "no faster"
         return ""
 
     def _adopt(self, candidate: Pipeline) -> None:
