@@ -4,6 +4,7 @@ its space holds a faster config the run settles on it."""
 from __future__ import annotations
 
 import collections
+import time
 
 import psutil
 import pytest
@@ -127,6 +128,12 @@ def test_candidates_change_one_learning_neutral_knob_each():
     assert not any(c.amp_dtype != START.amp_dtype for _, c in changes)
     precise = candidates(START, TuneSpec(precision=True), two)
     assert any(c.feature_dtype == "bfloat16" for _, c in precise)
+    # compile modes: on a GPU, or where asked; then last, and shapes once compiled
+    assert not any(c.compile_mode != "none" for _, c in changes), "not on a CPU by default"
+    compiled = candidates(START, TuneSpec(compile=True), two)
+    assert [label for label, _ in compiled][-1] == "compile_mode none -> default"
+    assert any(label == "shapes dynamic -> padded" for label, _ in
+               candidates(START.replace(compile_mode="default"), TuneSpec(compile=True), two))
     # no change to a backend that resolves to the sampler already in use
     auto = START.replace(sampling_backend="auto")
     assert not [label for label, c in candidates(auto, TuneSpec(), two)
@@ -159,8 +166,11 @@ def test_tune_flags_without_tune_are_one_line_errors(tmp_path):
     out = cli("train", "--config", str(config), "--epochs", "1", "--tune-share", "20%",
               "--root", str(tmp_path / "data"))
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
-    assert "--tune-share, --tune-precision and --study-name need --tune" in out.stderr
+    assert "--tune-share, --tune-precision, --tune-compile and --study-name need --tune" \
+        in out.stderr
     assert not (tmp_path / "data").exists(), "nothing prepared for refused flags"
+    compiled = cli("train", "--config", str(config), "--epochs", "1", "--tune-compile")
+    assert compiled.returncode == 2 and "need --tune" in compiled.stderr, compiled.stderr
     bad = cli("train", "--config", str(config), "--epochs", "1", "--tune", "--tune-share", "0")
     assert bad.returncode == 2 and "--tune-share" in bad.stderr, bad.stderr
 
@@ -387,3 +397,51 @@ def test_a_tuned_run_learns_as_an_untuned_one_within_two_seeds_spread(cora_root,
         apart = [abs(x - t) for x, t in zip(base[i], tuned[i])]
         assert max(apart) <= max(seeds), (name, base[i], tuned[i], seeds)
         assert sum(apart) <= sum(seeds), (name, base[i], tuned[i], seeds)
+
+
+class _SlowFirstCall(torch.nn.Module):
+    """torch.compile's stand-in: the model itself, whose first call takes SECONDS more
+    (a compile's time, without compiling: the run's decisions are under test here)."""
+
+    SECONDS = 0.5
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner, self.first = model, True
+
+    def forward(self, *args, **kwargs):
+        if self.first:
+            time.sleep(self.SECONDS)
+            self.first = False
+        return self.inner(*args, **kwargs)
+
+
+@pytest.mark.slow
+def test_a_compile_is_tried_only_where_it_pays_back_and_its_first_window_warms_up(
+        tiny_synthetic, monkeypatch):
+    """Planned at 0.01 s, the first compile mode is tried: its first window (which
+    compiles) is a warm-up outside its ratios, and its compile time is measured from
+    it. The next compile mode is then planned at that measured time, which the rest
+    of the 3-epoch run cannot pay back: not tried, and the log says why."""
+    monkeypatch.setattr(torch, "compile", lambda model, **_: _SlowFirstCall(model))
+    start = START.replace(num_workers=0)
+    queue = [("compile_mode none -> default", start.replace(compile_mode="default")),
+             ("compile_mode none -> max-autotune", start.replace(compile_mode="max-autotune"))]
+    lines: list[str] = []
+    spec = TuneSpec(share=1.0, window_steps=3, pairs=2, min_gain=0.5, compile_s=0.01)
+    run = TunedRun(start, tiny_synthetic, spec, epochs=3, num_classes=4, queue=queue,
+                   on_line=lines.append)
+    try:
+        for epoch in (1, 2, 3):
+            run.epoch(epoch)
+    finally:
+        run.close()
+    tried, refused = run.log.tried
+    assert tried.verdict in ("slower", "no faster", "dropped"), tried  # the same model
+    assert _SlowFirstCall.SECONDS - 0.1 < tried.compile_s < _SlowFirstCall.SECONDS + 1.0
+    assert tried.steps > spec.window_steps * len(tried.ratios), "a warm-up window, unpaired"
+    assert (refused.verdict, refused.steps) == ("not tried", 0), refused
+    assert refused.reason.startswith("a compile of about") and "would not pay back" in \
+        refused.reason, refused.reason
+    assert any("compiled in" in line for line in lines), lines
+    assert run.log.to_dict()["tried"][0]["compile_s"] == tried.compile_s

@@ -449,15 +449,19 @@ def _add_train_parser(sub) -> None:
                        help="overrides the config's device")
     train.add_argument("--tune", action="store_true",
                        help="tune while training: try the knobs that leave what is learnt "
-                            "unchanged (workers, affinity, sampling backend, aggregation), "
-                            "each paired with the config it started on, and train the rest "
-                            "of the run on the fastest")
+                            "unchanged (workers, affinity, sampling backend, aggregation; "
+                            "on a GPU the compile mode and shapes, where a compile pays "
+                            "back), each paired with the config it started on, and train "
+                            "the rest of the run on the fastest")
     train.add_argument("--tune-share", type=_share, default=None, metavar="FRACTION",
                        help="with --tune: the most of the run's steps its candidates may "
                             "train (default 10%%)")
     train.add_argument("--tune-precision", action="store_true",
                        help="with --tune: try the AMP and feature dtypes too (they change "
                             "the arithmetic, not the batches)")
+    train.add_argument("--tune-compile", action="store_true",
+                       help="with --tune: try compile modes on a CPU too (on a GPU they are "
+                            "tried anyway), each where its compile pays back in the run")
     train.add_argument("--study-name", default=None,
                        help="with --tune: the new study its windows are recorded in (default: "
                             "DATASET-DEVICE-HOST-tuned-TIME)")

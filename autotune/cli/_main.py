@@ -279,11 +279,14 @@ def _tune_spec(args: argparse.Namespace):
     from autotune.pipeline import TuneSpec
 
     if not args.tune:
-        if args.tune_share is not None or args.tune_precision or args.study_name:
-            raise ConfigError("--tune-share, --tune-precision and --study-name need --tune")
+        if args.tune_share is not None or args.tune_precision or args.tune_compile or \
+                args.study_name:
+            raise ConfigError("--tune-share, --tune-precision, --tune-compile and --study-name "
+                              "need --tune")
         return None
     share = TuneSpec.share if args.tune_share is None else args.tune_share
-    return TuneSpec(share=share, precision=args.tune_precision)
+    return TuneSpec(share=share, precision=args.tune_precision,
+                    compile=True if args.tune_compile else None)
 
 
 def short_config(config) -> str:

@@ -3,7 +3,10 @@
 The run starts on the config it is given and, while it trains, tries other values
 of the knobs that leave what is learnt unchanged (:data:`NEUTRAL_KNOBS`; the AMP and
 feature dtypes only where allowed, :attr:`TuneSpec.precision`). Batch size and
-fanout never change in a run. Every candidate trains real steps on the same model,
+fanout never change in a run. A compile mode (and, compiled, the shapes) is tried
+only where its compile pays back within what is left of the run
+(:meth:`TunedRun._pays_back`), and its first window, which compiles, is a warm-up
+outside its ratios. Every candidate trains real steps on the same model,
 with the same optimizer and its state: it is built around them
 (:func:`autotune.pipeline.build` with ``model`` and ``optimizer``).
 
@@ -42,9 +45,11 @@ from autotune.sampling import resolve_backend
 from autotune.topology import STRATEGIES, Topology, affinity_sets, this_machine
 
 # The knobs a run may change: the same batches of the same seeds through the same
-# model and optimizer. (Dropout masks, compile and checkpointing live in the model,
-# which a run keeps: they are not tried.)
-NEUTRAL_KNOBS = ("num_workers", "affinity", "sampling_backend", "aggregation")
+# model and optimizer (a compiled model wraps the same module; padding adds isolated
+# zero-feature nodes, which leave the loss and gradients exact). Dropout masks and
+# checkpointing change the model itself, which a run keeps: they are not tried.
+NEUTRAL_KNOBS = ("num_workers", "affinity", "sampling_backend", "aggregation",
+                 "compile_mode", "shapes")
 PRECISION_KNOBS = ("amp_dtype", "feature_dtype")  # with TuneSpec.precision only
 
 
@@ -56,7 +61,12 @@ class TuneSpec:
     the incumbent in its first window is dropped; ``min_gain``: a candidate is kept
     only where the low end of its ratios is above 1 + this (a gain within the noise
     is not worth a new pipeline); ``precision``: the AMP and feature dtypes may be
-    tried too (they change the arithmetic, not the batches)."""
+    tried too (they change the arithmetic, not the batches); ``compile``: compile
+    modes and shapes may be tried (None: on a GPU only; on a 2-core CPU the knobs
+    benchmark measured compiling at 0.78-0.83x, docs/benchmarks.md), each only where
+    ``compile_s`` (the compile time planned for until this run has measured one:
+    19-22 s on that CPU) pays back within what is left of the run at a gain of
+    ``compile_gain``."""
 
     share: float = 0.10
     window_steps: int = 8
@@ -64,10 +74,16 @@ class TuneSpec:
     screen: float = 0.8
     min_gain: float = 0.02
     precision: bool = False
+    compile: bool | None = None
+    compile_s: float = 20.0
+    compile_gain: float = 1.25
 
     def __post_init__(self) -> None:
         if not 0 < self.share <= 1:
             raise ConfigError(f"the tuning share must be in (0, 1] (got {self.share!r})")
+        if self.compile_s < 0 or self.compile_gain <= 1:
+            raise ConfigError("the tuning compile_s must be >= 0 and compile_gain above 1 "
+                              f"(got {self.compile_s!r}, {self.compile_gain!r})")
         if not 0 <= self.min_gain < 1:
             raise ConfigError(f"the tuning min_gain must be in [0, 1) (got {self.min_gain!r})")
         if self.window_steps < 2 or self.pairs < 1:
@@ -88,6 +104,7 @@ class Tried:
     reason: str = ""
     steps: int = 0
     seconds: float = 0.0
+    compile_s: float | None = None  # what its warm-up window took beyond the incumbent's pace
 
     @property
     def ratio(self) -> float | None:
@@ -102,6 +119,8 @@ class Tried:
         figure = "-" if self.ratio is None else \
             f"{self.ratio:.2f}x" + (f" ±{self.spread:.2f}" if len(self.ratios) > 1 else "")
         why = f" ({self.reason})" if self.reason else ""
+        if self.compile_s is not None:
+            why += f" (compiled in {self.compile_s:.1f} s)"
         return f"tried {self.change:<34} {figure:>12}  {self.verdict}{why}"
 
 
@@ -127,7 +146,8 @@ class TuneLog:
                 "explore_s": self.explore_s, "steps_by_config": self.steps_by_config,
                 "tried": [{"change": t.change, "config": t.config.to_dict(),
                            "ratios": t.ratios, "verdict": t.verdict, "reason": t.reason,
-                           "steps": t.steps, "seconds": t.seconds} for t in self.tried]}
+                           "steps": t.steps, "seconds": t.seconds, "compile_s": t.compile_s}
+                          for t in self.tried]}
 
 
 class SeedOrder(Sampler):
@@ -148,8 +168,10 @@ def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = 
     """The one-knob changes of ``config`` a run tries, in order, each a valid config:
     loader workers (0, 1, 2 and all cores but one), the cores' affinity (each
     strategy the machine can build, with workers), the sampling backend, the
-    aggregation (an eager model), and with ``spec.precision`` the AMP dtype
-    (bfloat16 on a GPU or a CPU that computes it natively) and the feature dtype."""
+    aggregation (an eager model), with ``spec.precision`` the AMP dtype (bfloat16 on
+    a GPU or a CPU that computes it natively) and the feature dtype, and last, as
+    ``spec.compile`` says, the compile mode (reduce-overhead on a GPU only) and,
+    compiled, the shapes."""
     topology = this_machine() if topology is None else topology
     cores = len(topology.cores)
     changes: list[tuple[str, dict]] = []
@@ -165,6 +187,13 @@ def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = 
     if config.compile_mode == "none":
         changes += [(f"aggregation {config.aggregation} -> {a}", {"aggregation": a})
                     for a in ("scatter", "sparse")]
+    if spec.compile or spec.compile is None and config.device == "cuda":  # last: the dearest
+        modes = ("none", "default") + (("reduce-overhead",) if config.device == "cuda" else ())
+        changes += [(f"compile_mode {config.compile_mode} -> {m}", {"compile_mode": m})
+                    for m in modes]
+        if config.compile_mode != "none":
+            changes += [(f"shapes {config.shapes} -> {s}", {"shapes": s})
+                        for s in ("dynamic", "padded")]
     if spec.precision:
         bf16 = ("bfloat16",) if config.device == "cuda" or native_bf16() else ()
         changes += [(f"amp_dtype {config.amp_dtype} -> {d}", {"amp_dtype": d})
@@ -276,8 +305,9 @@ class TunedRun:
         self.pipe = self._build(config, model, optimizer)
         self.current = self.pipe  # the pipeline whose batch :meth:`batches` yielded last
         self.seeds = len(self.pipe.loader.dataset)
-        per_epoch = -(-self.seeds // config.batch_size)
-        self.explore_steps_left = spec.share * epochs * per_epoch
+        self.planned_steps = epochs * -(-self.seeds // config.batch_size)
+        self.explore_steps_left = spec.share * self.planned_steps
+        self.compile_s = spec.compile_s  # planned, until this run measures one
         self.queue = candidates(config, spec) if queue is None else list(queue)
         self.log = TuneLog(start=config, final=config)
         self.steps = 0
@@ -419,11 +449,13 @@ class TunedRun:
         started, candidate = time.perf_counter(), None
         try:
             before = (yield from train(self.pipe)).rate
-            candidate = self._build(tried.config, self.pipe.eager_model, self.pipe.optimizer)
-            while not tried.verdict and rest:
+            if self._pays_back(tried, before):
+                candidate = self._build(tried.config, self.pipe.eager_model, self.pipe.optimizer)
+                if tried.config.compile_mode != "none":
+                    before = yield from self._warm_up(tried, train, candidate, before)
+            while candidate is not None and not tried.verdict and rest:
                 own = yield from train(candidate)
-                tried.steps, tried.seconds = tried.steps + own.steps, tried.seconds + own.seconds
-                self.explore_steps_left -= own.steps
+                self._count(tried, own)
                 if not own.rate:  # one step only (the epoch's last): nothing timed
                     break
                 after = (yield from train(self.pipe)).rate if rest else before
@@ -438,6 +470,39 @@ class TunedRun:
         self.log.explore_s += time.perf_counter() - started
         self._conclude(tried, candidate)
         return total
+
+    def _count(self, tried: Tried, window: _Window) -> None:
+        """A candidate's window: its steps and seconds, spent of exploring's share."""
+        tried.steps, tried.seconds = tried.steps + window.steps, tried.seconds + window.seconds
+        self.explore_steps_left -= window.steps
+
+    def _pays_back(self, tried: Tried, rate: float) -> bool:
+        """Whether to try ``tried``: yes, unless it compiles and its compile (as long as
+        this run's last, else :attr:`TuneSpec.compile_s`) would not pay back within
+        what is left of the run (at the incumbent's ``rate``) at a gain of
+        :attr:`TuneSpec.compile_gain`; then it is "not tried", and the log says why."""
+        if tried.config.compile_mode == "none" or not rate:
+            return True
+        left_s = max(self.planned_steps - self.steps, 0) * self.pipe.config.batch_size / rate
+        saved_s = left_s * (1 - 1 / self.spec.compile_gain)
+        if self.compile_s < saved_s:
+            return True
+        tried.verdict, tried.reason = "not tried", (
+            f"a compile of about {self.compile_s:.0f} s would not pay back: {left_s:.0f} s of "
+            f"the run left, {saved_s:.0f} s saved at {self.spec.compile_gain:.2f}x")
+        return False
+
+    def _warm_up(self, tried: Tried, train, candidate: Pipeline,
+                 before: float) -> Generator[Any, None, float]:
+        """A compile candidate's first window, which compiles: trained, outside its
+        ratios; its compile time is what it took beyond the incumbent's pace (``before``,
+        seeds per second). Returns the incumbent's rate in the window after it."""
+        warm = yield from train(candidate)
+        self._count(tried, warm)
+        if warm.steps:
+            pace_s = warm.seeds / before if before else 0.0
+            tried.compile_s = self.compile_s = max(warm.seconds - pace_s, 0.0)
+        return (yield from train(self.pipe)).rate or before
 
     def _conclude(self, tried: Tried, candidate: Pipeline | None) -> None:
         """A kept candidate becomes the incumbent, another is closed; one without a

@@ -19,7 +19,8 @@ from typing import Any
 import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
-from autotune.config import AmpDtype, Aggregation, FeatureDtype, SamplingBackend, short
+from autotune.config import (COMPILE_MODES, SHAPES, AmpDtype, Aggregation, FeatureDtype,
+                             SamplingBackend, short)
 from autotune.errors import ConfigError
 from autotune.storage import masked, open_storage
 from autotune.study import _records as rec
@@ -29,6 +30,8 @@ from autotune.study import _records as rec
 PARAMS = {"num_workers": IntDistribution(0, 4096),
           "sampling_backend": CategoricalDistribution(typing.get_args(SamplingBackend)),
           "aggregation": CategoricalDistribution(typing.get_args(Aggregation)),
+          "compile_mode": CategoricalDistribution(COMPILE_MODES),
+          "shapes": CategoricalDistribution(SHAPES),
           "amp_dtype": CategoricalDistribution(typing.get_args(AmpDtype)),
           "feature_dtype": CategoricalDistribution(typing.get_args(FeatureDtype))}
 
