@@ -19,11 +19,11 @@ A candidate's window of :attr:`TuneSpec.window_steps` steps is paired with the
 incumbent's windows measured just before and after it (the ratio of its rate to
 their mean). A candidate under :attr:`TuneSpec.screen` times the incumbent in its
 first window is dropped then; else it runs up to :attr:`TuneSpec.pairs` pairs and is
-kept where the lower end of its ratios' range is above 1 + :attr:`TuneSpec.min_gain`. A candidate that fails
-(out of memory, a worker crash, an error) is recorded and dropped, and training
-goes on with the incumbent. Exploring ends when no candidate is left, or once the
-candidates have trained :attr:`TuneSpec.share` of the run's planned steps; the
-rest of the run trains on the winner.
+kept where the lower end of its ratios' range is above 1 + :attr:`TuneSpec.min_gain`.
+A candidate that fails (out of memory, a worker crash, an error) is recorded and
+dropped, and training goes on with the incumbent. Exploring ends when no candidate
+is left, or once the candidates have trained :attr:`TuneSpec.share` of the run's
+planned steps; the rest of the run trains on the winner.
 """
 from __future__ import annotations
 
