@@ -445,3 +445,47 @@ def test_a_compile_is_tried_only_where_it_pays_back_and_its_first_window_warms_u
         refused.reason, refused.reason
     assert any("compiled in" in line for line in lines), lines
     assert run.log.to_dict()["tried"][0]["compile_s"] == tried.compile_s
+
+
+def test_ctrl_c_inside_a_storage_write_waits_for_its_end():
+    """signals_deferred (around a tuned run's study writes): SIGINT inside the block is
+    raised after it, as KeyboardInterrupt; the handlers are back as they were."""
+    import os
+    import signal
+
+    from autotune.files import signals_deferred
+
+    before = signal.getsignal(signal.SIGINT)
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with signals_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # a handler would have run by now
+            done.append("the write ended")
+    assert done == ["the write ended"]
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_ctrl_c_that_python_swallowed_is_raised_at_the_next_step():
+    """A KeyboardInterrupt raised in a garbage collector's callback (here a __del__)
+    is swallowed by Python ("Exception ignored in"): a training under
+    interrupts_latched raises it again at its next check_interrupt (between steps).
+    Seen in a real tuned run: Ctrl-C landed in SQLAlchemy's weakref callback, and
+    the run trained on."""
+    import os
+    import signal
+
+    from autotune.files import check_interrupt, interrupts_latched
+
+    class Collected:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler raises in here, and Python ignores it
+
+    before = signal.getsignal(signal.SIGINT)
+    with interrupts_latched():
+        Collected()  # collected at once: its KeyboardInterrupt goes nowhere
+        with pytest.raises(KeyboardInterrupt):
+            check_interrupt()
+    check_interrupt()  # nothing latched outside the block
+    assert signal.getsignal(signal.SIGINT) is before

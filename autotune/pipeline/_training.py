@@ -18,7 +18,7 @@ import torch
 
 from autotune.config import TrialConfig, load_config
 from autotune.errors import ConfigError
-from autotune.files import atomic_write, inductor_cache_dir
+from autotune.files import atomic_write, check_interrupt, inductor_cache_dir, interrupts_latched
 from autotune.pipeline._allocator import heap_state
 from autotune.pipeline._build import Pipeline, build, check_config, device_sync
 from autotune.pipeline._tasks import check_dataset
@@ -161,6 +161,7 @@ def _one_epoch(pipe: Pipeline, number: int, left_s: float | None) -> Epoch:
     sync()
     t0 = time.perf_counter()
     for batch in pipe.loader:
+        check_interrupt()
         loss = pipe.train_step(batch)
         steps += 1
         batch_seeds = pipe.task.seeds(batch)
@@ -255,7 +256,8 @@ def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset
             on_epoch(epoch)
 
     try:
-        training = _epochs(run, pipe, prepared.data, epochs, keep_best)
+        with interrupts_latched():  # Ctrl-C is not lost where Python swallowed it
+            training = _epochs(run, pipe, prepared.data, epochs, keep_best)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (the CLI raises it for both)
         raise TrainingInterrupted(kept.get("best"), _save(save, kept), kept.get("epochs", 0),
                                   None if run is None else run.log) from exc

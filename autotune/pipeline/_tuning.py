@@ -40,6 +40,7 @@ from torch.utils.data import Sampler
 from autotune.config import TrialConfig, short
 from autotune.env import native_bf16
 from autotune.errors import AutotuneError, ConfigError
+from autotune.files import check_interrupt
 from autotune.pipeline._build import Pipeline, build, check_config, device_sync
 from autotune.sampling import resolve_backend
 from autotune.topology import STRATEGIES, Topology, affinity_sets, this_machine
@@ -313,6 +314,7 @@ class TunedRun:
         self.steps = 0
         self.totals = _Window()  # the last epoch's steps, seeds, seconds and loss
         self._unfinished: Tried | None = None  # a candidate the last epoch's end cut short
+        self._candidate: Pipeline | None = None  # the one being tried: close() ends it too
         self._failure: Exception | None = None  # what a candidate's step raised
         self._loss: Tensor | float | None = None  # the step's, where its caller said
 
@@ -408,6 +410,7 @@ class TunedRun:
                 if not pipe.config.gpu_sampling:  # GPU-resident batches are built there
                     batch = batch.to(pipe.device, non_blocking=True)
                 yield batch
+                check_interrupt()  # Ctrl-C that Python swallowed (autotune.files)
                 if self._failure is not None:
                     raise self._failure
                 if self._loss is not None:
@@ -450,7 +453,8 @@ class TunedRun:
         try:
             before = (yield from train(self.pipe)).rate
             if self._pays_back(tried, before):
-                candidate = self._build(tried.config, self.pipe.eager_model, self.pipe.optimizer)
+                candidate = self._candidate = self._build(tried.config, self.pipe.eager_model,
+                                                          self.pipe.optimizer)
                 if tried.config.compile_mode != "none":
                     before = yield from self._warm_up(tried, train, candidate, before)
             while candidate is not None and not tried.verdict and rest:
@@ -464,6 +468,7 @@ class TunedRun:
         except _IncumbentFailed as failed:
             if candidate is not None:
                 candidate.close()
+                self._candidate = None
             raise failed.__cause__
         except Exception as exc:  # out of memory, a dead worker, a compile error
             tried.verdict, tried.reason = "failed", f"{type(exc).__name__}: {exc}"[:300]
@@ -508,6 +513,7 @@ class TunedRun:
         """A kept candidate becomes the incumbent, another is closed; one without a
         verdict (the epoch's seeds ran out first) goes on in the next epoch, its pairs
         kept."""
+        self._candidate = None
         if tried.verdict == "kept":
             self._adopt(candidate)
         elif candidate is not None:
@@ -565,8 +571,12 @@ class TunedRun:
 
     def close(self) -> None:
         """Ends every loader; a candidate the run's end cut short before its verdict
-        goes into the log as ``unfinished``, with the pairs it had."""
+        goes into the log as ``unfinished``, with the pairs it had. A candidate being
+        tried (Ctrl-C stopped the run in its windows) is closed too."""
         self._log_unfinished("the run ended before its verdict")
+        if self._candidate is not None:
+            self._candidate.close()
+            self._candidate = None
         self.pipe.close()
 
     def _log_unfinished(self, reason: str) -> None:

@@ -22,6 +22,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from autotune.config import (COMPILE_MODES, SHAPES, AmpDtype, Aggregation, FeatureDtype,
                              SamplingBackend, short)
 from autotune.errors import ConfigError
+from autotune.files import signals_deferred
 from autotune.storage import masked, open_storage
 from autotune.study import _records as rec
 
@@ -66,7 +67,12 @@ class RunRecorder:
         return self._study
 
     def window(self, event, log) -> None:
-        """Records one window (a :class:`autotune.pipeline.WindowEvent`) and ``log``."""
+        """Records one window (a :class:`autotune.pipeline.WindowEvent`) and ``log``;
+        Ctrl-C waits for the write (:func:`autotune.files.signals_deferred`)."""
+        with signals_deferred():
+            self._window(event, log)
+
+    def _window(self, event, log) -> None:
         config = event.config
         rec.add_window(self.study, config.to_dict(),
                        {"change": event.change, "epoch": event.epoch, "step": event.step,
@@ -83,7 +89,8 @@ class RunRecorder:
     def finish(self, log, **facts: Any) -> None:
         """What the run decided so far (``log``), and StudyRecord ``facts`` learnt late
         (the dataset's stats)."""
-        rec.store_study(self.study, tuned_run=log.to_dict(), **facts)
+        with signals_deferred():
+            rec.store_study(self.study, tuned_run=log.to_dict(), **facts)
 
 
 def is_run(study: optuna.Study) -> bool:
