@@ -1,7 +1,8 @@
 """Writing what autotune keeps: every file goes through :func:`atomic_write` (a
 temporary file beside it, then a rename, so a reader or a crash never sees half a
 file), every JSON or YAML text through :func:`dump`, and a write that Ctrl-C must not
-cut in two inside :func:`signals_deferred`."""
+cut in two inside :func:`signals_deferred`; a training latches Ctrl-C
+(:func:`interrupts_latched`) so that none is lost."""
 from __future__ import annotations
 
 import contextlib
@@ -33,10 +34,10 @@ def atomic_write(path: str | os.PathLike, content: str | Callable[[Path], None])
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
     """SIGINT and SIGTERM held until the block ends, then handled as they would have
-    been: for a storage write between a training's steps. Ctrl-C inside SQLAlchemy can
-    leave a lock of its connection pool taken, and the next write (the run's log,
-    after the interrupt) then waits for it forever. Outside the main thread, where
-    Python runs no signal handler, the block runs as it is."""
+    been: for a storage write between a training's steps, which Ctrl-C would otherwise
+    cut in two inside SQLAlchemy (or be swallowed there by one of its weakref
+    callbacks), before the run's log is written after it. Outside the main thread,
+    where Python runs no signal handler, the block runs as it is."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -455,15 +455,18 @@ def test_ctrl_c_inside_a_storage_write_waits_for_its_end():
 
     from autotune.files import signals_deferred
 
-    before = signal.getsignal(signal.SIGINT)
-    done = []
-    with pytest.raises(KeyboardInterrupt):
-        with signals_deferred():
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)  # a handler would have run by now
-            done.append("the write ended")
-    assert done == ["the write ended"]
-    assert signal.getsignal(signal.SIGINT) is before
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # xdist's ignores it
+    try:
+        done = []
+        with pytest.raises(KeyboardInterrupt):
+            with signals_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)  # a handler would have run by now
+                done.append("the write ended")
+        assert done == ["the write ended"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, outer)
 
 
 def test_ctrl_c_that_python_swallowed_is_raised_at_the_next_step():
@@ -482,10 +485,13 @@ def test_ctrl_c_that_python_swallowed_is_raised_at_the_next_step():
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)  # the handler raises in here, and Python ignores it
 
-    before = signal.getsignal(signal.SIGINT)
-    with interrupts_latched():
-        Collected()  # collected at once: its KeyboardInterrupt goes nowhere
-        with pytest.raises(KeyboardInterrupt):
-            check_interrupt()
-    check_interrupt()  # nothing latched outside the block
-    assert signal.getsignal(signal.SIGINT) is before
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # xdist's ignores it
+    try:
+        with interrupts_latched():
+            Collected()  # collected at once: its KeyboardInterrupt goes nowhere
+            with pytest.raises(KeyboardInterrupt):
+                check_interrupt()
+        check_interrupt()  # nothing latched outside the block
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, outer)

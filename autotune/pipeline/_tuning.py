@@ -388,10 +388,11 @@ class TunedRun:
         self.log.steps_by_config[key] = self.log.steps_by_config.get(key, 0) + window.steps
         error = None if window.error is None else \
             f"{type(window.error).__name__}: {window.error}"[:300]
-        self.on_window(WindowEvent(pipe.config, change, self._epoch, self.steps, window.steps,
+        step, self.steps = self.steps, self.steps + window.steps  # counted before it is
+        # heard: Ctrl-C handled at the end of its recording finds the run's steps whole
+        self.on_window(WindowEvent(pipe.config, change, self._epoch, step, window.steps,
                                    window.seeds, window.seconds, window.rate, window.loss,
                                    error), self.log)
-        self.steps += window.steps
         return window
 
     def _timed(self, pipe: Pipeline, positions: list[int], out: _Window) -> Iterator:
