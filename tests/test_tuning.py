@@ -447,7 +447,18 @@ def test_a_compile_is_tried_only_where_it_pays_back_and_its_first_window_warms_u
     assert run.log.to_dict()["tried"][0]["compile_s"] == tried.compile_s
 
 
-def test_ctrl_c_inside_a_storage_write_waits_for_its_end():
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT handled by Python's own handler (KeyboardInterrupt) for the test, as in a
+    command; an xdist worker ignores SIGINT. Restored after."""
+    import signal
+
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, outer)
+
+
+def test_ctrl_c_inside_a_storage_write_waits_for_its_end(ctrl_c_raises):
     """signals_deferred (around a tuned run's study writes): SIGINT inside the block is
     raised after it, as KeyboardInterrupt; the handlers are back as they were."""
     import os
@@ -455,21 +466,17 @@ def test_ctrl_c_inside_a_storage_write_waits_for_its_end():
 
     from autotune.files import signals_deferred
 
-    outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # xdist's ignores it
-    try:
-        done = []
-        with pytest.raises(KeyboardInterrupt):
-            with signals_deferred():
-                os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(0.05)  # a handler would have run by now
-                done.append("the write ended")
-        assert done == ["the write ended"]
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    finally:
-        signal.signal(signal.SIGINT, outer)
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with signals_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # a handler would have run by now
+            done.append("the write ended")
+    assert done == ["the write ended"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_ctrl_c_that_python_swallowed_is_raised_at_the_next_step():
+def test_ctrl_c_that_python_swallowed_is_raised_at_the_next_step(ctrl_c_raises):
     """A KeyboardInterrupt raised in a garbage collector's callback (here a __del__)
     is swallowed by Python ("Exception ignored in"): a training under
     interrupts_latched raises it again at its next check_interrupt (between steps).
@@ -485,13 +492,9 @@ def test_ctrl_c_that_python_swallowed_is_raised_at_the_next_step():
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)  # the handler raises in here, and Python ignores it
 
-    outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # xdist's ignores it
-    try:
-        with interrupts_latched():
-            Collected()  # collected at once: its KeyboardInterrupt goes nowhere
-            with pytest.raises(KeyboardInterrupt):
-                check_interrupt()
-        check_interrupt()  # nothing latched outside the block
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    finally:
-        signal.signal(signal.SIGINT, outer)
+    with interrupts_latched():
+        Collected()  # collected at once: its KeyboardInterrupt goes nowhere
+        with pytest.raises(KeyboardInterrupt):
+            check_interrupt()
+    check_interrupt()  # nothing latched outside the block
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

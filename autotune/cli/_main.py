@@ -247,14 +247,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _train_interrupted(stop, recorder, epochs: int) -> int:
     """Ctrl-C (or SIGTERM) stopped ``autotune train``: one line of what it saved, the
     tuned run's log stored where a window was; exit 130 (or 143)."""
-    if recorder is not None and recorder.started:
+    recorded = recorder is not None and recorder.started
+    if recorded:
         recorder.finish(stop.tuning)
     best = stop.best
     saved = "nothing saved: no epoch had ended" if best is None else \
         f"the best epoch so far ({best.epoch}, val {best.val_metric:.4f})" + \
         (f" saved to {stop.saved}" if stop.saved else " (no --save)")
-    where = f"; study {recorder.name} holds its windows" \
-        if recorder is not None and recorder.started else ""
+    where = f"; study {recorder.name} holds its windows" if recorded else ""
     print(f"autotune: interrupted after {stop.epochs} of {epochs} epochs; {saved}{where}",
           file=sys.stderr)
     return _interrupted_exit(stop.__cause__)

@@ -236,18 +236,21 @@ class _Window:
     seeds: int = 0  # trained: the window's first ``seeds`` positions
     rate: float = 0.0  # seeds per second, after the window's first step
     seconds: float = 0.0
-    loss: float | None = None  # the mean over the seeds of the steps that gave one
+    loss_sum: float = 0.0  # each loss its caller gave, times its step's seeds
     loss_seeds: int = 0  # the seeds of those steps
     error: BaseException | None = None  # what stopped it early (an Exception)
+
+    @property
+    def loss(self) -> float | None:
+        """The mean loss over the seeds of the steps that gave one (None: none did)."""
+        return self.loss_sum / self.loss_seeds if self.loss_seeds else None
 
     def add(self, other: _Window) -> None:
         """Counts ``other``'s steps, seeds, seconds and loss in this one."""
         self.steps, self.seeds = self.steps + other.steps, self.seeds + other.seeds
         self.seconds += other.seconds
-        if other.loss is not None:
-            total = (self.loss or 0.0) * self.loss_seeds + other.loss * other.loss_seeds
-            self.loss_seeds += other.loss_seeds
-            self.loss = total / self.loss_seeds
+        self.loss_sum, self.loss_seeds = self.loss_sum + other.loss_sum, \
+            self.loss_seeds + other.loss_seeds
 
 
 @dataclass(frozen=True)
@@ -427,8 +430,7 @@ class TunedRun:
         except Exception as exc:  # a candidate's failure: the run goes on without it
             out.error = exc
         now = time.perf_counter()
-        out.seconds = now - started
-        out.loss = float(loss_sum) / out.loss_seeds if out.loss_seeds else None
+        out.seconds, out.loss_sum = now - started, float(loss_sum)
         out.rate = timed_seeds / (now - t0) if timed_seeds and now > t0 else 0.0
 
     def _try_next(self, pending: list[int]) -> Generator[Any, None, _Window]:
