@@ -81,8 +81,8 @@ def _machine_share(request):
     wall-clock training, which a test beside it would skew. A readers-writer lock
     across the workers: each test shares the "room" (LOCK_SH); an exclusive
     one shuts the "gate", so that no new test comes in, and waits for the room to
-    empty (LOCK_EX). A module fixture runs before the lock is taken: one whose
-    measurements its tests assert on takes the machine itself (:func:`alone`)."""
+    empty (LOCK_EX). A module fixture runs before the lock is taken: no module
+    fixture's measurements are asserted on as an exclusive test's are."""
     node = request.node
     with _share(_exclusive(node), keep=node.stash.get(_NEXT_EXCLUSIVE, False)):
         yield
@@ -145,13 +145,6 @@ def _share(exclusive: bool, keep: bool = False):
             _KEPT[:] = held
         else:
             _give_back(held)
-
-
-@pytest.fixture(scope="session")
-def alone():
-    """``with alone():`` the machine alone, as for an ``exclusive`` test: for a module
-    fixture whose measurements its tests assert on."""
-    return lambda: _share(True)
 
 
 def pytest_collection_modifyitems(config, items):

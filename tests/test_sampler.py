@@ -307,10 +307,13 @@ def test_lookahead_loader_gives_node_loaders_batches(random_graph, kernel):
         return
     make = lambda: autotune.NeighborSampler(random_graph, [4, 3], seed=3,  # noqa: E731
                                             kernel="triton")
-    kwargs = dict(input_nodes=random_graph.train_mask, batch_size=64, shuffle=False)
+    # 80 seeds in batches of 32: three, the last of 16 (Triton's interpreter is slow)
+    seeds = torch.zeros_like(random_graph.train_mask)
+    seeds[random_graph.train_mask.nonzero().view(-1)[:80]] = True
+    kwargs = dict(input_nodes=seeds, batch_size=32, shuffle=False)
     ahead = list(LookaheadNodeLoader(random_graph, node_sampler=make(), **kwargs))
     plain = list(NodeLoader(random_graph, node_sampler=make(), **kwargs))
-    assert len(ahead) == len(plain) == -(-int(random_graph.train_mask.sum()) // 64) > 2
+    assert len(ahead) == len(plain) == 3 and ahead[-1].batch_size == 16
     for a, b in zip(ahead, plain):
         assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
         assert torch.equal(a.input_id, b.input_id) and a.batch_size == b.batch_size

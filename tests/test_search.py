@@ -23,18 +23,18 @@ def autotune(*args, cwd=None):
 
 
 @pytest.fixture(scope="module")
-def searched(tmp_path_factory, alone):
-    """One 5-trial search on the quick space, then a resumed run to 7 trials, alone on
-    the machine: the precision of their windows is asserted."""
+def searched(tmp_path_factory):
+    """One 5-trial search on the quick space, then a resumed run to 7 trials. (Beside
+    other tests: what is asserted of their windows' precision holds on a busy machine,
+    where a window that ran out of time says so.)"""
     tmp = tmp_path_factory.mktemp("search")
     common = [*FAST, "--root", str(tmp / "data"), "--studies-dir", str(tmp / "studies"),
               "--space", "quick", "--study-name", "e2e"]
     storage = f"sqlite:///{tmp / 'studies' / 'e2e.db'}"
-    with alone():
-        first = autotune("search", *common, "--n-trials", "5")
-        numbers_after_first = [t.number for t in optuna.load_study(study_name="e2e",
-                                                                    storage=storage).trials]
-        second = autotune("search", *common, "--n-trials", "7")
+    first = autotune("search", *common, "--n-trials", "5")
+    numbers_after_first = [t.number for t in optuna.load_study(study_name="e2e",
+                                                                storage=storage).trials]
+    second = autotune("search", *common, "--n-trials", "7")
     return tmp, first, second, storage, numbers_after_first
 
 

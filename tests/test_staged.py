@@ -402,6 +402,45 @@ def test_a_fork_server_whose_children_cannot_use_cuda_gives_way_to_spares(prepar
         os.kill(left, 0)
 
 
+@pytest.mark.slow
+def test_a_later_search_forks_from_the_server_an_earlier_one_kept(prepared, tmp_path):
+    """A server a search leaves healthy serves the next search of the process whose
+    trials' environment matches but for what no import reads (its inductor cache and
+    an autotune setting, here): no imports to wait for. Another environment gets a server of its own, and
+    a search that raised ends the server it had."""
+    import json
+
+    import psutil
+
+    from autotune.trial._runner import FORKED, ForkServer, run_trial
+
+    config = TrialConfig(batch_size=64, num_neighbors=(5, 5), hidden_channels=16)
+    spec = MeasureSpec(warmup_steps=1, min_warmup_s=0.0, min_steps=3, max_window_s=0.3)
+
+    def search(name: str, env: dict | None = None, fail: bool = False):
+        with ForkServer(folder=tmp_path / name, compiles=False) as server:
+            result = run_trial(config, dataset=prepared, trial_dir=tmp_path / name / "t",
+                               server=server, measure=spec, env=env,
+                               inductor_cache=tmp_path / name / "inductor")
+            if fail:
+                raise RuntimeError("the search failed")
+        return result, json.loads((tmp_path / name / "forkserver.json").read_text())
+
+    (first, a), (second, b) = search("a"), search("b", env={"AUTOTUNE_UNREAD": "1"})
+    assert first.ok and second.ok, (first.stderr_tail, second.stderr_tail)
+    assert second.observed.trial_start == FORKED
+    assert "reused" not in a and b["reused"] and b["pid"] == a["pid"]
+    assert b["started_in"] == a["started_in"] == str(tmp_path / "a")
+    assert second.phases_s["startup"] < 1.0 < first.phases_s["startup"], \
+        (first.phases_s, second.phases_s)  # the imports, waited for once
+    _, c = search("c", env={"MALLOC_ARENA_MAX": "2"})
+    assert c["pid"] != a["pid"] and "reused" not in c, "another environment at import"
+    with pytest.raises(RuntimeError):
+        search("d", fail=True)
+    assert json.loads((tmp_path / "d" / "forkserver.json").read_text())["pid"] == a["pid"]
+    assert not psutil.pid_exists(a["pid"]), "a failed search's server outlived it"
+
+
 _CANARY_AFTER_PYG = """import sys
 
 

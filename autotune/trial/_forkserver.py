@@ -51,10 +51,12 @@ dozen probes for PyG's 1,500 modules; ``--jobs N`` runs N probes a round at once
 """
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -539,6 +541,18 @@ if __name__ == "__main__":
 
 KILL_WAIT_S = 5.0  # after SIGTERM, before SIGKILL
 
+# A server that a search leaves healthy and idle is kept for this process's next
+# search whose trials' environment and flags are the same: that search forks from it
+# and skips its imports (4-5 s of a 2-core machine, as long as a small search's
+# trials: a notebook's second search, most of the test suite's). One per key; each
+# is ended at this process's exit, and dies with it anyway (``die_with_parent``).
+# The key leaves out what no import reads, since each trial gets its request's
+# whole environment: autotune's own settings (each read where it is used), the
+# inductor cache (read at each compile: a child of a server imported under one
+# compiles into the other) and the name pytest gives the running test.
+READ_AFTER_IMPORT = ("AUTOTUNE_", "TORCHINDUCTOR_CACHE_DIR", "PYTEST_CURRENT_TEST")
+_KEPT: dict[tuple, tuple[subprocess.Popen, _Lines, dict, str | None, Path | None]] = {}
+
 
 # The search's side: the handle on one server (its process, its protocol), forking a
 # trial from it or, where it is unusable, starting spare interpreters.
@@ -556,7 +570,10 @@ class ForkServer:
     started while the trial before runs, stopped by that trial during its measured
     windows. ``method="spare"`` starts no server and uses spares from the first
     trial. Each trial's ``observed.trial_start`` says which it was and why. Use as
-    a context manager."""
+    a context manager: a server left healthy and idle at its end (no exception) is
+    kept for the next search of this process that can fork from it (:data:`_KEPT`);
+    ``forkserver.json`` then names the folder of the search that started it, where
+    its log is."""
 
     def __init__(self, folder: Path | None = None, *, compiles: bool = True,
                  method: str = "auto", canary: str | None = None) -> None:
@@ -578,12 +595,14 @@ class ForkServer:
         self.spare: subprocess.Popen | None = None  # the next trial's interpreter
         self._taken: subprocess.Popen | None = None  # this trial's, until it is handed
         self.spares_failed: str | None = None
+        self._key: tuple | None = None  # what a kept server must match to serve here
+        self.started_in: Path | None = None  # the search folder that started the server
 
     def __enter__(self) -> ForkServer:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, kind, *exc) -> None:
+        self.close(keep=kind is None)
 
     def start(self, env: dict[str, str], device: str) -> str:
         """Readies the next trial's start; how it starts: :data:`FORKED`, a
@@ -610,6 +629,11 @@ class ForkServer:
         first, once more with the server stopping before that step."""
         flags = ["--cuda-canary"] if device == "cuda" or self.canary else []
         flags += ["--canary", self.canary] if self.canary else []
+        self._key = (sys.executable, self.compiles, *flags, *sorted(
+            (k, v) for k, v in env.items() if not k.startswith(READ_AFTER_IMPORT)))
+        if self._reuse():
+            return
+        self.started_in = self.folder
         reply = self._serve(env, flags)
         ready = (reply or {}).get("ready") or {}
         failed, first = ready.get("canary_step"), None
@@ -620,10 +644,47 @@ class ForkServer:
                 self.stop_before = failed
                 log.warning("fork server: %s; a second server stops before %s, which "
                             "each trial imports itself", first, failed)
-        if self.folder is not None and reply is not None:
+        if reply is not None:
+            self._describe({**(reply.get("ready") or {}), "unusable": self.unusable,
+                            "first_server": first})
+
+    def _describe(self, ready: dict) -> None:
+        if self.folder is not None:
             atomic_write(self.folder / "forkserver.json", dump(
-                {**(reply.get("ready") or {}), "unusable": self.unusable,
-                 "first_server": first}, "json"))
+                {**ready, "started_in": str(self.started_in) if self.started_in else None},
+                "json"))
+
+    def _reuse(self) -> bool:
+        """Takes the server an earlier search of this process kept under this key,
+        if it is still alive: no imports to wait for."""
+        kept = _KEPT.pop(self._key, None)
+        if kept is None:
+            return False
+        proc, lines, ready, self.stop_before, self.started_in = kept
+        if proc.poll() is not None:
+            _end(proc)
+            return False
+        self.proc, self._lines, self.ready = proc, lines, ready
+        self._describe({**ready, "unusable": None, "reused": True})
+        return True
+
+    def _keep(self) -> bool:
+        """Keeps the server for a later search, if it is healthy and idle (no
+        protocol line unread: every trial's exit collected); another kept under the
+        same key is ended."""
+        proc = self.proc
+        if proc is None or self.unusable is not None or self._key is None or \
+                proc.poll() is not None or self._lines._buffer or \
+                select.select([proc.stdout.fileno()], [], [], 0)[0]:
+            return False
+        if not _KEPT:
+            atexit.register(_end_kept)
+        old = _KEPT.pop(self._key, None)
+        if old is not None:
+            _end(old[0])
+        _KEPT[self._key] = (proc, self._lines, self.ready, self.stop_before, self.started_in)
+        self.proc = None
+        return True
 
     def _serve(self, env: dict[str, str], flags: list[str]) -> dict | None:
         """One server's start: its ready line, or None; :attr:`unusable` says why
@@ -712,8 +773,11 @@ class ForkServer:
             raise RuntimeError(f"the fork server failed to fork a trial: {self.unusable}")
         return _Forked(self, reply["pid"])
 
-    def close(self) -> None:
-        self._close_server()
+    def close(self, keep: bool = False) -> None:
+        """Ends the server (or, with ``keep``, keeps it for a later search where it
+        can) and any spare."""
+        if not (keep and self._keep()):
+            self._close_server()
         for spare in (self.spare, self._taken):
             if spare is not None:
                 _end(spare)
@@ -724,6 +788,11 @@ class ForkServer:
             return
         proc, self.proc = self.proc, None
         _end(proc)
+
+
+def _end_kept() -> None:
+    while _KEPT:
+        _end(_KEPT.popitem()[1][0])
 
 
 def _end(proc: subprocess.Popen) -> None:
@@ -754,8 +823,6 @@ class _Lines:
     def read(self, timeout_s: float | None) -> dict | None:
         """The next line, or None on end of file or after ``timeout_s`` (0: only
         what is there already)."""
-        import select
-
         fd = self.proc.stdout.fileno()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while b"\n" not in self._buffer:
