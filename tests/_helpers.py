@@ -6,7 +6,8 @@ from __future__ import annotations
 FRESH_THREADS: int | None = None
 
 
-def cli(*args, env=None, timeout=900, cwd=None, background=False, script=False, fresh=False):
+def cli(*args, env=None, timeout=900, cwd=None, background=False, script=False, fresh=False,
+        on_line=None):
     """``autotune ARGS`` as a user would run it, returning the finished process (its
     ``returncode``, ``stdout`` and ``stderr``). The command runs in this interpreter,
     through the same ``autotune.cli.main`` that ``python -m autotune`` calls, with
@@ -17,14 +18,17 @@ def cli(*args, env=None, timeout=900, cwd=None, background=False, script=False, 
     stdout and stderr piped as text), ``script`` (the installed ``autotune`` script,
     whose import path, unlike ``-m``'s, lacks the current folder) or a ``PYTHONPATH``
     in ``env`` run ``python -m autotune ARGS`` in a fresh interpreter instead: what
-    needs a process of its own (a signal, a kill, an import path, a timeout)."""
+    needs a process of its own (a signal, a kill, an import path, a timeout).
+    ``on_line``: called with each line of an in-process command's stdout as it is
+    printed (to act while the command runs)."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
     if not (fresh or background or script or "PYTHONPATH" in (env or {})):
-        return _in_process([str(a) for a in args], env or {}, cwd)
+        return _in_process([str(a) for a in args], env or {}, cwd, on_line)
+    assert on_line is None, "a fresh interpreter's lines: read its piped stdout"
     command = [str(Path(sys.executable).with_name("autotune"))] if script else \
         [sys.executable, "-m", "autotune"]
     command += list(args)
@@ -36,7 +40,7 @@ def cli(*args, env=None, timeout=900, cwd=None, background=False, script=False, 
                           cwd=cwd, preexec_fn=_as_from_a_terminal)
 
 
-def _in_process(argv: list[str], env: dict, cwd):
+def _in_process(argv: list[str], env: dict, cwd, on_line=None):
     """``autotune.cli.main(argv)`` here, as a fresh interpreter would run it: its
     output captured, an exception printed as Python prints one (exit 1), and this
     process's environment, folder, import path, modules from outside the installed
@@ -53,7 +57,7 @@ def _in_process(argv: list[str], env: dict, cwd):
 
     from autotune.cli import main
 
-    out, err = io.StringIO(), io.StringIO()
+    out, err = _Captured(on_line), io.StringIO()
     saved_env, saved_path, saved_threads = dict(os.environ), list(sys.path), torch.get_num_threads()
     modules = set(sys.modules)
     installed = (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"])
@@ -85,6 +89,29 @@ def _in_process(argv: list[str], env: dict, cwd):
                                        err.getvalue())
 
 
+class _Captured:
+    """An in-process command's stdout: the text, and each finished line handed to
+    ``on_line`` as it is written."""
+
+    def __init__(self, on_line=None) -> None:
+        import io
+
+        self._text, self._on_line, self._part = io.StringIO(), on_line, ""
+
+    def write(self, text: str) -> int:
+        if self._on_line is not None:
+            *lines, self._part = (self._part + text).split("\n")
+            for line in lines:
+                self._on_line(line + "\n")
+        return self._text.write(text)
+
+    def getvalue(self) -> str:
+        return self._text.getvalue()
+
+    def __getattr__(self, name):  # flush, isatty, encoding...: the StringIO's
+        return getattr(self._text, name)
+
+
 def _as_from_a_terminal() -> None:
     """In the child before it runs: Ctrl-C's default disposition, unblocked, as a
     command typed at a terminal has it. A child inherits an ignored SIGINT, and
@@ -95,6 +122,16 @@ def _as_from_a_terminal() -> None:
 
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def close_loader(loader) -> None:
+    """Ends a persistent-workers loader's workers now, as ``Pipeline.close`` does.
+    Left to the garbage collector, its iterator was finalised after its index
+    queues, and each worker was joined for torch's 5 s timeout: 10 s lost in
+    whichever later test the collector ran in."""
+    iterator, loader._iterator = loader._iterator, None
+    if iterator is not None:
+        iterator._shutdown_workers()
 
 
 def loss_and_grads(model, batch):

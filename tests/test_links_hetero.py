@@ -11,6 +11,7 @@ from torch_geometric.sampler import NegativeSampling
 
 import autotune
 from uniformity import star_forest, uniformity_chi_square
+from _helpers import close_loader
 from autotune.errors import ConfigError
 from autotune.sampling._loader import LinkNeighborLoader, NeighborLoader
 
@@ -287,7 +288,10 @@ def test_drop_in_neighbor_loader_batches(random_graph):
 def test_drop_in_loaders_with_workers_and_hetero_input(mag):
     loader = NeighborLoader(mag, [3, 2], input_nodes=("paper", mag["paper"].train_mask),
                             batch_size=64, num_workers=2, persistent_workers=True)
-    batches = _loader_batches(loader, 4)
+    try:
+        batches = _loader_batches(loader, 4)
+    finally:
+        close_loader(loader)
     assert all(b["paper"].batch_size == 64 for b in batches)
     ids = torch.cat([b["paper"].input_id for b in batches])
     assert ids.unique().numel() == ids.numel()

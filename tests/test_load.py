@@ -128,23 +128,26 @@ def test_a_search_on_a_busy_machine_names_what_took_its_cores(tmp_path):
 
     pid = _burner(sorted(os.sched_getaffinity(0))[-1])
     common = ["--root", str(tmp_path / "data"), "--studies-dir", str(tmp_path / "s")]
-    search = cli("search", "--dataset", "synthetic", "--scale", "0.004", "--steps", "2",
-                 "--warmup", "1", "--warmup-time", "0", "--max-seconds", "0.5",
-                 "--space", "quick", "--n-trials", "2", "--confirm", "1", "--no-priors",
-                 "--max-busy", "10%", *common, env={"AUTOTUNE_MAX_BUSY": None},
-                 background=True)
+
+    stopped = []
+
+    def stop_burning(line: str) -> None:  # as the search prints it
+        if line.startswith("confirmation:") and not stopped:
+            psutil.Process(pid).kill()
+            stopped.append(line)
+
     try:
-        lines = []
-        for line in search.stdout:
-            lines.append(line)
-            if line.startswith("confirmation:"):
-                psutil.Process(pid).kill()
-        err = search.stderr.read()
+        search = cli("search", "--dataset", "synthetic", "--scale", "0.004", "--steps", "2",
+                     "--warmup", "1", "--warmup-time", "0", "--max-seconds", "0.5",
+                     "--space", "quick", "--n-trials", "2", "--confirm", "1", "--no-priors",
+                     "--max-busy", "10%", *common, env={"AUTOTUNE_MAX_BUSY": None},
+                     on_line=stop_burning)
     finally:
         if psutil.pid_exists(pid):
             psutil.Process(pid).kill()
-    out = "".join(lines)
-    assert search.wait() == 0, err
+    out = search.stdout
+    assert search.returncode == 0, search.stderr
+    assert stopped, "the burner ran on through the confirmation"
     assert "measured again" in out or "DISTURBED" in out, out
     assert f"pid {pid} (python" in out, out
     shown = json.loads(cli("show", "--format", "json", *common[2:]).stdout)

@@ -9,6 +9,7 @@ from torch_geometric.loader import NodeLoader
 import autotune
 from autotune.sampling import _neighbor as sampler_mod
 from uniformity import star_forest, uniformity_chi_square
+from _helpers import close_loader
 from autotune.sampling import _subgraph as subgraph
 from autotune.sampling._subgraph import UNSET
 from autotune.errors import BackendUnavailableError, ConfigError
@@ -162,10 +163,13 @@ def test_node_loader_with_two_workers(random_graph, tmp_path, cache):
     loader = NodeLoader(random_graph, node_sampler=s, input_nodes=random_graph.train_mask,
                         batch_size=32, num_workers=2, persistent_workers=True, shuffle=True)
     seen = []
-    for _ in range(2):  # persistent workers serve a second epoch
-        for batch in loader:
-            _check_batch(batch, random_graph)
-            seen.append(batch.input_id)
+    try:
+        for _ in range(2):  # persistent workers serve a second epoch
+            for batch in loader:
+                _check_batch(batch, random_graph)
+                seen.append(batch.input_id)
+    finally:
+        close_loader(loader)
     assert torch.cat(seen).numel() == 2 * int(random_graph.train_mask.sum())
 
 

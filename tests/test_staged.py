@@ -418,6 +418,8 @@ def test_a_later_search_forks_from_the_server_an_earlier_one_kept(prepared, tmp_
     spec = MeasureSpec(warmup_steps=1, min_warmup_s=0.0, min_steps=3, max_window_s=0.3)
 
     def search(name: str, env: dict | None = None, fail: bool = False):
+        # its own variable: no server that an earlier test's search kept serves it
+        env = {"TEST_KEPT_SERVER": str(tmp_path), **(env or {})}
         with ForkServer(folder=tmp_path / name, compiles=False) as server:
             result = run_trial(config, dataset=prepared, trial_dir=tmp_path / name / "t",
                                server=server, measure=spec, env=env,

@@ -43,8 +43,10 @@ def test_export_load_build_one_epoch_lowers_the_loss(exported):
     data = synthetic_reddit(scale=0.02, seed=1, mean_degree=12, num_features=32,
                             num_classes=4)
     # A smaller batch than the export's, so one epoch has enough steps to compare.
-    pipe = autotune.build(config.replace(batch_size=64), data, num_classes=4)
-    with pipe.activate():
+    # closed at the block's end: the export may hold loader workers (left to the
+    # garbage collector, their shutdown waits out torch's timeout: Pipeline.close)
+    with autotune.build(config.replace(batch_size=64), data, num_classes=4) as pipe, \
+            pipe.activate():
         losses = [float(pipe.train_step(batch)) for batch in pipe.loader]
     assert len(losses) >= 20
     quarter = len(losses) // 4

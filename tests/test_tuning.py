@@ -22,16 +22,22 @@ START = TrialConfig(batch_size=32, num_neighbors=(5, 5), num_workers=2, hidden_c
                     sampling_backend="builtin")
 
 
+def _children() -> set[int]:
+    return {c.pid for c in psutil.Process().children(recursive=True)}
+
+
 def _seen(monkeypatch) -> tuple[list[list[int]], set[int]]:
     """The training seeds (node ids) of every step, as each batch gives them, and
-    the processes this one had while it trained."""
+    the processes this one started while it trained (not those it had before: a
+    fork server an earlier search of this process kept)."""
     steps: list[list[int]] = []
     children: set[int] = set()
+    before = _children()
     real = Pipeline.train_step
 
     def train_step(self, batch):
         steps.append(batch.n_id[:batch.batch_size].tolist())
-        children.update(c.pid for c in psutil.Process().children(recursive=True))
+        children.update(_children() - before)
         return real(self, batch)
 
     monkeypatch.setattr(Pipeline, "train_step", train_step)
@@ -266,6 +272,7 @@ def test_a_users_own_loop_trains_every_seed_once_on_its_optimizer_through_a_fail
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     windows, lines, seen, taken = [], [], [], 0
     train_nodes = tiny_synthetic.train_mask.nonzero().flatten().tolist()
+    before = _children()  # a fork server an earlier search of this process kept
     with TunedLoop(tiny_synthetic, model, optimizer, start, epochs=4,
                    tune=TuneSpec(share=1.0, window_steps=3, pairs=2),
                    on_line=lines.append, on_window=lambda e, log: windows.append(e)) as loop:
@@ -284,7 +291,7 @@ def test_a_users_own_loop_trains_every_seed_once_on_its_optimizer_through_a_fail
                     step.loss = loss.detach()
             assert sorted(seeds) == train_nodes, f"epoch {epoch + 1}"
             seen.append(len(seeds))
-        workers = {c.pid for c in psutil.Process().children(recursive=True)}
+        workers = _children() - before
     left = [c for c in psutil.Process().children(recursive=True)
             if c.pid in workers and c.status() != psutil.STATUS_ZOMBIE]
     assert not left, left
