@@ -8,10 +8,19 @@ from _helpers import assert_window_kept_its_promise, trial_processes
 
 from autotune.config import TrialConfig
 from autotune.pipeline._build import worker_core_sets
-from autotune.trial._runner import run_trial
+from autotune.trial._runner import ForkServer, run_trial
 from autotune.topology import NUMA_STRATEGY, affinity_sets, this_machine
 
 SMALL = dict(batch_size=64, num_neighbors=(5, 5), hidden_channels=32, sampling_backend="builtin")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One fork server for the module's trials, as a search has: the trials of the
+    tests that take it fork from it (4 s of imports each, saved), the first test's
+    starts in a fresh interpreter."""
+    with ForkServer(folder=tmp_path_factory.mktemp("server")) as forks:
+        yield forks
 
 
 def _leftovers(trial_dir):
@@ -47,7 +56,7 @@ def test_a_trial_measures_its_window_in_blocks(prepared, quick_measure, tmp_path
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["split", "compact", NUMA_STRATEGY])
 @pytest.mark.parametrize("workers", [1, 2])
-def test_observed_affinity_equals_requested(prepared, quick_measure, tmp_path, strategy,
+def test_observed_affinity_equals_requested(prepared, quick_measure, tmp_path, server, strategy,
                                             workers):
     """Every loader worker's affinity, the trial process's own and torch's thread
     count, read back from the running trial, equal what the strategy asked for."""
@@ -60,7 +69,7 @@ def test_observed_affinity_equals_requested(prepared, quick_measure, tmp_path, s
     config = TrialConfig(**SMALL, num_workers=workers, loader_cores=loader,
                          compute_cores=compute)
     result = run_trial(config, dataset=prepared, trial_dir=tmp_path / "t",
-                       measure=quick_measure)
+                       measure=quick_measure, server=server)
     assert result.status == "ok", result.stderr_tail
     observed = result.observed
     assert observed.main_affinity == list(compute)
@@ -77,14 +86,14 @@ def test_observed_affinity_equals_requested(prepared, quick_measure, tmp_path, s
 
 
 @pytest.mark.slow
-def test_compiled_padded_trial_reports_compile_and_buckets(prepared, tmp_path):
+def test_compiled_padded_trial_reports_compile_and_buckets(prepared, tmp_path, server):
     from autotune.specs import MeasureSpec
 
     config = TrialConfig(**SMALL, compile_mode="default", shapes="padded", pad_ladder="pow2")
     result = run_trial(config, dataset=prepared, trial_dir=tmp_path / "t",
                        measure=MeasureSpec(warmup_steps=2, min_warmup_s=0.0,
                                            min_steps=4, max_window_s=1.0),
-                       inductor_cache=tmp_path / "inductor")
+                       inductor_cache=tmp_path / "inductor", server=server)
     assert result.status == "ok", result.stderr_tail
     assert result.compile.compiled and result.compile.compile_time_s > 0
     assert result.compile.backend == "inductor"
@@ -99,7 +108,7 @@ def test_compiled_padded_trial_reports_compile_and_buckets(prepared, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_trial_past_the_recompile_limit_is_flagged_eager(prepared, tmp_path):
+def test_a_trial_past_the_recompile_limit_is_flagged_eager(prepared, tmp_path, server):
     """Static padded shapes recompile once per bucket; with the limit at 1 the
     second bucket makes torch._dynamo give up and run the model eagerly."""
     from autotune.specs import MeasureSpec
@@ -108,7 +117,7 @@ def test_a_trial_past_the_recompile_limit_is_flagged_eager(prepared, tmp_path):
                          shapes="padded", pad_ladder="geometric", recompile_limit=1)
     result = run_trial(config, dataset=prepared, trial_dir=tmp_path / "t",
                        measure=MeasureSpec(warmup_steps=2, min_warmup_s=0.0,
-                                           min_steps=6, max_window_s=1.0))
+                                           min_steps=6, max_window_s=1.0), server=server)
     assert result.status == "ok", result.stderr_tail
     assert len(result.observed.pad_buckets) > 1, "needs two buckets to recompile"
     assert result.compile.recompile_limit == 1

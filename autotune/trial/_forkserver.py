@@ -674,11 +674,8 @@ class ForkServer:
         same key is ended."""
         proc = self.proc
         if proc is None or self.unusable is not None or self._key is None or \
-                proc.poll() is not None or self._lines._buffer or \
-                select.select([proc.stdout.fileno()], [], [], 0)[0]:
+                proc.poll() is not None or self._lines.pending():
             return False
-        if not _KEPT:
-            atexit.register(_end_kept)
         old = _KEPT.pop(self._key, None)
         if old is not None:
             _end(old[0])
@@ -790,6 +787,7 @@ class ForkServer:
         _end(proc)
 
 
+@atexit.register
 def _end_kept() -> None:
     while _KEPT:
         _end(_KEPT.popitem()[1][0])
@@ -819,6 +817,11 @@ class _Lines:
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
         self._buffer = b""
+
+    def pending(self) -> bool:
+        """Whether a line (or part of one) is there, unread."""
+        return bool(self._buffer) or bool(
+            select.select([self.proc.stdout.fileno()], [], [], 0)[0])
 
     def read(self, timeout_s: float | None) -> dict | None:
         """The next line, or None on end of file or after ``timeout_s`` (0: only
