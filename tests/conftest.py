@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import collections
-import json
 import os
 import sys
 import tempfile
@@ -41,35 +40,6 @@ def pytest_configure(config):
         import compileall
 
         compileall.compile_dir(Path(__file__).resolve().parents[1] / "autotune", quiet=1)
-    if "PYTEST_XDIST_WORKER" not in os.environ:  # the workers it starts inherit it
-        os.environ[EXCLUSIVE_IDS] = str(Path(tempfile.mkdtemp(prefix="autotune-tests-"))
-                                        / "exclusive.json")
-
-
-# The node ids of the tests marked ``exclusive``: the workers write them when they
-# collect, the controller's scheduler reads them (it collects nothing itself).
-EXCLUSIVE_IDS = "AUTOTUNE_TESTS_EXCLUSIVE_IDS"
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
-    """pyproject's ``--dist loadfile``, with every ``exclusive`` test in one unit of
-    its own, handed out first: one worker runs them back to back at the start, while
-    the other waits once at the gate. Spread over their modules, each waited mid-run
-    for the running test beside it to end, and that worker idled meanwhile (a
-    compiling trial's 36 s, once)."""
-    from xdist.scheduler import LoadFileScheduling
-
-    if config.getvalue("dist") != "loadfile":
-        return None
-
-    class ExclusiveFirst(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            if not hasattr(self, "_exclusive"):
-                self._exclusive = set(json.loads(Path(os.environ[EXCLUSIVE_IDS]).read_text()))
-            return "exclusive" if nodeid in self._exclusive else super()._split_scope(nodeid)
-
-    return ExclusiveFirst(config, log)
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -179,11 +149,6 @@ def _share(exclusive: bool, keep: bool = False):
 
 def pytest_collection_modifyitems(config, items):
     _heaviest_modules_first(items)
-    if "PYTEST_XDIST_WORKER" in os.environ and EXCLUSIVE_IDS in os.environ:
-        from autotune.files import atomic_write
-
-        atomic_write(Path(os.environ[EXCLUSIVE_IDS]), json.dumps(
-            [item.nodeid for item in items if "exclusive" in item.keywords]))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="no CUDA device")
@@ -193,16 +158,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _heaviest_modules_first(items) -> None:
-    """The ``exclusive`` tests first, then the modules with the most ``slow`` tests,
-    each module's tests in their own order: a parallel run hands the exclusive tests
-    (one unit, :func:`pytest_xdist_make_scheduler`) and then whole modules to its
-    workers in this order. An exclusive test waits for every running test to end, and
-    its worker idles meanwhile: at the start, one test at most is running; and a
-    worker that started a long module last would finish alone."""
+    """The modules holding ``exclusive`` tests first, those tests first in them, then
+    the modules with the most ``slow`` tests, each module's other tests in their own
+    order: a parallel run hands whole modules to its workers in this order. An
+    exclusive test waits for every running test to end, and its worker idles
+    meanwhile: at the start, none is running (in mid-run those waits cost a minute);
+    and a worker that started a long module last would finish alone."""
     weight = collections.Counter(item.path for item in items if "slow" in item.keywords)
+    exclusive = {item.path for item in items if "exclusive" in item.keywords}
     first_seen = {path: i for i, path in enumerate(dict.fromkeys(i.path for i in items))}
-    items.sort(key=lambda item: ("exclusive" not in item.keywords, -weight[item.path],
-                                 first_seen[item.path]))
+    items.sort(key=lambda item: (item.path not in exclusive, -weight[item.path],
+                                 first_seen[item.path], "exclusive" not in item.keywords))
 
 
 @pytest.fixture
