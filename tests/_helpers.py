@@ -124,16 +124,6 @@ def _as_from_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def close_loader(loader) -> None:
-    """Ends a persistent-workers loader's workers now, as ``Pipeline.close`` does.
-    Left to the garbage collector, its iterator was finalised after its index
-    queues, and each worker was joined for torch's 5 s timeout: 10 s lost in
-    whichever later test the collector ran in."""
-    iterator, loader._iterator = loader._iterator, None
-    if iterator is not None:
-        iterator._shutdown_workers()
-
-
 def loss_and_grads(model, batch):
     """The seeds' cross-entropy loss of one batch and the parameters' gradients."""
     import torch.nn.functional as F

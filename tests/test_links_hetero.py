@@ -11,8 +11,8 @@ from torch_geometric.sampler import NegativeSampling
 
 import autotune
 from uniformity import star_forest, uniformity_chi_square
-from _helpers import close_loader
 from autotune.errors import ConfigError
+from autotune.pipeline._build import end_workers
 from autotune.sampling._loader import LinkNeighborLoader, NeighborLoader
 
 CHI2_39DOF_P001 = 72.05  # chi-square, 39 degrees of freedom, p = 0.001
@@ -291,7 +291,7 @@ def test_drop_in_loaders_with_workers_and_hetero_input(mag):
     try:
         batches = _loader_batches(loader, 4)
     finally:
-        close_loader(loader)
+        end_workers(loader)  # left to the collector: 10 s in a later test
     assert all(b["paper"].batch_size == 64 for b in batches)
     ids = torch.cat([b["paper"].input_id for b in batches])
     assert ids.unique().numel() == ids.numel()
