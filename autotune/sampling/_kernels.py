@@ -31,6 +31,10 @@ import torch
 from torch import Tensor
 
 BLOCK = 128  # frontier nodes per program
+# In Triton's interpreter a program costs per op, not per lane (each op is a numpy
+# call over the whole block), so on CPU tensors one program takes this many nodes:
+# the same kernel in 8x fewer interpreted ops (tests/test_sampler.py's chi-square runs).
+INTERPRET_BLOCK = 1024
 MAX_K = 256  # picks held in registers per lane; larger fanouts use the torch path
 
 
@@ -115,10 +119,12 @@ def draw_hop_slots(colptr: Tensor, row: Tensor, frontier: Tensor, k: int, replac
     src = torch.empty_like(edge)
     if m == 0:
         return edge, src
-    kernel = _hop_kernel(frontier.device.type == "cpu")
-    grid = ((m + BLOCK - 1) // BLOCK,)
-    kernel[grid](colptr, row, frontier, seed, edge, src, m, K=k,
-                 KPAD=max(2, 1 << (k - 1).bit_length()), REPLACE=bool(replace), BLOCK_M=BLOCK)
+    interpret = frontier.device.type == "cpu"
+    block = INTERPRET_BLOCK if interpret else BLOCK
+    grid = ((m + block - 1) // block,)
+    _hop_kernel(interpret)[grid](colptr, row, frontier, seed, edge, src, m, K=k,
+                                 KPAD=max(2, 1 << (k - 1).bit_length()),
+                                 REPLACE=bool(replace), BLOCK_M=block)
     return edge, src
 
 
