@@ -147,6 +147,57 @@ def test_candidates_change_one_learning_neutral_knob_each():
                 and _tuning._resolved(c.sampling_backend) == _tuning._resolved("auto")]
 
 
+def test_candidates_go_in_the_order_of_the_side_the_step_spends_its_time_on():
+    """The loader's knobs first where the step waits for its batch more than half of
+    its time, the model's first otherwise; a compile last either way; stable within."""
+    from autotune.topology import Topology
+
+    two = Topology(cpus=(0, 1), cores=((0,), (1,)), nodes=((0, 1),))
+    changes = candidates(START, TuneSpec(compile=True), two)
+    knobs = [label.split()[0] for label, _ in changes]
+    assert "aggregation" in knobs and "num_workers" in knobs
+    for wait, first in ((0.1, {"aggregation"}), (0.9, set(_tuning.LOADER_KNOBS))):
+        ordered = [label for label, _ in _tuning.by_bottleneck(changes, wait)]
+        assert sorted(ordered) == sorted(label for label, _ in changes)
+        side = [label for label in ordered if label.split()[0] in first]
+        assert ordered[:len(side)] == side == [label for label, _ in changes
+                                               if label.split()[0] in first]
+        assert ordered[-1] == "compile_mode none -> default"
+
+
+@pytest.mark.exclusive  # shares of time: a test beside it slows the step (2 threads, 1 core)
+@pytest.mark.parametrize("slow, first", [("step", "aggregation"), ("batch", "num_workers")])
+def test_a_run_tries_first_the_knobs_of_what_its_step_waits_on(tiny_synthetic, monkeypatch,
+                                                                 slow, first):
+    """A step slowed by 100 ms in the model's step, or in the sampling of its batch
+    (in the loader's 2 workers: 50 ms a batch), far above the tiny model's own step:
+    the run measures the share its incumbent waits for its batches, says it, and
+    tries that side's knob first."""
+    from autotune.sampling._neighbor import NeighborSampler
+
+    target, name = (Pipeline, "train_step") if slow == "step" else \
+        (NeighborSampler, "sample_from_nodes")
+    real = getattr(target, name)
+
+    def slowed(self, *args, **kwargs):
+        time.sleep(0.1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(target, name, slowed)
+    run = TunedRun(START, tiny_synthetic, TuneSpec(share=1.0, window_steps=8, pairs=1),
+                   epochs=1, num_classes=4)
+    try:
+        fit_tuned(run, tiny_synthetic, 1)
+    finally:
+        run.close()
+    # far from the tiny model's own share (about half: a worker's hand-over of a
+    # batch costs as much as its step), so a slowdown that missed would fail here
+    share = run.log.wait_share
+    assert share > 0.7 if slow == "batch" else share < 0.3, share
+    assert run.log.order == ("the loader's knobs" if slow == "batch" else "the model's knobs")
+    assert run.log.tried[0].change.startswith(first), [t.change for t in run.log.tried]
+
+
 def test_a_gain_within_the_noise_is_not_kept():
     """Two pairs at 1.01x agree, but a 1% gain is not worth a new pipeline: kept
     only above 1 + min_gain; a first window under the screen is dropped."""
@@ -212,6 +263,8 @@ def test_a_tuned_run_is_a_study_that_show_export_and_studies_read(tmp_path):
     assert shown["tried"] == trained["tuning"]["tried"]
     text = cli("show", "--study-name", "run", *where).stdout
     assert "a training run that tuned itself" in text and "steps trained by config" in text
+    assert 0 <= shown["wait_share"] <= 1 and shown["wait_share"] == trained["tuning"]["wait_share"]
+    assert f"waited for its batches {100 * shown['wait_share']:.0f}%" in text, text
     assert all(t["change"] in text for t in shown["tried"]), text
     out = tmp_path / "best.yaml"
     exported = cli("export", "--study-name", "run", *where, "--out", str(out))
@@ -342,7 +395,7 @@ def test_ctrl_c_of_a_tuned_run_saves_its_best_epoch_and_its_windows(tmp_path):
             trials = []
         if any(t.user_attrs["tuning_window"]["epoch"] >= 2 for t in trials):
             break
-        time.sleep(0.2)
+        time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr

@@ -349,5 +349,8 @@ def tuning_lines(log) -> list[str]:
            f"candidates trained {log.explore_s:.1f} s",
            f"tuned: started on {short(log.start.to_dict())}, ended on "
            f"{short((log.final or log.start).to_dict())}"]
+    if log.wait_share is not None:
+        out.append(f"tuned: the incumbent waited for its batches {100 * log.wait_share:.0f}% "
+                   f"of its step: {log.order} tried first")
     out += [f"tuned: {steps:>6} steps on {key}" for key, steps in log.steps_by_config.items()]
     return out

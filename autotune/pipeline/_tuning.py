@@ -20,6 +20,9 @@ incumbent's windows measured just before and after it (the ratio of its rate to
 their mean). A candidate under :attr:`TuneSpec.screen` times the incumbent in its
 first window is dropped then; else it runs up to :attr:`TuneSpec.pairs` pairs and is
 kept where the lower end of its ratios' range is above 1 + :attr:`TuneSpec.min_gain`.
+The candidates are tried in the order of where the incumbent's step spends its time
+(:func:`by_bottleneck`): the loader's knobs first where its windows waited for batches
+more than half of their time, the model's first otherwise; a compile always last.
 A candidate that fails (out of memory, a worker crash, an error) is recorded and
 dropped, and training goes on with the incumbent. Exploring ends when no candidate
 is left, or once the candidates have trained :attr:`TuneSpec.share` of the run's
@@ -52,6 +55,8 @@ from autotune.topology import STRATEGIES, Topology, affinity_sets, this_machine
 NEUTRAL_KNOBS = ("num_workers", "affinity", "sampling_backend", "aggregation",
                  "compile_mode", "shapes")
 PRECISION_KNOBS = ("amp_dtype", "feature_dtype")  # with TuneSpec.precision only
+LOADER_KNOBS = ("num_workers", "affinity", "sampling_backend")  # where batches are made
+COMPILE_KNOBS = ("compile_mode", "shapes")  # tried last: the dearest
 
 
 @dataclass(frozen=True)
@@ -137,14 +142,23 @@ class TuneLog:
     settled_epoch: int | None = None
     steps_by_config: dict[str, int] = field(default_factory=dict)
     explore_s: float = 0.0
+    wait_share: float | None = None  # of the window the queue was ordered by (by_bottleneck)
     final: TrialConfig | None = None
     interrupted_step: int | None = None  # where Ctrl-C stopped the run
+
+    @property
+    def order(self) -> str | None:
+        """Which side's knobs the run tried first (None: the queue was not ordered)."""
+        if self.wait_share is None:
+            return None
+        return "the loader's knobs" if loader_first(self.wait_share) else "the model's knobs"
 
     def to_dict(self) -> dict:
         return {"start": self.start.to_dict(), "final": (self.final or self.start).to_dict(),
                 "settled_step": self.settled_step, "settled_epoch": self.settled_epoch,
                 "interrupted_step": self.interrupted_step,
-                "explore_s": self.explore_s, "steps_by_config": self.steps_by_config,
+                "explore_s": self.explore_s, "wait_share": self.wait_share,
+                "steps_by_config": self.steps_by_config,
                 "tried": [{"change": t.change, "config": t.config.to_dict(),
                            "ratios": t.ratios, "verdict": t.verdict, "reason": t.reason,
                            "steps": t.steps, "seconds": t.seconds, "compile_s": t.compile_s}
@@ -214,6 +228,28 @@ def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = 
     return out
 
 
+def by_bottleneck(changes: list[tuple[str, TrialConfig]], wait_share: float
+                  ) -> list[tuple[str, TrialConfig]]:
+    """``changes`` (labelled as :func:`candidates` labels them) in the order to try
+    them, given the share of the incumbent's step time spent waiting for its batch: a
+    loader change can gain at most what the step waits, a model change at most what it
+    computes, so the larger side's knobs go first; compile modes and shapes stay last
+    (a compile costs seconds before its first timed step). Stable within a side."""
+    first = loader_first(wait_share)
+
+    def rank(change: tuple[str, TrialConfig]) -> tuple[bool, bool]:
+        knob = change[0].split()[0]
+        return knob in COMPILE_KNOBS, (knob in LOADER_KNOBS) != first
+
+    return sorted(changes, key=rank)
+
+
+def loader_first(wait_share: float) -> bool:
+    """Whether a step that waits ``wait_share`` of its time for its batch tries the
+    loader's knobs before the model's: where the wait is the larger side."""
+    return wait_share > 0.5
+
+
 def _resolved(backend: str) -> str | None:
     """The sampler ``backend`` runs here (auto: PyG's or the built-in), None where none."""
     try:
@@ -236,9 +272,21 @@ class _Window:
     seeds: int = 0  # trained: the window's first ``seeds`` positions
     rate: float = 0.0  # seeds per second, after the window's first step
     seconds: float = 0.0
+    # each timed step's wait for its batch (on the host: the loader's next and the
+    # batch's hand-over) and its whole time, the caller's step with it
+    waits: list[tuple[float, float]] = field(default_factory=list)
     loss_sum: float = 0.0  # each loss its caller gave, times its step's seeds
     loss_seeds: int = 0  # the seeds of those steps
     error: BaseException | None = None  # what stopped it early (an Exception)
+
+    def wait_share(self, skip: int) -> float | None:
+        """The share of its timed steps' time spent waiting for their batches, past the
+        first ``skip`` (the batches its loader had in flight when the window began,
+        whose wait is not the loader's pace); None with fewer than 2 such steps."""
+        steady = self.waits[skip:]
+        total = sum(step for _, step in steady)
+        return min(sum(wait for wait, _ in steady) / total, 1.0) \
+            if len(steady) >= 2 and total > 0 else None
 
     @property
     def loss(self) -> float | None:
@@ -313,6 +361,7 @@ class TunedRun:
         self.explore_steps_left = spec.share * self.planned_steps
         self.compile_s = spec.compile_s  # planned, until this run measures one
         self.queue = candidates(config, spec) if queue is None else list(queue)
+        self._ordered = queue is not None  # a queue given is tried in its order
         self.log = TuneLog(start=config, final=config)
         self.steps = 0
         self.totals = _Window()  # the last epoch's steps, seeds, seconds and loss
@@ -407,13 +456,18 @@ class TunedRun:
         sync = device_sync(pipe.device)
         timed_seeds, loss_sum = 0, 0.0  # the loss summed by seeds: no host sync a step
         sync()
-        started = t0 = time.perf_counter()
+        started = t0 = resumed = time.perf_counter()
         try:
             for batch in pipe.loader:
                 seeds = pipe.task.seeds(batch)
                 if not pipe.config.gpu_sampling:  # GPU-resident batches are built there
                     batch = batch.to(pipe.device, non_blocking=True)
+                arrived = time.perf_counter()
                 yield batch
+                if out.steps:  # the first step is not timed
+                    now = time.perf_counter()
+                    out.waits.append((arrived - resumed, now - resumed))
+                resumed = time.perf_counter()
                 check_interrupt()  # Ctrl-C that Python swallowed (autotune.files)
                 if self._failure is not None:
                     raise self._failure
@@ -440,9 +494,9 @@ class TunedRun:
         tried = self._next()
         total, rest = _Window(), pending
 
-        def train(pipe: Pipeline) -> Generator[Any, None, _Window]:
+        def train(pipe: Pipeline, extra: int = 0) -> Generator[Any, None, _Window]:
             nonlocal rest
-            window = yield from self._window(pipe, rest, self.spec.window_steps,
+            window = yield from self._window(pipe, rest, self.spec.window_steps + extra,
                                              None if pipe is self.pipe else tried.change)
             rest = rest[window.seeds:]
             total.add(window)
@@ -454,7 +508,10 @@ class TunedRun:
 
         started, candidate = time.perf_counter(), None
         try:
-            before = (yield from train(self.pipe)).rate
+            # a window to order the queue by runs on past the batches in flight
+            first = yield from train(self.pipe, 0 if self._ordered else self._in_flight())
+            before = first.rate
+            tried = self._reorder(tried, first)
             if self._pays_back(tried, before):
                 candidate = self._candidate = self._build(tried.config, self.pipe.eager_model,
                                                           self.pipe.optimizer)
@@ -478,6 +535,27 @@ class TunedRun:
         self.log.explore_s += time.perf_counter() - started
         self._conclude(tried, candidate)
         return total
+
+    def _reorder(self, tried: Tried, window: _Window) -> Tried:
+        """At the run's first pair (and after each adoption), the queue in the order
+        :func:`by_bottleneck` gives for ``window``, the incumbent's; returns the
+        candidate to try now, ``tried`` or the one the new order puts first."""
+        share = window.wait_share(self._in_flight())
+        if self._ordered or share is None:
+            return tried
+        self._ordered = True
+        self.log.wait_share = share
+        queue = by_bottleneck([(tried.change, tried.config), *self.queue], share)
+        if tried.ratios or queue[0][0] == tried.change:  # one with pairs goes on first
+            self.queue = [change for change in queue if change[0] != tried.change]
+            return tried
+        self.log.tried.remove(tried)
+        self.queue = queue
+        return self._next()
+
+    def _in_flight(self) -> int:
+        """The batches the incumbent's loader has in flight as a window begins."""
+        return self.pipe.config.num_workers * self.pipe.config.prefetch_factor
 
     def _count(self, tried: Tried, window: _Window) -> None:
         """A candidate's window: its steps and seconds, spent of exploring's share."""
@@ -560,6 +638,7 @@ class TunedRun:
         self.log.final = candidate.config
         self.queue = [(label, c) for label, c in candidates(candidate.config, self.spec)
                       if c.key() not in tried]
+        self._ordered = False  # ordered again at the new incumbent's first window
 
     def _settle(self, epoch: int) -> None:
         self.log.settled_step, self.log.settled_epoch = self.steps, epoch

@@ -117,7 +117,8 @@ def run_report(study: optuna.Study) -> dict[str, Any]:
             "start": run.get("start"), "final": final,
             "settled_step": run.get("settled_step"), "settled_epoch": run.get("settled_epoch"),
             "interrupted_step": run.get("interrupted_step"),
-            "explore_s": run.get("explore_s"), "steps_by_config": run.get("steps_by_config", {}),
+            "explore_s": run.get("explore_s"), "wait_share": run.get("wait_share"),
+            "steps_by_config": run.get("steps_by_config", {}),
             "tried": run.get("tried", []), "final_rate": final_rate(windows, final),
             "windows": windows}
 
@@ -139,6 +140,9 @@ def run_lines(report: dict[str, Any]) -> list[str]:
              f"  {settled} on {short(report['final'])}" +
              (f", {rate:,.0f} {unit} (median of its windows)" if rate else ""),
              f"  exploring took {report['explore_s'] or 0:.1f} s"]
+    if report.get("wait_share") is not None:  # absent from runs recorded before it was kept
+        lines.append(f"  its step waited for its batches {100 * report['wait_share']:.0f}% of "
+                     "its time (the order of its candidates)")
     if report["interrupted_step"] is not None:
         lines.append(f"  interrupted (Ctrl-C) at step {report['interrupted_step']}")
     lines.append("steps trained by config:")
