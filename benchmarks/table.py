@@ -35,7 +35,7 @@ def rows() -> list[tuple[str, str, str, str]]:
     parts = (_quickstart, _sampler, _sampler_cuda, _sampler_links, _sampler_workloads,
              _trial_overhead, _noise, _time_to_best,
              _search_efficiency,
-             _distributed, _knobs, _speedup, _graph_search, _carryover, _guard)
+             _distributed, _knobs, _speedup, _graph_search, _carryover, _guard, _online)
     return [row for part in parts for row in part()]
 
 
@@ -379,6 +379,49 @@ def _guard() -> list[tuple[str, str, str, str]]:
         for message in g["skipped"]:
             out.append(("guard.py", message, "-", "skipped"))
     return out
+
+
+def _online() -> list[tuple[str, str, str, str]]:
+    return _online_full() + _online_partial()
+
+
+def _online_partial() -> list[tuple[str, str, str, str]]:
+    o = _load("online-tuned-oracle")
+    if not o:
+        return []
+    tuned, oracle = o["time"]["tuned"], o["time"]["oracle"]
+    tried = ", ".join(f"{t['change']} {t['verdict']}" for t in tuned["tuning"]["tried"]
+                      if t["verdict"] != "not tried")
+    return [("online.py --oracle", f"`train --tune` over the oracle's config (from online.json's "
+             f"grid) only, side by side (synthetic scale {o['scale']}, {o['epochs']} epochs; "
+             f"{_machine(o)})",
+             f"{tuned['wall_s']:.0f} / {oracle['wall_s']:.0f} s = {o['tuned_over_oracle']:.2f}; "
+             f"waited {100 * tuned['tuning']['wait_share']:.0f}% for batches; tried {tried}",
+             f"<= 1.15: {_verdict(o['meets']['tuned_over_oracle'])}")]
+
+
+def _online_full() -> list[tuple[str, str, str, str]]:
+    o = _load("online")
+    if not o:
+        return []
+    ways = o["time"]
+    wall = {k: ways[k]["wall_s"] for k in ("tuned", "oracle", "search_then_train", "baseline")}
+    accuracy = o["accuracy"]
+    acc = (f"; {accuracy['dataset']} test accuracy tuned {accuracy['tuned_test_accuracy']:.3f}, "
+           "untuned " + ", ".join(f"{a:.3f}" for a in accuracy["untuned_test_accuracy"])
+           if isinstance(accuracy, dict) else f"; {accuracy}")
+    meets = o["meets"]
+    return [("online.py", f"one training four ways (synthetic scale {o['scale']}, {o['epochs']} "
+             f"epochs), each an `autotune` command timed to its end: `train --tune` over the "
+             f"oracle, over `search --budget {o['budget']}` then training, over the baseline "
+             f"(one run of each; {_machine(o)})",
+             f"{wall['tuned']:.0f} / {wall['oracle']:.0f} s = {o['tuned_over_oracle']:.2f}; "
+             f"{wall['tuned']:.0f} / {wall['search_then_train']:.0f} s = "
+             f"{o['tuned_over_search_then_train']:.2f}; {wall['tuned']:.0f} / "
+             f"{wall['baseline']:.0f} s = {o['tuned_over_baseline']:.2f}{acc}",
+             f"<= {o['target_tuned_over_oracle']}: {_verdict(meets['tuned_over_oracle'])}; "
+             f"< 1: {_verdict(meets['tuned_over_search_then_train'])}; accuracy within: "
+             + _verdict(meets.get("accuracy_within_spread", False)))]
 
 
 def knob_rows(name: str = "knobs") -> str:
