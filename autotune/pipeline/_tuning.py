@@ -464,10 +464,10 @@ class TunedRun:
                     batch = batch.to(pipe.device, non_blocking=True)
                 arrived = time.perf_counter()
                 yield batch
+                now = time.perf_counter()
                 if out.steps:  # the first step is not timed
-                    now = time.perf_counter()
                     out.waits.append((arrived - resumed, now - resumed))
-                resumed = time.perf_counter()
+                resumed = now
                 check_interrupt()  # Ctrl-C that Python swallowed (autotune.files)
                 if self._failure is not None:
                     raise self._failure
@@ -540,8 +540,8 @@ class TunedRun:
         """At the run's first pair (and after each adoption), the queue in the order
         :func:`by_bottleneck` gives for ``window``, the incumbent's; returns the
         candidate to try now, ``tried`` or the one the new order puts first."""
-        share = window.wait_share(self._in_flight())
-        if self._ordered or share is None:
+        share = None if self._ordered else window.wait_share(self._in_flight())
+        if share is None:
             return tried
         self._ordered = True
         self.log.wait_share = share
