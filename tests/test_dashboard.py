@@ -174,7 +174,7 @@ def test_a_reader_holding_the_sqlite_file_does_not_break_a_search(tmp_path):
         while not stop.is_set():
             with urllib.request.urlopen(api, timeout=30) as response:
                 polled.append(response.status)
-            time.sleep(0.2)
+            time.sleep(0.05)
 
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
