@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import platform
 import re
@@ -139,6 +140,21 @@ BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 def native_bf16() -> bool:
     """Whether this CPU computes bfloat16 natively (:data:`BF16_FLAGS`)."""
     return any(flag in cpu_flags() for flag in BF16_FLAGS)
+
+
+# The flags that decide the code inductor generates for a CPU: its vector width (AVX2's
+# 8 float lanes, AVX-512's 16) and its AMX and bf16/fp16 kernels.
+ISA_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
+             "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
+
+
+def isa_key() -> str:
+    """A name for the code inductor generates on this CPU: the architecture and a
+    digest of its :data:`ISA_FLAGS` and of ``ATEN_CPU_CAPABILITY`` (which lowers the
+    ISA inductor picks), e.g. ``x86_64-3f9a0c21``."""
+    parts = [f for f in ISA_FLAGS if f in cpu_flags()]
+    parts.append(f"aten={os.environ.get('ATEN_CPU_CAPABILITY', '').lower()}")
+    return f"{platform.machine()}-{hashlib.sha1(' '.join(parts).encode()).hexdigest()[:8]}"
 
 
 # The flags that decide how fast a CPU trains in bfloat16 (oneDNN's AMX and AVX-512

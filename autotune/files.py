@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal
 
+from autotune.env import isa_key
+
 
 def atomic_write(path: str | os.PathLike, content: str | Callable[[Path], None]) -> Path:
     """Writes ``content`` to ``path``: text, or a function that writes the temporary
@@ -112,5 +114,9 @@ def dump(blob: Any, fmt: Literal["json", "yaml"]) -> str:
 
 def inductor_cache_dir(studies_dir: str | os.PathLike) -> Path:
     """Where compiled kernels persist between trials (and training runs) of a studies
-    folder: ``STUDIES_DIR/.cache/inductor``."""
-    return Path(studies_dir) / ".cache" / "inductor"
+    folder: ``STUDIES_DIR/.cache/inductor/`` and the CPU's :func:`autotune.env.isa_key`.
+    Inductor's own cache key names the GPU but not the CPU's vector ISA: a graph it
+    generated for AVX2's 8 lanes, loaded on an AVX-512 host (a folder two hosts share),
+    is built there with 16-lane stores over 8-lane loops and writes past its buffers
+    (a trial died of "double free or corruption", docs/knobs.md)."""
+    return Path(studies_dir) / ".cache" / "inductor" / isa_key()

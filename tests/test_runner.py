@@ -107,6 +107,29 @@ def test_compiled_padded_trial_reports_compile_and_buckets(prepared, tmp_path, s
     assert any((tmp_path / "inductor").iterdir()), "the inductor cache was not used"
 
 
+def test_each_kind_of_cpu_keeps_its_own_inductor_cache(monkeypatch, tmp_path):
+    """Inductor's cache key omits the CPU's vector ISA: code generated on an AVX2 host
+    and built on an AVX-512 one wrote past its buffers (double free). A studies folder
+    two such hosts share keeps a cache for each; ATEN_CPU_CAPABILITY, which lowers the
+    ISA inductor picks, makes another; flags inductor does not read change nothing."""
+    from autotune import env
+    from autotune.files import inductor_cache_dir
+
+    def where(flags: set[str], capability: str | None = None):
+        monkeypatch.setattr(env, "cpu_flags", lambda: frozenset(flags))
+        if capability:
+            monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
+        else:
+            monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+        return inductor_cache_dir(tmp_path)
+
+    avx512 = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
+    avx2 = where({"avx2"})
+    assert avx2.parent == where(avx512).parent == tmp_path / ".cache" / "inductor"
+    assert len({avx2, where(avx512), where(avx512, "avx2")}) == 3
+    assert where({"avx2", "sse4_2", "fma"}) == avx2
+
+
 @pytest.mark.slow
 def test_a_trial_past_the_recompile_limit_is_flagged_eager(prepared, tmp_path, server):
     """Static padded shapes recompile once per bucket; with the limit at 1 the
