@@ -88,9 +88,12 @@ def test_sigkilled_worker_trial_fails_and_the_other_completes(tmp_path, pg_url, 
     grace = 20
     flags = ["--heartbeat", "2", "--grace-period", str(grace)]
     doomed = _worker(tmp_path, pg_url, pg_study, 5, *flags, steps="400")  # long trials
-    victim = _running_trial(pg_url, pg_study, doomed.pid)
+    _running_trial(pg_url, pg_study, doomed.pid)
     survivor = _worker(tmp_path, pg_url, pg_study, 5, *flags)
     time.sleep(3)
+    # the trial it measures now, read just before the kill: on a fast machine its first
+    # 400-step trial had ended within those 3 s and was COMPLETE
+    victim = _running_trial(pg_url, pg_study, doomed.pid)
     doomed.send_signal(signal.SIGKILL)
     doomed.wait()
     killed_at = time.monotonic()
