@@ -77,13 +77,20 @@ def _in_process(argv: list[str], env: dict, cwd, on_line=None):
                 code = 1
             sys.stdout.flush()
     finally:
+        # The user's modules are those imported from the folders the run put on the
+        # path (its current folder among them); a package that only a PYTHONPATH entry
+        # holds (sqlalchemy on the GPU machine) stays, or optuna would catch one copy's
+        # IntegrityError while the other copy raises.
+        users = tuple(os.path.join(os.path.abspath(p or cwd or os.curdir), "")
+                      for p in set(sys.path) - set(saved_path) | {str(cwd or os.getcwd())})
         os.environ.clear()
         os.environ.update(saved_env)
         sys.path[:] = saved_path
         torch.set_num_threads(saved_threads)
         for name in set(sys.modules) - modules:
             where = getattr(sys.modules[name], "__file__", None) or ""
-            if where and not where.startswith(installed) and "/autotune/" not in where:
+            if where.startswith(users) and not where.startswith(installed) \
+                    and "/autotune/" not in where:
                 del sys.modules[name]
     return subprocess.CompletedProcess(["autotune", *argv], code, out.getvalue(),
                                        err.getvalue())
