@@ -160,17 +160,20 @@ def _sampler_workloads() -> list[tuple[str, str, str, str]]:
 
 def _trial_overhead() -> list[tuple[str, str, str, str]]:
     out = []
-    t = _load("trial_overhead")
-    if t:
-        m = t["median_after_first"]
-        out.append(("trial_overhead.py", f"start-up after the first trial, s (forked; scale "
-                    f"{t['scale']}, {len(t['trials'])} trials; first trial "
-                    f"{t['first_trial_startup_s']:.2f} s)",
+    for name in ("trial_overhead", "trial_overhead-cuda"):
+        t = _load(name)
+        if not t:
+            continue
+        m, on = t["median_after_first"], "" if t.get("device", "cpu") == "cpu" else " --device cuda"
+        where = "" if not on else f"; {t['env'].get('gpu')}, torch {t['env'].get('torch')}"
+        out.append((f"trial_overhead.py{on}", f"start-up after the first trial, s (forked; "
+                    f"scale {t['scale']}, {len(t['trials'])} trials; first trial "
+                    f"{t['first_trial_startup_s']:.2f} s{where})",
                     f"{m['startup']:.3f} (dataset {m['dataset_load']:.3f}, build "
                     f"{m['build']:.2f}, loader workers {m['loader_start']:.3f})",
                     f"<= 1 s: {_verdict(t['meets']['startup'])}"))
-        out.append(("trial_overhead.py", "outside the window, share of a trial's wall time "
-                    "(after the first)",
+        out.append((f"trial_overhead.py{on}", "outside the window, share of a trial's wall "
+                    f"time (after the first; windows at most {t['measure']['max_window_s']:g} s)",
                     f"{100 * m['outside_window_fraction']:.1f}% of {m['wall_s']:.1f} s",
                     f"<= 20%: {_verdict(t['meets']['outside_window'])}"))
     s = _load("trial_overhead-spare")

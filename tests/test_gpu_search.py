@@ -41,8 +41,12 @@ class FakeH100:
             return BASELINE_RATE, 4220.0, 9.0, 60.0
         return 1.1 * BASELINE_RATE, 3122.0, 5.0, 40.0
 
+    scale = SCALE
+    startups = (38.9, 10.0)  # the first trial's (it starts the fork server), the others'
+
     def __call__(self, config, *, measure, limits, **_) -> TrialResult:
-        startup = 38.9 if not self.calls else 10.0  # the first starts the fork server
+        SCALE = self.scale  # noqa: N806 (the module's, or a subclass's own)
+        startup = self.startups[bool(self.calls)]
         self.calls.append((config.to_dict(), measure))
         rate, mib, warmup, window = self.figures(config)
         screen, stopped, screened_by = measure.screen, "precise", ""
@@ -50,7 +54,7 @@ class FakeH100:
         if screen is not None and screen.hopeless(rate * 1.2):
             window, stopped, screened_by, precision = 0.2, "screened", "warm-up", 0.5
         else:
-            window *= (0.03 / precision) ** 2
+            window = min(window * (0.03 / precision) ** 2, measure.max_window_s / SCALE)
         if SCALE * (startup + warmup + window) > limits.timeout_s:  # the budget's cut
             time.sleep(limits.timeout_s)
             return TrialResult(status="timeout", config=config, reason="timed out")
@@ -70,6 +74,39 @@ class FakeH100:
                                screened_by=screened_by, block_steps=5))
 
 
+class DriftingH200(FakeH100):
+    """The H200 of 2026-11-27 (``../shared/gpu/check.sh search``, docs/gpu.md): trials
+    fork in 0.02 s after the first's 18 s; the baseline (CPU sampling) 7,403 seed
+    nodes/s, its window 60 s at +-4.7%; the GPU-resident configs about 38x (bfloat16)
+    in 1 s of warm-up and 6.5 s of window at 3%. Each measurement drifts as that
+    machine's did, in turn: the baseline's six 7,403, 7,762, 6,496, 7,533, 7,749 and
+    7,398, the fastest config's four 282,787, 294,085, 254,374 and 238,010 (each about
+    +-10%, the two unrelated). Its time runs at a tenth: storing a measurement takes
+    the CI machine's own time, which must not be the larger part of a round."""
+
+    scale = 0.1
+    startups = (18.3, 0.02)
+    BASELINE = (7_403, 7_762, 6_496, 7_533, 7_749, 7_398)
+    FASTEST = (282_787, 294_085, 254_374, 238_010)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drawn = {"baseline": 0, "gpu": 0}
+
+    def figures(self, config) -> tuple[float, float, float, float]:
+        kind = "gpu" if config.gpu_sampling else \
+            "baseline" if super().figures(config)[0] == BASELINE_RATE else None
+        if kind is None:
+            return 1.1 * BASELINE_RATE, 3122.0, 2.0, 40.0
+        series = self.FASTEST if kind == "gpu" else self.BASELINE
+        drift = series[self.drawn[kind] % len(series)] / series[0]
+        self.drawn[kind] += 1
+        if kind == "baseline":  # 60 s (the most a window takes) reached +-4.7% only
+            return BASELINE_RATE * drift, 3976.0, 3.3, 60.0 * (4.7 / 3) ** 2
+        rate = 38.2 if config.amp_dtype == "bfloat16" else 14.7
+        return rate * BASELINE_RATE * drift, 1920.0, 1.0, 6.5
+
+
 def _search(tmp_path, monkeypatch, machine, **options):
     import autotune
 
@@ -78,7 +115,8 @@ def _search(tmp_path, monkeypatch, machine, **options):
     plan = autotune.prepare_search(
         dataset="synthetic", scale=0.004, root=str(tmp_path / "data"), device="cuda",
         studies_dir=str(tmp_path / "studies"), progress=False, optuna_sampler="random",
-        measure=MeasureSpec(max_window_s=60 * SCALE, min_window_s=SCALE), **options)
+        measure=MeasureSpec(max_window_s=60 * machine.scale, min_window_s=machine.scale),
+        **options)
     import dataclasses
 
     result = dataclasses.replace(plan, on_note=notes.append).run()
@@ -132,6 +170,27 @@ def test_a_budgeted_gpu_search_spends_its_budget_on_what_matters(tmp_path, monke
     assert took <= budget + 60 * SCALE + 5, (took, budget)
 
 
+@pytest.mark.slow
+def test_a_gpu_search_on_a_drifting_machine_confirms_its_default(tmp_path, monkeypatch,
+                                                                fake_cuda):
+    """The H200's figures and drift: three rounds at t = 4.3 left that machine's
+    fastest config unconfirmed at +-50.5% (2026-11-27). Beside candidates far ahead of
+    the baseline the confirmation measures both loosely, in five rounds at least, so
+    the default it exports is confirmed, at 15x or more. (Eight trials under a 5-minute
+    budget: that the reserve holds the five rounds is the test below, on that day's
+    records; here the CI machine's own load must not cut the rounds.)"""
+    machine = DriftingH200()
+    result, trials, study, notes = _search(tmp_path, monkeypatch, machine,
+                                           budget=300 * machine.scale, n_trials=8)
+    run = study.confirmations[0]
+    assert run["asked"] == run["rounds"] == confirm_module.FAR_ROUNDS, (run, notes)
+    loose = {m.precision for c, m in machine.calls[9:]}
+    assert loose == {confirm_module.LOOSE_PRECISION, confirm_module.LOOSE_CANDIDATE}, loose
+    row = next(r for r in result.front if r.default)
+    assert row.config["gpu_sampling"] and row.speedup >= 15, row
+    assert row.confirmation.startswith("confirmed in "), (row.marks, notes)
+
+
 def test_the_reserve_counts_each_config_at_its_own_pace():
     """The H100's figures: a 108 s baseline (60 s window at +-5.3%) beside a 28x config
     measured in 4 s. The baseline is measured to 20% in the confirmation: its window
@@ -155,11 +214,42 @@ def test_the_reserve_counts_each_config_at_its_own_pace():
     assert baseline_precision(opts, trials, [0, 1, 2]) == 0.03  # a candidate near 1x
     per_round, base_s = _seconds(opts, trials, [0, 1])
     assert base_s == pytest.approx(48 + 60 * (0.053 / 0.20) ** 2)
-    assert per_round == pytest.approx(base_s + 4)
+    # the candidate's 2 s window at 3% shrinks at 10% to the 1 s least a window takes
+    assert per_round == pytest.approx(base_s + 4 - 2 + 1)
     # what 75 s (a quarter of 5 minutes) holds: one round and the closing baseline
     assert fitted(opts, trials, [0, 1], 75.0) == ([0, 1], 1)
-    assert fitted(opts, trials, [0, 1], None) == ([0, 1], 3)
+    assert fitted(opts, trials, [0, 1], None) == ([0, 1], confirm_module.FAR_ROUNDS)
+    assert fitted(opts, trials, [0, 2], None) == ([0, 2], 3)  # near 1x: the rounds asked
     assert fitted(opts, trials, [0, 1, 2], 80.0)[0] == [0, 1]  # the last one goes first
+
+
+def test_the_h200s_confirmation_keeps_five_rounds_of_its_fastest_config():
+    """The H200's search of 2026-11-27: the baseline took 84 s (18.3 s of it the
+    first start-up; a 60 s window at +-4.7%), the fastest config 8 s (6.5 s of window
+    at 3%), the leanest 4 s (1.7 s). A quarter of 5 minutes held three rounds of
+    both at the search's precision; at the loose windows it holds four, and five of
+    the fastest alone, which the confirmation keeps."""
+    from types import SimpleNamespace
+
+    from autotune.study._confirm import FAR_ROUNDS, _seconds, fitted
+    from autotune.study._records import TrialRecord
+
+    opts = SimpleNamespace(measure=MeasureSpec(precision=0.03), confirm=3, confirm_rounds=3)
+    base = TrialRecord(0, "complete", (7_403.0, 3976.0), role="baseline",
+                       measured_at=(0.0, 84.0), phases_s={"startup": 18.3},
+                       window=WindowStats(wall_s=60.1, precision=0.047))
+    fastest = TrialRecord(1, "complete", (282_787.0, 1920.0), measured_at=(90.0, 98.0),
+                          phases_s={"startup": 0.01},
+                          window=WindowStats(wall_s=6.5, precision=0.03))
+    lean = TrialRecord(2, "complete", (197_621.0, 1416.0), measured_at=(100.0, 104.0),
+                       phases_s={"startup": 0.01}, window=WindowStats(wall_s=1.7, precision=0.03))
+    trials = [base, fastest, lean]
+    per_round, base_s = _seconds(opts, trials, [0, 1, 2], overhead_s=0.5)
+    assert base_s == pytest.approx(0.5 + 84 - 18.3 + 0.01 - 60.1 + 60.1 * (0.047 / 0.2) ** 2)
+    assert per_round == pytest.approx(base_s + (0.5 + 8 - 6.5 + 1) + (0.5 + 4 - 1.7 + 1))
+    assert int((75.0 - base_s) // per_round) == 4
+    assert fitted(opts, trials, [0, 1, 2], 75.0, overhead_s=0.5) == ([0, 1], FAR_ROUNDS)
+    assert fitted(opts, trials, [0, 1, 2], 200.0, overhead_s=0.5) == ([0, 1, 2], FAR_ROUNDS)
 
 
 def test_a_control_beside_a_far_faster_front_measures_the_baseline_loosely():

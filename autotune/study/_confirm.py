@@ -5,8 +5,9 @@ A *control* measures the baseline's config again once the search has run
 last reference, so that every trial's speed-up is paired with a baseline measured
 close in time (:mod:`autotune.study._paired`). The *confirmation* ends a search: the
 front's ``confirm`` fastest configs, the knee and the baseline are measured again,
-interleaved in ``confirm_rounds`` rounds (A B C D, A B C D, ...), each measurement a
-fresh trial process. Confirmed figures can move the front: where the knee then
+interleaved in ``confirm_rounds`` rounds (A B C D, A B C D, ...; more, with looser
+windows, beside candidates far ahead of the baseline), each measurement a fresh trial
+process. Confirmed figures can move the front: where the knee then
 falls on a config the confirmation did not measure, a follow-up confirmation
 measures it against the baseline, in as many rounds (at most :data:`FOLLOW_UPS`).
 Both are stored as trials of the study (role ``control`` or ``confirmation``) that count
@@ -42,11 +43,15 @@ DISTURBED_AGAIN = 1
 # the rounds asked is measured in up to this many more rounds, while the budget holds
 EXTRA_ROUNDS = 2
 # Every candidate at least FAR_AHEAD times the baseline: the confirmation measures the
-# baseline to LOOSE_PRECISION only. A 3x ratio is plain at +-20%, and a slow baseline's
-# precise window would take most of a GPU search's confirmation (docs/benchmarks.md,
-# "The confirmation's loose baseline").
+# baseline to LOOSE_PRECISION only, the candidates to LOOSE_CANDIDATE, in FAR_ROUNDS
+# rounds at least. A 3x ratio is plain at +-20%, and a slow baseline's precise window
+# would take most of a GPU search's confirmation; what decides whether the speed-up is
+# known to --confirm-precision is then the drift between rounds, which only rounds
+# average out (docs/benchmarks.md, "The confirmation's loose windows").
 FAR_AHEAD = 3.0
 LOOSE_PRECISION = 0.20
+LOOSE_CANDIDATE = 0.10
+FAR_ROUNDS = 5
 Left = Callable[[], "float | None"]  # the seconds left of --budget (None: no budget)
 Done = Callable[[TrialRecord], None]  # called with each measurement as it is stored
 
@@ -170,6 +175,7 @@ class Plan:
     run: int
     trials: tuple[FrozenTrial, ...]
     rounds: int
+    asked: int  # the rounds asked (:func:`rounds_asked`), of which ``rounds`` fit
 
     @property
     def measurements(self) -> int:
@@ -181,17 +187,44 @@ class Plan:
             [(self.rounds, self.trials[0])]
 
 
-def baseline_precision(opts: SearchOptions, trials: list[TrialRecord],
-                       numbers: list[int]) -> float:
-    """The precision the confirmation asks of the baseline (``numbers[0]``) beside the
-    candidates (``numbers[1:]``): the search's, or :data:`LOOSE_PRECISION` where each
-    candidate's search figure is :data:`FAR_AHEAD` times the baseline's or more."""
+def far_ahead(trials: list[TrialRecord], numbers: list[int]) -> bool:
+    """Whether each candidate's search figure (``numbers[1:]``) is :data:`FAR_AHEAD`
+    times the baseline's (``numbers[0]``) or more."""
     base = trials[numbers[0]].throughput
     ratios = [trials[n].throughput / base for n in numbers[1:]
               if base and trials[n].throughput]
-    if ratios and min(ratios) >= FAR_AHEAD:
+    return bool(ratios) and min(ratios) >= FAR_AHEAD
+
+
+def baseline_precision(opts: SearchOptions, trials: list[TrialRecord],
+                       numbers: list[int]) -> float:
+    """The precision the confirmation asks of the baseline (``numbers[0]``) beside the
+    candidates (``numbers[1:]``): the search's, or :data:`LOOSE_PRECISION` where they
+    are :func:`far_ahead` of it."""
+    if far_ahead(trials, numbers):
         return max(opts.measure.precision, LOOSE_PRECISION)
     return opts.measure.precision
+
+
+def candidate_precision(opts: SearchOptions, trials: list[TrialRecord],
+                        numbers: list[int]) -> float | None:
+    """The precision the confirmation asks of each candidate: :data:`LOOSE_CANDIDATE`
+    where they are :func:`far_ahead` of the baseline, else None (the search's, each
+    measured as long as its own trial took)."""
+    if far_ahead(trials, numbers):
+        return max(opts.measure.precision, LOOSE_CANDIDATE)
+    return None
+
+
+def rounds_asked(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int]) -> int:
+    """The confirmation's rounds: ``--confirm-rounds``, and :data:`FAR_ROUNDS` at least
+    where the candidates are :func:`far_ahead` of the baseline. On an H200 the
+    GPU-resident configs and the CPU-sampling baseline each drifted about 10% between
+    rounds (docs/gpu.md): three rounds (t = 4.3) then leave the speed-up at +-25% or
+    wider, five (t = 2.8) near 15%, and the loose windows pay for the two more."""
+    if far_ahead(trials, numbers):
+        return max(opts.confirm_rounds, FAR_ROUNDS)
+    return opts.confirm_rounds
 
 
 def measurement_s(record: TrialRecord, precision: float | None = None,
@@ -225,10 +258,11 @@ def _seconds(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],
     """(a round, the baseline's measurement) of a confirmation of ``numbers`` (the
     baseline first), with ``extra_s`` for one candidate more; ``overhead_s``: what
     storing a measurement takes beside it, each."""
-    startup = _startup_s(trials)
+    startup, least = _startup_s(trials), opts.measure.min_window_s
     base_s = overhead_s + measurement_s(trials[numbers[0]], baseline_precision(
-        opts, trials, numbers), opts.measure.min_window_s, startup)
-    return base_s + extra_s + sum(overhead_s + measurement_s(trials[n], startup_s=startup)
+        opts, trials, numbers), least, startup)
+    each = candidate_precision(opts, trials, numbers)
+    return base_s + extra_s + sum(overhead_s + measurement_s(trials[n], each, least, startup)
                                   for n in numbers[1:]), base_s
 
 
@@ -250,7 +284,7 @@ def expected_s(opts: SearchOptions, study: optuna.Study, extra_s: float = 0.0,
         numbers = [baseline]
     room = len(numbers) - 1 < opts.confirm + 2  # the fastest N, the knee, the default
     per_round, base_s = _seconds(opts, trials, numbers, extra_s if room else 0.0, overhead_s)
-    return opts.confirm_rounds * per_round + base_s
+    return rounds_asked(opts, trials, numbers) * per_round + base_s
 
 
 def plan_s(opts: SearchOptions, study: optuna.Study, the_plan: Plan,
@@ -294,28 +328,33 @@ def fitted(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],
            rest: float | None, overhead_s: float = 0.0) -> tuple[list[int], int]:
     """The candidates (``numbers``, the baseline first) and rounds that ``rest``
     seconds of the budget hold, closing baseline included: fewer rounds first (one
-    at least), then fewer candidates (the last, the knee or the slowest, first)."""
-    rounds = opts.confirm_rounds
+    at least; :data:`FAR_ROUNDS` beside candidates :func:`far_ahead` of the
+    baseline, whose interval only rounds narrow), then fewer candidates (the last,
+    the knee or the slowest, first; the fastest stays)."""
     if rest is None:
-        return numbers, rounds
+        return numbers, rounds_asked(opts, trials, numbers)
     while True:
+        rounds = rounds_asked(opts, trials, numbers)
+        least = min(rounds, FAR_ROUNDS) if far_ahead(trials, numbers) else 1
         per_round, base_s = _seconds(opts, trials, numbers, overhead_s=overhead_s)
         fit = int((rest - base_s) // per_round) if per_round > 0 else rounds
-        if fit >= 1 or len(numbers) <= 2:
+        if fit >= least or len(numbers) <= 2:
             return numbers, max(1, min(rounds, fit))
         numbers = numbers[:-1]
 
 
 def _claim(opts: SearchOptions, study: optuna.Study, numbers: list[int],
            rest: float | None = None, overhead_s: float = 0.0, **extra: Any) -> Plan:
-    numbers, rounds = fitted(opts, rec.records(study), numbers, rest, overhead_s)
+    trials = rec.records(study)
+    numbers, rounds = fitted(opts, trials, numbers, rest, overhead_s)
+    asked = rounds_asked(opts, trials, numbers)
     runs = StudyRecord.from_study(study).confirmations
     frozen = study.get_trials(deepcopy=False)
     rec.store_study(study, confirmations=[*runs, {
         "run": len(runs), "started": time.time(), "candidates": numbers,
-        "rounds": rounds, "asked": opts.confirm_rounds, "within": opts.confirm_precision,
+        "rounds": rounds, "asked": asked, "within": opts.confirm_precision,
         **extra}])
-    return Plan(len(runs), tuple(frozen[n] for n in numbers), rounds)
+    return Plan(len(runs), tuple(frozen[n] for n in numbers), rounds, asked)
 
 
 def plan(opts: SearchOptions, study: optuna.Study, rest: float | None = None,
@@ -376,16 +415,20 @@ def confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: 
 def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
          the_plan: Plan, done: Done | None, overhead_s: float = 0.0) -> str:
     """One confirmation's rounds, then :func:`_more_rounds`; why it stopped early (""
-    when it ran them all). The baseline is measured to :func:`baseline_precision`."""
+    when it ran them all). The baseline is measured to :func:`baseline_precision`,
+    the candidates to :func:`candidate_precision`."""
     trials = rec.records(study)
     numbers = [t.number for t in the_plan.trials]
     per_round, base_s = _seconds(opts, trials, numbers, overhead_s=overhead_s)
     startup = _startup_s(trials)
     base_spec = dataclasses.replace(opts.measure, precision=baseline_precision(
         opts, trials, numbers))
+    each = candidate_precision(opts, trials, numbers)
+    spec = opts.measure if each is None else dataclasses.replace(opts.measure, precision=each)
 
     def own(of: FrozenTrial) -> float:
-        return overhead_s + measurement_s(trials[of.number], startup_s=startup)
+        return overhead_s + measurement_s(trials[of.number], each, opts.measure.min_window_s,
+                                          startup)
 
     for round_, of in the_plan.schedule():
         rest = left()
@@ -400,17 +443,20 @@ def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Lef
             return (f"--budget left {rest:.0f} s, less than measuring #{of.number} takes "
                     f"(about {own(of):.0f} s): round {round_ + 1} of {the_plan.rounds} was cut")
         _measure_round(opts, study, server, left, the_plan, round_, of,
-                       base_spec if first else None, done, own(of) + base_s)
-    return _more_rounds(opts, study, server, left, the_plan, done, base_spec, own, base_s)
+                       base_spec if first else spec, done, own(of) + base_s)
+    return _more_rounds(opts, study, server, left, the_plan, done, (base_spec, spec), own,
+                        base_s)
 
 
 def _more_rounds(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
-                 the_plan: Plan, done: Done | None, base_spec: MeasureSpec,
+                 the_plan: Plan, done: Done | None, specs: tuple[MeasureSpec, MeasureSpec],
                  own: Callable[[FrozenTrial], float], base_s: float) -> str:
     """Up to :data:`EXTRA_ROUNDS` more rounds of the candidates whose speed-up interval
     is still wider than ``--confirm-precision`` (each round opened by the baseline
     that closed the one before, and closed by a new one), while the budget holds
-    them; why it stopped for the budget ("" otherwise)."""
+    them; why it stopped for the budget ("" otherwise). ``specs``: the baseline's
+    and the candidates'."""
+    base_spec, spec = specs
     for extra in range(EXTRA_ROUNDS):
         figures = confirmed(rec.records(study), the_plan.run)
         wide = [t for t in the_plan.trials[1:] if (c := figures.get(t.number)) is not None
@@ -425,7 +471,7 @@ def _more_rounds(opts: SearchOptions, study: optuna.Study, server: ForkServer, l
                     f"±{100 * opts.confirm_precision:g}% only")
         round_ = the_plan.rounds + extra
         for of in wide:
-            _measure_round(opts, study, server, left, the_plan, round_, of, None, done,
+            _measure_round(opts, study, server, left, the_plan, round_, of, spec, done,
                            own(of) + base_s)
         _measure_round(opts, study, server, left, the_plan, round_ + 1, the_plan.trials[0],
                        base_spec, done, base_s)
@@ -433,7 +479,7 @@ def _more_rounds(opts: SearchOptions, study: optuna.Study, server: ForkServer, l
 
 
 def _measure_round(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
-                   the_plan: Plan, round_: int, of: FrozenTrial, spec: MeasureSpec | None,
+                   the_plan: Plan, round_: int, of: FrozenTrial, spec: MeasureSpec,
                    done: Done | None, again_s: float) -> None:
     """Measures ``of``'s config for ``round_`` and stores it; a measurement left
     disturbed is measured again (:data:`DISTURBED_AGAIN` times) where the budget still

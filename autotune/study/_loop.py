@@ -257,7 +257,7 @@ def _confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, clock
                           for t in plan.trials)
         what = f"the knee moved to #{plan.trials[-1].number}, which the confirmation " \
             "did not measure: " if follow_up else ""
-        fewer = " (all that --budget holds)" if plan.rounds < opts.confirm_rounds else ""
+        fewer = " (all that --budget holds)" if plan.rounds < plan.asked else ""
         note(f"confirmation: {what}{plan.rounds} interleaved round"
              f"{'s' if plan.rounds > 1 else ''}{fewer} of {names}, about "
              f"{clock_text(confirmation.plan_s(opts, study, plan, clock.overhead()))}")

@@ -52,7 +52,9 @@ SEARCH_OPTIONS: tuple[Option, ...] = (
            "besides the baseline, its knee, its default pick and the baseline measured "
            "again, interleaved in rounds; the front and the export use those paired figures "
            "(0: off)", metavar="N"),
-    Option("confirm_rounds", 3, at_least(3), "the confirmation's rounds, at least 3"),
+    Option("confirm_rounds", 3, at_least(3), "the confirmation's rounds, at least 3; 5 at "
+           "least where every candidate is 3x the baseline or more, whose windows are then "
+           "shorter"),
     Option("confirm_precision", CONFIRM_PRECISION, FRACTION, "a config is confirmed when "
            "its paired speed-up's 95%% interval after the rounds is within this; the others "
            "are shown unconfirmed, with why, and the default pick prefers a confirmed one"),
