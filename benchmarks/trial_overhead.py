@@ -11,8 +11,11 @@ stopped during windows only, cost the warm-up and the window. Targets: start-up
 outside the window at most 20% of a trial's wall time, median after the first.
 
     python benchmarks/trial_overhead.py --scale 0.1 --out benchmarks/results/trial_overhead.json
-    python benchmarks/trial_overhead.py --device cuda --scale 1 \\
+    python benchmarks/trial_overhead.py --device cuda --scale 1 --max-seconds 8 \\
         --out benchmarks/results/trial_overhead-cuda.json
+
+(On CUDA the baseline samples on the CPU: on the H200's 16-core host its 60 s window
+reached 4.7%, not 3%, so at the default 60 s four trials outran a 2-minute device call.)
 """
 from __future__ import annotations
 
