@@ -164,7 +164,8 @@ def _trial_overhead() -> list[tuple[str, str, str, str]]:
         t = _load(name)
         if not t:
             continue
-        m, on = t["median_after_first"], "" if t.get("device", "cpu") == "cpu" else " --device cuda"
+        m = t["median_after_first"]
+        on = "" if t.get("device", "cpu") == "cpu" else " --device cuda"
         where = "" if not on else f"; {t['env'].get('gpu')}, torch {t['env'].get('torch')}"
         out.append((f"trial_overhead.py{on}", f"start-up after the first trial, s (forked; "
                     f"scale {t['scale']}, {len(t['trials'])} trials; first trial "
