@@ -258,12 +258,18 @@ def _seconds(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],
     """(a round, the baseline's measurement) of a confirmation of ``numbers`` (the
     baseline first), with ``extra_s`` for one candidate more; ``overhead_s``: what
     storing a measurement takes beside it, each."""
-    startup, least = _startup_s(trials), opts.measure.min_window_s
-    base_s = overhead_s + measurement_s(trials[numbers[0]], baseline_precision(
-        opts, trials, numbers), least, startup)
-    each = candidate_precision(opts, trials, numbers)
-    return base_s + extra_s + sum(overhead_s + measurement_s(trials[n], each, least, startup)
+    startup, each = _startup_s(trials), candidate_precision(opts, trials, numbers)
+    base_s = _again_s(opts, trials[numbers[0]], baseline_precision(opts, trials, numbers),
+                      startup, overhead_s)
+    return base_s + extra_s + sum(_again_s(opts, trials[n], each, startup, overhead_s)
                                   for n in numbers[1:]), base_s
+
+
+def _again_s(opts: SearchOptions, record: TrialRecord, precision: float | None,
+             startup_s: float | None, overhead_s: float) -> float:
+    """Measuring ``record``'s config again to ``precision`` (:func:`measurement_s`),
+    and storing it."""
+    return overhead_s + measurement_s(record, precision, opts.measure.min_window_s, startup_s)
 
 
 def expected_s(opts: SearchOptions, study: optuna.Study, extra_s: float = 0.0,
@@ -335,7 +341,7 @@ def fitted(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],
         return numbers, rounds_asked(opts, trials, numbers)
     while True:
         rounds = rounds_asked(opts, trials, numbers)
-        least = min(rounds, FAR_ROUNDS) if far_ahead(trials, numbers) else 1
+        least = FAR_ROUNDS if far_ahead(trials, numbers) else 1
         per_round, base_s = _seconds(opts, trials, numbers, overhead_s=overhead_s)
         fit = int((rest - base_s) // per_round) if per_round > 0 else rounds
         if fit >= least or len(numbers) <= 2:
@@ -427,8 +433,7 @@ def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Lef
     spec = opts.measure if each is None else dataclasses.replace(opts.measure, precision=each)
 
     def own(of: FrozenTrial) -> float:
-        return overhead_s + measurement_s(trials[of.number], each, opts.measure.min_window_s,
-                                          startup)
+        return _again_s(opts, trials[of.number], each, startup, overhead_s)
 
     for round_, of in the_plan.schedule():
         rest = left()
