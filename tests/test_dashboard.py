@@ -87,7 +87,43 @@ def _serve(root: Path, port: int, name: str = "dash-study") -> tuple[subprocess.
     return proc, match.group(1)
 
 
+def _wait_for_ci_install(timeout_s: float = 900.0) -> None:
+    """Under .ci/run, which installs the browser while the environment builds: waits
+    for apt's exit status in ``$AUTOTUNE_CI_BROWSER/status``; fails, with apt's log,
+    where it is not 0 or never comes."""
+    folder = os.environ.get("AUTOTUNE_CI_BROWSER")
+    if not folder:
+        return
+    status, log = Path(folder) / "status", Path(folder) / "log"
+    deadline = time.monotonic() + timeout_s
+    while not status.exists():
+        if time.monotonic() > deadline:
+            pytest.fail(f".ci/run's install of chromium did not end in {timeout_s:.0f} s "
+                        f"(its output: {log})")
+        time.sleep(1.0)
+    code = status.read_text().strip()
+    if code != "0":
+        tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        pytest.fail(f".ci/run's install of chromium failed (apt exit {code}; {log}):\n{tail}")
+
+
+def test_the_browser_tests_fail_where_ci_could_not_install_the_browser(tmp_path,
+                                                                      monkeypatch):
+    """.ci/run installs chromium beside the environment's build: an apt that failed,
+    or never ended, fails the browser tests with apt's own words, never skips them."""
+    monkeypatch.setenv("AUTOTUNE_CI_BROWSER", str(tmp_path))
+    with pytest.raises(pytest.fail.Exception, match="did not end in 0 s"):
+        _wait_for_ci_install(timeout_s=0.0)
+    (tmp_path / "log").write_text("E: Unable to locate package chromium\n")
+    (tmp_path / "status").write_text("100\n")
+    with pytest.raises(pytest.fail.Exception, match="(?s)apt exit 100.*Unable to locate"):
+        _wait_for_ci_install()
+    (tmp_path / "status").write_text("0\n")
+    _wait_for_ci_install()  # installed: the test goes on
+
+
 def _browser():
+    _wait_for_ci_install()
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         message = "Debian's chromium and chromium-driver are not installed"
         if os.environ.get("CI") == "true":
