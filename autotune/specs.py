@@ -18,7 +18,7 @@ STUDIES_DIR = "studies"  # where studies live unless told otherwise
 SCREEN_PRECISION = 0.10  # racing: a new config is measured to this precision first
 # A config is confirmed when its paired speed-up's 95% half-width after the
 # confirmation's rounds is within this (--confirm-precision)
-CONFIRM_PRECISION = 0.20
+CONFIRM_PRECISION = 0.10
 DEFAULT_TIMEOUT_S = 900.0  # a trial is killed after this long
 HEARTBEAT_S = 10  # Optuna's heartbeat interval for a running trial
 GRACE_S = 60  # a trial whose heartbeat is older than this is failed as stale

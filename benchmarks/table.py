@@ -35,7 +35,8 @@ def rows() -> list[tuple[str, str, str, str]]:
     parts = (_quickstart, _sampler, _sampler_cuda, _sampler_links, _sampler_workloads,
              _trial_overhead, _noise, _time_to_best,
              _search_efficiency,
-             _distributed, _knobs, _speedup, _graph_search, _carryover, _guard, _online)
+             _distributed, _knobs, _speedup, _graph_search, _carryover, _guard, _online,
+             _verdicts)
     return [row for part in parts for row in part()]
 
 
@@ -427,6 +428,25 @@ def _online_full() -> list[tuple[str, str, str, str]]:
              f"< 1: {_verdict(meets['tuned_over_search_then_train'])}; accuracy within: "
              + (_verdict(meets["accuracy_within_spread"]) if "accuracy_within_spread" in meets
                 else "skipped"))]
+
+
+def _verdicts() -> list[tuple[str, str, str, str]]:
+    """Each rule's replayed detection of a 1.07x gain, keeping of a 1.00x change and
+    mean pairs (verdicts.py)."""
+    v = _load("verdicts")
+    if not v:
+        return []
+    sources = "; ".join(f"{s['source']}: {s['config']} ({s['pairs']} pairs, log sd "
+                        f"{s['log_sd']:.3f}, {s['machine']})" for s in v["series"])
+    figures = "; ".join(f"{name} {100 * r['detects_1.07']:.0f}% / {100 * r['keeps_1.00']:.1f}% "
+                        f"/ {r['mean_pairs_1.07']:.1f} pairs" for name, r in v["summary"].items())
+    meets = v["meets"]
+    return [("verdicts.py", f"recorded series replayed {v['replays']} times with a gain "
+             f"injected, each rule looked at as it runs: detects 1.07x / keeps 1.00x / mean "
+             f"pairs at 1.07x (mean over series; {sources})", figures,
+             f">= 90% / <= 5% (worst series): {_verdict(meets['detects_1.07'])}, "
+             f"{_verdict(meets['keeps_1.00'])}; fewer pairs than confirm-median: "
+             f"{_verdict(meets['fewer_pairs_than_confirm_median'])}")]
 
 
 def knob_rows(name: str = "knobs") -> str:

@@ -201,20 +201,27 @@ def test_a_run_tries_first_the_knobs_of_what_its_step_waits_on(tiny_synthetic, m
     assert run.log.tried[0].change.startswith(first), [t.change for t in run.log.tried]
 
 
-def test_a_gain_within_the_noise_is_not_kept():
-    """Two pairs at 1.01x agree, but a 1% gain is not worth a new pipeline: kept
-    only above 1 + min_gain; a first window under the screen is dropped."""
+def test_a_candidates_verdict_is_the_comparison_engines():
+    """The tuner's verdicts are the engine's (autotune.compare) over the pairs: a gain
+    known to lie within min_gain of 1 is no faster (tied), one clear of 1 is kept, one
+    known to be under 1 is slower; no verdict before min_pairs, "no faster" once
+    the pairs are spent undecided; a first pair under the screen is dropped. The old
+    rule (mean less half the range above 1.02) kept 1.10, 1.08 after two pairs and
+    called 0.89, 1.12, 1.12 no faster."""
     from types import SimpleNamespace
 
     from autotune.pipeline._tuning import Tried
 
     def verdict(ratios, **spec):
         tried = Tried(START, "change", ratios=list(ratios))
-        return TunedRun._verdict(SimpleNamespace(spec=TuneSpec(pairs=2, **spec)), tried)
+        return TunedRun._verdict(SimpleNamespace(spec=TuneSpec(**spec)), tried)[0]
 
-    assert verdict([1.01, 1.01]) == "no faster"
-    assert verdict([1.01, 1.01], min_gain=0.0) == "kept"
-    assert verdict([1.10, 1.08]) == "kept" and verdict([0.90, 0.95]) == "slower"
+    assert verdict([1.005, 1.004, 1.006, 1.005]) == "no faster"  # tied within 2%
+    assert verdict([1.005, 1.004, 1.006, 1.005], min_gain=0.0) == "kept"
+    assert verdict([1.10, 1.08]) == "" and verdict([1.10, 1.08, 1.09]) == "kept"
+    assert verdict([0.90, 0.92, 0.91]) == "slower"
+    assert verdict([0.89, 1.12, 1.12]) == ""  # wide: more pairs
+    assert verdict([0.89, 1.12, 1.12], pairs=3) == "no faster"  # spent, undecided
     assert verdict([0.5]) == "dropped" and verdict([1.05]) == ""
 
 

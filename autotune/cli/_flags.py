@@ -50,8 +50,9 @@ SEARCH_EXAMPLE = """examples:
   autotune search --task graph --dataset synthetic-molecules --scale 0.1 --n-trials 8
 
 Running the same command again resumes the study: finished trials are kept, an
-interrupted one is marked failed, and --n-trials counts the study's total (repeats
-of a measured config, controls and the confirmation count against nothing)."""
+interrupted one is marked failed, an interrupted confirmation goes on where it
+stopped, and --n-trials counts the study's total (repeats of a measured config,
+controls and the confirmation count against nothing)."""
 
 SHOW_EXAMPLE = """example:
   autotune show --study-name synthetic-cpu-myhost

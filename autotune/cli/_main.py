@@ -315,7 +315,7 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from autotune.cli._report import save_study_note
-    from autotune.study import Ticker, baseline_record, prepare_search
+    from autotune.study import Ticker, baseline_record, interrupted_note, prepare_search
 
     plan = prepare_search(**_search_options(args), progress=False,  # the ticker's, below
                           on_trial_done=save_study_note)
@@ -328,8 +328,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     try:
         result = plan.run()
     except KeyboardInterrupt as exc:
-        print(f"autotune: interrupted; the running trial is queued again: run the same "
-              f"command again to resume study {plan.options.study_name}", file=sys.stderr)
+        what = interrupted_note(plan.study) or "the running trial is queued again"
+        print(f"autotune: interrupted; {what}: run the same command again to resume "
+              f"study {plan.options.study_name}", file=sys.stderr)
         return _interrupted_exit(exc)
     export = _command("autotune", "export", "--study-name", result.study_name,
                       *_study_flags(args), "--out", "best.yaml") if result.default else None

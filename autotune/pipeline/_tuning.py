@@ -15,11 +15,16 @@ epoch from the config's seed, and the loaders take it from one :class:`SeedOrder
 a window hands its loader the next seeds of the epoch, and the seeds a window did
 not train (a candidate dropped or failed mid-window) go to the next window.
 
-A candidate's window of :attr:`TuneSpec.window_steps` steps is paired with the
-incumbent's windows measured just before and after it (the ratio of its rate to
-their mean). A candidate under :attr:`TuneSpec.screen` times the incumbent in its
-first window is dropped then; else it runs up to :attr:`TuneSpec.pairs` pairs and is
-kept where the lower end of its ratios' range is above 1 + :attr:`TuneSpec.min_gain`.
+A candidate's window of :attr:`TuneSpec.window_steps` steps is paired with a window
+of the incumbent's own, measured just before or just after it (the order alternates
+pair by pair, as in ABBA, so that a steady drift cancels over two pairs), and the
+pair's figure is the ratio of their rates. The verdict comes from the one comparison
+engine (:class:`autotune.compare.Comparison`): kept where the speed-up's 95%
+confidence sequence lies above 1 (and not wholly within :attr:`TuneSpec.min_gain`
+of it), "no faster" where it lies under 1 + min_gain, "slower" where under 1. A
+candidate whose pairs spread wide gets more pairs, up to :attr:`TuneSpec.pairs`,
+while exploring's share lasts; one under :attr:`TuneSpec.screen` times the incumbent
+in its first pair is dropped then (it could not pay back the pairs a verdict takes).
 The candidates are tried in the order of where the incumbent's step spends its time
 (:func:`by_bottleneck`): the loader's knobs first where its windows waited for batches
 more than half of their time, the model's first otherwise; a compile always last.
@@ -40,6 +45,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Sampler
 
+from autotune.compare import Comparison, Decision, Rule
 from autotune.config import TrialConfig, short
 from autotune.env import native_bf16
 from autotune.errors import AutotuneError, ConfigError
@@ -63,10 +69,11 @@ COMPILE_KNOBS = ("compile_mode", "shapes")  # tried last: the dearest
 class TuneSpec:
     """How a run tunes itself. ``share``: the most of the run's planned steps its
     candidates may train (0.10); ``window_steps``: steps a window; ``pairs``: the
-    most paired windows a candidate gets; ``screen``: a candidate under this times
-    the incumbent in its first window is dropped; ``min_gain``: a candidate is kept
-    only where the low end of its ratios is above 1 + this (a gain within the noise
-    is not worth a new pipeline); ``precision``: the AMP and feature dtypes may be
+    most pairs a candidate gets (it stops sooner where its verdict is clear, and no
+    verdict comes before ``min_pairs``); ``screen``: a candidate under this times
+    the incumbent in its first pair is dropped; ``min_gain``: the comparison's
+    margin: a speed-up known to lie within it of 1 is a tie, not worth a new
+    pipeline, and one known to lie under 1 + this is no faster; ``precision``: the AMP and feature dtypes may be
     tried too (they change the arithmetic, not the batches); ``compile``: compile
     modes and shapes may be tried (None: on a GPU only; on a 2-core CPU the knobs
     benchmark measured compiling at 0.78-0.83x, docs/benchmarks.md), each only where
@@ -76,13 +83,14 @@ class TuneSpec:
 
     share: float = 0.10
     window_steps: int = 8
-    pairs: int = 3
+    pairs: int = 32
     screen: float = 0.8
     min_gain: float = 0.02
     precision: bool = False
     compile: bool | None = None
     compile_s: float = 20.0
     compile_gain: float = 1.25
+    min_pairs: int = 3
 
     def __post_init__(self) -> None:
         if not 0 < self.share <= 1:
@@ -92,16 +100,27 @@ class TuneSpec:
                               f"(got {self.compile_s!r}, {self.compile_gain!r})")
         if not 0 <= self.min_gain < 1:
             raise ConfigError(f"the tuning min_gain must be in [0, 1) (got {self.min_gain!r})")
-        if self.window_steps < 2 or self.pairs < 1:
-            raise ConfigError("a tuning window needs 2 steps or more and a pair at least")
+        if self.window_steps < 2 or self.pairs < 1 or self.min_pairs < 2:
+            raise ConfigError("a tuning window needs 2 steps or more, a candidate a pair at "
+                              f"least and min_pairs 2 or more (got {self.window_steps!r} "
+                              f"steps, {self.pairs!r} pairs, min_pairs {self.min_pairs!r})")
+
+    @property
+    def rule(self) -> Rule:
+        """How a candidate's pairs are decided (:class:`autotune.compare.Rule`): no
+        verdict before ``min_pairs`` (or ``pairs``, where fewer; 2 at least, the
+        fewest an interval takes), none after ``pairs``."""
+        most = max(self.pairs, 2)
+        return Rule(margin=self.min_gain, min_pairs=min(self.min_pairs, most), max_pairs=most)
 
 
 @dataclass
 class Tried:
-    """One candidate: the knob it changed, its paired ratios, what became of it
-    (``kept``, ``slower``, ``dropped`` at its first window, ``failed`` and why,
-    ``unfinished`` where the run ended first, ``not tried``), and
-    the steps and seconds it trained."""
+    """One candidate: the knob it changed, its pairs' ratios (candidate over
+    incumbent) and the comparison's decision after them, what became of it
+    (``kept``, ``slower``, ``no faster``, ``dropped`` at its first pair, ``failed``
+    and why, ``unfinished`` where the run or exploring's share ended first, ``not
+    tried``), and the steps and seconds it trained."""
 
     config: TrialConfig
     change: str
@@ -111,23 +130,29 @@ class Tried:
     steps: int = 0
     seconds: float = 0.0
     compile_s: float | None = None  # what its warm-up window took beyond the incumbent's pace
+    decision: Decision | None = None
 
     @property
     def ratio(self) -> float | None:
-        return statistics.fmean(self.ratios) if self.ratios else None
+        """The speed-up: the geometric mean of its pairs' ratios."""
+        return self.decision.speedup if self.decision is not None else None
 
-    @property
-    def spread(self) -> float:
-        """Half the range of its ratios (0 with one): how far apart its pairs were."""
-        return (max(self.ratios) - min(self.ratios)) / 2 if len(self.ratios) > 1 else 0.0
+    def compare(self, rule: Rule) -> Decision:
+        """Its pairs decided under ``rule`` (kept in :attr:`decision`)."""
+        comparison = Comparison(rule)
+        for ratio in self.ratios:
+            comparison.add(ratio)
+        self.decision = comparison.decision()
+        return self.decision
 
     def line(self) -> str:
-        figure = "-" if self.ratio is None else \
-            f"{self.ratio:.2f}x" + (f" ±{self.spread:.2f}" if len(self.ratios) > 1 else "")
+        decision = self.decision
+        figure = "-" if decision is None or decision.speedup is None else \
+            f"{decision.text()} over {decision.pairs} pair{'s' if decision.pairs != 1 else ''}"
         why = f" ({self.reason})" if self.reason else ""
         if self.compile_s is not None:
             why += f" (compiled in {self.compile_s:.1f} s)"
-        return f"tried {self.change:<34} {figure:>12}  {self.verdict}{why}"
+        return f"tried {self.change:<34} {figure:>30}  {self.verdict}{why}"
 
 
 @dataclass
@@ -161,6 +186,8 @@ class TuneLog:
                 "steps_by_config": self.steps_by_config,
                 "tried": [{"change": t.change, "config": t.config.to_dict(),
                            "ratios": t.ratios, "verdict": t.verdict, "reason": t.reason,
+                           "speedup": t.ratio, "interval": None if t.decision is None
+                           or t.decision.low is None else [t.decision.low, t.decision.high],
                            "steps": t.steps, "seconds": t.seconds, "compile_s": t.compile_s}
                           for t in self.tried]}
 
@@ -488,9 +515,10 @@ class TunedRun:
         out.rate = timed_seeds / (now - t0) if timed_seeds and now > t0 else 0.0
 
     def _try_next(self, pending: list[int]) -> Generator[Any, None, _Window]:
-        """Yields the batches of the next candidate, paired with the incumbent's
-        windows around each of its own, until a verdict (:meth:`_verdict`, or failed);
-        returns what they trained, in all."""
+        """Yields the batches of the next candidate, each of its windows paired with
+        one of the incumbent's just before or after it (the order alternating pair by
+        pair), until a verdict (:meth:`_verdict`, or failed) or the end of exploring's
+        share; returns what they trained, in all."""
         tried = self._next()
         total, rest = _Window(), pending
 
@@ -509,22 +537,32 @@ class TunedRun:
         started, candidate = time.perf_counter(), None
         try:
             # a window to order the queue by runs on past the batches in flight
-            first = yield from train(self.pipe, 0 if self._ordered else self._in_flight())
-            before = first.rate
-            tried = self._reorder(tried, first)
-            if self._pays_back(tried, before):
+            reference = yield from train(self.pipe, 0 if self._ordered else self._in_flight())
+            tried = self._reorder(tried, reference)
+            if self._pays_back(tried, reference.rate):
                 candidate = self._candidate = self._build(tried.config, self.pipe.eager_model,
                                                           self.pipe.optimizer)
                 if tried.config.compile_mode != "none":
-                    before = yield from self._warm_up(tried, train, candidate, before)
-            while candidate is not None and not tried.verdict and rest:
+                    reference = yield from self._warm_up(tried, train, candidate,
+                                                         reference.rate)
+            while candidate is not None and not tried.verdict and rest and \
+                    self.explore_steps_left > 0:
+                if reference is None and len(tried.ratios) % 2 == 0:  # the incumbent first
+                    reference = yield from train(self.pipe)
+                    if not rest:
+                        break
                 own = yield from train(candidate)
                 self._count(tried, own)
                 if not own.rate:  # one step only (the epoch's last): nothing timed
                     break
-                after = (yield from train(self.pipe)).rate if rest else before
-                tried.ratios.append(own.rate / ((before + after) / 2) if before + after else 0.0)
-                tried.verdict, before = self._verdict(tried), after
+                if reference is None:  # the candidate first
+                    if not rest:
+                        break
+                    reference = yield from train(self.pipe)
+                if reference.rate:
+                    tried.ratios.append(own.rate / reference.rate)
+                    tried.verdict, tried.reason = self._verdict(tried)
+                reference = None
         except _IncumbentFailed as failed:
             if candidate is not None:
                 candidate.close()
@@ -579,16 +617,17 @@ class TunedRun:
         return False
 
     def _warm_up(self, tried: Tried, train, candidate: Pipeline,
-                 before: float) -> Generator[Any, None, float]:
+                 before: float) -> Generator[Any, None, _Window]:
         """A compile candidate's first window, which compiles: trained, outside its
-        ratios; its compile time is what it took beyond the incumbent's pace (``before``,
-        seeds per second). Returns the incumbent's rate in the window after it."""
+        pairs; its compile time is what it took beyond the incumbent's pace (``before``,
+        seeds per second). Returns the incumbent's window after it, the reference of
+        the first pair."""
         warm = yield from train(candidate)
         self._count(tried, warm)
         if warm.steps:
             pace_s = warm.seeds / before if before else 0.0
             tried.compile_s = self.compile_s = max(warm.seconds - pace_s, 0.0)
-        return (yield from train(self.pipe)).rate or before
+        return (yield from train(self.pipe))
 
     def _conclude(self, tried: Tried, candidate: Pipeline | None) -> None:
         """A kept candidate becomes the incumbent, another is closed; one without a
@@ -616,19 +655,26 @@ class TunedRun:
         self.log.tried.append(tried)
         return tried
 
-    def _verdict(self, tried: Tried) -> str:
-        """Kept where the low end of its ratios is above 1 + ``spec.min_gain``, slower
-        where the high end is below 1, dropped where its first window was under
-        ``spec.screen``; after ``spec.pairs`` pairs, "no faster" unless kept."""
-        low, high = tried.ratio - tried.spread, tried.ratio + tried.spread
-        ahead = low > 1 + self.spec.min_gain
-        if len(tried.ratios) == 1 and tried.ratio < self.spec.screen:
-            return "dropped"
-        if len(tried.ratios) >= 2 and (ahead or high < 1):
-            return "kept" if ahead else "slower"
-        if len(tried.ratios) >= self.spec.pairs:
-            return "kept" if ahead else "no faster"
-        return ""
+    def _verdict(self, tried: Tried) -> tuple[str, str]:
+        """The verdict on ``tried``'s pairs and why ("" while it needs more): dropped
+        where its first pair is under ``spec.screen``; else the comparison's
+        (:attr:`TuneSpec.rule`): kept where faster, slower where known to be under 1,
+        no faster where known to be under 1 + ``spec.min_gain`` or tied within it, and
+        no faster once ``spec.pairs`` pairs have not decided it."""
+        decision = tried.compare(self.spec.rule)
+        if decision.pairs == 1 and decision.speedup < self.spec.screen:
+            return "dropped", f"under {self.spec.screen:g}x in its first pair"
+        margin = f"±{100 * self.spec.min_gain:g}%"
+        if decision.verdict == "faster":
+            return "kept", ""
+        if decision.verdict == "not faster":
+            return ("slower", "") if decision.high < 1 else \
+                ("no faster", f"under the {margin} margin")
+        if decision.verdict == "tied":
+            return "no faster", f"tied within {margin}"
+        if decision.pairs >= self.spec.pairs:
+            return "no faster", f"undecided after {decision.pairs} pairs"
+        return "", ""
 
     def _adopt(self, candidate: Pipeline) -> None:
         """``candidate`` becomes the incumbent; the queue is remade around it."""

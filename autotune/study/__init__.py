@@ -45,6 +45,7 @@ _EXPORTS = {
     "ratio": "_progress",
     "seeds_per_s": "_progress",
     "drifts": "_paired",
+    "interrupted_note": "_confirm",
     "Point": "_pareto",
     "StudyRecord": "_records",
     "TrialRecord": "_records",

@@ -16,6 +16,8 @@ against no budget and never join the front themselves.
 from __future__ import annotations
 
 import dataclasses
+import math
+import statistics
 import time
 from typing import Any, Callable
 
@@ -30,8 +32,9 @@ from autotune.study import _records as rec
 from autotune.study._constraints import constraint_values
 from autotune.study._front import front_rows
 from autotune.study._options import SearchOptions
-from autotune.study._paired import confirmed, latest_reference, pair
+from autotune.study._paired import Confirmed, confirmed, latest_reference, pair
 from autotune.study._records import StudyRecord, TrialRecord
+from autotune.study._recovery import gone, this_worker
 from autotune.storage import measurement_lock, study_lock
 
 FOLLOW_UPS = 1  # confirmations of a knee that moved onto an unconfirmed config
@@ -41,7 +44,10 @@ FOLLOW_UPS = 1  # confirmations of a knee that moved onto an unconfirmed config
 DISTURBED_AGAIN = 1
 # A candidate whose speed-up interval is still wider than --confirm-precision after
 # the rounds asked is measured in up to this many more rounds, while the budget holds
-EXTRA_ROUNDS = 2
+# them, unless it is known to be slower than another candidate (racing: its interval's
+# high end under the other's low end), which drops it. Its interval is a confidence
+# sequence (autotune.compare), valid at every round: more rounds narrow it honestly.
+EXTRA_ROUNDS = 5
 # Every candidate at least FAR_AHEAD times the baseline: the confirmation measures the
 # baseline to LOOSE_PRECISION only, the candidates to LOOSE_CANDIDATE, in FAR_ROUNDS
 # rounds at least. A 3x ratio is plain at +-20%, and a slow baseline's precise window
@@ -52,6 +58,12 @@ FAR_AHEAD = 3.0
 LOOSE_PRECISION = 0.20
 LOOSE_CANDIDATE = 0.10
 FAR_ROUNDS = 5
+Z95 = 1.96  # a 95% half-width over a standard deviation
+# split_precision: rounds that vary less than this (a log variance: 1.4% sd between
+# processes) leave the search's precision as it is; and no window is asked to be
+# looser than this
+MIN_BETWEEN_VARIANCE = 0.014 ** 2
+MAX_SPLIT_PRECISION = 0.25
 Left = Callable[[], "float | None"]  # the seconds left of --budget (None: no budget)
 Done = Callable[[TrialRecord], None]  # called with each measurement as it is stored
 
@@ -176,6 +188,7 @@ class Plan:
     trials: tuple[FrozenTrial, ...]
     rounds: int
     asked: int  # the rounds asked (:func:`rounds_asked`), of which ``rounds`` fit
+    resumed: bool = False  # a run stopped before its end, going on
 
     @property
     def measurements(self) -> int:
@@ -359,8 +372,68 @@ def _claim(opts: SearchOptions, study: optuna.Study, numbers: list[int],
     rec.store_study(study, confirmations=[*runs, {
         "run": len(runs), "started": time.time(), "candidates": numbers,
         "rounds": rounds, "asked": asked, "within": opts.confirm_precision,
-        **extra}])
+        "state": "running", "worker": this_worker(), "beat": time.time(), **extra}])
     return Plan(len(runs), tuple(frozen[n] for n in numbers), rounds, asked)
+
+
+def unfinished(study: optuna.Study, grace_s: float | None = None) -> dict | None:
+    """The study's confirmation run that was stopped before its end, as stored: by an
+    interrupt (Ctrl-C, SIGTERM: ``stopped``) or a crash (still ``running``); None
+    where none was. With ``grace_s``, a ``running`` one only where its search process
+    is gone (:func:`autotune.study._recovery.gone`: another worker may be running
+    it). Runs stored before their state was kept count as finished."""
+    runs = StudyRecord.from_study(study).confirmations
+    run = runs[-1] if runs and runs[-1].get("state") in ("running", "stopped") else None
+    if run is None or grace_s is None or run["state"] == "stopped":
+        return run
+    return run if gone(run.get("worker", {}), run.get("beat", 0.0), grace_s) else None
+
+
+def interrupted_note(study: optuna.Study) -> str | None:
+    """What an interrupted search was doing, where it was confirming (None: it was
+    not): for the command's last line."""
+    run = unfinished(study)
+    if run is None:
+        return None
+    measured = len(_done_already(study, run["run"]))
+    return (f"the confirmation was stopped after {measured} of its measurements; the "
+            "measurement under way is dropped, and the same command goes on from there")
+
+
+def _resumed(study: optuna.Study, run: dict) -> Plan:
+    """The plan of an unfinished confirmation run, to go on where it stopped; this
+    worker claims it."""
+    runs = [dict(r) for r in StudyRecord.from_study(study).confirmations]
+    runs[run["run"]].update(worker=this_worker(), beat=time.time(), state="running")
+    rec.store_study(study, confirmations=runs)
+    frozen = study.get_trials(deepcopy=False)
+    return Plan(run["run"], tuple(frozen[n] for n in run["candidates"]), run["rounds"],
+                run["asked"], resumed=True)
+
+
+def _finish(study: optuna.Study, run: int, cut: str, state: str = "done") -> None:
+    """Under the study's lock: marks confirmation ``run`` finished (and why it stopped
+    early, if it did), or ``stopped`` by an interrupt, to be resumed."""
+    runs = [dict(r) for r in StudyRecord.from_study(study).confirmations]
+    runs[run]["state"] = state
+    if cut:
+        runs[run]["cut"] = cut
+    rec.store_study(study, confirmations=runs)
+
+
+def _beat(opts: SearchOptions, study: optuna.Study, run: int) -> None:
+    """Confirmation ``run`` is alive: its worker was heard now (another host resumes
+    it only after ``--grace-period`` of silence)."""
+    with study_lock(opts.storage, study.study_name):
+        runs = [dict(r) for r in StudyRecord.from_study(study).confirmations]
+        runs[run]["beat"] = time.time()
+        rec.store_study(study, confirmations=runs)
+
+
+def _done_already(study: optuna.Study, run: int) -> set[tuple[int, int]]:
+    """(round, config's trial) of the measurements confirmation ``run`` stored."""
+    return {(t.confirm["round"], t.confirm["of"]) for t in rec.records(study)
+            if t.confirm is not None and t.confirm["run"] == run and t.complete}
 
 
 def plan(opts: SearchOptions, study: optuna.Study, rest: float | None = None,
@@ -372,6 +445,9 @@ def plan(opts: SearchOptions, study: optuna.Study, rest: float | None = None,
     rounds and candidates are :func:`fitted` to."""
     if opts.confirm == 0:
         return None
+    stopped = unfinished(study, opts.grace_period)
+    if stopped is not None:  # stopped in its rounds: it goes on where it stopped
+        return _resumed(study, stopped)
     trials = rec.records(study)
     search = [t for t in trials if t.search_point and t.reused_from is None]
     if any(t.state == "running" for t in search):
@@ -402,12 +478,15 @@ def confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: 
             break
         if on_plan is not None:
             on_plan(the_plan)
-        cut = _run(opts, study, server, left, the_plan, done, overhead_s)
-        if cut:
+        try:
+            cut = _run(opts, study, server, left, the_plan, done, overhead_s)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the next run goes on from here
             with study_lock(opts.storage, study.study_name):
-                runs = [dict(r) for r in StudyRecord.from_study(study).confirmations]
-                runs[the_plan.run]["cut"] = cut
-                rec.store_study(study, confirmations=runs)
+                _finish(study, the_plan.run, "", state="stopped")
+            raise
+        with study_lock(opts.storage, study.study_name):
+            _finish(study, the_plan.run, cut)
+        if cut:
             break
         knee = moved_knee(study)
         if knee is None:
@@ -416,6 +495,63 @@ def confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: 
             the_plan = _claim(opts, study, [the_plan.trials[0].number, knee], left(),
                               overhead_s, follow_up_of=the_plan.run)
     return first, cut
+
+
+def split_precision(trials: list[TrialRecord], run: int, number: int) -> float | None:
+    """The window precision at which confirmation ``run`` measures config ``number``
+    from its third round on, split between windows and rounds by the variance
+    measured at each level on this machine (Kalibera and Jones, "Rigorous
+    benchmarking in reasonable time", 2013). A round costs a measurement's fixed
+    seconds ``c`` (start-up, warm-up, storing) and its window's ``T``; its ratio's
+    variance is the between-process part ``s2`` (the rounds' spread less what their
+    windows explain) plus the window's ``k / T`` (``k``: a window's variance times
+    its length). Their product is least at ``T = sqrt(c k / s2)``: a longer window
+    buys a precision that the next round's process throws away. None before two
+    rounds, or where the rounds vary no more than their windows do (then longer
+    windows pay, and the search's precision stands)."""
+    figures = [c for n, c in confirmed(trials, run).items() if c.rounds >= 2 and
+               c.interval is not None and n != _baseline_of(trials)]
+    mine = [t for t in trials if t.confirm is not None and t.confirm["run"] == run and
+            t.complete and t.window.precision and t.measured_at]
+    own = [t for t in mine if t.confirm["of"] == number]
+    if not figures or not own:
+        return None
+    base = [t.window.precision for t in mine if t.confirm["of"] == _baseline_of(trials)]
+    if not base:
+        return None
+    windows = _WindowVariance({t.number: t.window.precision for t in mine},
+                              statistics.median(base))
+    between = statistics.fmean(max(_log_variance(c.ratios) - windows(c), 0.0)
+                               for c in figures) / 2  # a ratio's: two configs' processes
+    if between < MIN_BETWEEN_VARIANCE:
+        return None
+    fixed = statistics.median(t.measured_at[1] - t.measured_at[0] - t.window.wall_s
+                              for t in mine)
+    k = statistics.median((t.window.precision / Z95) ** 2 * t.window.wall_s for t in own)
+    best_s = math.sqrt(max(fixed, 0.1) * k / between)
+    return min(Z95 * math.sqrt(k / best_s), MAX_SPLIT_PRECISION)
+
+
+def _baseline_of(trials: list[TrialRecord]) -> int | None:
+    return next((t.number for t in trials if t.baseline), None)
+
+
+def _log_variance(ratios: tuple[float, ...]) -> float:
+    return statistics.variance(math.log(r) for r in ratios)
+
+
+@dataclasses.dataclass(frozen=True)
+class _WindowVariance:
+    """The variance of a candidate's log ratios that its windows explain: its own
+    windows' (``precisions``, by trial) and its rounds' baselines' (``base``), each a
+    95% half-width."""
+
+    precisions: dict[int, float]
+    base: float
+
+    def __call__(self, figure: Confirmed) -> float:
+        return statistics.fmean((self.precisions.get(n, self.base) / Z95) ** 2 +
+                                (self.base / Z95) ** 2 for n in figure.measurements)
 
 
 def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
@@ -435,7 +571,10 @@ def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Lef
     def own(of: FrozenTrial) -> float:
         return _again_s(opts, trials[of.number], each, startup, overhead_s)
 
+    measured = _done_already(study, the_plan.run)  # a resumed run's
     for round_, of in the_plan.schedule():
+        if (round_, of.number) in measured:
+            continue
         rest = left()
         needs = per_round if round_ < the_plan.rounds else base_s
         first = of is the_plan.trials[0]
@@ -456,16 +595,15 @@ def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Lef
 def _more_rounds(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
                  the_plan: Plan, done: Done | None, specs: tuple[MeasureSpec, MeasureSpec],
                  own: Callable[[FrozenTrial], float], base_s: float) -> str:
-    """Up to :data:`EXTRA_ROUNDS` more rounds of the candidates whose speed-up interval
-    is still wider than ``--confirm-precision`` (each round opened by the baseline
-    that closed the one before, and closed by a new one), while the budget holds
-    them; why it stopped for the budget ("" otherwise). ``specs``: the baseline's
-    and the candidates'."""
+    """Up to :data:`EXTRA_ROUNDS` more rounds of the candidates still open
+    (:func:`still_open`), each round opened by the baseline that closed the one
+    before and closed by a new one, while the budget holds them; why it stopped for
+    the budget ("" otherwise). ``specs``: the baseline's and the candidates'."""
     base_spec, spec = specs
     for extra in range(EXTRA_ROUNDS):
-        figures = confirmed(rec.records(study), the_plan.run)
-        wide = [t for t in the_plan.trials[1:] if (c := figures.get(t.number)) is not None
-                and c.interval is not None and c.interval > opts.confirm_precision]
+        measured = confirmed(rec.records(study), the_plan.run)
+        wide = [t for t in the_plan.trials[1:] if t.number in still_open(
+            measured, [t.number for t in the_plan.trials[1:]], opts.confirm_precision)]
         if not wide:
             return ""
         rest, needs = left(), sum(own(t) for t in wide) + base_s
@@ -474,13 +612,31 @@ def _more_rounds(opts: SearchOptions, study: optuna.Study, server: ForkServer, l
             return (f"--budget left {rest:.0f} s, less than another round of {names} takes "
                     f"(about {needs:.0f} s), whose speed-ups are known to more than "
                     f"±{100 * opts.confirm_precision:g}% only")
-        round_ = the_plan.rounds + extra
+        round_, measured = the_plan.rounds + extra, _done_already(study, the_plan.run)
         for of in wide:
-            _measure_round(opts, study, server, left, the_plan, round_, of, spec, done,
-                           own(of) + base_s)
-        _measure_round(opts, study, server, left, the_plan, round_ + 1, the_plan.trials[0],
-                       base_spec, done, base_s)
+            if (round_, of.number) not in measured:
+                _measure_round(opts, study, server, left, the_plan, round_, of, spec, done,
+                               own(of) + base_s)
+        if (round_ + 1, the_plan.trials[0].number) not in measured:
+            _measure_round(opts, study, server, left, the_plan, round_ + 1,
+                           the_plan.trials[0], base_spec, done, base_s)
     return ""
+
+
+def still_open(figures: dict[int, Confirmed], numbers: list[int], within: float) -> list[int]:
+    """The candidates (``numbers``) whose confirmation goes on: measured, with a
+    speed-up interval wider than ``within``, and not known to be slower than another
+    candidate (their intervals apart: racing drops it)."""
+    out = []
+    for n in numbers:
+        c = figures.get(n)
+        if c is None or c.interval is None or c.interval <= within:
+            continue
+        if any(c.bounds()[1] < other.bounds()[0] for m, other in figures.items()
+               if m != n and m in numbers and other.interval is not None):
+            continue  # slower than another: it cannot be the fastest, its place is known
+        out.append(n)
+    return out
 
 
 def _measure_round(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
@@ -490,6 +646,10 @@ def _measure_round(opts: SearchOptions, study: optuna.Study, server: ForkServer,
     disturbed is measured again (:data:`DISTURBED_AGAIN` times) where the budget still
     holds ``again_s``."""
     config = TrialRecord.from_frozen(of).config
+    if round_ >= 2:  # two rounds measured: windows as long as the rounds' spread pays for
+        split = split_precision(rec.records(study), the_plan.run, of.number)
+        if split is not None and split > spec.precision:
+            spec = dataclasses.replace(spec, precision=split)
     for again in range(DISTURBED_AGAIN + 1):
         if again and (rest := left()) is not None and rest < again_s:
             return  # no time to measure a disturbed round again: it is left out
@@ -501,6 +661,7 @@ def _measure_round(opts: SearchOptions, study: optuna.Study, server: ForkServer,
         record = _record(result, where, role="confirmation",
                          confirm={"run": the_plan.run, "round": round_, "of": of.number})
         stored = add_measured(opts, study, of, record, result)
+        _beat(opts, study, the_plan.run)
         if done is not None:
             done(stored)
         if not stored.disturbed:

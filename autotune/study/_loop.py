@@ -257,6 +257,7 @@ def _confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, clock
                           for t in plan.trials)
         what = f"the knee moved to #{plan.trials[-1].number}, which the confirmation " \
             "did not measure: " if follow_up else ""
+        what = "resumed where it was stopped: " if plan.resumed else what
         fewer = " (all that --budget holds)" if plan.rounds < plan.asked else ""
         note(f"confirmation: {what}{plan.rounds} interleaved round"
              f"{'s' if plan.rounds > 1 else ''}{fewer} of {names}, about "
@@ -494,12 +495,7 @@ def _enqueue_priors(opts: SearchOptions, study: optuna.Study, baseline: TrialCon
 
 
 def _this_worker() -> dict[str, Any]:
-    """Who runs the trials: host, pid and the pid's start time (pids are reused),
-    which :func:`recovery.fail_interrupted` checks to tell a dead search from a live one."""
-    import psutil
-
-    pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "started": psutil.Process(pid).create_time()}
+    return recovery.this_worker()
 
 
 def _previous(study: optuna.Study, key: str) -> optuna.trial.FrozenTrial | None:

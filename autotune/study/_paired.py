@@ -6,8 +6,9 @@ search is partly drift. The search therefore measures the baseline's config agai
 (a *control*) every so often, and stores each trial's ratio to the control measured
 nearest before it (:func:`pair`). Its last stage, the confirmation, measures the
 front's candidates and the baseline again, interleaved in rounds, and gives each
-candidate the median over rounds of its ratio to the baseline of the same round
-(:func:`confirmed`). The drift between references (the baseline, the controls, the
+candidate the geometric mean over rounds of its ratio to the baseline of the same
+round, with the interval of the one comparison engine (:mod:`autotune.compare`;
+:func:`confirmed`). The drift between references (the baseline, the controls, the
 confirmation's baselines) is read back by :func:`drifts`. Imports neither torch nor
 PyG nor Optuna.
 """
@@ -18,8 +19,11 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
-from autotune.trial import Load, ratio_half_width, t975
+from autotune.compare import CONFIDENCE, Comparison, Rule, t_quantile
+from autotune.trial import Load, ratio_half_width
 from autotune.study._records import TrialRecord
+
+MARGIN = 0.02  # a speed-up within this of another's is a tie (autotune.compare.Rule)
 
 
 def references(trials: Iterable[TrialRecord]) -> list[TrialRecord]:
@@ -61,13 +65,15 @@ def drifts(trials: Iterable[TrialRecord]) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Confirmed:
-    """A candidate's figures from the confirmation: ``speedup`` is the median over
-    rounds of its throughput over the baseline's in the same round, ``interval`` that
-    figure's relative 95% half-width (Student's t over the rounds' log ratios, and no
-    narrower than one round's ratio precision over the square root of the rounds);
-    ``throughput`` and ``memory_mib`` are the medians over rounds, and
-    ``throughput_interval`` the throughput's relative half-width over rounds (drift
-    included: absolute figures minutes apart)."""
+    """A candidate's figures from the confirmation: ``speedup`` is the geometric mean
+    over rounds of its throughput over the baseline's in the same round, ``low`` and
+    ``high`` its 95% interval from the one comparison engine (a confidence sequence,
+    valid however many rounds were looked at; :mod:`autotune.compare`), ``interval``
+    that interval's relative half-width; ``throughput`` and ``memory_mib`` are the
+    medians over rounds, and ``throughput_interval`` the throughput's relative
+    half-width over rounds (drift included: absolute figures minutes apart).
+    Confirmations stored before the engine kept the median of the ratios, with a
+    t-interval over them (no ``low`` and ``high``)."""
 
     trial: int
     rounds: int
@@ -82,6 +88,8 @@ class Confirmed:
     # baseline's) was disturbed however often it was measured again, and by what
     busy_rounds: int = 0
     busy: str = ""
+    low: float | None = None
+    high: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,6 +116,8 @@ class Confirmed:
         return lo <= other_hi and other_lo <= hi
 
     def bounds(self) -> tuple[float, float]:
+        if self.low is not None and self.high is not None:
+            return self.low, self.high
         h = self.interval or 0.0
         return self.speedup * (1 - h), self.speedup * (1 + h)
 
@@ -184,25 +194,27 @@ def _who_took(disturbed: Iterable[TrialRecord]) -> str:
 
 def _candidate(number: int, measured: dict[int, TrialRecord],
                base_rounds: dict[int, TrialRecord],
-               busy: dict[int, TrialRecord]) -> Confirmed:
-    """A candidate's confirmed figures from its rounds and the baseline's (each
-    interval at least the median window's own, shrunk by the rounds' root); ``busy``:
-    the disturbed measurements of the rounds left out, by round."""
+               busy: dict[int, TrialRecord], margin: float = MARGIN) -> Confirmed:
+    """A candidate's confirmed figures from its rounds and the baseline's: each round
+    a pair of the one comparison engine (:class:`autotune.compare.Comparison`), its
+    ratio to the baseline at its time and, as the pair's own precision, its two
+    windows'; ``busy``: the disturbed measurements of the rounds left out, by round."""
     both = sorted(r for r in measured if r in base_rounds)
-    refs = {r: _baseline_at(base_rounds, r, _mid(measured[r])) for r in both}
-    ratios = [measured[r].throughput / refs[r] for r in both]
+    comparison = Comparison(Rule(margin=margin, min_pairs=2, max_pairs=max(len(both), 2)))
+    for r in both:
+        comparison.add(measured[r].throughput / _baseline_at(base_rounds, r, _mid(measured[r])),
+                       ratio_half_width(measured[r].precision, base_rounds[r].precision))
+    decision = comparison.decision()
     rates = [measured[r].throughput for r in both]
-    root_n = math.sqrt(len(both))
-    floor = statistics.median(ratio_half_width(measured[r].precision, base_rounds[
-        r].precision) or 0.0 for r in both) / root_n
-    rate_floor = statistics.median(measured[r].precision or 0.0 for r in both) / root_n
+    rate_floor = statistics.median(measured[r].precision or 0.0 for r in both) / \
+        math.sqrt(len(both))
     several = len(both) > 1
     return Confirmed(
-        number, len(both), statistics.median(ratios),
-        max(_spread(ratios), floor) if several else None, statistics.median(rates),
-        max(_spread(rates), rate_floor) if several else None,
-        statistics.median(measured[r].memory_mib for r in both), tuple(ratios),
-        tuple(measured[r].number for r in both), len(busy), _who_took(busy.values()))
+        number, len(both), decision.speedup, decision.half_width,
+        statistics.median(rates), max(_spread(rates), rate_floor) if several else None,
+        statistics.median(measured[r].memory_mib for r in both), tuple(comparison.ratios),
+        tuple(measured[r].number for r in both), len(busy), _who_took(busy.values()),
+        decision.low, decision.high)
 
 
 def _mid(t: TrialRecord) -> float:
@@ -222,7 +234,8 @@ def _baseline_at(base_rounds: dict[int, TrialRecord], round_: int, at: float) ->
 def _spread(values: list[float]) -> float:
     """The relative 95% half-width of positive values' geometric mean (Student's t)."""
     logs = [math.log(v) for v in values]
-    return math.expm1(t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)))
+    return math.expm1(t_quantile(CONFIDENCE, len(logs) - 1) * statistics.stdev(logs) /
+                      math.sqrt(len(logs)))
 
 
 def ties(figures: dict[int, Confirmed]) -> dict[int, list[int]]:

@@ -85,6 +85,29 @@ def requeue_once(study: optuna.Study, t: FrozenTrial) -> None:
                 outside_space=r.outside_space, config=r.config)
 
 
+def this_worker() -> dict:
+    """Who runs the trials: host, pid and the pid's start time (pids are reused),
+    which :func:`fail_interrupted` checks to tell a dead search from a live one."""
+    import os
+
+    import psutil
+
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid,
+            "started": psutil.Process(pid).create_time()}
+
+
+def gone(worker: dict, beat: float, grace_s: float) -> bool:
+    """Whether the search process ``worker`` is gone: on this host, its pid is not
+    the one that started; on another, nothing was heard from it (``beat``,
+    time.time()) for ``grace_s``."""
+    import time
+
+    if worker.get("host") == socket.gethostname():
+        return not _alive(worker.get("pid"), worker.get("started"))
+    return time.time() - beat > grace_s
+
+
 def _alive(pid: int | None, started: float | None) -> bool:
     import psutil
 

@@ -149,11 +149,8 @@ def run_lines(report: dict[str, Any]) -> list[str]:
     lines += [f"  {steps:>7}  {config}" for config, steps in report["steps_by_config"].items()]
     lines.append("tried:")
     for t in report["tried"]:
-        ratios = t["ratios"]
-        figure = f"{statistics.fmean(ratios):.2f}x over {len(ratios)} pair" + \
-            ("s" if len(ratios) != 1 else "") if ratios else "-"
         why = f" ({t['reason']})" if t.get("reason") else ""
-        lines.append(f"  {t['change']:<40} {figure:>20}  {t['verdict']}{why}")
+        lines.append(f"  {t['change']:<40} {_figure(t):>30}  {t['verdict']}{why}")
     lines += ["", f"{'trial':>5} {'epoch':>5} {'step':>6} {'steps':>5} {unit:>14}  window of"]
     for w in report["windows"]:
         figure = f"{w['rate']:,.0f}" if w["rate"] else \
@@ -163,3 +160,18 @@ def run_lines(report: dict[str, Any]) -> list[str]:
                      (w["change"] if w.get("change") else "the incumbent") +
                      f": {short(w['config'])}")
     return lines
+
+
+def _figure(tried: dict[str, Any]) -> str:
+    """A candidate's speed-up over its pairs, with the comparison's interval where the
+    run recorded one (runs recorded before it kept the mean of their ratios)."""
+    ratios = tried["ratios"]
+    if not ratios:
+        return "-"
+    pairs = f" over {len(ratios)} pair" + ("s" if len(ratios) != 1 else "")
+    speedup, interval = tried.get("speedup"), tried.get("interval")
+    if speedup is None:
+        return f"{statistics.fmean(ratios):.2f}x{pairs}"
+    if interval is None:
+        return f"{speedup:.2f}x{pairs}"
+    return f"{speedup:.2f}x [{interval[0]:.2f}, {interval[1]:.2f}]{pairs}"

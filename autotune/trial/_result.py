@@ -9,6 +9,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from autotune.compare import CONFIDENCE, t_quantile
 from autotune.config import TrialConfig
 from autotune.taskinfo import task_info
 
@@ -110,18 +111,9 @@ class Observed(_Part):
     main_pid: int = 0
 
 
-# Student's t, 97.5% quantile, by degrees of freedom 1..30 (beyond: Cornish-Fisher).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
 def t975(df: int) -> float:
     """The two-sided 95% quantile of Student's t with ``df`` degrees of freedom."""
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = 1.959964
-    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+    return t_quantile(CONFIDENCE, df)
 
 
 def rate_half_width(blocks) -> float | None:

@@ -1,0 +1,216 @@
+"""One statistic for every question "is the candidate faster than its reference?".
+
+Each comparison autotune makes is a series of *pairs*: a window of the candidate and
+a window of its reference measured beside it, whose figure is their rate ratio (a
+disturbance or a drift that hits both windows of a pair cancels in it). A
+:class:`Comparison` takes the pairs one at a time; after each, :meth:`Comparison.decision`
+gives the speed-up (the geometric mean of the ratios), its 95% interval, the pairs
+used and a verdict: ``faster``, ``not faster``, ``tied`` within the margin, or
+``undecided`` (more pairs would tell).
+
+The interval is a *confidence sequence*: it holds at every pair at once, so a caller
+may look after each pair and stop as soon as the verdict is clear. A t-interval
+looked at after every pair does not: stopping at its first "faster" calls a 1.00x
+change faster far more often than 5% of the time (``benchmarks/verdicts.py``
+measures it). The boundary is the Gaussian-mixture asymptotic confidence sequence
+of Waudby-Smith, Arnold, Wu, Wang and Ramdas ("Time-uniform central limit theory and
+asymptotic confidence sequences", Annals of Statistics 2024) over the pairs' log
+ratios, its standard deviation estimated from the pairs (at least the pairs' own
+precision, where the caller knows it) and, with few pairs, widened by Student's t
+over the normal quantile, since the estimate of the spread is itself uncertain
+there. The verdict reads the interval as criterion.rs reads its own: an interval
+wholly within the margin either side of 1 is a tie ("change within noise
+threshold"), else one wholly above 1 is faster; one wholly under 1 + margin is not
+faster. The library for confidence sequences (confseq) was last released in 2023
+and builds C++ extensions; its boundary here is a closed form of a few lines, and the
+quantiles come from scipy.stats.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Literal
+
+from autotune.errors import ConfigError
+
+Verdict = Literal["faster", "not faster", "tied", "undecided"]
+CONFIDENCE = 0.95
+# The boundary is tightest at this many pairs (its mixture's width is tuned there):
+# comparisons here decide within about 4 to 30 pairs
+HORIZON = 10
+
+
+@lru_cache(maxsize=512)
+def t_quantile(confidence: float, df: int) -> float:
+    """The two-sided ``confidence`` quantile of Student's t with ``df`` degrees of
+    freedom (scipy.stats)."""
+    from scipy import stats
+
+    return float(stats.t.ppf(0.5 + confidence / 2, df))
+
+
+@lru_cache(maxsize=64)
+def _z(confidence: float) -> float:
+    from scipy import stats
+
+    return float(stats.norm.ppf(0.5 + confidence / 2))
+
+
+@lru_cache(maxsize=1024)
+def boundary(n: int, confidence: float = CONFIDENCE, horizon: int = HORIZON) -> float:
+    """The confidence sequence's half-width at ``n`` pairs, in standard deviations of
+    one pair's log ratio: the Gaussian mixture's (time-uniform at ``confidence``),
+    times Student's t over the normal quantile for ``n - 1`` degrees of freedom."""
+    if n < 2:
+        return math.inf
+    alpha = 1 - confidence
+    rho2 = (-2 * math.log(alpha) + math.log(-2 * math.log(alpha) + 1)) / horizon
+    spread = n * rho2 + 1
+    width = math.sqrt(2 * spread / (n * n * rho2) * math.log(math.sqrt(spread) / alpha))
+    return width * t_quantile(confidence, n - 1) / _z(confidence)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How a comparison decides. ``margin``: a speed-up within this of 1 (either way)
+    is a tie, not worth a change, and a candidate known to be under 1 + margin is not
+    faster; ``min_pairs``: no verdict before this many pairs; ``max_pairs``: the most
+    a caller should measure (then it stops ``undecided``); ``precision``: where
+    given, a ``faster`` verdict also waits until the interval's relative half-width
+    is within it (a kept or confirmed speed-up is then known to it too; a candidate
+    known to be no faster is dropped as soon as that is known); ``confidence``: of the interval, at every pair at once."""
+
+    margin: float = 0.02
+    min_pairs: int = 3
+    max_pairs: int = 30
+    precision: float | None = None
+    confidence: float = CONFIDENCE
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.margin < 1:
+            raise ConfigError(f"a comparison's margin must be in [0, 1) (got {self.margin!r})")
+        if not 2 <= self.min_pairs <= self.max_pairs:
+            raise ConfigError("a comparison needs 2 <= min_pairs <= max_pairs (got "
+                              f"{self.min_pairs!r}, {self.max_pairs!r})")
+        if self.precision is not None and not 0 < self.precision < 1:
+            raise ConfigError("a comparison's precision must be a fraction in (0, 1) "
+                              f"(got {self.precision!r})")
+        if not 0.5 <= self.confidence < 1:
+            raise ConfigError(f"a comparison's confidence must be in [0.5, 1) "
+                              f"(got {self.confidence!r})")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A comparison's state after its pairs: the verdict, the speed-up (geometric
+    mean of the ratios; None before a pair), its interval ``low``..``high`` (None
+    before two pairs) and the pairs it used."""
+
+    verdict: Verdict
+    speedup: float | None
+    low: float | None
+    high: float | None
+    pairs: int
+
+    @property
+    def half_width(self) -> float | None:
+        """The interval's relative half-width about the speed-up (the larger side)."""
+        if self.speedup is None or self.low is None or self.high is None:
+            return None
+        return max(self.high / self.speedup - 1, 1 - self.low / self.speedup)
+
+    @property
+    def decided(self) -> bool:
+        return self.verdict != "undecided"
+
+    def text(self) -> str:
+        """The speed-up and its interval, as ``1.07x [1.02, 1.12]``."""
+        if self.speedup is None:
+            return "-"
+        if self.low is None or self.high is None:
+            return f"{self.speedup:.2f}x"
+        return f"{self.speedup:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+
+
+@dataclass
+class Comparison:
+    """Paired measurements of a candidate against its reference, and their verdict
+    under ``rule``. :meth:`add` takes a pair's ratio (candidate over reference) and,
+    where known, the pair's own relative 95% half-width (from its windows): their
+    mean square counts as one pair more in the spread's estimate (never narrowing
+    it), so that a few pairs that agree by luck do not claim a precision their
+    windows never had."""
+
+    rule: Rule = field(default_factory=Rule)
+    ratios: list[float] = field(default_factory=list)
+    floors: list[float] = field(default_factory=list)  # each pair's own sd of its log ratio
+    _mean: float = 0.0  # of the log ratios, kept as they come (Welford)
+    _m2: float = 0.0
+
+    def __post_init__(self) -> None:
+        given, self.ratios = list(self.ratios), []
+        for ratio in given:
+            self.add(ratio)
+
+    def add(self, ratio: float, half_width: float | None = None) -> Decision:
+        """Adds a pair (its ratio must be positive); returns the decision after it."""
+        if not ratio > 0 or not math.isfinite(ratio):
+            raise ValueError(f"a pair's ratio must be positive and finite (got {ratio!r})")
+        self.ratios.append(ratio)
+        step = math.log(ratio) - self._mean
+        self._mean += step / len(self.ratios)
+        self._m2 += step * (math.log(ratio) - self._mean)
+        if half_width is not None and half_width > 0:
+            self.floors.append(math.log1p(half_width) / _z(self.rule.confidence))
+        return self.decision()
+
+    @property
+    def pairs(self) -> int:
+        return len(self.ratios)
+
+    def interval(self) -> tuple[float, float] | None:
+        """The speed-up's interval (time-uniform at the rule's confidence), None
+        before two pairs."""
+        n = len(self.ratios)
+        if n < 2:
+            return None
+        sd = math.sqrt(max(self._m2, 0.0) / (n - 1))
+        if self.floors:  # the pairs' own noise, pooled as one pair more
+            prior = statistics.fmean(f * f for f in self.floors)
+            sd = max(sd, math.sqrt((max(self._m2, 0.0) + prior) / n))
+        half = sd * boundary(n, self.rule.confidence)
+        return math.exp(self._mean - half), math.exp(self._mean + half)
+
+    def decision(self) -> Decision:
+        n = len(self.ratios)
+        speedup = math.exp(self._mean) if n else None
+        bounds = self.interval()
+        low, high = bounds if bounds is not None else (None, None)
+        verdict: Verdict = "undecided"
+        if bounds is not None and n >= self.rule.min_pairs:
+            verdict = verdict_of(low, high, self.rule.margin)
+            wide = self.rule.precision is not None and \
+                max(high / speedup - 1, 1 - low / speedup) > self.rule.precision
+            if wide and verdict == "faster":
+                verdict = "undecided"
+        return Decision(verdict, speedup, low, high, n)
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether the rule's pairs are spent."""
+        return len(self.ratios) >= self.rule.max_pairs
+
+
+def verdict_of(low: float, high: float, margin: float) -> Verdict:
+    """What an interval ``low``..``high`` of a speed-up says, with ``margin``: tied
+    where it lies wholly within 1/(1 + margin)..1 + margin, faster where wholly above
+    1, not faster where wholly under 1 + margin, else undecided."""
+    if low >= 1 / (1 + margin) and high <= 1 + margin:
+        return "tied"
+    if low > 1:
+        return "faster"
+    if high < 1 + margin:
+        return "not faster"
+    return "undecided"
