@@ -46,7 +46,9 @@ def _quickstart() -> list[tuple[str, str, str, str]]:
         return []
     return [("quickstart.py", f"the README's quick start ({q['command']}), fresh data and "
              "cache: first result line, whole search with its confirmation",
-             f"{q['first_result_line_s']:.0f} s, {q['total_s']:.0f} s ({_machine(q)})",
+             f"{q['first_result_line_s']:.0f} s, {q['total_s']:.0f} s" + (
+                 "" if "default_confirmed" not in q else ", default confirmed"
+                 if q["default_confirmed"] else ", default unconfirmed") + f" ({_machine(q)})",
              f"<= {q['target_first_result_line_s']:.0f} s, <= {q['target_total_s']:.0f} s: "
              f"{_verdict(q['meets'])}")]
 

@@ -208,9 +208,10 @@ def test_a_disturbed_confirmation_measurement_is_measured_again_not_kept(tmp_pat
 
 
 def test_confirmed_means_the_speedups_interval_holds(tmp_path, monkeypatch):
-    """896's confirmation rounds disagree (0.6x, 1.5x and 1x its speed): it is shown
-    unconfirmed with why, the default pick is the fastest config that is confirmed,
-    and its export says so; the confirmed one's export says it holds."""
+    """896's confirmation rounds disagree (0.6x, 1.5x and 1x its speed), too much for
+    more rounds to confirm it: it is shown unconfirmed with why, the default pick is
+    the fastest config that is confirmed, and its export says so; the confirmed
+    one's export says it holds."""
     machine = FakeMachine(drift=0.0, jitter={896: [1.0, 0.6, 1.5, 1.0]})
     result, trials, s = _search(tmp_path, monkeypatch, machine, sizes=[640, 896, 1024],
                                 n_trials=3, confirm=2, confirm_precision=0.05)
@@ -227,9 +228,10 @@ def test_confirmed_means_the_speedups_interval_holds(tmp_path, monkeypatch):
     def rounds_of(number):
         return sorted(t.confirm["round"] for t in trials
                       if t.confirm is not None and t.confirm["of"] == number)
-    extra = confirm_module.EXTRA_ROUNDS  # more rounds, and still too wide
-    assert rounds_of(noisy) == list(range(3 + extra))
-    assert rounds_of(steady) == [0, 1, 2] and rounds_of(s.baseline) == list(range(4 + extra))
+    # rounds that disagree this much would not reach ±5% in the rounds there are
+    # (confirm_module.reachable): no more of them
+    assert rounds_of(noisy) == [0, 1, 2]
+    assert rounds_of(steady) == [0, 1, 2] and rounds_of(s.baseline) == [0, 1, 2, 3]
     out = tmp_path / "noisy.yaml"
     result.export(out, pick=f"trial:{noisy}")
     told = yaml.safe_load(out.read_text())["measured"]["confirmed"]

@@ -49,8 +49,8 @@ def test_half_width_of_a_rate():
     assert rate_half_width([[100, 1.0]]) is None
     assert rate_half_width([[100, 1.0]] * 5) == 0.0
     # two blocks at rates 90 and 110: rate 100, residuals +-10, so a sample standard
-    # deviation of 10 * sqrt(2), a standard error of 10, and t(1 df) = 12.706
-    assert rate_half_width([[90, 1.0], [110, 1.0]]) == pytest.approx(12.706 * 10 / 100)
+    # deviation of 10 * sqrt(2), a standard error of 10, and t(1 df) = 12.7062 (scipy)
+    assert rate_half_width([[90, 1.0], [110, 1.0]]) == pytest.approx(12.7062 * 10 / 100)
     # blocks of unequal length: the ratio estimator weighs by time, not by block
     assert rate_half_width([[100, 1.0], [300, 3.0], [200, 2.0]]) == 0.0
 

@@ -107,7 +107,7 @@ def test_a_tuned_run_settles_on_the_faster_config_its_space_holds(tiny_synthetic
     from 1.61x to 2.06x.)"""
     config = START.replace(batch_size=16)
     queue = [("num_workers 2 -> 0", config.replace(num_workers=0))]
-    run = TunedRun(config, tiny_synthetic, TuneSpec(share=1.0, window_steps=16, pairs=3),
+    run = TunedRun(config, tiny_synthetic, TuneSpec(share=1.0, window_steps=16, pairs=12),
                    epochs=6, num_classes=4, queue=queue)
     try:
         out = fit_tuned(run, tiny_synthetic, 6)

@@ -545,24 +545,7 @@ class TunedRun:
                 if tried.config.compile_mode != "none":
                     reference = yield from self._warm_up(tried, train, candidate,
                                                          reference.rate)
-            while candidate is not None and not tried.verdict and rest and \
-                    self.explore_steps_left > 0:
-                if reference is None and len(tried.ratios) % 2 == 0:  # the incumbent first
-                    reference = yield from train(self.pipe)
-                    if not rest:
-                        break
-                own = yield from train(candidate)
-                self._count(tried, own)
-                if not own.rate:  # one step only (the epoch's last): nothing timed
-                    break
-                if reference is None:  # the candidate first
-                    if not rest:
-                        break
-                    reference = yield from train(self.pipe)
-                if reference.rate:
-                    tried.ratios.append(own.rate / reference.rate)
-                    tried.verdict, tried.reason = self._verdict(tried)
-                reference = None
+                yield from self._pairs(tried, candidate, train, reference, lambda: rest)
         except _IncumbentFailed as failed:
             if candidate is not None:
                 candidate.close()
@@ -573,6 +556,30 @@ class TunedRun:
         self.log.explore_s += time.perf_counter() - started
         self._conclude(tried, candidate)
         return total
+
+    def _pairs(self, tried: Tried, candidate: Pipeline, train, reference: _Window | None,
+               rest: Callable[[], list[int]]) -> Generator[Any, None, None]:
+        """``tried``'s pairs, each a window of ``candidate`` and one of the incumbent's
+        (``reference``: one trained just before, for the first), the incumbent's first
+        in every other pair, until a verdict, the epoch's end (``rest()`` empty) or the
+        end of exploring's share."""
+        while not tried.verdict and rest() and self.explore_steps_left > 0:
+            if reference is None and len(tried.ratios) % 2 == 0:  # the incumbent first
+                reference = yield from train(self.pipe)
+                if not rest():
+                    return
+            own = yield from train(candidate)
+            self._count(tried, own)
+            if not own.rate:  # one step only (the epoch's last): nothing timed
+                return
+            if reference is None:  # the candidate first
+                if not rest():
+                    return
+                reference = yield from train(self.pipe)
+            if reference.rate:
+                tried.ratios.append(own.rate / reference.rate)
+                tried.verdict, tried.reason = self._verdict(tried)
+            reference = None
 
     def _reorder(self, tried: Tried, window: _Window) -> Tried:
         """At the run's first pair (and after each adoption), the queue in the order

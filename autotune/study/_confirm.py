@@ -24,6 +24,7 @@ from typing import Any, Callable
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.compare import boundary
 from autotune.config import TrialConfig
 from autotune.trial import ForkServer, TrialResult, run_trial
 from autotune.specs import MeasureSpec, TrialLimits
@@ -48,6 +49,10 @@ DISTURBED_AGAIN = 1
 # high end under the other's low end), which drops it. Its interval is a confidence
 # sequence (autotune.compare), valid at every round: more rounds narrow it honestly.
 EXTRA_ROUNDS = 5
+# ... while the rounds' spread so far, carried to the last of them, leaves its interval
+# within this many times --confirm-precision (more rounds may agree better than the
+# first did; a spread far wider would not narrow enough however many ran)
+REACH = 1.5
 # Every candidate at least FAR_AHEAD times the baseline: the confirmation measures the
 # baseline to LOOSE_PRECISION only, the candidates to LOOSE_CANDIDATE, in FAR_ROUNDS
 # rounds at least. A 3x ratio is plain at +-20%, and a slow baseline's precise window
@@ -603,7 +608,8 @@ def _more_rounds(opts: SearchOptions, study: optuna.Study, server: ForkServer, l
     for extra in range(EXTRA_ROUNDS):
         measured = confirmed(rec.records(study), the_plan.run)
         wide = [t for t in the_plan.trials[1:] if t.number in still_open(
-            measured, [t.number for t in the_plan.trials[1:]], opts.confirm_precision)]
+            measured, [t.number for t in the_plan.trials[1:]], opts.confirm_precision,
+            the_plan.rounds + EXTRA_ROUNDS)]
         if not wide:
             return ""
         rest, needs = left(), sum(own(t) for t in wide) + base_s
@@ -623,10 +629,12 @@ def _more_rounds(opts: SearchOptions, study: optuna.Study, server: ForkServer, l
     return ""
 
 
-def still_open(figures: dict[int, Confirmed], numbers: list[int], within: float) -> list[int]:
+def still_open(figures: dict[int, Confirmed], numbers: list[int], within: float,
+               last: int) -> list[int]:
     """The candidates (``numbers``) whose confirmation goes on: measured, with a
-    speed-up interval wider than ``within``, and not known to be slower than another
-    candidate (their intervals apart: racing drops it)."""
+    speed-up interval wider than ``within``, not known to be slower than another
+    candidate (their intervals apart: racing drops it), and whose rounds could still
+    bring it within ``within`` by round ``last`` (:func:`reachable`)."""
     out = []
     for n in numbers:
         c = figures.get(n)
@@ -635,8 +643,19 @@ def still_open(figures: dict[int, Confirmed], numbers: list[int], within: float)
         if any(c.bounds()[1] < other.bounds()[0] for m, other in figures.items()
                if m != n and m in numbers and other.interval is not None):
             continue  # slower than another: it cannot be the fastest, its place is known
-        out.append(n)
+        if reachable(c, within, last):
+            out.append(n)
     return out
+
+
+def reachable(figure: Confirmed, within: float, last: int) -> bool:
+    """Whether ``figure``'s interval could narrow to ``within`` by round ``last``: its
+    rounds' spread so far, carried to that many rounds by the engine's boundary, is
+    within :data:`REACH` times ``within``. Rounds that disagree more (a baseline whose
+    speed varies a third between processes) would not confirm it however many are
+    run: the confirmation stops, and says why."""
+    spread = math.log1p(figure.interval) / boundary(figure.rounds)
+    return math.expm1(spread * boundary(last)) <= REACH * within
 
 
 def _measure_round(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,

@@ -290,7 +290,6 @@ def measure(pipe: Pipeline, spec: MeasureSpec,
     trial's spare interpreter, importing)."""
     import torch._dynamo
 
-    rate_half_width([(1, 1.0), (1, 1.1)])  # its t quantile (scipy) loads outside the window
     compiled = pipe.config.compile_mode != "none"
     stepper = _Stepper(pipe, on_step)
     frames0, breaks0, compile0 = _dynamo_state()
@@ -376,6 +375,7 @@ def stopped(pids: tuple[int, ...]) -> Iterator[None]:
                 os.kill(pid, signal.SIGCONT)
 
 
+rate_half_width([(1, 1.0), (1, 1.1)])  # its t quantile (scipy) loads here, not in a window
 MIN_BLOCKS = 4  # as torch.utils.benchmark's adaptive_autorange
 BLOCK_S = 0.05  # a block is at least this long, so that one clock read is noise-free
 
