@@ -23,7 +23,7 @@ wholly within the margin either side of 1 is a tie ("change within noise
 threshold"), else one wholly above 1 is faster; one wholly under 1 + margin is not
 faster. The library for confidence sequences (confseq) was last released in 2023
 and builds C++ extensions; its boundary here is a closed form of a few lines, and the
-quantiles come from scipy.stats.
+quantiles come from scipy.
 """
 from __future__ import annotations
 
@@ -45,17 +45,19 @@ HORIZON = 10
 @lru_cache(maxsize=512)
 def t_quantile(confidence: float, df: int) -> float:
     """The two-sided ``confidence`` quantile of Student's t with ``df`` degrees of
-    freedom (scipy.stats)."""
-    from scipy import stats
+    freedom: scipy's inverse of the t distribution (scipy.special, the functions
+    scipy.stats's ``t.ppf`` calls; importing scipy.stats takes over a second on a
+    2-core CPU, in every process that decides anything)."""
+    from scipy import special
 
-    return float(stats.t.ppf(0.5 + confidence / 2, df))
+    return float(special.stdtrit(df, 0.5 + confidence / 2))
 
 
 @lru_cache(maxsize=64)
 def _z(confidence: float) -> float:
-    from scipy import stats
+    from scipy import special
 
-    return float(stats.norm.ppf(0.5 + confidence / 2))
+    return float(special.ndtri(0.5 + confidence / 2))
 
 
 @lru_cache(maxsize=1024)

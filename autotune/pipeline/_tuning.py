@@ -36,7 +36,6 @@ planned steps; the rest of the run trains on the winner.
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Iterator

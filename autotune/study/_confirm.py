@@ -7,7 +7,10 @@ close in time (:mod:`autotune.study._paired`). The *confirmation* ends a search:
 front's ``confirm`` fastest configs, the knee and the baseline are measured again,
 interleaved in ``confirm_rounds`` rounds (A B C D, A B C D, ...; more, with looser
 windows, beside candidates far ahead of the baseline), each measurement a fresh trial
-process. Confirmed figures can move the front: where the knee then
+process, then more rounds for the candidates still wider than --confirm-precision
+that could get there (:func:`still_open`); each round is a pair of the comparison
+engine (:mod:`autotune.study._paired`), and a run stopped by an interrupt goes on
+where it stopped the next time. Confirmed figures can move the front: where the knee then
 falls on a config the confirmation did not measure, a follow-up confirmation
 measures it against the baseline, in as many rounds (at most :data:`FOLLOW_UPS`).
 Both are stored as trials of the study (role ``control`` or ``confirmation``) that count
@@ -661,9 +664,10 @@ def reachable(figure: Confirmed, within: float, last: int) -> bool:
 def _measure_round(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
                    the_plan: Plan, round_: int, of: FrozenTrial, spec: MeasureSpec,
                    done: Done | None, again_s: float) -> None:
-    """Measures ``of``'s config for ``round_`` and stores it; a measurement left
-    disturbed is measured again (:data:`DISTURBED_AGAIN` times) where the budget still
-    holds ``again_s``."""
+    """Measures ``of``'s config for ``round_`` and stores it, from the third round
+    on to the precision :func:`split_precision` finds where it is looser than
+    ``spec``'s; a measurement left disturbed is measured again
+    (:data:`DISTURBED_AGAIN` times) where the budget still holds ``again_s``."""
     config = TrialRecord.from_frozen(of).config
     if round_ >= 2:  # two rounds measured: windows as long as the rounds' spread pays for
         split = split_precision(rec.records(study), the_plan.run, of.number)

@@ -71,9 +71,10 @@ class Confirmed:
     valid however many rounds were looked at; :mod:`autotune.compare`), ``interval``
     that interval's relative half-width; ``throughput`` and ``memory_mib`` are the
     medians over rounds, and ``throughput_interval`` the throughput's relative
-    half-width over rounds (drift included: absolute figures minutes apart).
-    Confirmations stored before the engine kept the median of the ratios, with a
-    t-interval over them (no ``low`` and ``high``)."""
+    half-width over rounds (drift included: absolute figures minutes apart). They
+    are worked out from the study's records whenever read, so an older study's
+    confirmation reads with today's statistic too (the exports and ``pareto.yaml``
+    it wrote then keep the median and t-interval of their day)."""
 
     trial: int
     rounds: int
