@@ -15,10 +15,10 @@ change faster far more often than 5% of the time (``benchmarks/verdicts.py``
 measures it). The boundary is the Gaussian-mixture asymptotic confidence sequence
 of Waudby-Smith, Arnold, Wu, Wang and Ramdas ("Time-uniform central limit theory and
 asymptotic confidence sequences", Annals of Statistics 2024) over the pairs' log
-ratios, its standard deviation estimated from the pairs (at least the pairs' own
-precision, where the caller knows it) and, with few pairs, widened by Student's t
-over the normal quantile, since the estimate of the spread is itself uncertain
-there. The verdict reads the interval as criterion.rs reads its own: an interval
+ratios, its standard deviation estimated from the pairs (with the pairs' own
+precision, where the caller knows it, pooled in as one pair more) and, with few
+pairs, widened by Student's t over the normal quantile, since the estimate of the
+spread is itself uncertain there. The verdict reads the interval as criterion.rs reads its own: an interval
 wholly within the margin either side of 1 is a tie ("change within noise
 threshold"), else one wholly above 1 is faster; one wholly under 1 + margin is not
 faster. The library for confidence sequences (confseq) was last released in 2023
@@ -148,8 +148,8 @@ class Comparison:
     rule: Rule = field(default_factory=Rule)
     ratios: list[float] = field(default_factory=list)
     floors: list[float] = field(default_factory=list)  # each pair's own sd of its log ratio
-    _mean: float = 0.0  # of the log ratios, kept as they come (Welford)
-    _m2: float = 0.0
+    _mean: float = field(default=0.0, init=False, repr=False)  # of the logs (Welford)
+    _m2: float = field(default=0.0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         given, self.ratios = list(self.ratios), []
