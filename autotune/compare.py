@@ -54,7 +54,8 @@ def t_quantile(confidence: float, df: int) -> float:
 
 
 @lru_cache(maxsize=64)
-def _z(confidence: float) -> float:
+def z_quantile(confidence: float) -> float:
+    """The two-sided ``confidence`` quantile of the standard normal (scipy.special)."""
     from scipy import special
 
     return float(special.ndtri(0.5 + confidence / 2))
@@ -71,7 +72,7 @@ def boundary(n: int, confidence: float = CONFIDENCE, horizon: int = HORIZON) -> 
     rho2 = (-2 * math.log(alpha) + math.log(-2 * math.log(alpha) + 1)) / horizon
     spread = n * rho2 + 1
     width = math.sqrt(2 * spread / (n * n * rho2) * math.log(math.sqrt(spread) / alpha))
-    return width * t_quantile(confidence, n - 1) / _z(confidence)
+    return width * t_quantile(confidence, n - 1) / z_quantile(confidence)
 
 
 @dataclass(frozen=True)
@@ -129,11 +130,17 @@ class Decision:
 
     def text(self) -> str:
         """The speed-up and its interval, as ``1.07x [1.02, 1.12]``."""
-        if self.speedup is None:
-            return "-"
-        if self.low is None or self.high is None:
-            return f"{self.speedup:.2f}x"
-        return f"{self.speedup:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+        return speedup_text(self.speedup, self.low, self.high)
+
+
+def speedup_text(speedup: float | None, low: float | None = None,
+                 high: float | None = None) -> str:
+    """A speed-up and, where known, its interval, as ``1.07x [1.02, 1.12]``."""
+    if speedup is None:
+        return "-"
+    if low is None or high is None:
+        return f"{speedup:.2f}x"
+    return f"{speedup:.2f}x [{low:.2f}, {high:.2f}]"
 
 
 @dataclass
@@ -165,7 +172,7 @@ class Comparison:
         self._mean += step / len(self.ratios)
         self._m2 += step * (math.log(ratio) - self._mean)
         if half_width is not None and half_width > 0:
-            self.floors.append(math.log1p(half_width) / _z(self.rule.confidence))
+            self.floors.append(math.log1p(half_width) / z_quantile(self.rule.confidence))
         return self.decision()
 
     @property

@@ -134,8 +134,8 @@ def draws(logs: list[float], n: int, rng: random.Random) -> list[float]:
     return out[:n]
 
 
-def engine(ratios: list[float], rule: Rule | None = None) -> tuple[bool, int]:
-    comparison = Comparison(rule or ENGINE)
+def engine(ratios: list[float]) -> tuple[bool, int]:
+    comparison = Comparison(ENGINE)
     for ratio in ratios:
         decision = comparison.add(ratio)
         if decision.decided or comparison.exhausted:

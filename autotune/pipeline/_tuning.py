@@ -138,10 +138,7 @@ class Tried:
 
     def compare(self, rule: Rule) -> Decision:
         """Its pairs decided under ``rule`` (kept in :attr:`decision`)."""
-        comparison = Comparison(rule)
-        for ratio in self.ratios:
-            comparison.add(ratio)
-        self.decision = comparison.decision()
+        self.decision = Comparison(rule, ratios=list(self.ratios)).decision()
         return self.decision
 
     def line(self) -> str:

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.compare import boundary
+from autotune.compare import CONFIDENCE, boundary, z_quantile
 from autotune.config import TrialConfig
 from autotune.trial import ForkServer, TrialResult, run_trial
 from autotune.specs import MeasureSpec, TrialLimits
@@ -36,7 +36,7 @@ from autotune.study import _records as rec
 from autotune.study._constraints import constraint_values
 from autotune.study._front import front_rows
 from autotune.study._options import SearchOptions
-from autotune.study._paired import Confirmed, confirmed, latest_reference, pair
+from autotune.study._paired import Confirmed, baseline_of, confirmed, latest_reference, pair
 from autotune.study._records import StudyRecord, TrialRecord
 from autotune.study._recovery import gone, this_worker
 from autotune.storage import measurement_lock, study_lock
@@ -66,7 +66,7 @@ FAR_AHEAD = 3.0
 LOOSE_PRECISION = 0.20
 LOOSE_CANDIDATE = 0.10
 FAR_ROUNDS = 5
-Z95 = 1.96  # a 95% half-width over a standard deviation
+Z95 = z_quantile(CONFIDENCE)  # a 95% half-width over a standard deviation
 # split_precision: rounds that vary less than this (a log variance: 1.4% sd between
 # processes) leave the search's precision as it is; and no window is asked to be
 # looser than this
@@ -411,9 +411,7 @@ def interrupted_note(study: optuna.Study) -> str | None:
 def _resumed(study: optuna.Study, run: dict) -> Plan:
     """The plan of an unfinished confirmation run, to go on where it stopped; this
     worker claims it."""
-    runs = [dict(r) for r in StudyRecord.from_study(study).confirmations]
-    runs[run["run"]].update(worker=this_worker(), beat=time.time(), state="running")
-    rec.store_study(study, confirmations=runs)
+    _update_run(study, run["run"], worker=this_worker(), beat=time.time(), state="running")
     frozen = study.get_trials(deepcopy=False)
     return Plan(run["run"], tuple(frozen[n] for n in run["candidates"]), run["rounds"],
                 run["asked"], resumed=True)
@@ -422,20 +420,21 @@ def _resumed(study: optuna.Study, run: dict) -> Plan:
 def _finish(study: optuna.Study, run: int, cut: str, state: str = "done") -> None:
     """Under the study's lock: marks confirmation ``run`` finished (and why it stopped
     early, if it did), or ``stopped`` by an interrupt, to be resumed."""
-    runs = [dict(r) for r in StudyRecord.from_study(study).confirmations]
-    runs[run]["state"] = state
-    if cut:
-        runs[run]["cut"] = cut
-    rec.store_study(study, confirmations=runs)
+    _update_run(study, run, state=state, **({"cut": cut} if cut else {}))
 
 
 def _beat(opts: SearchOptions, study: optuna.Study, run: int) -> None:
     """Confirmation ``run`` is alive: its worker was heard now (another host resumes
     it only after ``--grace-period`` of silence)."""
     with study_lock(opts.storage, study.study_name):
-        runs = [dict(r) for r in StudyRecord.from_study(study).confirmations]
-        runs[run]["beat"] = time.time()
-        rec.store_study(study, confirmations=runs)
+        _update_run(study, run, beat=time.time())
+
+
+def _update_run(study: optuna.Study, run: int, **fields: Any) -> None:
+    """Stores ``fields`` into confirmation ``run``'s record (under the study's lock)."""
+    runs = [dict(r) for r in StudyRecord.from_study(study).confirmations]
+    runs[run].update(fields)
+    rec.store_study(study, confirmations=runs)
 
 
 def _done_already(study: optuna.Study, run: int) -> set[tuple[int, int]]:
@@ -517,14 +516,15 @@ def split_precision(trials: list[TrialRecord], run: int, number: int) -> float |
     buys a precision that the next round's process throws away. None before two
     rounds, or where the rounds vary no more than their windows do (then longer
     windows pay, and the search's precision stands)."""
+    baseline = baseline_of(trials)
     figures = [c for n, c in confirmed(trials, run).items() if c.rounds >= 2 and
-               c.interval is not None and n != _baseline_of(trials)]
+               c.interval is not None and n != baseline]
     mine = [t for t in trials if t.confirm is not None and t.confirm["run"] == run and
             t.complete and t.window.precision and t.measured_at]
     own = [t for t in mine if t.confirm["of"] == number]
     if not figures or not own:
         return None
-    base = [t.window.precision for t in mine if t.confirm["of"] == _baseline_of(trials)]
+    base = [t.window.precision for t in mine if t.confirm["of"] == baseline]
     if not base:
         return None
     windows = _WindowVariance({t.number: t.window.precision for t in mine},
@@ -538,10 +538,6 @@ def split_precision(trials: list[TrialRecord], run: int, number: int) -> float |
     k = statistics.median((t.window.precision / Z95) ** 2 * t.window.wall_s for t in own)
     best_s = math.sqrt(max(fixed, 0.1) * k / between)
     return min(Z95 * math.sqrt(k / best_s), MAX_SPLIT_PRECISION)
-
-
-def _baseline_of(trials: list[TrialRecord]) -> int | None:
-    return next((t.number for t in trials if t.baseline), None)
 
 
 def _log_variance(ratios: tuple[float, ...]) -> float:
@@ -609,9 +605,9 @@ def _more_rounds(opts: SearchOptions, study: optuna.Study, server: ForkServer, l
     the budget ("" otherwise). ``specs``: the baseline's and the candidates'."""
     base_spec, spec = specs
     for extra in range(EXTRA_ROUNDS):
-        measured = confirmed(rec.records(study), the_plan.run)
+        figures = confirmed(rec.records(study), the_plan.run)
         wide = [t for t in the_plan.trials[1:] if t.number in still_open(
-            measured, [t.number for t in the_plan.trials[1:]], opts.confirm_precision,
+            figures, [t.number for t in the_plan.trials[1:]], opts.confirm_precision,
             the_plan.rounds + EXTRA_ROUNDS)]
         if not wide:
             return ""

@@ -12,8 +12,6 @@ resumption: running the same search again continues the same study.
 from __future__ import annotations
 
 import dataclasses
-import os
-import socket
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -124,7 +122,7 @@ def _trials(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
     """The search proper: a control whenever one is due, else the next trial reserved,
     measured and told, while the clock lets one start; stops early once
     :data:`STOP_IDLE` proposals in a row measured nothing new."""
-    worker, repeats, idle = _this_worker(), 0, 0
+    worker, repeats, idle = recovery.this_worker(), 0, 0
     while clock.may_start(study):
         if _control(opts, study, baseline, server, clock, outcome, finished):
             continue
@@ -492,10 +490,6 @@ def _enqueue_priors(opts: SearchOptions, study: optuna.Study, baseline: TrialCon
             _queue(opts, study, params_for(config, opts.space), role="prior", prior=name)
             rec.store_study(study, priors=[*done, name])
             return
-
-
-def _this_worker() -> dict[str, Any]:
-    return recovery.this_worker()
 
 
 def _previous(study: optuna.Study, key: str) -> optuna.trial.FrozenTrial | None:

@@ -26,11 +26,16 @@ from autotune.study._records import TrialRecord
 MARGIN = 0.02  # a speed-up within this of another's is a tie (autotune.compare.Rule)
 
 
+def baseline_of(trials: Iterable[TrialRecord]) -> int | None:
+    """The baseline trial's number (None: the study has none yet)."""
+    return next((t.number for t in trials if t.baseline), None)
+
+
 def references(trials: Iterable[TrialRecord]) -> list[TrialRecord]:
     """The completed measurements of the baseline's config, in time order: the
     baseline trial, the controls and the confirmation rounds' baselines."""
     trials = list(trials)
-    base = next((t.number for t in trials if t.baseline), None)
+    base = baseline_of(trials)
     refs = [t for t in trials if t.complete and t.measured_at and t.reused_from is None and
             (t.reference or (t.confirm is not None and t.confirm["of"] == base))]
     return sorted(refs, key=lambda t: t.measured_at[1])
@@ -144,7 +149,7 @@ def confirmed(trials: Iterable[TrialRecord], run: int | None = None) -> dict[int
         for each in runs:
             merged.update(confirmed(trials, each))
         return merged
-    base = next((t.number for t in trials if t.baseline), None)
+    base = baseline_of(trials)
     rounds: dict[int, dict[int, TrialRecord]] = {}
     busy: dict[int, dict[int, TrialRecord]] = {}  # disturbed, with no quiet measurement
     for t in trials:

@@ -19,6 +19,7 @@ from typing import Any
 import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
+from autotune.compare import speedup_text
 from autotune.config import (COMPILE_MODES, SHAPES, AmpDtype, Aggregation, FeatureDtype,
                              SamplingBackend, short)
 from autotune.errors import ConfigError
@@ -172,6 +173,4 @@ def _figure(tried: dict[str, Any]) -> str:
     speedup, interval = tried.get("speedup"), tried.get("interval")
     if speedup is None:
         return f"{statistics.fmean(ratios):.2f}x{pairs}"
-    if interval is None:
-        return f"{speedup:.2f}x{pairs}"
-    return f"{speedup:.2f}x [{interval[0]:.2f}, {interval[1]:.2f}]{pairs}"
+    return speedup_text(speedup, *(interval or ())) + pairs
