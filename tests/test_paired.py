@@ -719,3 +719,23 @@ def test_rounds_that_vary_between_processes_get_shorter_windows_from_the_third_r
     assert varied and all(p > 0.05 for r, p in varied if r >= 2), varied
     steady = precisions({})
     assert {p for _, p in steady} == {0.03}, steady
+
+
+def test_the_confirmation_goes_on_only_for_candidates_that_could_still_be_confirmed():
+    """After the rounds asked: a candidate within the precision is done; one whose
+    interval lies wholly under another's is dropped (racing: it cannot be the
+    fastest); one whose rounds disagree too much to narrow by the last round is
+    done too; a wide one that could still get there goes on."""
+    from autotune.study._confirm import still_open
+    from autotune.study._paired import Confirmed
+
+    def figure(number, speedup, low, high):
+        half = max(high / speedup - 1, 1 - low / speedup)
+        return Confirmed(number, 3, speedup, half, 100.0, None, 100.0, (speedup,) * 3,
+                         (number,), low=low, high=high)
+
+    figures = {1: figure(1, 1.50, 1.45, 1.55),   # precise
+               2: figure(2, 1.00, 0.85, 1.18),   # wide, but under #1: dropped
+               3: figure(3, 1.45, 1.25, 1.70),   # wide, overlaps #1, could narrow
+               4: figure(4, 1.40, 0.60, 3.20)}   # rounds far apart: would not narrow
+    assert still_open(figures, [1, 2, 3, 4], within=0.10, last=8) == [3]
