@@ -6,12 +6,18 @@ the README and docs/commands.md quote). Targets on a quiet 2-core machine: first
 result line <= 30 s, the whole search, confirmation included, <= 120 s, and its
 default confirmed (its speed-up known to --confirm-precision, ±10%).
 
-    python benchmarks/quickstart.py --out benchmarks/results/quickstart.json
+With ``--runs 3`` it runs three whole quick starts back to back, each in a fresh
+folder, and reports whether they agree: the same default, or defaults tied within
+their intervals; confirmed speed-ups whose intervals overlap; and the spread of the
+defaults' speed-ups (max over min, less 1; target <= 5%).
+
+    python benchmarks/quickstart.py --runs 3 --out benchmarks/results/quickstart.json
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -31,10 +37,41 @@ def default_confirmed(lines: list[str]) -> bool:
                for line in lines)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="benchmarks/results/quickstart.json")
-    args = p.parse_args()
+# a front row's default: "    6   13,257  ±4.8%   467   1.66x ±0.16   0.38x  b1024 ... <- default:"
+DEFAULT_ROW = re.compile(r"^\s*(\d+)\s+[\d,]+\s+±[\d.]+%\s+[\d,]+\s+([\d.]+)x ±([\d.]+)\s+"
+                         r"[\d.]+x\s+(.+?)\s+<- default:")
+
+
+def default_of(lines: list[str]) -> dict | None:
+    """The front's default row: trial, config, speed-up and its interval."""
+    for line in lines:
+        match = DEFAULT_ROW.match(line)
+        if match:
+            trial, speedup, half, config = match.groups()
+            return {"trial": int(trial), "config": config, "speedup": float(speedup),
+                    "low": float(speedup) - float(half), "high": float(speedup) + float(half),
+                    "confirmed": default_confirmed([line])}
+    return None
+
+
+def agreement(runs: list[dict]) -> dict:
+    """Whether back-to-back quick starts agree: their defaults' configs, their
+    speed-up intervals (each pair overlapping), and the speed-ups' spread."""
+    defaults = [r["default"] for r in runs]
+    if any(d is None for d in defaults):
+        return {"defaults": defaults, "agree": False, "why": "a run printed no default"}
+    same = len({d["config"] for d in defaults}) == 1
+    overlap = all(a["low"] <= b["high"] and b["low"] <= a["high"]
+                  for a in defaults for b in defaults)
+    speedups = [d["speedup"] for d in defaults]
+    spread = max(speedups) / min(speedups) - 1
+    return {"defaults": defaults, "same_default": same, "intervals_overlap": overlap,
+            "speedup_spread": spread, "target_speedup_spread": 0.05,
+            "agree": overlap and spread <= 0.05}  # tied where not the same
+
+
+def quick_start() -> dict:
+    """One quick start in a fresh folder: its output, first line and total seconds."""
     with tempfile.TemporaryDirectory(prefix="autotune-quickstart-") as folder:
         env = {**os.environ, "AUTOTUNE_CACHE": str(Path(folder) / "cache"),
                "AUTOTUNE_DATA_ROOT": str(Path(folder) / "data")}
@@ -53,14 +90,27 @@ def main() -> None:
         total = time.perf_counter() - started
     if code != 0:
         raise SystemExit(f"the quick start exited {code}")
+    return {"first_result_line_s": first, "total_s": total,
+            "default_confirmed": default_confirmed(lines), "default": default_of(lines),
+            "meets": first is not None and first <= TARGET_FIRST_S and
+            total <= TARGET_TOTAL_S and default_confirmed(lines), "output": lines}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="benchmarks/results/quickstart.json")
+    p.add_argument("--runs", type=int, default=1, help="quick starts back to back")
+    args = p.parse_args()
+    runs = [quick_start() for _ in range(args.runs)]
+    first = runs[0]
     write(args.out, {
         "benchmark": "quickstart", "device": "cpu", "command": "autotune " + " ".join(COMMAND),
-        "first_result_line_s": first, "total_s": total,
         "target_first_result_line_s": TARGET_FIRST_S, "target_total_s": TARGET_TOTAL_S,
-        "default_confirmed": default_confirmed(lines),
-        "meets": first is not None and first <= TARGET_FIRST_S and total <= TARGET_TOTAL_S
-        and default_confirmed(lines),
-        "output": lines,
+        **{k: first[k] for k in ("first_result_line_s", "total_s", "default_confirmed", "meets")},
+        "runs": [{k: v for k, v in r.items() if k != "output"} for r in runs],
+        "all_meet": all(r["meets"] for r in runs),
+        "agreement": agreement(runs) if len(runs) > 1 else None,
+        "output": first["output"],
     })
 
 

@@ -97,7 +97,7 @@ def _search(tmp_path, monkeypatch, machine, sizes=TRUE, fanouts=((25, 10),), not
         dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
         studies_dir=str(tmp_path / "studies"), space=_space(sizes, fanouts),
         **{"priors": False, "racing": False, "progress": False, "optuna_sampler": "random",
-           **options})
+           "confirm_by": "rounds", **options})
     result = plan.run()
     study = optuna.load_study(study_name=result.study_name, storage=result._url)
     if notes is not None:
@@ -475,7 +475,7 @@ def test_a_real_confirmation_measures_each_candidate_in_its_own_process(tmp_path
                "--warmup", "1", "--warmup-time", "0", "--max-seconds", "0.5", "--space", "quick",
                "--n-trials", "4",
                "--root", str(tmp_path / "data"), "--studies-dir", str(tmp_path / "studies"),
-               "--study-name", "c", "--confirm", "1", "--no-racing")
+               "--study-name", "c", "--confirm", "1", "--no-racing", "--confirm-by", "rounds")
     assert proc.returncode == 0, proc.stderr
     assert "confirmation: 3 interleaved rounds of #0 (baseline)" in proc.stdout
     study = optuna.load_study(study_name="c",

@@ -22,21 +22,24 @@ import dataclasses
 import math
 import statistics
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.compare import CONFIDENCE, boundary, z_quantile
+from autotune.compare import CONFIDENCE, Rule, boundary, z_quantile
 from autotune.config import TrialConfig
-from autotune.trial import ForkServer, TrialResult, run_trial
+from autotune.trial import ForkServer, Load, PairSpec, TrialResult, WindowStats, rate_half_width, \
+    run_trial
 from autotune.specs import MeasureSpec, TrialLimits
 from autotune.files import inductor_cache_dir
 from autotune.study import _records as rec
 from autotune.study._constraints import constraint_values
 from autotune.study._front import front_rows
 from autotune.study._options import SearchOptions
-from autotune.study._paired import Confirmed, baseline_of, confirmed, latest_reference, pair
+from autotune.study._paired import MARGIN, Confirmed, baseline_of, confirmed, \
+    latest_reference, pair
 from autotune.study._records import StudyRecord, TrialRecord
 from autotune.study._recovery import gone, this_worker
 from autotune.storage import measurement_lock, study_lock
@@ -72,17 +75,28 @@ Z95 = z_quantile(CONFIDENCE)  # a 95% half-width over a standard deviation
 # looser than this
 MIN_BETWEEN_VARIANCE = 0.014 ** 2
 MAX_SPLIT_PRECISION = 0.25
+# A paired confirmation (--confirm-by pairs): its pairs run this long at most (the
+# warm-ups aside), each candidate up to MAX_PAIRS; one that --budget leaves less than
+# MIN_PAIRED_S for is not started
+PAIRED_MAX_S = 90.0
+MAX_PAIRS = 30
+MIN_PAIRED_S = 10.0
+PAIR_S = 2.5  # a pair's seconds, for the plan's estimate: two windows of about 0.5 s,
+# their untimed steps and the drain, at the quick start's pace
+EXPECTED_PAIRS = 10  # ... and the pairs a candidate takes, for that estimate
 Left = Callable[[], "float | None"]  # the seconds left of --budget (None: no budget)
 Done = Callable[[TrialRecord], None]  # called with each measurement as it is stored
 
 
 def measure(opts: SearchOptions, config: TrialConfig, server: ForkServer, trial_dir,
-            who: str, left: Left, reserve_s: float = 0.0, spec: MeasureSpec | None = None
-            ) -> tuple[TrialResult, dict, bool]:
+            who: str, left: Left, reserve_s: float = 0.0, spec: MeasureSpec | None = None,
+            pairs=None) -> tuple[TrialResult, dict, bool]:
     """Measures ``config`` in its own process under the host's measurement lock (to
     ``spec``, default the search's), its timeout cut to what is left of the budget
-    (less ``reserve_s``). Returns the result, where and when it was measured
-    (``TrialRecord`` fields), and whether the budget bounded the timeout."""
+    (less ``reserve_s``); with ``pairs`` (candidates and a PairSpec), a paired trial
+    of ``config`` and them (:mod:`autotune.trial._pairs`). Returns the result, where
+    and when it was measured (``TrialRecord`` fields), and whether the budget bounded
+    the timeout."""
     with measurement_lock(opts.device, who) as waited:
         limits, budget_bound = limits_within(opts, left, reserve_s)
         if spec is not None and spec.guard is not None and not budget_bound:
@@ -91,7 +105,7 @@ def measure(opts: SearchOptions, config: TrialConfig, server: ForkServer, trial_
         measured_from = time.time()
         result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir,
                            measure=spec or opts.measure, limits=limits, server=server,
-                           inductor_cache=inductor_cache_dir(opts.studies_dir))
+                           inductor_cache=inductor_cache_dir(opts.studies_dir), pairs=pairs)
     where = dict(trial_dir=str(trial_dir), measured_at=(measured_from, time.time()),
                  lock_wait_s=waited)
     return result, where, budget_bound
@@ -114,14 +128,20 @@ def add_measured(opts: SearchOptions, study: optuna.Study, of: FrozenTrial,
     same config). Returns it as stored."""
     if not result.ok:
         return rec.add_finished(study, record, of=of, config_key=result.config.key())
-    values = list(result.objectives())
+    return _add(opts, study, of, record, list(result.objectives()))
+
+
+def _add(opts: SearchOptions, study: optuna.Study, of: FrozenTrial, record: TrialRecord,
+         values: list[float]) -> TrialRecord:
+    """Stores ``record`` as a complete trial with ``values`` (seed nodes/s, MiB) and the
+    constraints ``of`` was told."""
     constraints, extra = constraint_values(
         memory_mib=values[1], budget_mib=opts.budget_mib, guarded=opts.guard.ratio is not None,
         shortfall=TrialRecord.from_frozen(of).guard_shortfall)
     if opts.guard.objective:
         values.append(of.values[2])
     return rec.add_finished(study, record, of=of, values=values, constraints=constraints,
-                            config_key=result.config.key(), **extra)
+                            config_key=record.config.key(), **extra)
 
 
 def control_due(opts: SearchOptions, study: optuna.Study) -> FrozenTrial | None:
@@ -198,9 +218,11 @@ class Plan:
     asked: int  # the rounds asked (:func:`rounds_asked`), of which ``rounds`` fit
     resumed: bool = False  # a run stopped before its end, going on
 
+    paired: bool = False  # one paired trial (autotune.trial._pairs), not rounds
+
     @property
     def measurements(self) -> int:
-        return self.rounds * len(self.trials) + 1
+        return len(self.trials) if self.paired else self.rounds * len(self.trials) + 1
 
     def schedule(self) -> list[tuple[int, FrozenTrial]]:
         """(round, trial) in measuring order: A B C, A B C, ..., then A."""
@@ -309,6 +331,8 @@ def expected_s(opts: SearchOptions, study: optuna.Study, extra_s: float = 0.0,
         if not extra_s or baseline is None or not trials[baseline].complete:
             return 0.0
         numbers = [baseline]
+    if opts.paired_confirmation:
+        return paired_s(trials, numbers, overhead_s) + (EXPECTED_PAIRS * PAIR_S if extra_s else 0)
     room = len(numbers) - 1 < opts.confirm + 2  # the fastest N, the knee, the default
     per_round, base_s = _seconds(opts, trials, numbers, extra_s if room else 0.0, overhead_s)
     return rounds_asked(opts, trials, numbers) * per_round + base_s
@@ -317,9 +341,21 @@ def expected_s(opts: SearchOptions, study: optuna.Study, extra_s: float = 0.0,
 def plan_s(opts: SearchOptions, study: optuna.Study, the_plan: Plan,
            overhead_s: float = 0.0) -> float:
     """The seconds ``the_plan`` takes, as :func:`expected_s` counts them."""
+    if the_plan.paired:
+        return paired_s(rec.records(study), [t.number for t in the_plan.trials], overhead_s)
     per_round, base_s = _seconds(opts, rec.records(study),
                                  [t.number for t in the_plan.trials], overhead_s=overhead_s)
     return the_plan.rounds * per_round + base_s
+
+
+def paired_s(trials: list[TrialRecord], numbers: list[int], overhead_s: float = 0.0) -> float:
+    """The seconds a paired confirmation of ``numbers`` (the baseline first) takes
+    about: a trial's start-up, each config's warm-up as its trial took, and
+    :data:`EXPECTED_PAIRS` pairs of each candidate (:data:`PAIRED_MAX_S` at most)."""
+    warm = sum(trials[n].phases_s.get("warmup", 0.0) for n in numbers)
+    startup = _startup_s(trials) or 0.0
+    pairs = min(EXPECTED_PAIRS * PAIR_S * (len(numbers) - 1), PAIRED_MAX_S)
+    return startup + warm + pairs + overhead_s * len(numbers)
 
 
 def candidates(opts: SearchOptions, study: optuna.Study) -> list[int]:
@@ -381,7 +417,9 @@ def _claim(opts: SearchOptions, study: optuna.Study, numbers: list[int],
         "run": len(runs), "started": time.time(), "candidates": numbers,
         "rounds": rounds, "asked": asked, "within": opts.confirm_precision,
         "state": "running", "worker": this_worker(), "beat": time.time(), **extra}])
-    return Plan(len(runs), tuple(frozen[n] for n in numbers), rounds, asked)
+    # (a paired run is marked in its record: ``extra`` holds paired=True)
+    return Plan(len(runs), tuple(frozen[n] for n in numbers), rounds, asked,
+                paired=extra.get("paired", False))
 
 
 def unfinished(study: optuna.Study, grace_s: float | None = None) -> dict | None:
@@ -414,7 +452,7 @@ def _resumed(study: optuna.Study, run: dict) -> Plan:
     _update_run(study, run["run"], worker=this_worker(), beat=time.time(), state="running")
     frozen = study.get_trials(deepcopy=False)
     return Plan(run["run"], tuple(frozen[n] for n in run["candidates"]), run["rounds"],
-                run["asked"], resumed=True)
+                run["asked"], resumed=True, paired=run.get("paired", False))
 
 
 def _finish(study: optuna.Study, run: int, cut: str, state: str = "done") -> None:
@@ -466,7 +504,11 @@ def plan(opts: SearchOptions, study: optuna.Study, rest: float | None = None,
     numbers = candidates(opts, study)
     if not numbers:
         return None
+    if opts.paired_confirmation:
+        return _claim(opts, study, numbers, None, overhead_s, paired=True)
     return _claim(opts, study, numbers, rest, overhead_s)
+
+
 
 
 def confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
@@ -486,7 +528,8 @@ def confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: 
         if on_plan is not None:
             on_plan(the_plan)
         try:
-            cut = _run(opts, study, server, left, the_plan, done, overhead_s)
+            cut = _run_paired(opts, study, server, left, the_plan, done) if the_plan.paired \
+                else _run(opts, study, server, left, the_plan, done, overhead_s)
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the next run goes on from here
             with study_lock(opts.storage, study.study_name):
                 _finish(study, the_plan.run, "", state="stopped")
@@ -499,9 +542,94 @@ def confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: 
         if knee is None:
             break
         with study_lock(opts.storage, study.study_name):
-            the_plan = _claim(opts, study, [the_plan.trials[0].number, knee], left(),
-                              overhead_s, follow_up_of=the_plan.run)
+            the_plan = _claim(opts, study, [the_plan.trials[0].number, knee],
+                              None if the_plan.paired else left(), overhead_s,
+                              follow_up_of=the_plan.run,
+                              **({"paired": True} if the_plan.paired else {}))
     return first, cut
+
+
+def _run_paired(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
+                the_plan: Plan, done: Done | None) -> str:
+    """A paired confirmation: the baseline and the candidates in one trial process,
+    each candidate's pairs decided by the engine (:mod:`autotune.trial._pairs`), then
+    each config's figures stored as a confirmation measurement; why it was cut short
+    ("" when it was not). A run whose trial stored its figures already is done."""
+    if _done_already(study, the_plan.run):
+        return ""
+    trials = rec.records(study)
+    numbers = [t.number for t in the_plan.trials]
+    configs = [trials[n].config for n in numbers]
+    rest = left()
+    fixed = paired_s(trials, numbers) - min(EXPECTED_PAIRS * PAIR_S * (len(numbers) - 1),
+                                            PAIRED_MAX_S)
+    max_s = PAIRED_MAX_S if rest is None else min(PAIRED_MAX_S, rest - fixed)
+    if max_s < MIN_PAIRED_S:
+        return (f"--budget left {rest:.0f} s, less than a paired confirmation needs (about "
+                f"{fixed + MIN_PAIRED_S:.0f} s)")
+    rule = Rule(margin=MARGIN, min_pairs=opts.confirm_rounds, max_pairs=MAX_PAIRS,
+                precision=opts.confirm_precision)
+    trial_dir = opts.study_dir / "trials" / f"confirm-{the_plan.run}-paired"
+    result, where, _ = measure(opts, configs[0], server, trial_dir,
+                               f"confirmation of study {study.study_name}", left,
+                               pairs=PairSpec(tuple(configs[1:]), rule, max_s))
+    for stored in _store_paired(opts, study, the_plan, result, where):
+        if done is not None:
+            done(stored)
+    if not result.ok:
+        return f"its paired trial failed ({result.status}: {(result.reason or '')[:120]})"
+    return ""
+
+
+def _store_paired(opts: SearchOptions, study: optuna.Study, the_plan: Plan,
+                  result: TrialResult, where: dict) -> list[TrialRecord]:
+    """Stores a paired trial's figures, one confirmation measurement a config: its
+    windows' rate (seeds over seconds), their spread and, for a candidate, its pairs
+    and the engine's verdict. Its memory is its own trial's (the paired process held
+    every config at once); a failed trial is stored once, as the baseline's."""
+    base = the_plan.trials[0]
+    mark = {"run": the_plan.run, "round": 0}
+    if not result.ok:
+        record = _record(result, where, role="confirmation",
+                         confirm={**mark, "of": base.number, "pairs": {}})
+        return [add_measured(opts, study, base, record, result)]
+    paired, out = result.pairs, []
+    for i, of in enumerate(the_plan.trials):
+        windows = [w for w in paired["windows"][i] if w["rate"]]
+        if not windows:
+            continue
+        own = TrialRecord.from_frozen(of)
+        seeds, seconds = sum(w["seeds"] for w in windows), sum(w["seconds"] for w in windows)
+        figure: dict[str, Any] = {"rates": [w["rate"] for w in windows],
+                                  "window_steps": paired["window_steps"][i],
+                                  "memory_from": of.number, "stopped": paired["stopped"]}
+        if i:
+            c = paired["candidates"][i - 1]
+            figure.update({k: c[k] for k in ("ratios", "half_widths", "verdict", "stopped",
+                                             "busy_pairs", "redone")})
+            if c["slower_than"] is not None:  # racing: known slower than another candidate
+                figure["stopped"] = f"slower than #{the_plan.trials[c['slower_than']].number}"
+            figure["busy"] = _taken_by(c["pairs"])
+        blocks = [[w["seeds"], w["seconds"]] for w in windows]
+        folder = Path(where["trial_dir"]) / f"of-{of.number}"
+        folder.mkdir(parents=True, exist_ok=True)
+        record = TrialRecord(
+            number=0, status="ok", config=own.config, role="confirmation",
+            confirm={**mark, "of": of.number, "pairs": figure},
+            memory=own.memory, phases_s=dict(result.phases_s),
+            window=WindowStats(wall_s=seconds, blocks=blocks, precision=rate_half_width(blocks),
+                               stopped="paired", block_steps=paired["window_steps"][i]),
+            trial_dir=str(folder), measured_at=where["measured_at"],
+            lock_wait_s=where["lock_wait_s"])
+        out.append(_add(opts, study, of, record, [seeds / seconds, own.memory_mib]))
+        _beat(opts, study, the_plan.run)
+    return out
+
+
+def _taken_by(pairs: list[dict]) -> str:
+    """The processes that took the cores in a candidate's disturbed pairs, each once."""
+    return "; ".join(dict.fromkeys(Load.from_dict(load).named() for p in pairs
+                                   for load in p.get("taken_by", [])))
 
 
 def split_precision(trials: list[TrialRecord], run: int, number: int) -> float | None:

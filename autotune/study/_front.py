@@ -140,7 +140,7 @@ def _confirmation_mark(c: Confirmed | None, within: float, tied: list[int] | Non
         why = c.why_not(within)
         if why:
             return [f"unconfirmed: {why}"]
-        return [f"confirmed in {c.rounds} round{'s' if c.rounds != 1 else ''}" +
+        return [f"confirmed in {c.count()}" +
                 (f", tied with {', '.join(f'#{n}' for n in tied)}" if tied else "")]
     if left:
         return [f"unconfirmed: {left}"]
@@ -271,7 +271,8 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
                     "holds": not c.why_not(s.confirm_within),
                     "why_not": c.why_not(s.confirm_within) or None,
                     "within": s.confirm_within,
-                    "rounds": c.rounds, "speedup": c.speedup, "interval": c.interval,
+                    "rounds": c.rounds, "unit": c.unit, "speedup": c.speedup,
+                    "interval": c.interval,
                     "throughput": c.throughput, "peak_memory_mib": c.memory_mib,
                     "trials": list(c.measurements)},
                 "search": {"throughput": t.throughput, "peak_memory_mib": t.memory_mib,
@@ -329,5 +330,6 @@ def confirmation_words(confirmed: dict[str, Any] | None) -> str:
     if confirmed.get("holds", True) is False:
         return f"unconfirmed: {confirmed['why_not']}"
     interval = confirmed.get("interval")
-    return (f"confirmed in {confirmed['rounds']} rounds, {confirmed['speedup']:.2f}x" +
+    return (f"confirmed in {confirmed['rounds']} {confirmed.get('unit', 'round')}s, "
+            f"{confirmed['speedup']:.2f}x" +
             (f" ±{100 * interval:.1f}%" if interval is not None else ""))

@@ -257,8 +257,9 @@ def _confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, clock
             "did not measure: " if follow_up else ""
         what = "resumed where it was stopped: " if plan.resumed else what
         fewer = " (all that --budget holds)" if plan.rounds < plan.asked else ""
-        note(f"confirmation: {what}{plan.rounds} interleaved round"
-             f"{'s' if plan.rounds > 1 else ''}{fewer} of {names}, about "
+        how = "pairs of short windows in one process" if plan.paired else \
+            f"{plan.rounds} interleaved round{'s' if plan.rounds > 1 else ''}{fewer}"
+        note(f"confirmation: {what}{how} of {names}, about "
              f"{clock_text(confirmation.plan_s(opts, study, plan, clock.overhead()))}")
 
     first, outcome.confirm_cut = confirmation.confirm(

@@ -55,6 +55,11 @@ SEARCH_OPTIONS: tuple[Option, ...] = (
     Option("confirm_rounds", 3, at_least(3), "the confirmation's rounds, at least 3; 5 at "
            "least where every candidate is 3x the baseline or more, whose windows are then "
            "shorter"),
+    Option("confirm_by", "auto", one_of("auto", "pairs", "rounds"), "how the confirmation "
+           "measures: pairs (the baseline and the candidates in one process, in short "
+           "alternating windows, each candidate until its pairs decide it), rounds (each "
+           "config in a fresh process, round by round) or auto (pairs on a CPU, rounds on "
+           "CUDA)"),
     Option("confirm_precision", CONFIRM_PRECISION, FRACTION, "a config is confirmed when "
            "its paired speed-up's 95%% interval after the rounds is within this; the others "
            "are shown unconfirmed, with why, and the default pick prefers a confirmed one"),
@@ -175,7 +180,17 @@ class SearchOptions:
             return 0
         picked = self.confirm if front is None else min(self.confirm, front)
         knee = front is None or front > self.confirm  # else the knee is among them
+        if self.paired_confirmation:  # one paired trial, a figure per config
+            return picked + knee + 1
         return self.confirm_rounds * (picked + knee + 1) + 1
+
+    @property
+    def paired_confirmation(self) -> bool:
+        """Whether the confirmation is one paired trial (``--confirm-by pairs``;
+        ``auto`` on a CPU) rather than rounds of trials (``rounds``; ``auto`` on CUDA,
+        where each config's GPU-resident copy of the graph would share one device)."""
+        return self.confirm_by == "pairs" or (self.confirm_by == "auto" and
+                                              self.device == "cpu")
 
     @property
     def directions(self) -> list[str]:

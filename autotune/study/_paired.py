@@ -19,7 +19,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
-from autotune.compare import CONFIDENCE, Comparison, Rule, t_quantile
+from autotune.compare import CONFIDENCE, Comparison, Decision, Rule, t_quantile
 from autotune.trial import Load, ratio_half_width
 from autotune.study._records import TrialRecord
 
@@ -96,6 +96,7 @@ class Confirmed:
     busy: str = ""
     low: float | None = None
     high: float | None = None
+    unit: str = "round"  # what ``rounds`` counts: rounds of trials, or a paired trial's pairs
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,12 +109,15 @@ class Confirmed:
                 f"{'s' if self.busy_rounds != 1 else ''} ({self.busy})"
                 if self.busy_rounds else "")
         if self.interval is None:
-            return (f"{self.rounds} round{'s' if self.rounds != 1 else ''} only, no "
-                    f"interval{busy}")
+            return f"{self.count()} only, no interval{busy}"
         if self.interval > within:
-            return (f"rounds disagree: ±{100 * self.interval:.1f}% > "
+            return (f"{self.unit}s disagree: ±{100 * self.interval:.1f}% > "
                     f"±{100 * within:g}%{busy}")
         return ""
+
+    def count(self) -> str:
+        """Its rounds (or pairs) in words: ``3 rounds``, ``11 pairs``."""
+        return f"{self.rounds} {self.unit}{'s' if self.rounds != 1 else ''}"
 
     def overlaps(self, other: Confirmed) -> bool:
         """Whether the two speed-up intervals overlap: the two are tied."""
@@ -150,6 +154,10 @@ def confirmed(trials: Iterable[TrialRecord], run: int | None = None) -> dict[int
             merged.update(confirmed(trials, each))
         return merged
     base = baseline_of(trials)
+    mine = [t for t in trials if t.confirm is not None and t.confirm["run"] == run and
+            t.complete]
+    if any("pairs" in t.confirm for t in mine):
+        return _from_pairs(mine, base)
     rounds: dict[int, dict[int, TrialRecord]] = {}
     busy: dict[int, dict[int, TrialRecord]] = {}  # disturbed, with no quiet measurement
     for t in trials:
@@ -175,6 +183,42 @@ def confirmed(trials: Iterable[TrialRecord], run: int | None = None) -> dict[int
                               (1.0,) * len(rates), tuple(t.number for _, t in
                                                          sorted(base_rounds.items())))
     return out
+
+
+def _from_pairs(measured: list[TrialRecord], base: int | None,
+                margin: float = MARGIN) -> dict[int, Confirmed]:
+    """The figures of a paired confirmation (:mod:`autotune.trial._pairs`): each
+    candidate's stored pairs, each a ratio to the reference's window beside it, read
+    by the one comparison engine; the baseline's figures its own windows'."""
+    out = {}
+    for t in measured:
+        number, figure = t.confirm["of"], t.confirm["pairs"]
+        rates = tuple(figure.get("rates", ())) or (t.throughput,)
+        if number == base:
+            out[number] = Confirmed(number, len(rates), 1.0, 0.0, t.throughput,
+                                    _spread(list(rates)) if len(rates) > 1 else None,
+                                    t.memory_mib, (1.0,) * len(rates), (t.number,),
+                                    unit="window")
+            continue
+        ratios = figure.get("ratios", [])
+        if not ratios:
+            continue
+        d = paired_decision(figure, margin)
+        out[number] = Confirmed(
+            number, len(ratios), d.speedup, d.half_width, t.throughput,
+            _spread(list(rates)) if len(rates) > 1 else None, t.memory_mib, tuple(ratios),
+            (t.number,), low=d.low, high=d.high, unit="pair")
+    return out
+
+
+def paired_decision(figure: dict[str, Any], margin: float = MARGIN) -> Decision:
+    """The engine's reading of a paired confirmation's stored pairs (``ratios``, each
+    with its windows' ``half_widths``)."""
+    ratios = figure["ratios"]
+    comparison = Comparison(Rule(margin=margin, min_pairs=2, max_pairs=max(len(ratios), 2)))
+    for ratio, half in zip(ratios, figure.get("half_widths") or [None] * len(ratios)):
+        comparison.add(ratio, half)
+    return comparison.decision()
 
 
 def left_out(trials: Iterable[TrialRecord], figures: dict[int, Confirmed]) -> dict[int, str]:

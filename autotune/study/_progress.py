@@ -10,6 +10,7 @@ from autotune.config import short
 from autotune.env import clock
 from autotune.taskinfo import task_info
 from autotune.trial import busy_note
+from autotune.study._paired import paired_decision
 
 
 def ratio(value: float | None, precision: float | None = None) -> str:
@@ -50,11 +51,29 @@ def progress_line(n: int, total: int, record, elapsed: float, eta: float,
         where = f"[{'-':>3}/{total}]" if total != float("inf") else f"[{'-':>3}]"
     if record.control:
         where = "[control]"
+    elif record.confirm is not None and "pairs" in record.confirm:
+        where = f"[paired] of #{record.confirm['of']}"
+        figures += paired_text(record.confirm["pairs"])
     elif record.confirm is not None:
         where = f"[round {record.confirm['round'] + 1}] of #{record.confirm['of']}"
     return (f"{where} #{record.number:<3} {short(record.config) if record.config else '':<52} "
             f"{figures} | {_status(record)}{_split(record)} | {clock(elapsed)} "
             f"ETA {clock(eta)}")
+
+
+def paired_text(figure: dict) -> str:
+    """A paired confirmation's figure for a candidate: its speed-up and interval, its
+    pairs and verdict (and pairs the machine's load hit), or the reference's windows."""
+    ratios = figure.get("ratios")
+    if not ratios:
+        return f"  reference, {len(figure.get('rates', ()))} windows"
+    stopped = figure.get("stopped", "")
+    why = stopped if stopped not in ("decided", "") else figure.get("verdict", "")
+    busy = figure.get("busy_pairs", 0) + figure.get("redone", 0)
+    return (f"  {paired_decision(figure).text()} over {len(ratios)} pair"
+            f"{'s' if len(ratios) != 1 else ''}: {why}" +
+            (f"; the machine was busy in {busy} pair{'s' if busy != 1 else ''} "
+             f"({figure.get('busy') or 'unnamed'})" if busy else ""))
 
 
 def _drift(change: float, interval: float | None) -> str:
@@ -98,7 +117,8 @@ class Ticker:
               progress_line(n, total, record, elapsed, eta, self.base), file=self.stream,
               flush=True)
         if record.baseline and not self.estimated and n < total != float("inf"):
-            confirm = f", then a confirmation of up to {self.confirmation} measurements " \
+            confirm = f", then a confirmation of up to {self.confirmation} measurement" \
+                f"{'s' if self.confirmation != 1 else ''} " \
                 if self.confirmation else " "
             print(f"estimate: the baseline took {clock(elapsed)}; {total - n} more trials like "
                   f"it{confirm}take about {clock(eta)} (compiling and guard training take "
@@ -119,8 +139,10 @@ def _split(record) -> str:
     p = record.phases_s
     if "startup" not in p or record.reused_from is not None:
         return ""
+    timed = f"window {p['window']:.1f}s" if "window" in p else \
+        f"pairs {p.get('measure_total', 0.0) - p['warmup']:.1f}s"
     return (f" | start {p['startup']:.2f}s, build {p['dataset_load'] + p['build']:.2f}s, "
-            f"warm-up {p['warmup']:.1f}s, window {p['window']:.1f}s")
+            f"warm-up {p['warmup']:.1f}s, {timed}")
 
 
 def _status(record) -> str:

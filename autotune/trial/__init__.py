@@ -2,7 +2,8 @@
 interpreter or a fork of ``_forkserver``'s), ``_worker`` is that process, ``_window``
 warms up and times the window, ``_load`` says what else ran on the trial's cores
 meanwhile, ``_result`` is what comes back (:class:`TrialResult`),
-``_profile`` a ``torch.profiler`` trace of its steps.
+``_profile`` a ``torch.profiler`` trace of its steps, ``_pairs`` a reference and its
+candidates measured in paired windows in one process (the confirmation's).
 """
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ _EXPORTS = {
     "TrialResult": "_result",
     "WindowStats": "_result",
     "ratio_half_width": "_result",
+    "rate_half_width": "_result",
     "t975": "_result",
     "Load": "_load",
     "busy_note": "_load",
+    "PairSpec": "_pairs",
     "ForkServer": "_forkserver",
     "run_trial": "_runner",
 }

@@ -232,6 +232,7 @@ class TrialResult:
     warnings: tuple[str, ...] = ()
     training: dict[str, Any] = field(default_factory=dict)  # train mode: autotune.pipeline._training
     profile: dict[str, Any] = field(default_factory=dict)  # autotune.trial._profile, when asked
+    pairs: dict[str, Any] = field(default_factory=dict)  # a paired trial's: autotune.trial._pairs
 
     @property
     def ok(self) -> bool:

@@ -48,7 +48,7 @@ def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.P
               measure: MeasureSpec = MeasureSpec(), limits: TrialLimits = TrialLimits(),
               inductor_cache: str | os.PathLike | None = None,
               env: dict[str, str] | None = None, train=None,
-              server: ForkServer | None = None, profile=None) -> TrialResult:
+              server: ForkServer | None = None, profile=None, pairs=None) -> TrialResult:
     """Measures ``config`` in a child process. ``dataset`` must be prepared
     (:meth:`DatasetRef.prepare`). The child's stdout and stderr go to
     ``trial_dir/stdout.log`` and ``trial_dir/stderr.log``. ``inductor_cache`` is a
@@ -58,7 +58,10 @@ def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.P
     ``server`` (a :class:`ForkServer`), the child is forked from it instead of being
     a fresh interpreter; the result's ``observed.trial_start`` says which it was.
     With ``profile`` (an :class:`autotune.trial._profile.ProfileSpec`), a few steps after the
-    window are profiled into its folder; the result's ``profile`` says where."""
+    window are profiled into its folder; the result's ``profile`` says where. With
+    ``pairs`` (an :class:`autotune.trial._pairs.PairSpec`), the child measures each of
+    its candidates against ``config`` in paired windows, all in it;
+    the result's ``pairs`` holds their comparisons."""
     asked_at = time.time()
     trial_dir = Path(trial_dir)
     trial_dir.mkdir(parents=True, exist_ok=True)
@@ -71,6 +74,7 @@ def run_trial(config: TrialConfig, *, dataset: DatasetRef, trial_dir: str | os.P
             "measure": measure.to_dict(), "spawned_at": asked_at, "trial_start": start,
             "train": vars(train).copy() if train is not None else None,
             "profile": profile.to_dict() if profile is not None else None,
+            "pairs": pairs.to_dict() if pairs is not None else None,
             "gpu_memory_limit": limits.gpu_memory_limit_bytes,
             # stopped during each measured window: the next trial's spare interpreter
             "quiet_pids": server.quiet_pids() if server is not None else []}

@@ -66,6 +66,8 @@ def run(spec: dict, trial_dir: Path) -> dict:
     t_built = time.time()
     if spec.get("train"):
         return _train(spec, config, dataset, pipe, t_start, t_loaded, t_built)
+    if spec.get("pairs"):
+        return _paired(spec, config, ref, dataset, pipe, t_start, t_imported, t_loaded, t_built)
     fault = _fault(trial_dir)
     asked = MeasureSpec.from_dict(spec.get("measure", {}))
     guard_run = asked.guard
@@ -88,6 +90,36 @@ def run(spec: dict, trial_dir: Path) -> dict:
         result = dataclasses.replace(result, training=_guard_training(
             guard_run, mark, pipe, m, config, ref, dataset))
     return _unless_diverged(result)
+
+
+def _paired(spec: dict, config, ref, dataset, pipe, t_start: float, t_imported: float,
+            t_loaded: float, t_built: float) -> dict:
+    """A paired trial (:mod:`autotune.trial._pairs`): ``config`` the reference, the
+    spec's ``pairs`` candidates, each built here and measured in turn."""
+    from autotune.env import fingerprint
+    from autotune.pipeline import build
+    from autotune.trial._pairs import PairSpec, measure_paired
+    from autotune.trial._result import MemoryStats, TrialResult
+    from autotune.trial._window import MeasureSpec
+
+    asked = PairSpec.from_dict(spec["pairs"])
+    others = [build(c, dataset.data, num_classes=dataset.num_classes, cache_file=ref.csc_path())
+              for c in asked.candidates]
+    t_others = time.time()
+    paired = measure_paired(pipe, others, MeasureSpec.from_dict(spec.get("measure", {})),
+                            asked, quiet=tuple(spec.get("quiet_pids", ())))
+    t_done = time.time()
+    for each in [pipe, *others]:
+        each.close()
+    return TrialResult(
+        status="ok", config=config, memory=MemoryStats(
+            peak_rss_window_bytes=paired["peak_rss_bytes"],
+            rss_covers="the paired trial's process and every config's loader workers"),
+        env=fingerprint(config.device), dataset=dataset.stats(), pairs=paired,
+        phases_s={"startup": t_imported - spec["spawned_at"], "imports": t_imported - t_start,
+                  "dataset_load": t_loaded - t_imported, "build": t_others - t_loaded,
+                  "measure_total": t_done - t_others,
+                  "warmup": sum(sum(w) for w in paired["warmup_step_times_s"])}).to_dict()
 
 
 def _guard_training(guard_run, mark, pipe, m, config, ref, dataset) -> dict:

@@ -1,0 +1,316 @@
+"""Paired windows in one process: a reference config and its candidates, each built
+once and warmed up, then measured in short windows that alternate (reference and
+candidate, then candidate and reference: ABBA over two pairs), each pair's figure
+their rate ratio, decided by the one comparison engine (:mod:`autotune.compare`).
+
+Measured in one process and seconds apart, a pair's two windows share the machine's
+state: a drift, or a neighbour that takes the cores for both, cancels in their
+ratio, and the spread between processes (docs/measurement.md, "Paired windows")
+does not enter it.
+A window starts in steady state: the config that ran before has its loader workers
+drained first (their CPU time no longer grows), and the window's own first steps,
+those its loader prefetched while it was idle, are run untimed.
+
+Windows are short (:data:`WINDOW_S` at the warm-up's pace, four blocks at least) and
+the pairs many: the pairs' own spread, which the engine reads, is what decides.
+
+A pair with one of its windows disturbed by another process (more than
+``MeasureSpec.max_busy`` of the cores) is measured again; one disturbed on both sides
+is kept (the disturbance cancels) and counted, with the process named.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import psutil
+import torch._dynamo
+
+from autotune.compare import Comparison, Rule
+from autotune.config import TrialConfig
+from autotune.specs import MeasureSpec
+from autotune.trial._load import LoadMeter
+from autotune.trial._result import busy_over, rate_half_width, ratio_half_width
+from autotune.trial._window import GraphRecordings, MemoryTracker, _StepClock, _Stepper, \
+    _warm_up, loader_worker_pids, stopped
+
+DRAIN_POLL_S = 0.01  # how often an idle config's loader workers are looked at
+DRAIN_MAX_S = 1.0  # the longest a window waits for them to go quiet
+WINDOW_BLOCKS = 4  # a window's blocks at least, for its own precision (MIN_BLOCKS)
+# A window's length at the warm-up's pace: short, since what a pair decides is their
+# ratio, and the machine's speed drifts between windows seconds apart (pairs of
+# longer windows spread wider: docs/measurement.md, "Paired windows")
+WINDOW_S = 0.5
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    """What a paired measurement decides: each of ``candidates`` (TrialConfigs) against
+    the reference under ``rule`` (its precision is the confirmation's), within
+    ``max_s`` seconds of pairs (warm-ups not counted)."""
+
+    candidates: tuple = ()
+    rule: Rule = field(default_factory=Rule)
+    max_s: float = 60.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"configs": [c.to_dict() for c in self.candidates],
+                "rule": dataclasses.asdict(self.rule), "max_s": self.max_s}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> PairSpec:
+        return cls(tuple(TrialConfig.from_dict(c) for c in values["configs"]),
+                   Rule(**values["rule"]), float(values["max_s"]))
+
+
+@dataclass
+class Side:
+    """One config in the process: its stepper, its steps per window and the untimed
+    steps that open each window (the batches its loader has in flight)."""
+
+    index: int
+    stepper: Any  # autotune.trial._window._Stepper
+    steps: int
+    settle: int
+    worker_pids: Callable[[], list[int]]
+    windows: list[dict] = field(default_factory=list)
+
+
+def settle_steps(num_workers: int, prefetch_factor: int) -> int:
+    """Untimed steps that open a window: those a prefetching loader filled while its
+    config was idle, one at least (caches warm again after the other config's)."""
+    return max(1, num_workers * prefetch_factor)
+
+
+def block_of(num_workers: int) -> int:
+    """Steps per block: two at least, and one per loader worker (a prefetching loader
+    delivers in bursts of about that many)."""
+    return max(2, num_workers)
+
+
+def window_steps(seconds: float, step_s: float, per_block: int,
+                 epoch_steps: int | None = None) -> int:
+    """Steps for a window of ``seconds`` at ``step_s`` a step, in whole blocks and
+    :data:`WINDOW_BLOCKS` at least; in whole epochs where an epoch (``epoch_steps``)
+    is that short, so that each window holds as many of the epoch's short last batch
+    and loader restarts as the next (on a small graph they make a window's rate hang
+    on where in the epoch it began)."""
+    steps = per_block * max(WINDOW_BLOCKS, math.ceil(seconds / max(step_s, 1e-6) / per_block))
+    if epoch_steps and epoch_steps <= steps:
+        steps = epoch_steps * math.ceil(steps / epoch_steps)
+    return steps
+
+
+def epoch_steps(loader) -> int | None:
+    """The loader's batches an epoch (None where it has no length)."""
+    try:
+        return len(loader) or None
+    except TypeError:
+        return None
+
+
+def drain(pids: list[int]) -> float:
+    """Waits until these processes' CPU time stops growing (two polls alike), up to
+    :data:`DRAIN_MAX_S`; returns the seconds waited."""
+    started = time.perf_counter()
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    if not procs:
+        return 0.0
+    last = None
+    while time.perf_counter() - started < DRAIN_MAX_S:
+        total = 0.0
+        for proc in procs:
+            try:
+                times = proc.cpu_times()
+                total += times.user + times.system
+            except psutil.NoSuchProcess:
+                pass
+        if last is not None and total == last:
+            break
+        last = total
+        time.sleep(DRAIN_POLL_S)
+    return time.perf_counter() - started
+
+
+def timed_window(side: Side, others: list[Side], activate, clock_for, spec: MeasureSpec
+                 ) -> dict[str, Any]:
+    """One window of ``side``: the other configs' workers drained, its untimed steps,
+    then its timed steps, with the load of the timed part; returns the window's
+    figures."""
+    started = time.perf_counter()
+    waited = drain([pid for other in others for pid in other.worker_pids()])
+    meter = LoadMeter()
+    with activate(side):
+        for _ in range(side.settle):
+            side.stepper.run()
+        clock = clock_for(side)
+        meter.start()
+        start = clock.start()
+        seeds, block, blocks = 0, [0, 0.0], []
+        per_block = block_of(side.stepper.pipe.config.num_workers)
+        for k in range(side.steps):
+            batch, _ = side.stepper.run()
+            clock.lap()
+            got = side.stepper.pipe.task.seeds(batch)
+            seeds += got
+            block[0] += got
+            if (k + 1) % per_block == 0:
+                block[1] = sum(clock.flush())
+                blocks.append(block)
+                block = [0, 0.0]
+        if block[0]:
+            block[1] = sum(clock.flush())
+            blocks.append(block)
+        seconds = time.perf_counter() - start
+        load = meter.stop()
+    out = {"config": side.index, "steps": side.steps, "seeds": seeds, "seconds": seconds,
+           "rate": seeds / seconds if seconds > 0 else 0.0,
+           "precision": rate_half_width(blocks), "fixed_s": start - started,
+           "drain_s": waited, "at": time.time(), "load": load.to_dict(),
+           "busy": busy_over(load.share, load.others_s, spec.max_busy)}
+    side.windows.append(out)
+    return out
+
+
+@dataclass
+class Candidate:
+    """A candidate's comparison with the reference, pair by pair."""
+
+    side: Side
+    comparison: Comparison
+    stopped: str = ""  # why its pairs ended: decided, slower (than another), pairs spent, time
+    slower_than: int | None = None  # the config whose interval lies wholly above its own
+    busy_pairs: int = 0  # kept though both windows were disturbed (it cancels)
+    redone: int = 0  # pairs measured again: one window only was disturbed
+    pairs: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.comparison.decision()
+        return {"config": self.side.index, "ratios": list(self.comparison.ratios),
+                "half_widths": [p["half_width"] for p in self.pairs],
+                "verdict": d.verdict, "speedup": d.speedup, "low": d.low, "high": d.high,
+                "stopped": self.stopped, "slower_than": self.slower_than,
+                "busy_pairs": self.busy_pairs,
+                "redone": self.redone, "pairs": self.pairs}
+
+
+def run_pairs(reference: Side, candidates: list[Candidate], spec: MeasureSpec,
+              pairs: PairSpec, activate, clock_for) -> str:
+    """Pairs of each open candidate with the reference, ABBA, until each is decided
+    (or known slower than another candidate: racing drops it), its pairs are spent,
+    or ``pairs.max_s`` has run; returns why the pairs ended."""
+    sides = [reference] + [c.side for c in candidates]
+    started, round_ = time.perf_counter(), 0
+    while True:
+        open_ = [c for c in candidates if not c.stopped]
+        if not open_:
+            return "decided"
+        for c in open_:
+            if time.perf_counter() - started >= pairs.max_s:
+                for each in open_:
+                    each.stopped = each.stopped or "time"
+                return "max-seconds"
+            _pair(reference, c, sides, round_, spec, activate, clock_for)
+            decision = c.comparison.decision()
+            if decision.decided:
+                c.stopped = "decided"
+            elif c.comparison.exhausted:
+                c.stopped = "pairs spent"
+        _race(candidates)
+        round_ += 1
+
+
+def _pair(reference: Side, c: Candidate, sides: list[Side], round_: int, spec: MeasureSpec,
+          activate, clock_for) -> None:
+    """One pair, the reference first in even rounds; measured again (up to
+    ``spec.busy_retries`` times) where one window only was disturbed."""
+    order = [reference, c.side] if round_ % 2 == 0 else [c.side, reference]
+    for again in range(spec.busy_retries + 1):
+        got = {}
+        for side in order:
+            got[side.index] = timed_window(side, [s for s in sides if s is not side],
+                                           activate, clock_for, spec)
+        ref, own = got[reference.index], got[c.side.index]
+        one_sided = ref["busy"] != own["busy"]
+        if one_sided and again < spec.busy_retries:
+            c.redone += 1
+            continue
+        break
+    if not ref["rate"] or not own["rate"]:
+        return
+    half = ratio_half_width(own["precision"], ref["precision"])
+    c.busy_pairs += ref["busy"] and own["busy"]
+    c.pairs.append({"ratio": own["rate"] / ref["rate"], "half_width": half,
+                    "reference_rate": ref["rate"], "rate": own["rate"],
+                    "busy": [ref["busy"], own["busy"]],
+                    "taken_by": [w["load"] for w in (ref, own) if w["busy"]]})
+    c.comparison.add(own["rate"] / ref["rate"], half)
+
+
+def _race(candidates: list[Candidate]) -> None:
+    """Drops an open candidate whose interval lies wholly under another's: it is known
+    to be slower, and cannot be the fastest."""
+    bounds = {id(c): c.comparison.interval() for c in candidates}
+    for c in candidates:
+        mine = bounds[id(c)]
+        if c.stopped or mine is None:
+            continue
+        for other in candidates:
+            theirs = bounds[id(other)]
+            if other is not c and theirs is not None and mine[1] < theirs[0]:
+                c.stopped, c.slower_than = "slower", other.side.index
+                break
+
+
+def measure_paired(reference, candidates: list, spec: MeasureSpec, pairs: PairSpec,
+                   quiet: tuple[int, ...] = ()) -> dict[str, Any]:
+    """Warms up the ``reference`` pipeline and each of ``candidates`` (as
+    :func:`autotune.trial._window.measure` does), then runs their pairs
+    (:func:`run_pairs`); returns what the trial reports: each candidate's pairs and
+    decision, the windows of every config, the warm-ups, and the process's peak memory
+    (all configs together: a paired trial measures speed, not memory)."""
+    pipes = [reference, *candidates]
+    sides = []
+    for i, pipe in enumerate(pipes):
+        sides.append(Side(i, _Stepper(pipe, None), WINDOW_BLOCKS,
+                          settle_steps(pipe.config.num_workers, pipe.config.prefetch_factor),
+                          lambda p=pipe: loader_worker_pids(p.loader)))
+    tracker = MemoryTracker(lambda: [pid for s in sides for pid in s.worker_pids()],
+                            spec.memory_interval_s)
+    warmups = []
+    with tracker as memory, GraphRecordings() as graphs:
+        memory.phase("warmup")
+        for side in sides:
+            pipe = side.stepper.pipe
+            limit = pipe.config.recompile_limit or torch._dynamo.config.recompile_limit
+            with torch._dynamo.config.patch(recompile_limit=limit), pipe.activate():
+                times, _, _ = _warm_up(side.stepper, spec, pipe.config.compile_mode != "none",
+                                       graphs)
+            warmups.append(times)
+            tail = sorted(times[-3:])
+            side.steps = window_steps(WINDOW_S, tail[len(tail) // 2],
+                                      block_of(pipe.config.num_workers), epoch_steps(pipe.loader))
+        memory.phase("pairs")
+        compared = [Candidate(side, Comparison(pairs.rule)) for side in sides[1:]]
+
+        def activate(side: Side):
+            return side.stepper.pipe.activate()
+
+        def clock_for(side: Side):
+            return _StepClock(side.stepper.pipe.device)
+
+        with stopped(quiet):
+            ended = run_pairs(sides[0], compared, spec, pairs, activate, clock_for)
+        memory.phase("done")
+    return {"stopped": ended, "candidates": [c.to_dict() for c in compared],
+            "windows": [s.windows for s in sides], "warmup_step_times_s": warmups,
+            "window_steps": [s.steps for s in sides],
+            "peak_rss_bytes": max(memory.peaks.values(), default=0)}

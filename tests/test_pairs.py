@@ -1,0 +1,147 @@
+"""The paired confirmation (``--confirm-by pairs``, a CPU's default): the baseline and
+the candidates in one trial process, in short alternating windows, each candidate's
+pairs decided by the comparison engine. The pair logic runs against scripted windows
+(what is asserted is the rule, not this machine's noise); one real search checks the
+whole path, from the trial process to the front."""
+from __future__ import annotations
+
+import os
+
+import optuna
+import pytest
+import yaml
+from _helpers import cli
+
+from autotune.compare import Comparison, Rule
+from autotune.specs import MeasureSpec
+from autotune.study._paired import confirmed
+from autotune.study._records import records
+from autotune.trial import _pairs
+from autotune.trial._pairs import Candidate, Side, window_steps
+
+
+def test_a_window_holds_whole_blocks_and_whole_short_epochs():
+    assert window_steps(0.5, 0.05, 2) == 10  # 0.5 s at 50 ms a step
+    assert window_steps(0.5, 0.05, 2, epoch_steps=4) == 12  # three whole epochs
+    assert window_steps(0.5, 0.05, 2, epoch_steps=40) == 10  # an epoch longer than it
+    assert window_steps(0.5, 1.0, 3) == 12  # four blocks at least, of a step per worker
+
+
+class _Stepper:
+    def __init__(self, workers: int) -> None:
+        self.pipe = type("P", (), {"config": type("C", (), {"num_workers": workers})()})()
+
+
+def _side(index: int) -> Side:
+    return Side(index, _Stepper(0), 4, 1, lambda: [])
+
+
+def _scripted(monkeypatch, rates: dict[int, list[float]], busy: dict[int, list[bool]]):
+    """timed_window's stand-in: each config's windows give these rates (and loads) in
+    turn; returns the order the configs were measured in."""
+    order = []
+
+    def window(side, others, activate, clock_for, spec):
+        order.append(side.index)
+        disturbed = busy.get(side.index, [])
+        out = {"config": side.index, "rate": rates[side.index].pop(0), "precision": 0.01,
+               "busy": disturbed.pop(0) if disturbed else False,
+               "load": {"top": [[4321, "stress", 1.0]], "share": 0.5, "cores": 2}}
+        side.windows.append(out)
+        return out
+
+    monkeypatch.setattr(_pairs, "timed_window", window)
+    return order
+
+
+def test_pairs_alternate_abba_and_stop_once_the_engine_decides(monkeypatch):
+    rates = {0: [100.0] * 40, 1: [150.0, 151.0, 149.0, 150.5, 150.0] * 8}
+    order = _scripted(monkeypatch, rates, {})
+    candidate = Candidate(_side(1), Comparison(Rule(precision=0.10)))
+    ended = _pairs.run_pairs(_side(0), [candidate], MeasureSpec(), _pairs.PairSpec(),
+                             None, None)
+    assert ended == "decided" and candidate.stopped == "decided"
+    decision = candidate.comparison.decision()
+    assert decision.verdict == "faster" and decision.pairs == 3  # the rule's least
+    assert order == [0, 1, 1, 0, 0, 1]  # A B, B A, A B
+
+
+def test_a_pair_disturbed_on_one_side_is_measured_again_and_one_on_both_is_kept(monkeypatch):
+    rates = {0: [100.0] * 10, 1: [50.0, 120.0, 120.0, 120.0, 120.0, 120.0]}
+    # pair 1: the candidate's window alone disturbed (its 50 would be a false "slower"),
+    # then measured again quietly; pair 2: both windows disturbed: kept, it cancels
+    busy = {0: [False, False, True, False], 1: [True, False, True, False]}
+    _scripted(monkeypatch, rates, busy)
+    candidate = Candidate(_side(1), Comparison(Rule(min_pairs=3, max_pairs=3)))
+    _pairs.run_pairs(_side(0), [candidate], MeasureSpec(busy_retries=2), _pairs.PairSpec(),
+                     None, None)
+    assert candidate.redone == 1 and candidate.busy_pairs == 1
+    assert candidate.comparison.ratios == [1.2, 1.2, 1.2]
+    assert candidate.to_dict()["pairs"][1]["taken_by"]  # whose load, for the report
+
+
+def test_racing_drops_a_candidate_known_slower_than_another(monkeypatch):
+    rates = {0: [100.0] * 60, 1: [200.0, 202.0, 198.0] * 20, 2: [120.0, 80.0, 160.0] * 20}
+    _scripted(monkeypatch, rates, {})
+    fast = Candidate(_side(1), Comparison(Rule(precision=0.01, max_pairs=20)))
+    slow = Candidate(_side(2), Comparison(Rule(precision=0.01, max_pairs=20)))
+    _pairs.run_pairs(_side(0), [fast, slow], MeasureSpec(), _pairs.PairSpec(), None, None)
+    assert slow.stopped == "slower" and slow.slower_than == 1
+    assert slow.comparison.pairs < 20
+
+
+def test_pairs_stop_at_their_time_limit(monkeypatch):
+    rates = {0: [100.0] * 40, 1: [100.0, 130.0, 80.0, 120.0] * 10}
+    _scripted(monkeypatch, rates, {})
+    candidate = Candidate(_side(1), Comparison(Rule(precision=0.01)))
+    ended = _pairs.run_pairs(_side(0), [candidate], MeasureSpec(), _pairs.PairSpec(max_s=0.0),
+                             None, None)
+    assert ended == "max-seconds" and candidate.stopped == "time"
+
+
+def test_a_real_search_confirms_its_front_in_one_paired_process(tmp_path):
+    """A real search on this CPU: the confirmation is one trial process (not this
+    one) holding the baseline and the candidates; each config's figure is stored,
+    the candidates' with their pairs, and the front's confirmed figures are the
+    engine's reading of those pairs."""
+    proc = cli("search", "--dataset", "synthetic", "--scale", "0.004", "--steps", "3",
+               "--warmup", "1", "--warmup-time", "0", "--max-seconds", "0.5", "--space", "quick",
+               "--n-trials", "4", "--confirm", "1", "--no-racing",
+               "--root", str(tmp_path / "data"), "--studies-dir", str(tmp_path / "studies"),
+               "--study-name", "p")
+    assert proc.returncode == 0, proc.stderr
+    assert "confirmation: pairs of short windows in one process of #0 (baseline)" in proc.stdout
+    assert "[paired] of #0" in proc.stdout
+    study = optuna.load_study(study_name="p",
+                              storage=f"sqlite:///{tmp_path / 'studies' / 'p.db'}")
+    trials = records(study)
+    stored = [t for t in trials if t.confirm is not None]
+    assert stored and all("pairs" in t.confirm and t.complete for t in stored)
+    runs = {t.confirm["run"] for t in stored}
+    for run in runs:  # one paired trial each: one folder, one figure per config
+        mine = [t for t in stored if t.confirm["run"] == run]
+        assert len({os.path.dirname(t.trial_dir) for t in mine}) == 1
+        assert len({t.confirm["of"] for t in mine}) == len(mine) >= 2
+    figures = confirmed(trials)
+    candidates = [t for t in stored if t.confirm["pairs"].get("ratios")]
+    assert candidates
+    for t in candidates:
+        pairs = t.confirm["pairs"]
+        assert len(pairs["ratios"]) >= 1 and all(r > 0 for r in pairs["ratios"])
+        c = figures[t.confirm["of"]]
+        assert c.unit == "pair" and c.rounds == len(pairs["ratios"])
+        assert c.ratios == tuple(pairs["ratios"])
+    pareto = yaml.safe_load((tmp_path / "studies" / "p" / "pareto.yaml").read_text())
+    for row in pareto["front"]:
+        if row["trial"] in figures and row.get("confirmed"):
+            assert row["confirmed"]["unit"] == "pair"
+            assert row["confirmed"]["rounds"] == figures[row["trial"]].rounds
+
+
+@pytest.mark.parametrize("value", ["pair", "both"])
+def test_a_wrong_confirm_by_is_refused_before_any_trial(tmp_path, value):
+    proc = cli("search", "--dataset", "synthetic", "--scale", "0.004", "--confirm-by", value,
+               "--root", str(tmp_path / "data"), "--studies-dir", str(tmp_path / "studies"))
+    assert proc.returncode == 2 and "--confirm-by" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "studies").exists() or not any((tmp_path / "studies").iterdir())
