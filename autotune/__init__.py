@@ -33,6 +33,8 @@ _EXPORTS = {
     "TrainingInterrupted": "pipeline",
     "TunedLoop": "pipeline",
     "TuneSpec": "pipeline",
+    "TuneLog": "pipeline",
+    "RunRecorder": "study",
     "TaskInfo": "taskinfo",
     "load_study": "study",
     "NeighborSampler": "sampling",
@@ -67,7 +69,9 @@ if TYPE_CHECKING:
         search
     from autotune.study import StudyRecord, TrialRecord
     from autotune.taskinfo import TaskInfo
-    from autotune.pipeline import TrainingInterrupted, TrainResult, TunedLoop, TuneSpec, train
+    from autotune.pipeline import TrainingInterrupted, TrainResult, TunedLoop, TuneLog, \
+        TuneSpec, train
+    from autotune.study import RunRecorder
     from autotune.study import load_study
     from autotune.specs import MeasureSpec, TrialLimits
     from autotune.pipeline import Pipeline, build
@@ -76,4 +80,8 @@ if TYPE_CHECKING:
     from autotune.sampling import LinkNeighborLoader, NeighborLoader, NeighborSampler, \
         make_sampler
 
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+# the packages a user reaches as attributes (autotune.study.RunRecorder), each imported
+# on first use
+SUBPACKAGES = ("compare", "config", "data", "pipeline", "sampling", "specs", "study", "trial")
+
+__getattr__ = lazy_exports(__name__, _EXPORTS, SUBPACKAGES)

@@ -429,9 +429,21 @@ def one_line(exc: Exception | str) -> str:
     return re.sub(r"\s+", " ", str(exc)).strip()
 
 
+def _cores(cores) -> str:
+    """A core set as ranges: ``1``, ``0-3``, ``0,2``."""
+    ordered, runs = sorted(cores), []
+    for core in ordered:
+        if runs and core == runs[-1][1] + 1:
+            runs[-1][1] = core
+        else:
+            runs.append([core, core])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def short(config: TrialConfig | dict) -> str:
     """A config (or its dict) in one short line: batch, fanout, workers/affinity, compile/shapes,
-    dtype, checkpointing, sampling backend (``@gpu`` with GPU sampling, ``@gpu+pinned`` with
+    dtype, checkpointing, sampling backend (``pin1``: the loader workers pinned to core 1,
+    the model to the others; ``@gpu`` with GPU sampling, ``@gpu+pinned`` with
     its features in pinned host memory), ``+spmm`` for the
     sparse aggregation, ``+bits`` for dropout masks from random bits and ``+xbf16``
     for features stored in bfloat16 (see the README's "Reading a config code"); a named edge
@@ -439,7 +451,7 @@ def short(config: TrialConfig | dict) -> str:
     (task graph) has no fanout and no sampling backend: ``graphs`` stands for both."""
     if isinstance(config, TrialConfig):
         config = config.to_dict()
-    affinity = "pin" if config.get("loader_cores") else "-"
+    affinity = f"pin{_cores(config['loader_cores'])}" if config.get("loader_cores") else "-"
     shapes = "pad" if config.get("shapes") == "padded" else "dyn"
     whole = task_info(config).whole_graphs
     backend = ("graphs" if whole else config["sampling_backend"]) + \

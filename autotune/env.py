@@ -69,6 +69,11 @@ def parse_fraction(text: str | float, upto_one: bool = False) -> float:
     return value
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 config``, ``2 configs`` (``many``: the plural where it is not word + s)."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
 def format_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024:

@@ -83,13 +83,18 @@ def _said(exc: Exception) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
 
 
-def lazy_exports(package: str, exports: dict[str, str]) -> Callable[[str], Any]:
+def lazy_exports(package: str, exports: dict[str, str],
+                 subpackages: tuple[str, ...] = ()) -> Callable[[str], Any]:
     """A package's ``__getattr__`` that imports a public name from its private module
     on first use (``exports``: name -> module inside ``package``), as optuna's
     ``_LazyImport`` does: so ``autotune --help`` and the commands that only read a
-    study never import torch or PyG through a package's ``__init__``."""
+    study never import torch or PyG through a package's ``__init__``. Each of
+    ``subpackages`` is imported on first use too (``autotune.study.RunRecorder``
+    after a plain ``import autotune``)."""
 
     def __getattr__(name: str) -> Any:
+        if name in subpackages:
+            return importlib.import_module(f"{package}.{name}")
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")

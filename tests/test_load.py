@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from autotune.specs import MeasureSpec
+from autotune.specs import MeasureSpec, Screen
 from autotune.trial import _window
 from autotune.trial._load import Load, LoadMeter, busy_note
 from autotune.trial._result import WindowStats
@@ -80,17 +80,23 @@ class _ScriptedMeter:
 ])
 def test_a_disturbed_window_is_measured_again_then_flagged(monkeypatch, shares, kept, again,
                                                            disturbed):
-    windows = []
+    windows, screens = [], []
 
     def fake_window(stepper, spec, warmup, memory_mib, warm_rate=0.0):
         windows.append(warm_rate)
+        screens.append(spec.screen)
         return _window._Window(stats=WindowStats(wall_s=1.0, stopped="precise"))
 
     monkeypatch.setattr(_window, "LoadMeter", _ScriptedMeter(shares))
     monkeypatch.setattr(_window, "_window", fake_window)
-    out = _window._undisturbed_window(None, MeasureSpec(max_busy=0.1), [], lambda: 0.0, 5.0)
+    screen = Screen(front=((1000.0, 500.0),))
+    out = _window._undisturbed_window(None, MeasureSpec(max_busy=0.1, screen=screen), [],
+                                      lambda: 0.0, 5.0)
     assert len(windows) == again + 1
     assert windows[1:] == [0.0] * again  # no screening on a warm-up that was disturbed
+    # ... nor on the window measured again: a config is never screened out on a window
+    # that a disturbance may have slowed
+    assert screens == [screen] + [None] * again
     assert out.stats.load["share"] == kept and len(out.stats.remeasured) == again
     assert out.stats.disturbed is disturbed
     note = busy_note(out.stats)

@@ -31,7 +31,7 @@ from autotune.cli._render import (
     trials_table,
 )
 from autotune.config import Export, one_line, read_export, with_model
-from autotune.env import clock as clock_text, make_writable_dir, parse_bytes
+from autotune.env import clock as clock_text, make_writable_dir, parse_bytes, plural
 from autotune.errors import AutotuneError, ConfigError, GuardError
 from autotune.files import inductor_cache_dir
 from autotune.logging import enable_default_handler
@@ -137,10 +137,17 @@ def _writable_dir(path: Path, option: str) -> Path:
     return make_writable_dir(path, option)
 
 
-def _dataset_of(args: argparse.Namespace, recorded: dict | None, task: str):
-    """The dataset the flags name, the export's (``recorded``) where they do not."""
+def _dataset_of(args: argparse.Namespace, recorded: dict | None, task: str,
+                named: bool = False):
+    """The dataset the flags name, the export's (``recorded``) where they do not;
+    ``named``: one of them must name it (else the default, the full-scale synthetic
+    graph, would be generated unasked)."""
     from autotune.data import export_dataset
 
+    if named and args.dataset is None and not (recorded or {}).get("name"):
+        raise ConfigError(f"{args.config} names no dataset (a hand-written config, or an "
+                          "export of a run of your own loop and data): pass --dataset, e.g. "
+                          "--dataset Cora --root data")
     return export_dataset(recorded, task, name=args.dataset, root=args.root, scale=args.scale,
                           seed=args.data_seed, edge_type=args.link_edge_type)
 
@@ -209,13 +216,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.save:
         _writable_dir(Path(args.save).parent, "--save")
     recorded, measured = export.dataset_ref, export.measured
-    ref = _dataset_of(args, recorded, config.task)
+    ref = _dataset_of(args, recorded, config.task, named=True)
     recorder = _run_recorder(args, config, ref) if tune else None
     if not (same_dataset(ref, recorded, args.config) and config.device == measured_on):
         measured = None
     task, table = task_info(config), args.format == "table"
     if table:
-        print(f"training {short_config(config)} on {ref.name} for {args.epochs} epochs" +
+        print(f"training {short_config(config)} on {ref.name} for {plural(args.epochs, 'epoch')}" +
               (f", tuning in at most {tune.share:.0%} of its steps (its windows go to study "
                f"{recorder.name})" if tune else ""))
         print(f"{'epoch':>5} {'loss':>7} {'train s':>8} {task.unit:>13} "
@@ -255,7 +262,7 @@ def _train_interrupted(stop, recorder, epochs: int) -> int:
         f"the best epoch so far ({best.epoch}, val {best.val_metric:.4f})" + \
         (f" saved to {stop.saved}" if stop.saved else " (no --save)")
     where = f"; study {recorder.name} holds its windows" if recorded else ""
-    print(f"autotune: interrupted after {stop.epochs} of {epochs} epochs; {saved}{where}",
+    print(f"autotune: interrupted after {stop.epochs} of {plural(epochs, 'epoch')}; {saved}{where}",
           file=sys.stderr)
     return _interrupted_exit(stop.__cause__)
 
@@ -471,8 +478,10 @@ def cmd_export(args: argparse.Namespace) -> int:
                        f"{m['throughput']:,.0f} {m['unit']}" + (
                            " (median of its windows)" if run else
                            f", {m['peak_memory_mib']:,.0f} MiB "
-                           f"({confirmation_words(m['confirmed'])})") + f" -> {out}\n"
-                       f"reproduce: {blob['reproduce']}"))
+                           f"({confirmation_words(m['confirmed'])})") + f" -> {out}"
+                       + (f"\nreproduce: {blob['reproduce']}" if blob["reproduce"] else
+                          f"\ntrain it: autotune train --config {out} --dataset NAME (the run "
+                          "was your own loop on your own data: no dataset is recorded)")))
     return 0
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune.config import short
-from autotune.env import format_bytes
+from autotune.env import format_bytes, plural
 from autotune.files import dump
 from autotune.specs import CARRYOVER, baseline_metric
 from autotune.study import drift_lines, metric_short, pm, ratio, seeds_per_s
@@ -243,7 +243,7 @@ def search_header(plan) -> str:
     if opts.max_memory:
         line += f"; budget {format_bytes(opts.max_memory)}"
     if guard.ratio:
-        line += f"; accuracy guard {guard.ratio:g} x baseline after {guard.epochs} epochs"
+        line += f"; accuracy guard {guard.ratio:g} x baseline after {plural(guard.epochs, 'epoch')}"
     if guard.objective:
         line += "; objectives throughput, memory, accuracy"
     lines = [f"study {opts.study_name} in {masked(opts.storage)}", line]
@@ -274,9 +274,9 @@ def search_summary(plan, result, export: str) -> str:
         ref = result.guard or {}
         share = o.guard_s / max(o.elapsed_s, 1e-9)
         reference = f"{baseline_metric(ref):.4f}" if ref else "not measured"
-        lines.append(f"accuracy guard: {o.guarded} configs trained for "
-                     f"{ref.get('budget_s', 0):.1f} s each (the baseline's {guard.epochs} "
-                     f"epochs, validation {task.metric} {reference}); "
+        lines.append(f"accuracy guard: {plural(o.guarded, 'config')} trained for "
+                     f"{ref.get('budget_s', 0):.1f} s each (the baseline's "
+                     f"{plural(guard.epochs, 'epoch')}, validation {task.metric} {reference}); "
                      f"{o.guard_violations} below the guard; guard time {o.guard_s:.0f} s "
                      f"= {100 * share:.0f}% of this search's {o.elapsed_s:.0f} s")
     lines.append(front_table(result.front, task, result.reference, result.trials))
@@ -333,24 +333,8 @@ def train_summary(result, measured: dict | None, *, epochs: int, config_path: st
                      "to compare (autotune trial --config of each)")
     lines.append(line)
     if result.tuning is not None:
-        lines += tuning_lines(result.tuning)
+        lines += result.tuning.lines()
     blob = {**result.to_dict(), "measured": measured, "achieved_over_measured": ratio}
     return blob, lines
 
 
-def tuning_lines(log) -> list[str]:
-    """What a run that tuned itself did: where it started and ended, when it settled,
-    what exploring took, and the steps each config trained."""
-    settled = f"settled at step {log.settled_step} (epoch {log.settled_epoch})" \
-        if log.settled_step is not None else "still exploring at the end"
-    tried = [t for t in log.tried if t.verdict != "not tried"]
-    kept = [t for t in tried if t.verdict == "kept"]
-    out = [f"tuned: {len(tried)} configs tried, {len(kept)} kept; {settled}; "
-           f"candidates trained {log.explore_s:.1f} s",
-           f"tuned: started on {short(log.start.to_dict())}, ended on "
-           f"{short((log.final or log.start).to_dict())}"]
-    if log.wait_share is not None:
-        out.append(f"tuned: the incumbent waited for its batches {100 * log.wait_share:.0f}% "
-                   f"of its step: {log.order} tried first")
-    out += [f"tuned: {steps:>6} steps on {key}" for key, steps in log.steps_by_config.items()]
-    return out

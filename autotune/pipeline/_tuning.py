@@ -46,7 +46,7 @@ from torch.utils.data import Sampler
 
 from autotune.compare import Comparison, Decision, Rule
 from autotune.config import TrialConfig, short
-from autotune.env import native_bf16
+from autotune.env import native_bf16, plural
 from autotune.errors import AutotuneError, ConfigError
 from autotune.files import check_interrupt
 from autotune.pipeline._build import Pipeline, build, check_config, device_sync
@@ -173,6 +173,26 @@ class TuneLog:
         if self.wait_share is None:
             return None
         return "the loader's knobs" if loader_first(self.wait_share) else "the model's knobs"
+
+    def lines(self) -> list[str]:
+        """What the run did, in words: where it started and ended, when it settled,
+        what exploring took, and the steps each config trained."""
+        settled = f"settled at step {self.settled_step} (epoch {self.settled_epoch})" \
+            if self.settled_step is not None else "still exploring at the end"
+        tried = [t for t in self.tried if t.verdict != "not tried"]
+        kept = [t for t in tried if t.verdict == "kept"]
+        out = [f"tuned: {plural(len(tried), 'config')} tried, {len(kept)} kept; {settled}; "
+               f"exploring took {self.explore_s:.1f} s",
+               f"tuned: started on {short(self.start.to_dict())}, ended on "
+               f"{short((self.final or self.start).to_dict())}"]
+        if self.wait_share is not None:
+            out.append(f"tuned: the incumbent waited for its batches "
+                       f"{100 * self.wait_share:.0f}% of its step: {self.order} tried first")
+        out += [f"tuned: {steps:>6} steps on {key}" for key, steps in self.steps_by_config.items()]
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
 
     def to_dict(self) -> dict:
         return {"start": self.start.to_dict(), "final": (self.final or self.start).to_dict(),

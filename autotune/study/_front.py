@@ -285,15 +285,25 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
     return _blob(config, measured, study, s, url, out), t
 
 
+# TrialConfig's fields that describe the model the built-in pipeline trains; a user's
+# own loop (TunedLoop) trains its own model, so its export leaves them out
+MODEL_FIELDS = ("model", "hidden_channels", "lr", "dropout", "dropout_masks")
+
+
 def _blob(config: TrialConfig, measured: dict, study, s: StudyRecord, url: str,
           out: str | Path) -> dict[str, Any]:
     """An export: the config, its measured figures, where they were measured and the
     command that measures it again."""
-    ref = s.dataset_ref
-    reproduce = shlex.join(["autotune", "trial", "--dataset", str(ref.get("name")), "--root",
-                            str(ref.get("root")), "--scale", str(ref.get("scale")),
-                            "--data-seed", str(ref.get("seed")), "--config", str(out)])
-    return {"format": CONFIG_FORMAT, "config": config.meaningful(), "model": config.model,
+    ref = s.dataset_ref or {}
+    own = not ref.get("name")  # a run of the user's own loop (TunedLoop) on their own data
+    reproduce = None if own else shlex.join(
+        ["autotune", "trial", "--dataset", str(ref.get("name")), "--root", str(ref.get("root")),
+         "--scale", str(ref.get("scale")), "--data-seed", str(ref.get("seed")),
+         "--config", str(out)])
+    knobs = config.meaningful()
+    if own:  # its model, width and learning rate were the user's, never these defaults
+        knobs = {k: v for k, v in knobs.items() if k not in MODEL_FIELDS}
+    return {"format": CONFIG_FORMAT, "config": knobs, "model": None if own else config.model,
             "measured": measured, "env": s.env, "dataset": s.dataset, "dataset_ref": ref,
             "study": study.study_name, "storage": masked(url), "reproduce": reproduce}
 

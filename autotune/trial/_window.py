@@ -464,8 +464,9 @@ def _undisturbed_window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float
                         memory_mib: Callable[[], float], warm_rate: float) -> _Window:
     """A window in which other processes took at most ``spec.max_busy`` of the trial's
     cores (:class:`LoadMeter`): a disturbed one is measured again, up to
-    ``spec.busy_retries`` times, with no screening on the warm-up's rate (it may
-    have been disturbed too); the last is kept, flagged, where none was quiet. The
+    ``spec.busy_retries`` times, with no screening (on the warm-up's rate or the
+    window's: either may have been disturbed too, and a config is never screened out
+    on a disturbed window); the last is kept, flagged, where none was quiet. The
     window's stats carry its load and those of the windows dropped."""
     meter, dropped = LoadMeter(), []
     while True:
@@ -476,7 +477,7 @@ def _undisturbed_window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float
                 len(dropped) >= spec.busy_retries:
             break
         dropped.append(load.to_dict())
-        warm_rate = 0.0
+        warm_rate, spec = 0.0, dataclasses.replace(spec, screen=None)
     window.stats = dataclasses.replace(window.stats, load=load.to_dict(),
                                        max_busy=spec.max_busy, remeasured=dropped)
     return window

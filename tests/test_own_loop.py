@@ -1,0 +1,106 @@
+"""What a user of their own loop (``TunedLoop``) and of the Python API meets: names the
+docs use reachable after ``import autotune``, a moved import path that still works
+with a warning, an export that says only what is known, and output in words."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+from _helpers import cli
+
+from autotune.config import TrialConfig, short
+from autotune.env import plural
+
+
+def _fresh(code: str, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_the_names_the_docs_use_are_reachable_after_import_autotune():
+    proc = _fresh("import autotune\n"
+                  "print(autotune.study.RunRecorder.__name__, autotune.TuneLog.__name__,\n"
+                  "      autotune.RunRecorder is autotune.study.RunRecorder)")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["RunRecorder", "TuneLog", "True"]
+
+
+def test_the_old_loader_path_works_with_a_deprecation_warning():
+    import autotune.sampling
+
+    with pytest.warns(FutureWarning, match="autotune.sampling"):
+        from autotune.loader import LinkNeighborLoader
+    assert LinkNeighborLoader is autotune.sampling.LinkNeighborLoader
+    with pytest.raises(ImportError):
+        from autotune.loader import NoSuchLoader  # noqa: F401
+
+
+def test_sparse_aggregation_prints_none_of_torchs_sparse_notices():
+    """torch warns once a process, so a fresh one: any UserWarning fails it."""
+    proc = _fresh("import torch\n"
+                  "from autotune.pipeline._build import sparse_adjacency\n"
+                  "a = sparse_adjacency(torch.tensor([[0, 1, 2], [1, 2, 0]]), 3)\n"
+                  "print((a @ torch.ones(3, 2)).sum().item())", "-W", "error::UserWarning")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "6.0" and "Sparse" not in proc.stderr
+
+
+def test_counts_in_words_and_affinity_sets_told_apart():
+    assert plural(1, "config") == "1 config" and plural(2, "epoch") == "2 epochs"
+    compact = TrialConfig(num_workers=2, loader_cores=(1,), compute_cores=(0,))
+    split = TrialConfig(num_workers=2, loader_cores=(0,), compute_cores=(1,))
+    assert short(compact) != short(split) and "w2/pin1 " in short(compact)
+    assert "w1/pin0,2-3 " in short(TrialConfig(num_workers=1, loader_cores=(0, 2, 3),
+                                               compute_cores=(1,)))
+
+
+@pytest.mark.slow
+def test_an_export_of_a_users_own_loop_says_only_what_is_known(tiny_synthetic, tmp_path,
+                                                                monkeypatch):
+    """A TunedLoop run recorded by RunRecorder (the user's model and data): its log
+    prints as words; its export carries the loader's knobs, not the built-in model's
+    defaults, and no reproduce line with None in it; training that export without
+    --dataset is refused before anything is loaded or written."""
+    import torch.nn.functional as F
+
+    import autotune
+    from autotune.pipeline import TunedLoop, TuneSpec
+
+    url = f"sqlite:///{tmp_path / 'run.db'}"
+    recorder = autotune.study.RunRecorder("mine", url)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(tiny_synthetic.num_features, 4)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+    start = TrialConfig(batch_size=64, num_neighbors=(5, 5), num_workers=0)
+    with TunedLoop(tiny_synthetic, model, optimizer, start, epochs=2,
+                   tune=TuneSpec(share=1.0, window_steps=2, pairs=2),
+                   on_window=recorder.window) as loop:
+        for _ in range(2):
+            for batch in loop.batches():
+                with loop.step() as step:
+                    loss = F.cross_entropy(model(batch.x[:batch.batch_size]),
+                                           batch.y[:batch.batch_size])
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    step.loss = loss.detach()
+    recorder.finish(loop.log)
+    text = str(loop.log)
+    assert text.startswith("tuned: ") and "Tried(" not in text and "exploring took" in text
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "mine.yaml"
+    proc = cli("export", "--study-name", "mine", "--storage", url, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "None" not in proc.stdout and "reproduce:" not in proc.stdout
+    assert "--dataset NAME" in proc.stdout
+    blob = yaml.safe_load(out.read_text())
+    assert blob["reproduce"] is None and blob["model"] is None
+    assert not {"model", "hidden_channels", "lr", "dropout"} & set(blob["config"])
+    assert blob["config"]["batch_size"] == 64
+    proc = cli("train", "--config", str(out), "--epochs", "1")
+    assert proc.returncode == 2 and "--dataset" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "data").exists()
