@@ -49,6 +49,7 @@ def base(tmp_path_factory):
              "precision.yaml": "precision: sharp\nknobs:\n  batch_size: {choices: [512]}\n",
              "user-bits.yaml": "dropout_masks: bits\nmodel: user_models:raising\n",
              "pinned-cpu.yaml": "feature_placement: pinned\n",
+             "hand.yaml": "batch_size: 512\n",
              "placement.yaml": "knobs:\n  feature_placement: {choices: [gpu, disk]}\n"}
     _no_training_nodes(tmp / "no-train.pt")
     (tmp / "profiled").mkdir()
@@ -277,6 +278,11 @@ CASES = {
                                              ["feature_placement pinned", "gpu_sampling"]),
     "a feature placement that does not exist": (["search", "--space", "{tmp}/placement.yaml"],
                                                 ["feature_placement", "disk"]),
+    "a confirmation by neither pairs nor rounds": (["search", "--confirm-by", "both"],
+                                                   ["--confirm-by", "'both'"]),
+    "training a config that names no dataset": (["train", "--config", "{tmp}/hand.yaml",
+                                                  "--epochs", "1"],
+                                                 ["hand.yaml names no dataset", "--dataset"]),
     "misspelt pick": (["export", "--study-name", "base", "--pick", "knie", "--out",
                        "{tmp}/x.yaml"], ["--pick", "did you mean 'knee'"]),
 }

@@ -6,6 +6,7 @@ whole path, from the trial process to the front."""
 from __future__ import annotations
 
 import os
+import signal
 
 import optuna
 import pytest
@@ -14,10 +15,13 @@ from _helpers import cli
 
 from autotune.compare import Comparison, Rule
 from autotune.specs import MeasureSpec
+from autotune.study._front import front_rows
 from autotune.study._paired import confirmed
 from autotune.study._records import records
 from autotune.trial import _pairs
 from autotune.trial._pairs import Candidate, Side, window_steps
+
+from test_paired import TRUE  # noqa: E402  (the fake machine's true rates)
 
 
 def test_a_window_holds_whole_blocks_and_whole_short_epochs():
@@ -138,10 +142,78 @@ def test_a_real_search_confirms_its_front_in_one_paired_process(tmp_path):
             assert row["confirmed"]["rounds"] == figures[row["trial"]].rounds
 
 
-@pytest.mark.parametrize("value", ["pair", "both"])
-def test_a_wrong_confirm_by_is_refused_before_any_trial(tmp_path, value):
-    proc = cli("search", "--dataset", "synthetic", "--scale", "0.004", "--confirm-by", value,
-               "--root", str(tmp_path / "data"), "--studies-dir", str(tmp_path / "studies"))
-    assert proc.returncode == 2 and "--confirm-by" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "studies").exists() or not any((tmp_path / "studies").iterdir())
+class PairedFake:
+    """``run_trial``'s stand-in for both kinds of trial: a search trial as
+    test_paired's FakeMachine measures it, and a paired trial whose every candidate's
+    pairs are its true rate over the baseline's, with a spread of ±2%."""
+
+    SPREAD = (1.02, 0.98, 1.01, 0.99)
+
+    def __init__(self, machine, stop_at_pairs: bool = False) -> None:
+        self.machine, self.stop_at_pairs, self.paired = machine, stop_at_pairs, 0
+
+    def __call__(self, config, **kw):
+        from autotune.trial import TrialResult
+
+        pairs = kw.get("pairs")
+        if pairs is None:
+            return self.machine(config, **kw)
+        self.paired += 1
+        if self.stop_at_pairs and self.paired == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        base = TRUE[config.batch_size][0]
+        windows = [[{"rate": base, "seeds": base, "seconds": 1.0} for _ in self.SPREAD]]
+        candidates = []
+        for i, other in enumerate(pairs.candidates, start=1):
+            rate = TRUE[other.batch_size][0]
+            windows.append([{"rate": rate * f, "seeds": rate * f, "seconds": 1.0}
+                            for f in self.SPREAD])
+            ratios = [rate * f / base for f in self.SPREAD]
+            candidates.append({"config": i, "ratios": ratios, "half_widths": [0.01] * 4,
+                               "verdict": "faster" if rate > base else "not faster",
+                               "stopped": "decided", "slower_than": None, "busy_pairs": 0,
+                               "redone": 0, "pairs": [{"taken_by": []}] * 4})
+        return TrialResult(status="ok", config=config, phases_s={"startup": 0.0, "warmup": 1.0},
+                           pairs={"stopped": "decided", "candidates": candidates,
+                                  "windows": windows, "window_steps": [4] * len(windows)})
+
+
+def test_a_search_stopped_by_sigterm_in_its_paired_confirmation_finishes_it_when_run_again(
+        tmp_path, monkeypatch):
+    """SIGTERM during the paired trial: the run is left stopped, the interrupt says so;
+    the same search run again measures the paired trial (all it lacked) and finishes
+    the run, each candidate confirmed in its pairs; the export says pairs."""
+    from test_paired import FakeMachine, _search
+
+    from autotune.cli._main import Terminated, _terminated
+    from autotune.study import interrupted_note
+    from autotune.study._confirm import unfinished
+
+    outer = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        with pytest.raises(Terminated):
+            _search(tmp_path, monkeypatch, PairedFake(FakeMachine(drift=0.0), True),
+                    sizes=[640, 896, 1024], n_trials=3, confirm=2, study_name="s",
+                    confirm_by="pairs")
+    finally:
+        signal.signal(signal.SIGTERM, outer)
+    study = optuna.load_study(study_name="s",
+                              storage=f"sqlite:///{tmp_path / 'studies' / 's.db'}")
+    assert unfinished(study)["state"] == "stopped"
+    assert interrupted_note(study).startswith(
+        "the confirmation was stopped after 0 of its measurements")
+    result, trials, s = _search(tmp_path, monkeypatch, PairedFake(FakeMachine(drift=0.0)),
+                                sizes=[640, 896, 1024], n_trials=3, confirm=2, study_name="s",
+                                confirm_by="pairs")
+    assert [r["state"] for r in s.confirmations] == ["done"] and s.confirmations[0]["paired"]
+    figures = confirmed(trials)
+    asked = s.confirmations[0]["candidates"]
+    assert set(asked) <= set(figures)
+    for n in asked[1:]:
+        c = figures[n]
+        assert c.unit == "pair" and c.rounds == 4
+        true = TRUE[trials[n].config.batch_size][0] / TRUE[1024][0]
+        assert c.low <= true <= c.high and c.interval < 0.10
+    fast = max(asked[1:], key=lambda n: figures[n].speedup)
+    rows = {r.trial: r for r in front_rows(trials, s.baseline, s.budget_mib)}
+    assert rows[fast].confirmation.startswith("confirmed in 4 pairs"), rows[fast].marks

@@ -44,6 +44,9 @@ WINDOW_BLOCKS = 4  # a window's blocks at least, for its own precision (MIN_BLOC
 # ratio, and the machine's speed drifts between windows seconds apart (pairs of
 # longer windows spread wider: docs/measurement.md, "Paired windows")
 WINDOW_S = 0.5
+# the paired process's peak memory is a diagnostic (each config's figure is its own
+# trial's), so it is sampled slowly: a sampler every 5 ms takes a share of 2 cores
+PEAK_INTERVAL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -284,7 +287,7 @@ def measure_paired(reference, candidates: list, spec: MeasureSpec, pairs: PairSp
                           settle_steps(pipe.config.num_workers, pipe.config.prefetch_factor),
                           lambda p=pipe: loader_worker_pids(p.loader)))
     tracker = MemoryTracker(lambda: [pid for s in sides for pid in s.worker_pids()],
-                            spec.memory_interval_s)
+                            PEAK_INTERVAL_S)
     warmups = []
     with tracker as memory, GraphRecordings() as graphs:
         memory.phase("warmup")
