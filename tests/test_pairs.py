@@ -81,7 +81,8 @@ def test_a_pair_disturbed_on_one_side_is_measured_again_and_one_on_both_is_kept(
                      None, None)
     assert candidate.redone == 1 and candidate.busy_pairs == 1
     assert candidate.comparison.ratios == [1.2, 1.2, 1.2]
-    assert candidate.to_dict()["pairs"][1]["taken_by"]  # whose load, for the report
+    # whose load, for the report: the dropped window's and both of the kept pair's
+    assert len(candidate.to_dict()["taken_by"]) == 3
 
 
 def test_racing_drops_a_candidate_known_slower_than_another(monkeypatch):
@@ -172,7 +173,7 @@ class PairedFake:
             candidates.append({"config": i, "ratios": ratios, "half_widths": [0.01] * 4,
                                "verdict": "faster" if rate > base else "not faster",
                                "stopped": "decided", "slower_than": None, "busy_pairs": 0,
-                               "redone": 0, "pairs": [{"taken_by": []}] * 4})
+                               "redone": 0, "taken_by": [], "pairs": [{}] * 4})
         return TrialResult(status="ok", config=config, phases_s={"startup": 0.0, "warmup": 1.0},
                            pairs={"stopped": "decided", "candidates": candidates,
                                   "windows": windows, "window_steps": [4] * len(windows)})

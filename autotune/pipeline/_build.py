@@ -441,6 +441,30 @@ class Pipeline:
         self.scaler.update()
         return loss.detach()
 
+    def gradients(self, batch, seed: int = 0) -> Tensor:
+        """The loss's gradient on ``batch`` with respect to the model's parameters,
+        flattened in float32, under this config's autocast and feature dtype (the
+        batch's features rounded to it, as its loader stores them), with the random
+        state (dropout masks) seeded by ``seed``; no optimisation step, and the
+        parameters' ``.grad`` untouched: the numerics check's probe."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        batch = batch.clone()
+        if not self.config.gpu_sampling:
+            batch = batch.to(self.device)
+        stored = getattr(torch, self.config.feature_dtype)
+        for store in batch.node_stores:
+            if "x" in store and store.x.is_floating_point() and store.x.dtype != stored:
+                store.x = store.x.to(stored).to(store.x.dtype)
+        self.model.train()
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            with self.autocast():
+                loss = self.task.loss(self, batch)
+            grads = torch.autograd.grad(loss.float(), params, allow_unused=True)
+        return torch.cat([(g if g is not None else torch.zeros_like(p)).float().flatten()
+                          for g, p in zip(grads, params)])
+
     def close(self) -> None:
         """Ends the loader's worker processes now (:func:`end_workers`): 10 s lost
         before a guard training with two workers, left to the garbage collector.

@@ -60,6 +60,13 @@ from autotune.topology import STRATEGIES, Topology, affinity_sets, this_machine
 NEUTRAL_KNOBS = ("num_workers", "affinity", "sampling_backend", "aggregation",
                  "compile_mode", "shapes")
 PRECISION_KNOBS = ("amp_dtype", "feature_dtype")  # with TuneSpec.precision only
+# The numerics check a precision candidate passes before its pairs: on each of the
+# first PROBES batches the incumbent trained, its gradient against the incumbent's
+# (same parameters, same dropout masks) points the same way (cosine at least
+# GRAD_COSINE) and is as large (norms within GRAD_NORM of each other)
+PROBES = 3
+GRAD_COSINE = 0.99
+GRAD_NORM = 0.05
 LOADER_KNOBS = ("num_workers", "affinity", "sampling_backend")  # where batches are made
 COMPILE_KNOBS = ("compile_mode", "shapes")  # tried last: the dearest
 
@@ -118,7 +125,7 @@ class Tried:
     """One candidate: the knob it changed, its pairs' ratios (candidate over
     incumbent) and the comparison's decision after them, what became of it
     (``kept``, ``slower``, ``no faster``, ``dropped`` at its first pair, ``failed``
-    and why, ``unfinished`` where the run or exploring's share ended first, ``not
+    and why, ``refused`` by the numerics check and why, ``unfinished`` where the run or exploring's share ended first, ``not
     tried``), and the steps and seconds it trained."""
 
     config: TrialConfig
@@ -166,6 +173,7 @@ class TuneLog:
     wait_share: float | None = None  # of the window the queue was ordered by (by_bottleneck)
     final: TrialConfig | None = None
     interrupted_step: int | None = None  # where Ctrl-C stopped the run
+    notes: list[str] = field(default_factory=list)  # what the run left out, and why
 
     @property
     def order(self) -> str | None:
@@ -189,7 +197,7 @@ class TuneLog:
             out.append(f"tuned: the incumbent waited for its batches "
                        f"{100 * self.wait_share:.0f}% of its step: {self.order} tried first")
         out += [f"tuned: {steps:>6} steps on {key}" for key, steps in self.steps_by_config.items()]
-        return out
+        return out + [f"tuned: {note}" for note in self.notes]
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
@@ -199,7 +207,7 @@ class TuneLog:
                 "settled_step": self.settled_step, "settled_epoch": self.settled_epoch,
                 "interrupted_step": self.interrupted_step,
                 "explore_s": self.explore_s, "wait_share": self.wait_share,
-                "steps_by_config": self.steps_by_config,
+                "steps_by_config": self.steps_by_config, "notes": self.notes,
                 "tried": [{"change": t.change, "config": t.config.to_dict(),
                            "ratios": t.ratios, "verdict": t.verdict, "reason": t.reason,
                            "speedup": t.ratio, "interval": None if t.decision is None
@@ -269,6 +277,65 @@ def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = 
             seen.add(changed.key())
             out.append((label, changed))
     return out
+
+
+def precision_notes(config: TrialConfig, spec: TuneSpec) -> list[str]:
+    """What the run says of precision before it trains: bfloat16 left out where this
+    CPU emulates it (with consent), or the flag that would try it (without)."""
+    native = config.device == "cuda" or native_bf16()
+    if spec.precision and not native:
+        return ["precision: bfloat16 autocast not tried: this CPU has neither avx512_bf16 "
+                "nor AMX, and computes bfloat16 by emulation, slower than float32 "
+                "(docs/knobs.md); the feature dtype is tried"]
+    if not spec.precision and native and config.amp_dtype == "float32":
+        return ["precision: not tried (it changes the numerics: --tune-precision, or "
+                f"TuneSpec(precision=True), asks for it); {PRECISION_GAIN}"]
+    return []
+
+
+# what precision gave where it was measured: benchmarks/results/knobs.json
+PRECISION_GAIN = ("bfloat16 autocast measured 1.45x float32 in benchmarks/knobs.py "
+                  "(2-core AMD EPYC with avx512_bf16, scale 0.1; docs/benchmarks.md), each "
+                  "candidate checked by its gradients first")
+
+
+def changes_precision(incumbent: TrialConfig, candidate: TrialConfig) -> bool:
+    """Whether ``candidate`` differs from ``incumbent`` in a knob of precision."""
+    return any(getattr(incumbent, k) != getattr(candidate, k) for k in PRECISION_KNOBS)
+
+
+def numerics_check(incumbent: Pipeline, candidate: Pipeline, probes: list) -> str:
+    """Why ``candidate``'s numerics differ from ``incumbent``'s too much to train on
+    ("" where they do not): on each probe batch, the two gradients of the same
+    parameters (:meth:`Pipeline.gradients`) must point the same way (cosine at least
+    :data:`GRAD_COSINE`) and be as large (norms within :data:`GRAD_NORM`). A probe that
+    cannot run (a model the task's loss cannot call) fails it: precision is kept only
+    where it was checked."""
+    if not probes:
+        return "no probe batch trained yet"
+    for k, batch in enumerate(probes, start=1):
+        try:
+            ours, theirs = incumbent.gradients(batch, seed=k), candidate.gradients(batch, seed=k)
+        except Exception as exc:  # the user's model or loss: the check could not run
+            return f"its probe could not run ({type(exc).__name__}: {exc})"[:200]
+        if not bool(torch.isfinite(theirs).all()):
+            return f"non-finite gradients on probe batch {k}"
+        norms = ours.norm(), theirs.norm()
+        if float(norms[0]) == 0.0:
+            continue
+        cosine = float(torch.dot(ours, theirs) / (norms[0] * norms[1]).clamp_min(1e-30))
+        ratio = float(norms[1] / norms[0])
+        if cosine < GRAD_COSINE:
+            return (f"gradient direction off on probe batch {k}: cosine {cosine:.4f} < "
+                    f"{GRAD_COSINE}")
+        if abs(ratio - 1) > GRAD_NORM:
+            return (f"gradient size off on probe batch {k}: {ratio:.3f}x the float32 one, "
+                    f"beyond ±{100 * GRAD_NORM:.0f}%")
+    return ""
+
+
+class _Refused(Exception):
+    """A candidate refused before its pairs (its numerics)."""
 
 
 def by_bottleneck(changes: list[tuple[str, TrialConfig]], wait_share: float
@@ -405,7 +472,10 @@ class TunedRun:
         self.compile_s = spec.compile_s  # planned, until this run measures one
         self.queue = candidates(config, spec) if queue is None else list(queue)
         self._ordered = queue is not None  # a queue given is tried in its order
-        self.log = TuneLog(start=config, final=config)
+        self.log = TuneLog(start=config, final=config, notes=precision_notes(config, spec))
+        for note in self.log.notes:
+            self.on_line(note)
+        self._probes: list = []  # the incumbent's first batches: the numerics check's
         self.steps = 0
         self.totals = _Window()  # the last epoch's steps, seeds, seconds and loss
         self._unfinished: Tried | None = None  # a candidate the last epoch's end cut short
@@ -506,6 +576,8 @@ class TunedRun:
                 if not pipe.config.gpu_sampling:  # GPU-resident batches are built there
                     batch = batch.to(pipe.device, non_blocking=True)
                 arrived = time.perf_counter()
+                if pipe is self.pipe and len(self._probes) < PROBES:
+                    self._probes.append(batch)
                 yield batch
                 now = time.perf_counter()
                 if out.steps:  # the first step is not timed
@@ -558,6 +630,11 @@ class TunedRun:
             if self._pays_back(tried, reference.rate):
                 candidate = self._candidate = self._build(tried.config, self.pipe.eager_model,
                                                           self.pipe.optimizer)
+                if changes_precision(self.pipe.config, tried.config):
+                    why = numerics_check(self.pipe, candidate, self._probes)
+                    if why:
+                        tried.verdict, tried.reason = "refused", f"numerics check: {why}"
+                        raise _Refused()
                 if tried.config.compile_mode != "none":
                     reference = yield from self._warm_up(tried, train, candidate,
                                                          reference.rate)
@@ -567,6 +644,8 @@ class TunedRun:
                 candidate.close()
                 self._candidate = None
             raise failed.__cause__
+        except _Refused:  # its numerics differ: never trained, dropped
+            pass
         except Exception as exc:  # out of memory, a dead worker, a compile error
             tried.verdict, tried.reason = "failed", f"{type(exc).__name__}: {exc}"[:300]
         self.log.explore_s += time.perf_counter() - started

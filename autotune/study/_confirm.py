@@ -608,8 +608,9 @@ def _store_paired(opts: SearchOptions, study: optuna.Study, the_plan: Plan,
             figure.update({k: c[k] for k in ("ratios", "half_widths", "verdict", "stopped",
                                              "busy_pairs", "redone")})
             if c["slower_than"] is not None:  # racing: known slower than another candidate
-                figure["stopped"] = f"slower than #{the_plan.trials[c['slower_than']].number}"
-            figure["busy"] = _taken_by(c["pairs"])
+                figure["slower_than"] = the_plan.trials[c["slower_than"]].number
+                figure["stopped"] = f"slower than #{figure['slower_than']}"
+            figure["busy"] = _taken_by(c["taken_by"])
         blocks = [[w["seeds"], w["seconds"]] for w in windows]
         folder = Path(where["trial_dir"]) / f"of-{of.number}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -626,10 +627,9 @@ def _store_paired(opts: SearchOptions, study: optuna.Study, the_plan: Plan,
     return out
 
 
-def _taken_by(pairs: list[dict]) -> str:
-    """The processes that took the cores in a candidate's disturbed pairs, each once."""
-    return "; ".join(dict.fromkeys(Load.from_dict(load).named() for p in pairs
-                                   for load in p.get("taken_by", [])))
+def _taken_by(loads: list[dict]) -> str:
+    """The processes that took the cores in a candidate's disturbed windows, each once."""
+    return "; ".join(dict.fromkeys(Load.from_dict(load).named() for load in loads))
 
 
 def split_precision(trials: list[TrialRecord], run: int, number: int) -> float | None:

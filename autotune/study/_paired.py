@@ -97,6 +97,7 @@ class Confirmed:
     low: float | None = None
     high: float | None = None
     unit: str = "round"  # what ``rounds`` counts: rounds of trials, or a paired trial's pairs
+    slower_than: int | None = None  # racing dropped it: its interval lies under this one's
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -110,6 +111,9 @@ class Confirmed:
                 if self.busy_rounds else "")
         if self.interval is None:
             return f"{self.count()} only, no interval{busy}"
+        if self.interval > within and self.slower_than is not None:
+            return (f"slower than #{self.slower_than}, measured no further after "
+                    f"{self.count()} (±{100 * self.interval:.1f}%){busy}")
         if self.interval > within:
             return (f"{self.unit}s disagree: ±{100 * self.interval:.1f}% > "
                     f"±{100 * within:g}%{busy}")
@@ -207,7 +211,8 @@ def _from_pairs(measured: list[TrialRecord], base: int | None,
         out[number] = Confirmed(
             number, len(ratios), d.speedup, d.half_width, t.throughput,
             _spread(list(rates)) if len(rates) > 1 else None, t.memory_mib, tuple(ratios),
-            (t.number,), low=d.low, high=d.high, unit="pair")
+            (t.number,), low=d.low, high=d.high, unit="pair",
+            slower_than=figure.get("slower_than"))
     return out
 
 

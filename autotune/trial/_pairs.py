@@ -193,6 +193,7 @@ class Candidate:
     slower_than: int | None = None  # the config whose interval lies wholly above its own
     busy_pairs: int = 0  # kept though both windows were disturbed (it cancels)
     redone: int = 0  # pairs measured again: one window only was disturbed
+    taken_by: list[dict] = field(default_factory=list)  # the loads of its disturbed windows
     pairs: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -202,7 +203,7 @@ class Candidate:
                 "verdict": d.verdict, "speedup": d.speedup, "low": d.low, "high": d.high,
                 "stopped": self.stopped, "slower_than": self.slower_than,
                 "busy_pairs": self.busy_pairs,
-                "redone": self.redone, "pairs": self.pairs}
+                "redone": self.redone, "taken_by": self.taken_by, "pairs": self.pairs}
 
 
 def run_pairs(reference: Side, candidates: list[Candidate], spec: MeasureSpec,
@@ -245,16 +246,17 @@ def _pair(reference: Side, c: Candidate, sides: list[Side], round_: int, spec: M
         one_sided = ref["busy"] != own["busy"]
         if one_sided and again < spec.busy_retries:
             c.redone += 1
+            c.taken_by += [w["load"] for w in (ref, own) if w["busy"]]
             continue
         break
     if not ref["rate"] or not own["rate"]:
         return
     half = ratio_half_width(own["precision"], ref["precision"])
     c.busy_pairs += ref["busy"] and own["busy"]
+    c.taken_by += [w["load"] for w in (ref, own) if w["busy"]]
     c.pairs.append({"ratio": own["rate"] / ref["rate"], "half_width": half,
                     "reference_rate": ref["rate"], "rate": own["rate"],
-                    "busy": [ref["busy"], own["busy"]],
-                    "taken_by": [w["load"] for w in (ref, own) if w["busy"]]})
+                    "busy": [ref["busy"], own["busy"]]})
     c.comparison.add(own["rate"] / ref["rate"], half)
 
 

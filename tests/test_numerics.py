@@ -1,0 +1,101 @@
+"""Precision tried safely: a precision candidate of a tuned run is checked by its
+gradients on the incumbent's first batches before it trains a window, and refused
+(with why) where they differ; where the CPU emulates bfloat16 the run says it left
+bfloat16 out, and without consent it names the flag that would try it."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune.config import TrialConfig
+from autotune.pipeline import build
+from autotune.pipeline import _tuning
+from autotune.pipeline._tuning import TunedRun, TuneSpec, numerics_check, precision_notes
+
+CONFIG = TrialConfig(batch_size=32, num_neighbors=(5, 5), num_workers=0, hidden_channels=16,
+                     sampling_backend="builtin")
+
+
+@pytest.fixture
+def pipes(tiny_synthetic):
+    """The incumbent (float32) and candidates sharing its model, and three probe
+    batches from its loader."""
+    torch.manual_seed(0)
+    incumbent = build(CONFIG, tiny_synthetic, num_classes=4)
+    model, optimizer = incumbent.eager_model, incumbent.optimizer
+
+    def candidate(**change):
+        return build(CONFIG.replace(**change), tiny_synthetic, model, num_classes=4,
+                     optimizer=optimizer)
+
+    probes = [batch for _, batch in zip(range(3), incumbent.loader)]
+    return incumbent, candidate, probes
+
+
+def test_the_same_numerics_pass_and_bfloat16_features_pass(pipes):
+    incumbent, candidate, probes = pipes
+    assert numerics_check(incumbent, candidate(), probes) == ""
+    assert numerics_check(incumbent, candidate(feature_dtype="bfloat16"), probes) == ""
+
+
+def test_a_candidate_whose_gradients_differ_is_refused_with_why(pipes, monkeypatch):
+    incumbent, candidate, probes = pipes
+    broken = candidate(feature_dtype="bfloat16")
+    real = broken.gradients
+
+    def turned(batch, seed=0):  # its gradient turned a quarter of the way round
+        g = real(batch, seed)
+        noise = torch.randn(g.shape, generator=torch.Generator().manual_seed(seed))
+        noise = noise / noise.norm() * g.norm()
+        return 0.7 * g + 0.7 * noise
+
+    monkeypatch.setattr(broken, "gradients", turned)
+    why = numerics_check(incumbent, broken, probes)
+    assert why.startswith("gradient direction off on probe batch 1: cosine")
+    monkeypatch.setattr(broken, "gradients", lambda batch, seed=0: 1.2 * real(batch, seed))
+    assert numerics_check(incumbent, broken, probes).startswith(
+        "gradient size off on probe batch 1: 1.200x")
+    monkeypatch.setattr(broken, "gradients",
+                        lambda batch, seed=0: real(batch, seed) * float("nan"))
+    assert numerics_check(incumbent, broken, probes).startswith("non-finite gradients")
+    assert numerics_check(incumbent, broken, []) == "no probe batch trained yet"
+
+
+def test_a_tuned_run_refuses_a_precision_candidate_that_fails_the_check(tiny_synthetic,
+                                                                        monkeypatch):
+    """Through the run: the candidate never trains a window, its verdict is refused,
+    and its line says why."""
+    from autotune.pipeline._training import fit_tuned
+
+    queue = [("feature_dtype float32 -> bfloat16", CONFIG.replace(feature_dtype="bfloat16"))]
+    real = _tuning.Pipeline.gradients
+
+    def off(self, batch, seed=0):
+        g = real(self, batch, seed)
+        return g * (1.5 if self.config.feature_dtype == "bfloat16" else 1.0)
+
+    monkeypatch.setattr(_tuning.Pipeline, "gradients", off)
+    lines = []
+    run = TunedRun(CONFIG, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=4,
+                                                    precision=True),
+                   epochs=2, num_classes=4, queue=queue, on_line=lines.append)
+    try:
+        fit_tuned(run, tiny_synthetic, 2)
+    finally:
+        run.close()
+    tried = run.log.tried[0]
+    assert tried.verdict == "refused" and tried.steps == 0, tried
+    assert tried.reason.startswith("numerics check: gradient size off"), tried.reason
+    assert any("refused (numerics check" in line for line in lines), lines
+    assert run.pipe.config.feature_dtype == "float32"
+
+
+def test_the_run_says_what_it_left_out_of_precision_and_why(monkeypatch):
+    monkeypatch.setattr(_tuning, "native_bf16", lambda: False)
+    notes = precision_notes(CONFIG, TuneSpec(precision=True))
+    assert notes and "bfloat16 autocast not tried" in notes[0] and "emulation" in notes[0]
+    assert precision_notes(CONFIG, TuneSpec(precision=False)) == []
+    monkeypatch.setattr(_tuning, "native_bf16", lambda: True)
+    assert precision_notes(CONFIG, TuneSpec(precision=True)) == []
+    hint = precision_notes(CONFIG, TuneSpec(precision=False))
+    assert hint and "--tune-precision" in hint[0] and "1.45x" in hint[0]
