@@ -125,7 +125,8 @@ def _named(study: dict) -> list[list]:
     took: dict[tuple[int, str], float] = {}
     for t in study["trials"]:
         window = t.get("load") or {}
-        for load in [window, *(t.get("remeasured") or [])]:
+        paired = ((t.get("confirm") or {}).get("pairs") or {}).get("taken_by") or []
+        for load in [window, *(t.get("remeasured") or []), *paired]:
             for pid, name, cpu_s in load.get("top", []):
                 took[(pid, name)] = took.get((pid, name), 0.0) + cpu_s
     return sorted(([pid, name, round(s, 1)] for (pid, name), s in took.items()),

@@ -44,13 +44,30 @@ def _quickstart() -> list[tuple[str, str, str, str]]:
     q = _load("quickstart")
     if not q:
         return []
-    return [("quickstart.py", f"the README's quick start ({q['command']}), fresh data and "
+    rows = [("quickstart.py", f"the README's quick start ({q['command']}), fresh data and "
              "cache: first result line, whole search with its confirmation",
              f"{q['first_result_line_s']:.0f} s, {q['total_s']:.0f} s" + (
                  "" if "default_confirmed" not in q else ", default confirmed"
                  if q["default_confirmed"] else ", default unconfirmed") + f" ({_machine(q)})",
              f"<= {q['target_first_result_line_s']:.0f} s, <= {q['target_total_s']:.0f} s: "
              f"{_verdict(q['meets'])}")]
+    agree = q.get("agreement")
+    if agree:
+        runs = q["runs"]
+        picks = ", ".join(f"{d['speedup']:.2f}x [{d['low']:.2f}, {d['high']:.2f}]"
+                          for d in agree["defaults"] if d)
+        rows.append(("quickstart.py --runs 3", "three quick starts back to back: first "
+                     "lines, totals, their defaults' confirmed speed-ups; the same default "
+                     "(or tied), intervals overlapping, spread of the speed-ups",
+                     ", ".join(f"{r['first_result_line_s']:.0f}" for r in runs) + " s; " +
+                     ", ".join(f"{r['total_s']:.0f}" for r in runs) + f" s; {picks}; "
+                     f"same default: {agree['same_default']}, overlap: "
+                     f"{agree['intervals_overlap']}, spread "
+                     f"{100 * agree['speedup_spread']:.1f}%",
+                     f"all <= 30 s and <= 120 s: {_verdict(q.get('all_meet', False))}; spread "
+                     f"<= {100 * agree['target_speedup_spread']:.0f}%: "
+                     f"{_verdict(agree['speedup_spread'] <= agree['target_speedup_spread'])}"))
+    return rows
 
 
 def _sampler() -> list[tuple[str, str, str, str]]:

@@ -606,7 +606,7 @@ def _store_paired(opts: SearchOptions, study: optuna.Study, the_plan: Plan,
         if i:
             c = paired["candidates"][i - 1]
             figure.update({k: c[k] for k in ("ratios", "half_widths", "verdict", "stopped",
-                                             "busy_pairs", "redone")})
+                                             "busy_pairs", "redone", "taken_by")})
             if c["slower_than"] is not None:  # racing: known slower than another candidate
                 figure["slower_than"] = the_plan.trials[c["slower_than"]].number
                 figure["stopped"] = f"slower than #{figure['slower_than']}"
