@@ -54,7 +54,7 @@ SEARCH_OPTIONS: tuple[Option, ...] = (
            "(0: off)", metavar="N"),
     Option("confirm_rounds", 3, at_least(3), "the confirmation's rounds, at least 3; 5 at "
            "least where every candidate is 3x the baseline or more, whose windows are then "
-           "shorter"),
+           "shorter (a paired confirmation: each candidate's pairs, at least)"),
     Option("confirm_by", "auto", one_of("auto", "pairs", "rounds"), "how the confirmation "
            "measures: pairs (the baseline and the candidates in one process, in short "
            "alternating windows, each candidate until its pairs decide it), rounds (each "
