@@ -20,12 +20,20 @@ def _fresh(code: str, *flags: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-def test_the_names_the_docs_use_are_reachable_after_import_autotune():
+def test_the_names_the_docs_use_are_reachable_after_import_autotune_and_sparse_is_quiet():
+    """In a fresh interpreter (torch warns once a process, and ``import autotune``
+    must import the subpackages itself): the names the docs use, after a plain
+    ``import autotune``; and sparse aggregation with any UserWarning an error."""
     proc = _fresh("import autotune\n"
                   "print(autotune.study.RunRecorder.__name__, autotune.TuneLog.__name__,\n"
-                  "      autotune.RunRecorder is autotune.study.RunRecorder)")
+                  "      autotune.RunRecorder is autotune.study.RunRecorder)\n"
+                  "import torch\n"
+                  "from autotune.pipeline._build import sparse_adjacency\n"
+                  "a = sparse_adjacency(torch.tensor([[0, 1, 2], [1, 2, 0]]), 3)\n"
+                  "print((a @ torch.ones(3, 2)).sum().item())", "-W", "error::UserWarning")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["RunRecorder", "TuneLog", "True"]
+    assert proc.stdout.split() == ["RunRecorder", "TuneLog", "True", "6.0"]
+    assert "Sparse" not in proc.stderr
 
 
 def test_the_old_loader_path_works_with_a_deprecation_warning():
@@ -36,16 +44,6 @@ def test_the_old_loader_path_works_with_a_deprecation_warning():
     assert LinkNeighborLoader is autotune.sampling.LinkNeighborLoader
     with pytest.raises(ImportError):
         from autotune.loader import NoSuchLoader  # noqa: F401
-
-
-def test_sparse_aggregation_prints_none_of_torchs_sparse_notices():
-    """torch warns once a process, so a fresh one: any UserWarning fails it."""
-    proc = _fresh("import torch\n"
-                  "from autotune.pipeline._build import sparse_adjacency\n"
-                  "a = sparse_adjacency(torch.tensor([[0, 1, 2], [1, 2, 0]]), 3)\n"
-                  "print((a @ torch.ones(3, 2)).sum().item())", "-W", "error::UserWarning")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "6.0" and "Sparse" not in proc.stderr
 
 
 def test_counts_in_words_and_affinity_sets_told_apart():

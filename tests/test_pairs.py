@@ -111,7 +111,7 @@ def test_a_real_search_confirms_its_front_in_one_paired_process(tmp_path):
     engine's reading of those pairs."""
     proc = cli("search", "--dataset", "synthetic", "--scale", "0.004", "--steps", "3",
                "--warmup", "1", "--warmup-time", "0", "--max-seconds", "0.5", "--space", "quick",
-               "--n-trials", "4", "--confirm", "1", "--no-racing",
+               "--n-trials", "4", "--confirm", "1", "--no-racing", "--confirm-precision", "30%",
                "--root", str(tmp_path / "data"), "--studies-dir", str(tmp_path / "studies"),
                "--study-name", "p")
     assert proc.returncode == 0, proc.stderr
