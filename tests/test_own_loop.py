@@ -102,3 +102,40 @@ def test_an_export_of_a_users_own_loop_says_only_what_is_known(tiny_synthetic, t
     assert proc.returncode == 2 and "--dataset" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.slow
+def test_a_loop_that_never_calls_the_edges_hook_leaves_aggregation_unused_and_is_told(
+        tiny_synthetic, monkeypatch):
+    """A user's step that aggregates over ``batch.edge_index`` itself: the sparse
+    aggregation candidate trains, but changes nothing; its verdict says so and why,
+    and its line reaches the user."""
+    import torch.nn.functional as F
+    from torch_geometric.nn import SAGEConv
+
+    from autotune.pipeline import TunedLoop, TuneSpec, _tuning
+
+    start = TrialConfig(batch_size=32, num_neighbors=(5, 5), num_workers=0,
+                        sampling_backend="builtin")
+    queue = [("aggregation scatter -> sparse", start.replace(aggregation="sparse"))]
+    monkeypatch.setattr(_tuning, "candidates", lambda config, spec, topology=None: list(queue))
+    torch.manual_seed(0)
+    conv = SAGEConv(tiny_synthetic.num_features, 4)
+    optimizer = torch.optim.Adam(conv.parameters(), lr=0.01)
+    lines = []
+    with TunedLoop(tiny_synthetic, conv, optimizer, start, epochs=2, on_line=lines.append,
+                   tune=TuneSpec(share=1.0, window_steps=3, pairs=3)) as loop:
+        for _ in range(2):
+            for batch in loop.batches():
+                with loop.step() as step:
+                    out = conv(batch.x, batch.edge_index)[:batch.batch_size]  # not loop.edges
+                    loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    step.loss = loss.detach()
+    tried = loop.log.tried[0]
+    assert tried.steps > 0 and tried.verdict == "unused", tried
+    assert "loop.edges(batch)" in tried.reason
+    assert any("unused" in line and "loop.edges" in line for line in lines), lines
+    assert loop.config.aggregation == "scatter"

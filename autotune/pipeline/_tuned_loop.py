@@ -56,6 +56,7 @@ class TunedLoop:
         self._run = TunedRun(config, data, tune or TuneSpec(), epochs=epochs,
                              cache_file=cache_file, on_line=on_line, on_window=on_window,
                              model=model, optimizer=optimizer)
+        self._run.edges_asked = 0  # an aggregation candidate's windows must call edges()
         self._epochs = 0
 
     def batches(self) -> Iterator:
@@ -79,7 +80,10 @@ class TunedLoop:
 
     def edges(self, batch):
         """What the model aggregates over: ``batch.edge_index``, or its CSR adjacency
-        where this batch's config aggregates sparse."""
+        where this batch's config aggregates sparse. A step that never calls it leaves
+        an aggregation candidate ``unused``, and the run says so."""
+        if self._run.current is not self._run.pipe:
+            self._run.edges_asked += 1
         return self._run.current.edges(batch)
 
     @property

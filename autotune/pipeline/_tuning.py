@@ -125,7 +125,8 @@ class Tried:
     """One candidate: the knob it changed, its pairs' ratios (candidate over
     incumbent) and the comparison's decision after them, what became of it
     (``kept``, ``slower``, ``no faster``, ``dropped`` at its first pair, ``failed``
-    and why, ``refused`` by the numerics check and why, ``unfinished`` where the run or exploring's share ended first, ``not
+    and why, ``refused`` by the numerics check and why, ``unused`` where a loop of the
+    user's never called the aggregation's hook in its windows, ``unfinished`` where the run or exploring's share ended first, ``not
     tried``), and the steps and seconds it trained."""
 
     config: TrialConfig
@@ -476,6 +477,9 @@ class TunedRun:
         for note in self.log.notes:
             self.on_line(note)
         self._probes: list = []  # the incumbent's first batches: the numerics check's
+        # calls of the aggregation's hook in candidates' windows (TunedLoop's; None: the
+        # run's own step, which always calls it)
+        self.edges_asked: int | None = None
         self.steps = 0
         self.totals = _Window()  # the last epoch's steps, seeds, seconds and loss
         self._unfinished: Tried | None = None  # a candidate the last epoch's end cut short
@@ -622,7 +626,7 @@ class TunedRun:
                 raise window.error
             return window
 
-        started, candidate = time.perf_counter(), None
+        started, candidate, asked = time.perf_counter(), None, self.edges_asked
         try:
             # a window to order the queue by runs on past the batches in flight
             reference = yield from train(self.pipe, 0 if self._ordered else self._in_flight())
@@ -648,6 +652,11 @@ class TunedRun:
             pass
         except Exception as exc:  # out of memory, a dead worker, a compile error
             tried.verdict, tried.reason = "failed", f"{type(exc).__name__}: {exc}"[:300]
+        if asked is not None and asked == self.edges_asked and tried.steps and \
+                tried.config.aggregation != self.pipe.config.aggregation:
+            tried.verdict, tried.reason = "unused", (
+                "the step never called loop.edges(batch) in its windows, so the aggregation "
+                "changed nothing: call the model on loop.edges(batch), not batch.edge_index")
         self.log.explore_s += time.perf_counter() - started
         self._conclude(tried, candidate)
         return total
