@@ -139,3 +139,19 @@ def test_a_loop_that_never_calls_the_edges_hook_leaves_aggregation_unused_and_is
     assert "loop.edges(batch)" in tried.reason
     assert any("unused" in line and "loop.edges" in line for line in lines), lines
     assert loop.config.aggregation == "scatter"
+
+
+def test_show_names_a_candidate_that_ctrl_c_cut_off_and_the_runs_notes():
+    from autotune.study._tuned import run_lines
+
+    config = TrialConfig().to_dict()
+    report = {"unit": "seed nodes/s", "start": config, "final": config, "settled_step": None,
+              "settled_epoch": None, "final_rate": None, "explore_s": 1.5,
+              "interrupted_step": 40, "steps_by_config": {short(config): 40},
+              "tried": [{"change": "num_workers 2 -> 0", "ratios": [1.1, 1.2], "verdict": "",
+                         "speedup": 1.15, "interval": [0.9, 1.4], "reason": ""}],
+              "notes": ["precision: not tried (...)"], "windows": []}
+    text = "\n".join(run_lines(report))
+    assert "num_workers 2 -> 0" in text and \
+        "unfinished (the run stopped before its verdict)" in text
+    assert "  precision: not tried (...)" in text

@@ -121,7 +121,7 @@ def run_report(study: optuna.Study) -> dict[str, Any]:
             "explore_s": run.get("explore_s"), "wait_share": run.get("wait_share"),
             "steps_by_config": run.get("steps_by_config", {}),
             "tried": run.get("tried", []), "final_rate": final_rate(windows, final),
-            "windows": windows}
+            "notes": run.get("notes", []), "windows": windows}
 
 
 def final_rate(windows: list[dict[str, Any]], final: dict[str, Any]) -> float | None:
@@ -151,7 +151,9 @@ def run_lines(report: dict[str, Any]) -> list[str]:
     lines.append("tried:")
     for t in report["tried"]:
         why = f" ({t['reason']})" if t.get("reason") else ""
-        lines.append(f"  {t['change']:<40} {_figure(t):>30}  {t['verdict']}{why}")
+        verdict = t["verdict"] or "unfinished (the run stopped before its verdict)"
+        lines.append(f"  {t['change']:<40} {_figure(t):>30}  {verdict}{why}")
+    lines += [f"  {note}" for note in report.get("notes") or []]
     lines += ["", f"{'trial':>5} {'epoch':>5} {'step':>6} {'steps':>5} {unit:>14}  window of"]
     for w in report["windows"]:
         figure = f"{w['rate']:,.0f}" if w["rate"] else \
