@@ -634,11 +634,7 @@ class TunedRun:
             if self._pays_back(tried, reference.rate):
                 candidate = self._candidate = self._build(tried.config, self.pipe.eager_model,
                                                           self.pipe.optimizer)
-                if changes_precision(self.pipe.config, tried.config):
-                    why = numerics_check(self.pipe, candidate, self._probes)
-                    if why:
-                        tried.verdict, tried.reason = "refused", f"numerics check: {why}"
-                        raise _Refused()
+                self._check_numerics(tried, candidate)
                 if tried.config.compile_mode != "none":
                     reference = yield from self._warm_up(tried, train, candidate,
                                                          reference.rate)
@@ -652,14 +648,29 @@ class TunedRun:
             pass
         except Exception as exc:  # out of memory, a dead worker, a compile error
             tried.verdict, tried.reason = "failed", f"{type(exc).__name__}: {exc}"[:300]
+        self._check_hook(tried, asked)
+        self.log.explore_s += time.perf_counter() - started
+        self._conclude(tried, candidate)
+        return total
+
+    def _check_numerics(self, tried: Tried, candidate: Pipeline) -> None:
+        """Refuses a precision candidate whose gradients differ from the incumbent's
+        (:func:`numerics_check`): its verdict says why, and it trains no window."""
+        if changes_precision(self.pipe.config, tried.config):
+            why = numerics_check(self.pipe, candidate, self._probes)
+            if why:
+                tried.verdict, tried.reason = "refused", f"numerics check: {why}"
+                raise _Refused()
+
+    def _check_hook(self, tried: Tried, asked: int | None) -> None:
+        """Marks an aggregation candidate ``unused`` where the user's step never
+        called the aggregation's hook in its windows (``asked``: the calls before them;
+        None: the run's own step)."""
         if asked is not None and asked == self.edges_asked and tried.steps and \
                 tried.config.aggregation != self.pipe.config.aggregation:
             tried.verdict, tried.reason = "unused", (
                 "the step never called loop.edges(batch) in its windows, so the aggregation "
                 "changed nothing: call the model on loop.edges(batch), not batch.edge_index")
-        self.log.explore_s += time.perf_counter() - started
-        self._conclude(tried, candidate)
-        return total
 
     def _pairs(self, tried: Tried, candidate: Pipeline, train, reference: _Window | None,
                rest: Callable[[], list[int]]) -> Generator[Any, None, None]:

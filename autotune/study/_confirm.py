@@ -4,7 +4,10 @@ A *control* measures the baseline's config again once the search has run
 ``control_every`` seconds or ``control_every_trials`` measured trials since the
 last reference, so that every trial's speed-up is paired with a baseline measured
 close in time (:mod:`autotune.study._paired`). The *confirmation* ends a search: the
-front's ``confirm`` fastest configs, the knee and the baseline are measured again,
+front's ``confirm`` fastest configs, the knee and the baseline are measured again.
+On a CPU (``--confirm-by pairs``) that is one paired trial (:func:`_run_paired`,
+:mod:`autotune.trial._pairs`): all of them in one process, in short alternating
+windows, each candidate's pairs decided by the comparison engine. Otherwise they are
 interleaved in ``confirm_rounds`` rounds (A B C D, A B C D, ...; more, with looser
 windows, beside candidates far ahead of the baseline), each measurement a fresh trial
 process, then more rounds for the candidates still wider than --confirm-precision
@@ -93,8 +96,8 @@ def measure(opts: SearchOptions, config: TrialConfig, server: ForkServer, trial_
             pairs=None) -> tuple[TrialResult, dict, bool]:
     """Measures ``config`` in its own process under the host's measurement lock (to
     ``spec``, default the search's), its timeout cut to what is left of the budget
-    (less ``reserve_s``); with ``pairs`` (candidates and a PairSpec), a paired trial
-    of ``config`` and them (:mod:`autotune.trial._pairs`). Returns the result, where
+    (less ``reserve_s``); with ``pairs`` (a PairSpec), a paired trial of ``config``
+    and its candidates (:mod:`autotune.trial._pairs`). Returns the result, where
     and when it was measured (``TrialRecord`` fields), and whether the budget bounded
     the timeout."""
     with measurement_lock(opts.device, who) as waited:
@@ -217,7 +220,6 @@ class Plan:
     rounds: int
     asked: int  # the rounds asked (:func:`rounds_asked`), of which ``rounds`` fit
     resumed: bool = False  # a run stopped before its end, going on
-
     paired: bool = False  # one paired trial (autotune.trial._pairs), not rounds
 
     @property
@@ -408,6 +410,9 @@ def fitted(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],
 
 def _claim(opts: SearchOptions, study: optuna.Study, numbers: list[int],
            rest: float | None = None, overhead_s: float = 0.0, **extra: Any) -> Plan:
+    """Stores a new confirmation run of ``numbers`` (its rounds :func:`fitted` to
+    ``rest``; ``extra``: more of its fields, ``paired=True`` for a paired one) and
+    returns its plan."""
     trials = rec.records(study)
     numbers, rounds = fitted(opts, trials, numbers, rest, overhead_s)
     asked = rounds_asked(opts, trials, numbers)
@@ -417,7 +422,6 @@ def _claim(opts: SearchOptions, study: optuna.Study, numbers: list[int],
         "run": len(runs), "started": time.time(), "candidates": numbers,
         "rounds": rounds, "asked": asked, "within": opts.confirm_precision,
         "state": "running", "worker": this_worker(), "beat": time.time(), **extra}])
-    # (a paired run is marked in its record: ``extra`` holds paired=True)
     return Plan(len(runs), tuple(frozen[n] for n in numbers), rounds, asked,
                 paired=extra.get("paired", False))
 
