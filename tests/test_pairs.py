@@ -45,7 +45,7 @@ def _scripted(monkeypatch, rates: dict[int, list[float]], busy: dict[int, list[b
     turn; returns the order the configs were measured in."""
     order = []
 
-    def window(side, others, activate, clock_for, spec):
+    def window(side, others, spec):
         order.append(side.index)
         disturbed = busy.get(side.index, [])
         out = {"config": side.index, "rate": rates[side.index].pop(0), "precision": 0.01,
@@ -62,8 +62,7 @@ def test_pairs_alternate_abba_and_stop_once_the_engine_decides(monkeypatch):
     rates = {0: [100.0] * 40, 1: [150.0, 151.0, 149.0, 150.5, 150.0] * 8}
     order = _scripted(monkeypatch, rates, {})
     candidate = Candidate(_side(1), Comparison(Rule(precision=0.10)))
-    ended = _pairs.run_pairs(_side(0), [candidate], MeasureSpec(), _pairs.PairSpec(),
-                             None, None)
+    ended = _pairs.run_pairs(_side(0), [candidate], MeasureSpec(), _pairs.PairSpec())
     assert ended == "decided" and candidate.stopped == "decided"
     decision = candidate.comparison.decision()
     assert decision.verdict == "faster" and decision.pairs == 3  # the rule's least
@@ -77,8 +76,7 @@ def test_a_pair_disturbed_on_one_side_is_measured_again_and_one_on_both_is_kept(
     busy = {0: [False, False, True, False], 1: [True, False, True, False]}
     _scripted(monkeypatch, rates, busy)
     candidate = Candidate(_side(1), Comparison(Rule(min_pairs=3, max_pairs=3)))
-    _pairs.run_pairs(_side(0), [candidate], MeasureSpec(busy_retries=2), _pairs.PairSpec(),
-                     None, None)
+    _pairs.run_pairs(_side(0), [candidate], MeasureSpec(busy_retries=2), _pairs.PairSpec())
     assert candidate.redone == 1 and candidate.busy_pairs == 1
     assert candidate.comparison.ratios == [1.2, 1.2, 1.2]
     # whose load, for the report: the dropped window's and both of the kept pair's
@@ -90,7 +88,7 @@ def test_racing_drops_a_candidate_known_slower_than_another(monkeypatch):
     _scripted(monkeypatch, rates, {})
     fast = Candidate(_side(1), Comparison(Rule(precision=0.01, max_pairs=20)))
     slow = Candidate(_side(2), Comparison(Rule(precision=0.01, max_pairs=20)))
-    _pairs.run_pairs(_side(0), [fast, slow], MeasureSpec(), _pairs.PairSpec(), None, None)
+    _pairs.run_pairs(_side(0), [fast, slow], MeasureSpec(), _pairs.PairSpec())
     assert slow.stopped == "slower" and slow.slower_than == 1
     assert slow.comparison.pairs < 20
 
@@ -99,8 +97,7 @@ def test_pairs_stop_at_their_time_limit(monkeypatch):
     rates = {0: [100.0] * 40, 1: [100.0, 130.0, 80.0, 120.0] * 10}
     _scripted(monkeypatch, rates, {})
     candidate = Candidate(_side(1), Comparison(Rule(precision=0.01)))
-    ended = _pairs.run_pairs(_side(0), [candidate], MeasureSpec(), _pairs.PairSpec(max_s=0.0),
-                             None, None)
+    ended = _pairs.run_pairs(_side(0), [candidate], MeasureSpec(), _pairs.PairSpec(max_s=0.0))
     assert ended == "max-seconds" and candidate.stopped == "time"
 
 
@@ -218,3 +215,16 @@ def test_a_search_stopped_by_sigterm_in_its_paired_confirmation_finishes_it_when
     fast = max(asked[1:], key=lambda n: figures[n].speedup)
     rows = {r.trial: r for r in front_rows(trials, s.baseline, s.budget_mib)}
     assert rows[fast].confirmation.startswith("confirmed in 4 pairs"), rows[fast].marks
+
+
+def test_a_paired_line_names_what_took_the_cores_in_its_disturbed_pairs():
+    from autotune.study._progress import paired_text
+    from autotune.trial import Load
+
+    load = Load(cores=2, wall_s=1.0, own_s=1.0, others_s=0.9, share=0.45,
+                top=[[4321, "stress", 0.9]]).to_dict()
+    figure = {"ratios": [1.2, 1.21, 1.19], "half_widths": [0.01] * 3, "verdict": "faster",
+              "stopped": "decided", "busy_pairs": 1, "redone": 0, "taken_by": [load, load]}
+    text = paired_text(figure)
+    assert "over 3 pairs: faster" in text
+    assert text.endswith("the machine was busy in 1 pair (pid 4321 (stress) 0.9 CPU-s)")

@@ -280,6 +280,12 @@ def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = 
     return out
 
 
+# what precision gave where it was measured: benchmarks/results/knobs.json
+PRECISION_GAIN = ("bfloat16 autocast measured 1.45x float32 in benchmarks/knobs.py "
+                  "(2-core AMD EPYC with avx512_bf16, scale 0.1; docs/benchmarks.md), each "
+                  "candidate checked by its gradients first")
+
+
 def precision_notes(config: TrialConfig, spec: TuneSpec) -> list[str]:
     """What the run says of precision before it trains: bfloat16 left out where this
     CPU emulates it (with consent), or the flag that would try it (without)."""
@@ -292,12 +298,6 @@ def precision_notes(config: TrialConfig, spec: TuneSpec) -> list[str]:
         return ["precision: not tried (it changes the numerics: --tune-precision, or "
                 f"TuneSpec(precision=True), asks for it); {PRECISION_GAIN}"]
     return []
-
-
-# what precision gave where it was measured: benchmarks/results/knobs.json
-PRECISION_GAIN = ("bfloat16 autocast measured 1.45x float32 in benchmarks/knobs.py "
-                  "(2-core AMD EPYC with avx512_bf16, scale 0.1; docs/benchmarks.md), each "
-                  "candidate checked by its gradients first")
 
 
 def changes_precision(incumbent: TrialConfig, candidate: TrialConfig) -> bool:

@@ -33,7 +33,7 @@ from optuna.trial import FrozenTrial
 
 from autotune.compare import CONFIDENCE, Rule, boundary, z_quantile
 from autotune.config import TrialConfig
-from autotune.trial import ForkServer, Load, PairSpec, TrialResult, WindowStats, rate_half_width, \
+from autotune.trial import ForkServer, PairSpec, TrialResult, WindowStats, rate_half_width, \
     run_trial
 from autotune.specs import MeasureSpec, TrialLimits
 from autotune.files import inductor_cache_dir
@@ -352,12 +352,17 @@ def plan_s(opts: SearchOptions, study: optuna.Study, the_plan: Plan,
 
 def paired_s(trials: list[TrialRecord], numbers: list[int], overhead_s: float = 0.0) -> float:
     """The seconds a paired confirmation of ``numbers`` (the baseline first) takes
-    about: a trial's start-up, each config's warm-up as its trial took, and
-    :data:`EXPECTED_PAIRS` pairs of each candidate (:data:`PAIRED_MAX_S` at most)."""
-    warm = sum(trials[n].phases_s.get("warmup", 0.0) for n in numbers)
-    startup = _startup_s(trials) or 0.0
+    about: :func:`_paired_fixed_s`, and :data:`EXPECTED_PAIRS` pairs of each candidate
+    (:data:`PAIRED_MAX_S` at most)."""
     pairs = min(EXPECTED_PAIRS * PAIR_S * (len(numbers) - 1), PAIRED_MAX_S)
-    return startup + warm + pairs + overhead_s * len(numbers)
+    return _paired_fixed_s(trials, numbers) + pairs + overhead_s * len(numbers)
+
+
+def _paired_fixed_s(trials: list[TrialRecord], numbers: list[int]) -> float:
+    """What a paired trial of ``numbers`` takes besides its pairs: a trial's start-up
+    and each config's warm-up as its trial took."""
+    warm = sum(trials[n].phases_s.get("warmup", 0.0) for n in numbers)
+    return (_startup_s(trials) or 0.0) + warm
 
 
 def candidates(opts: SearchOptions, study: optuna.Study) -> list[int]:
@@ -565,8 +570,7 @@ def _run_paired(opts: SearchOptions, study: optuna.Study, server: ForkServer, le
     numbers = [t.number for t in the_plan.trials]
     configs = [trials[n].config for n in numbers]
     rest = left()
-    fixed = paired_s(trials, numbers) - min(EXPECTED_PAIRS * PAIR_S * (len(numbers) - 1),
-                                            PAIRED_MAX_S)
+    fixed = _paired_fixed_s(trials, numbers)
     max_s = PAIRED_MAX_S if rest is None else min(PAIRED_MAX_S, rest - fixed)
     if max_s < MIN_PAIRED_S:
         return (f"--budget left {rest:.0f} s, less than a paired confirmation needs (about "
@@ -614,7 +618,6 @@ def _store_paired(opts: SearchOptions, study: optuna.Study, the_plan: Plan,
             if c["slower_than"] is not None:  # racing: known slower than another candidate
                 figure["slower_than"] = the_plan.trials[c["slower_than"]].number
                 figure["stopped"] = f"slower than #{figure['slower_than']}"
-            figure["busy"] = _taken_by(c["taken_by"])
         blocks = [[w["seeds"], w["seconds"]] for w in windows]
         folder = Path(where["trial_dir"]) / f"of-{of.number}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -627,13 +630,8 @@ def _store_paired(opts: SearchOptions, study: optuna.Study, the_plan: Plan,
             trial_dir=str(folder), measured_at=where["measured_at"],
             lock_wait_s=where["lock_wait_s"])
         out.append(_add(opts, study, of, record, [seeds / seconds, own.memory_mib]))
-        _beat(opts, study, the_plan.run)
+    _beat(opts, study, the_plan.run)
     return out
-
-
-def _taken_by(loads: list[dict]) -> str:
-    """The processes that took the cores in a candidate's disturbed windows, each once."""
-    return "; ".join(dict.fromkeys(Load.from_dict(load).named() for load in loads))
 
 
 def split_precision(trials: list[TrialRecord], run: int, number: int) -> float | None:

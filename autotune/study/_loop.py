@@ -21,7 +21,7 @@ import optuna
 from optuna.trial import FixedTrial, TrialState
 
 from autotune.config import TrialConfig, renamed_knobs
-from autotune.env import clock as clock_text
+from autotune.env import clock as clock_text, plural
 from autotune.errors import GuardError
 from autotune.logging import get_logger
 from autotune.specs import MeasureSpec, Screen
@@ -258,7 +258,7 @@ def _confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, clock
         what = "resumed where it was stopped: " if plan.resumed else what
         fewer = " (all that --budget holds)" if plan.rounds < plan.asked else ""
         how = "pairs of short windows in one process" if plan.paired else \
-            f"{plan.rounds} interleaved round{'s' if plan.rounds > 1 else ''}{fewer}"
+            f"{plural(plan.rounds, 'interleaved round')}{fewer}"
         note(f"confirmation: {what}{how} of {names}, about "
              f"{clock_text(confirmation.plan_s(opts, study, plan, clock.overhead()))}")
 

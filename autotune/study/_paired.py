@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 from autotune.compare import CONFIDENCE, Comparison, Decision, Rule, t_quantile
+from autotune.env import plural
 from autotune.trial import Load, ratio_half_width
 from autotune.study._records import TrialRecord
 
@@ -121,7 +122,7 @@ class Confirmed:
 
     def count(self) -> str:
         """Its rounds (or pairs) in words: ``3 rounds``, ``11 pairs``."""
-        return f"{self.rounds} {self.unit}{'s' if self.rounds != 1 else ''}"
+        return plural(self.rounds, self.unit)
 
     def overlaps(self, other: Confirmed) -> bool:
         """Whether the two speed-up intervals overlap: the two are tied."""
@@ -244,7 +245,12 @@ def left_out(trials: Iterable[TrialRecord], figures: dict[int, Confirmed]) -> di
 
 def _who_took(disturbed: Iterable[TrialRecord]) -> str:
     """The processes that took the cores of these disturbed measurements, each once."""
-    return "; ".join(dict.fromkeys(Load.from_dict(t.window.load).named() for t in disturbed))
+    return who_took(t.window.load for t in disturbed)
+
+
+def who_took(loads: Iterable[dict[str, Any]]) -> str:
+    """The processes that took the cores in these windows' loads (as stored), each once."""
+    return "; ".join(dict.fromkeys(Load.from_dict(load).named() for load in loads))
 
 
 def _candidate(number: int, measured: dict[int, TrialRecord],

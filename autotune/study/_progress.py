@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import TextIO
 
 from autotune.config import short
-from autotune.env import clock
+from autotune.env import clock, plural
 from autotune.taskinfo import task_info
 from autotune.trial import busy_note
-from autotune.study._paired import paired_decision
+from autotune.study._paired import paired_decision, who_took
 
 
 def ratio(value: float | None, precision: float | None = None) -> str:
@@ -70,10 +70,9 @@ def paired_text(figure: dict) -> str:
     stopped = figure.get("stopped", "")
     why = stopped if stopped not in ("decided", "") else figure.get("verdict", "")
     busy = figure.get("busy_pairs", 0) + figure.get("redone", 0)
-    return (f"  {paired_decision(figure).text()} over {len(ratios)} pair"
-            f"{'s' if len(ratios) != 1 else ''}: {why}" +
-            (f"; the machine was busy in {busy} pair{'s' if busy != 1 else ''} "
-             f"({figure.get('busy') or 'unnamed'})" if busy else ""))
+    return (f"  {paired_decision(figure).text()} over {plural(len(ratios), 'pair')}: {why}" +
+            (f"; the machine was busy in {plural(busy, 'pair')} "
+             f"({who_took(figure.get('taken_by', [])) or 'unnamed'})" if busy else ""))
 
 
 def _drift(change: float, interval: float | None) -> str:
@@ -117,8 +116,8 @@ class Ticker:
               progress_line(n, total, record, elapsed, eta, self.base), file=self.stream,
               flush=True)
         if record.baseline and not self.estimated and n < total != float("inf"):
-            confirm = f", then a confirmation of up to {self.confirmation} measurement" \
-                f"{'s' if self.confirmation != 1 else ''} " \
+            confirm = f", then a confirmation of up to " \
+                f"{plural(self.confirmation, 'measurement')} " \
                 if self.confirmation else " "
             print(f"estimate: the baseline took {clock(elapsed)}; {total - n} more trials like "
                   f"it{confirm}take about {clock(eta)} (compiling and guard training take "

@@ -143,18 +143,17 @@ def drain(pids: list[int]) -> float:
     return time.perf_counter() - started
 
 
-def timed_window(side: Side, others: list[Side], activate, clock_for, spec: MeasureSpec
-                 ) -> dict[str, Any]:
+def timed_window(side: Side, others: list[Side], spec: MeasureSpec) -> dict[str, Any]:
     """One window of ``side``: the other configs' workers drained, its untimed steps,
     then its timed steps, with the load of the timed part; returns the window's
     figures."""
     started = time.perf_counter()
     waited = drain([pid for other in others for pid in other.worker_pids()])
     meter = LoadMeter()
-    with activate(side):
+    with side.stepper.pipe.activate():
         for _ in range(side.settle):
             side.stepper.run()
-        clock = clock_for(side)
+        clock = _StepClock(side.stepper.pipe.device)
         meter.start()
         start = clock.start()
         seeds, block, blocks = 0, [0, 0.0], []
@@ -207,7 +206,7 @@ class Candidate:
 
 
 def run_pairs(reference: Side, candidates: list[Candidate], spec: MeasureSpec,
-              pairs: PairSpec, activate, clock_for) -> str:
+              pairs: PairSpec) -> str:
     """Pairs of each open candidate with the reference, ABBA, until each is decided
     (or known slower than another candidate: racing drops it), its pairs are spent,
     or ``pairs.max_s`` has run; returns why the pairs ended."""
@@ -222,7 +221,7 @@ def run_pairs(reference: Side, candidates: list[Candidate], spec: MeasureSpec,
                 for each in open_:
                     each.stopped = each.stopped or "time"
                 return "max-seconds"
-            _pair(reference, c, sides, round_, spec, activate, clock_for)
+            _pair(reference, c, sides, round_, spec)
             decision = c.comparison.decision()
             if decision.decided:
                 c.stopped = "decided"
@@ -232,16 +231,15 @@ def run_pairs(reference: Side, candidates: list[Candidate], spec: MeasureSpec,
         round_ += 1
 
 
-def _pair(reference: Side, c: Candidate, sides: list[Side], round_: int, spec: MeasureSpec,
-          activate, clock_for) -> None:
+def _pair(reference: Side, c: Candidate, sides: list[Side], round_: int,
+          spec: MeasureSpec) -> None:
     """One pair, the reference first in even rounds; measured again (up to
     ``spec.busy_retries`` times) where one window only was disturbed."""
     order = [reference, c.side] if round_ % 2 == 0 else [c.side, reference]
     for again in range(spec.busy_retries + 1):
         got = {}
         for side in order:
-            got[side.index] = timed_window(side, [s for s in sides if s is not side],
-                                           activate, clock_for, spec)
+            got[side.index] = timed_window(side, [s for s in sides if s is not side], spec)
         ref, own = got[reference.index], got[c.side.index]
         one_sided = ref["busy"] != own["busy"]
         if one_sided and again < spec.busy_retries:
@@ -306,14 +304,8 @@ def measure_paired(reference, candidates: list, spec: MeasureSpec, pairs: PairSp
         memory.phase("pairs")
         compared = [Candidate(side, Comparison(pairs.rule)) for side in sides[1:]]
 
-        def activate(side: Side):
-            return side.stepper.pipe.activate()
-
-        def clock_for(side: Side):
-            return _StepClock(side.stepper.pipe.device)
-
         with stopped(quiet):
-            ended = run_pairs(sides[0], compared, spec, pairs, activate, clock_for)
+            ended = run_pairs(sides[0], compared, spec, pairs)
         memory.phase("done")
     return {"stopped": ended, "candidates": [c.to_dict() for c in compared],
             "windows": [s.windows for s in sides], "warmup_step_times_s": warmups,
