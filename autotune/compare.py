@@ -40,6 +40,11 @@ CONFIDENCE = 0.95
 # The boundary is tightest at this many pairs (its mixture's width is tuned there):
 # comparisons here decide within about 4 to 30 pairs
 HORIZON = 10
+# No verdict before this many pairs: three pairs that neighbour each other in time
+# share their drift, so their spread understates the noise, and a 1.00x change read
+# at three is called faster more often than the confidence allows; from four it is
+# not (the replays of recorded pairs in benchmarks/verdicts.py)
+MIN_PAIRS = 4
 
 
 @lru_cache(maxsize=512)
@@ -86,7 +91,7 @@ class Rule:
     known to be no faster is dropped as soon as that is known); ``confidence``: of the interval, at every pair at once."""
 
     margin: float = 0.02
-    min_pairs: int = 3
+    min_pairs: int = MIN_PAIRS
     max_pairs: int = 30
     precision: float | None = None
     confidence: float = CONFIDENCE

@@ -1,10 +1,11 @@
-"""The README's quick start on a quiet machine and on a busy one, side by side: does the
-answer hold when other work runs (issue 46)?
+"""The README's quick start on a quiet machine and on busy ones, side by side: does the
+answer hold when other work runs (issues 46 and 58)?
 
-Runs the quick start's search twice in one run, each in a fresh folder: first on a
-quiet machine, then with a process that burns one core (pinned to the last one) for
+Runs the quick start's search three times in one run, each in a fresh folder: first on
+a quiet machine; then with a process that burns one core (pinned to the last one) for
 ``--busy-s`` seconds, starting ``--busy-after`` seconds after the first result line,
-in the search's middle. Records for each run its default pick (config, speed-up, its
+in the search's middle; then with another training (a PyTorch model trained on
+random data, torch's threads as it sets them) running beside the whole search. Records for each run its default pick (config, speed-up, its
 interval, confirmed or not and why), every front row's confirmation, and what the
 busy run named as disturbing its windows. busy.json holds:
 
@@ -14,7 +15,11 @@ busy run named as disturbing its windows. busy.json holds:
 - ``confirmed_too_wide``: front rows of either run called confirmed with a speed-up
   interval wider than the stated precision (``--confirm-precision``): 0 is the target;
 - ``disturbing_process``: the processes the busy run named (pid, name, CPU seconds),
-  and ``named_the_burner``: whether the burner's pid is among them.
+  and ``named_the_burner``: whether the burner's pid is among them;
+- ``training``: the run beside another training: its time over the quiet run's
+  (target: at most 2), whether it said the machine stays busy and how often (target:
+  once), and whether its default is the quiet run's config or one the quiet run's
+  front places tied with it (``judge``, as for the burner).
 
     python benchmarks/busy.py --out benchmarks/results/busy.json
 """
@@ -41,13 +46,27 @@ def _burn(core: int) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code])
 
 
-def _run(folder: Path, busy: tuple[float, float] | None) -> dict:
+TRAINING = """
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 64))
+opt = torch.optim.Adam(model.parameters())
+x, y = torch.randn(4096, 512), torch.randint(0, 64, (4096,))
+while True:
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+"""
+
+
+def _run(folder: Path, busy: tuple[float, float] | None, beside: bool = False) -> dict:
     """The quick start in ``folder``; ``busy``: (seconds after the first result line,
-    seconds) of a burner on the last core. Its output, the study as ``show`` gives it,
-    and the burner's pid and times."""
+    seconds) of a burner on the last core; ``beside``: another training runs through
+    the whole search. Its output, the study as ``show`` gives it, and the burner's (or
+    the training's) pid and times."""
     env = {**os.environ, "AUTOTUNE_CACHE": str(folder / "cache"),
            "AUTOTUNE_DATA_ROOT": str(folder / "data")}
     env.pop("AUTOTUNE_MAX_BUSY", None)  # the default, as a user has it
+    other = subprocess.Popen([sys.executable, "-c", TRAINING]) if beside else None
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "autotune", *COMMAND], cwd=folder, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -69,6 +88,10 @@ def _run(folder: Path, busy: tuple[float, float] | None) -> dict:
             timer = threading.Timer(busy[0], start_burner)
             timer.start()
     code = proc.wait()
+    if other is not None:
+        other.kill()
+        other.wait()
+        burner.update(pid=other.pid, training=True, ended_s=time.perf_counter() - started)
     if timer is not None:
         timer.join()
         while "ended_s" not in burner and burner:
@@ -143,9 +166,11 @@ def main() -> None:
     p.add_argument("--out", default="benchmarks/results/busy.json")
     args = p.parse_args()
     runs = {}
-    for name, busy in (("quiet", None), ("busy", (args.busy_after, args.busy_s))):
+    for name, busy, beside in (("quiet", None, False),
+                               ("busy", (args.busy_after, args.busy_s), False),
+                               ("training", None, True)):
         with tempfile.TemporaryDirectory(prefix=f"autotune-busy-{name}-") as folder:
-            runs[name] = _run(Path(folder), busy)
+            runs[name] = _run(Path(folder), busy, beside)
     fronts = {name: [_row_figures(r) for r in run["study"]["pareto"]]
               for name, run in runs.items()}
     named, burner = _named(runs["busy"]["study"]), runs["busy"]["burner"] or {}
@@ -162,7 +187,24 @@ def main() -> None:
         "quiet_front": fronts["quiet"], "busy_front": fronts["busy"],
         "quiet_total_s": runs["quiet"]["total_s"], "busy_total_s": runs["busy"]["total_s"],
         "quiet_output": runs["quiet"]["output"], "busy_output": runs["busy"]["output"],
+        "training": _beside(runs, fronts),
     })
+
+
+def _beside(runs: dict, fronts: dict) -> dict:
+    """The run beside another training, against the quiet one."""
+    run = runs["training"]
+    said = [line for line in run["output"] if "the machine stays busy" in line]
+    quiet = next((r for r in fronts["quiet"] if r["default"]), None)
+    mine = next((r for r in fronts["training"] if r["default"]), None)
+    return {"total_s": run["total_s"], "over_quiet": run["total_s"] / runs["quiet"]["total_s"],
+            "target_over_quiet": 2.0, "said_busy": len(said), "said": said,
+            "same_default": quiet is not None and mine is not None and
+            quiet["config"] == mine["config"],
+            "named_the_training": any(pid == run["burner"]["pid"]
+                                      for pid, _, _ in _named(run["study"])),
+            **judge(fronts["quiet"], fronts["training"]), "front": fronts["training"],
+            "output": run["output"]}
 
 
 if __name__ == "__main__":

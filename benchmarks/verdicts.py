@@ -7,15 +7,20 @@ The series are the noise of these machines, recorded, never simulated:
 - in-run windows: A/A pairs of a tuned run (``autotune train --tune``'s own windows
   of 8 steps: a candidate identical to the incumbent, so every ratio is noise),
   recorded with ``--record`` on the machine at hand;
-- confirmation rounds: the quick start's confirmation (benchmarks/quickstart.py's
-  output), each candidate's ratio to its round's baseline, from every
-  ``quickstart*.json`` given.
+- paired windows: the quick start's paired confirmation as it measures on a CPU
+  (``--record-pairs``): its baseline (PyG's reddit.py config, 2 loader workers)
+  against itself (A/A: every ratio is noise) and against the default it picks
+  (b1024 f[10, 5], no loader workers: the noise of two unlike configs), each one
+  paired trial of short windows, ABBA, recorded on the machine at hand;
+- confirmation rounds: the quick start's confirmation by rounds of trial processes
+  (benchmarks/quickstart.py's output before the paired confirmation), each
+  candidate's ratio to its round's baseline, from every ``quickstart*.json`` given.
 
 Each series is centred (its log ratios less their mean: only the noise stays), then
 a replay draws pairs from it by a circular block bootstrap (blocks of 4 pairs, so
 that runs of slow or fast windows stay together) and multiplies each by the gain.
 The rules replayed, each as the code ran it:
-- engine: :class:`autotune.compare.Comparison` (margin 2%, 3 to 32 pairs, as the
+- engine: :class:`autotune.compare.Comparison` (margin 2%, 4 to 32 pairs, as the
   in-run tuner asks), looked at after every pair, "detects" where it says faster;
 - tuner-range: the in-run tuner's old rule: the mean of 2-3 ratios less half their
   range above 1.02 (first pair under 0.8 dropped);
@@ -29,6 +34,7 @@ A series of fewer than 8 pairs (a quick start's confirmation has 3 to 8 rounds a
 candidate) is listed but not replayed: resampling it would replay its few values.
 
     python benchmarks/verdicts.py --record            # records in-run windows here
+    python benchmarks/verdicts.py --record-pairs      # records paired windows here
     python benchmarks/verdicts.py --replays 2000      # replays every recorded series
 """
 from __future__ import annotations
@@ -50,7 +56,7 @@ RESULTS = Path(__file__).parent / "results"
 SERIES = RESULTS / "verdict-series.json"
 GAINS = (1.00, 1.07)
 BLOCK = 4
-ENGINE = Rule(margin=0.02, min_pairs=3, max_pairs=32)  # the in-run tuner's (TuneSpec)
+ENGINE = Rule(margin=0.02, max_pairs=32)  # the in-run tuner's (TuneSpec)
 MIN_PAIRS = 8  # a series shorter than this is too short to resample
 TARGETS = {"detects_1.07": 0.90, "keeps_1.00": 0.05}
 
@@ -59,14 +65,12 @@ def record(scale: float, pairs: int, batch_size: int) -> list[dict]:
     """A/A pairs of in-run windows for a config with loader workers (2) and one
     without, each from a tuned run whose one candidate is its own config."""
     from autotune.data._datasets import DatasetRef
-    from autotune.env import fingerprint
     from autotune.pipeline._tuning import TunedRun, TuneSpec
     from autotune.study._api import default_config
 
     ref = DatasetRef("synthetic", root="data", scale=scale)
     prepared = ref.prepare()
-    env = fingerprint("cpu")
-    machine = f"{env['cpu']} ({', '.join(env['cpu_features']) or 'no AVX-512'})"
+    machine = _machine()
     out = []
     for workers in (2, 0):
         config = default_config().replace(batch_size=batch_size, num_workers=workers)
@@ -92,6 +96,52 @@ def record(scale: float, pairs: int, batch_size: int) -> list[dict]:
         print(f"{out[-1]['config']}: {len(tried.ratios)} pairs, spread "
               f"{statistics.stdev(math.log(r) for r in tried.ratios):.3f}", flush=True)
     return out
+
+
+def record_pairs(scale: float, pairs: int) -> list[dict]:
+    """Paired windows of the quick start's confirmation: its baseline against itself
+    and against its default, ``pairs`` pairs each, one paired trial each (two, so
+    that racing drops neither), as :mod:`autotune.trial._pairs` measures them."""
+    import tempfile
+
+    from autotune.data._datasets import DatasetRef
+    from autotune.specs import MeasureSpec, TrialLimits
+    from autotune.study._api import default_config
+    from autotune.trial import PairSpec, run_trial
+
+    ref = DatasetRef("synthetic", root="data", scale=scale)
+    ref.prepare()
+    baseline = default_config("cpu")
+    rule = Rule(margin=0.02, min_pairs=pairs, max_pairs=pairs)  # never decides early
+    out = []
+    for name, candidate in (("itself (A/A)", baseline),
+                            ("b1024 f[10, 5] w0", baseline.replace(num_neighbors=(10, 5),
+                                                                   num_workers=0))):
+        with tempfile.TemporaryDirectory() as folder:
+            result = run_trial(baseline, dataset=ref, trial_dir=folder,
+                               measure=MeasureSpec(precision=0.10),
+                               limits=TrialLimits(timeout_s=30 * pairs),
+                               pairs=PairSpec((candidate,), rule, max_s=20.0 * pairs))
+        if not result.ok:
+            sys.exit(f"the paired trial against {name} failed: {result.status} "
+                     f"{result.reason}")
+        paired = result.pairs
+        seconds = [w["seconds"] for side in paired["windows"] for w in side]
+        out.append({"source": "paired windows", "machine": _machine(),
+                    "config": f"scale {scale}, the quick start's baseline against {name}, "
+                              f"windows of {paired['window_steps']} steps",
+                    "ratios": paired["candidates"][0]["ratios"],
+                    "pair_s": 2 * statistics.fmean(seconds)})
+        print(f"{out[-1]['config']}: {len(out[-1]['ratios'])} pairs, spread "
+              f"{statistics.stdev(math.log(r) for r in out[-1]['ratios']):.3f}", flush=True)
+    return out
+
+
+def _machine() -> str:
+    from autotune.env import fingerprint
+
+    env = fingerprint("cpu")
+    return f"{env['cpu']} ({', '.join(env['cpu_features']) or 'no AVX-512'})"
 
 
 ROUND = re.compile(r"\[round (\d+)\] of #(\d+) .*?([\d,]+) seed nodes/s")
@@ -220,7 +270,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--record", action="store_true",
                    help="record in-run A/A windows on this machine first (adds to the series)")
-    p.add_argument("--scale", type=float, default=0.1)
+    p.add_argument("--record-pairs", action="store_true",
+                   help="record the quick start's paired windows on this machine first "
+                        "(adds to the series)")
+    p.add_argument("--scale", type=float, default=0.1,
+                   help="the synthetic graph's scale for --record (--record-pairs: 0.02, "
+                        "the quick start's)")
     p.add_argument("--batch-size", type=int, default=512)
     p.add_argument("--pairs", type=int, default=40)
     p.add_argument("--quickstart", nargs="*", default=None,
@@ -233,10 +288,13 @@ def main() -> None:
     stored = json.loads(Path(args.series).read_text()) if Path(args.series).exists() else []
     if args.record:
         stored += record(args.scale, args.pairs, args.batch_size)
+    if args.record_pairs:
+        stored += record_pairs(0.02, args.pairs)
+    if args.record or args.record_pairs:
         Path(args.series).write_text(json.dumps(stored, indent=1) + "\n")
     files = args.quickstart if args.quickstart is not None else \
         sorted(str(f) for f in RESULTS.glob("quickstart*.json"))
-    series = [s for s in stored if s["source"] == "in-run windows"] + \
+    series = [s for s in stored if s["source"] != "confirmation rounds"] + \
         [s for f in files for s in confirmation_series(Path(f))]
     if not series:
         sys.exit("no series: run with --record, or give --quickstart files")

@@ -116,3 +116,41 @@ def test_recorded_window_noise_keeps_a_1_08x_candidate_and_not_a_1_00x_one():
                 kept += sequential(ratios, Rule(max_pairs=32))[0] == "faster"
             rates[gain] = kept / 500
         assert rates[1.08] >= 0.90 and rates[1.00] <= 0.05, (s["config"], rates)
+
+
+def _figure(trial: int, ratios: list[float]):
+    """A confirmed figure of ``ratios`` (one a pair, pairs 0, 1, ...), read by the engine."""
+    from autotune.study._paired import Confirmed
+
+    d = Comparison(Rule(min_pairs=2, max_pairs=len(ratios)), ratios).decision()
+    return Confirmed(trial, len(ratios), d.speedup, d.half_width, 100.0, None, 10.0,
+                     tuple(ratios), (trial,), low=d.low, high=d.high, unit="pair",
+                     at=tuple(range(len(ratios))))
+
+
+def test_the_engine_places_confirmed_configs_against_each_other_and_the_baseline():
+    """Two configs whose pairs move together (the same baseline windows) but differ by
+    1% are tied within 10%; one 25% slower than them is placed (left out); one whose
+    pairs scatter independently is not told apart from any; a config at 1.02x
+    [0.99, 1.05] is tied with the baseline, and one at 1.5x is faster than it."""
+    from autotune.study._paired import place, places
+
+    rng = random.Random(3)
+    shared = [math.exp(rng.gauss(0, 0.08)) for _ in range(12)]
+    fast = _figure(1, [1.5 * s for s in shared])
+    twin = _figure(2, [1.485 * s for s in shared])
+    slow = _figure(3, [1.2 * s for s in shared])
+    loose = _figure(4, [1.5 * math.exp(rng.gauss(0, 0.3)) for _ in range(12)])
+    flat = _figure(5, [1.02 * math.exp(rng.gauss(0, 0.01)) for _ in range(12)])
+    base = _figure(0, [1.0] * 12)
+    assert place(fast, twin, 0.10, baseline=0) == "tied"
+    assert place(twin, fast, 0.10, baseline=0) == "tied"
+    assert place(fast, slow, 0.10, baseline=0) == "faster"
+    assert place(fast, loose, 0.10, baseline=0) == "undecided"
+    assert place(flat, base, 0.10, baseline=0) == "tied"
+    assert place(base, fast, 0.10, baseline=0) == "faster"
+    figures = {f.trial: f for f in (base, fast, twin, slow, loose, flat)}
+    placed = places(figures, 0.10, baseline=0)
+    assert placed[1] == {2: "tied", 4: "undecided"}, placed[1]
+    assert placed[3] == {4: "undecided"}, placed[3]  # decidedly slower than 1 and 2
+    assert placed[5][0] == "tied" and placed[0][5] == "tied"

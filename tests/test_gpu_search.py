@@ -15,7 +15,7 @@ import pytest
 
 from autotune.specs import MeasureSpec
 from autotune.trial._result import MIB, MemoryStats, Observed, TrialResult, WindowStats
-from autotune.study import _confirm as confirm_module
+from autotune.study import _confirm as confirm_module, _search as search_module
 from autotune.study._records import StudyRecord, records
 from fake_cuda import GIB
 
@@ -108,7 +108,7 @@ class DriftingH200(FakeH100):
 def _search(tmp_path, monkeypatch, machine, **options):
     import autotune
 
-    monkeypatch.setattr(confirm_module, "run_trial", machine)
+    monkeypatch.setattr(search_module, "run_trial", machine)
     notes: list[str] = []
     plan = autotune.prepare_search(
         dataset="synthetic", scale=0.004, root=str(tmp_path / "data"), device="cuda",

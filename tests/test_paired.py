@@ -19,7 +19,7 @@ from _helpers import cli
 from autotune.compare import Comparison
 from autotune.config import TrialConfig
 from autotune.trial._result import MIB, MemoryStats, Observed, TrialResult, WindowStats
-from autotune.study import _confirm as confirm_module
+from autotune.study import _confirm as confirm_module, _search as search_module
 from autotune.study._front import front_rows
 from autotune.study._paired import confirmed, drifts
 from autotune.study._records import StudyRecord, TrialRecord, records
@@ -49,11 +49,13 @@ class FakeMachine:
         # measuring this config as its nth measurement (from 1)
         self.busy = busy
         self.calls: list[tuple[int, int]] = []  # (batch size, pid stand-in)
+        self.specs: list = []  # the MeasureSpec of each call
 
     def factor(self, k: int) -> float:
         return 1.0 - self.drift * min(k, self.span) / self.span
 
-    def __call__(self, config: TrialConfig, **_) -> TrialResult:
+    def __call__(self, config: TrialConfig, **kw) -> TrialResult:
+        self.specs.append(kw.get("measure"))
         rate, mib = TRUE[config.batch_size]
         if any(size == config.batch_size for size, _ in self.calls):
             mib = self.grow.get(config.batch_size, mib)
@@ -92,7 +94,7 @@ def _search(tmp_path, monkeypatch, machine, sizes=TRUE, fanouts=((25, 10),), not
             **options):
     import autotune
 
-    monkeypatch.setattr(confirm_module, "run_trial", machine)
+    monkeypatch.setattr(search_module, "run_trial", machine)
     plan = autotune.prepare_search(
         dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
         studies_dir=str(tmp_path / "studies"), space=_space(sizes, fanouts),
@@ -207,6 +209,37 @@ def test_a_disturbed_confirmation_measurement_is_measured_again_not_kept(tmp_pat
     assert result.default.number == fast
 
 
+def test_a_machine_that_stays_busy_is_said_once_and_its_windows_kept(tmp_path, monkeypatch):
+    """Another process takes the cores from the second trial through the sixth: after
+    two disturbed trials in a row the search says once that the machine stays busy,
+    naming the process, and measures on with windows kept as measured (neither
+    measured again nor screened); once a trial is quiet it says so, and disturbed
+    windows are measured again."""
+    import dataclasses
+
+    def busy(config, nth):
+        return 2 <= len(machine.calls) + 1 <= 6
+
+    machine = FakeMachine(drift=0.0, busy=busy)
+    monkeypatch.setattr(search_module, "run_trial", machine)
+    import autotune
+
+    plan = autotune.prepare_search(
+        dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
+        studies_dir=str(tmp_path / "studies"), space=_space(TRUE), priors=False,
+        racing=True, progress=False, optuna_sampler="random", n_trials=8, confirm=0)
+    notes: list[str] = []
+    result = dataclasses.replace(plan, on_note=notes.append).run()
+    said = [n for n in notes if n.startswith("the machine stays busy")]
+    assert len(said) == 1 and "pid 4321 (stress)" in said[0], notes
+    assert sum(n.startswith("the machine is quiet again") for n in notes) == 1, notes
+    specs = machine.specs
+    assert all(s.busy_retries > 0 for s in specs[:3]), specs[:3]  # before it is said
+    assert all(s.busy_retries == 0 and s.screen is None for s in specs[3:7]), specs[3:7]
+    assert specs[7].busy_retries > 0  # the sixth call was quiet: measured again as before
+    assert result.outcome.busy == ""
+
+
 def test_confirmed_means_the_speedups_interval_holds(tmp_path, monkeypatch):
     """896's confirmation rounds disagree (0.6x, 1.5x and 1x its speed), too much for
     more rounds to confirm it: it is shown unconfirmed with why, the default pick is
@@ -272,7 +305,7 @@ def test_a_sampler_that_repeats_itself_explores_then_stops(tmp_path, monkeypatch
     against nothing."""
     from optuna.samplers import BaseSampler
 
-    from autotune.study import _loop as loop
+    from autotune.study import _search as loop
 
     class Stuck(BaseSampler):
         def infer_relative_search_space(self, study, trial):
@@ -349,7 +382,7 @@ def _search_cli(tmp_path, monkeypatch, capsys, machine, sizes, *flags):
 
     from autotune.cli._main import main
 
-    monkeypatch.setattr(confirm_module, "run_trial", machine)
+    monkeypatch.setattr(search_module, "run_trial", machine)
     space = tmp_path / "space.yaml"
     space.write_text(json.dumps(_space(sizes)))
     capsys.readouterr()
@@ -603,7 +636,7 @@ def test_a_study_made_with_a_widened_space_resumes_in_it(tmp_path, monkeypatch):
     to hold the baseline, whose trial has params. Resumed, it goes on in that space
     (Optuna's distributions cannot change), with a note saying so."""
     from autotune.study._space import params_for
-    from autotune.study import _api as api, _loop as loop
+    from autotune.study import _api as api, _search as search_module
 
     real = api._space_and_baseline
 
@@ -611,12 +644,13 @@ def test_a_study_made_with_a_widened_space_resumes_in_it(tmp_path, monkeypatch):
         space, baseline = real(*args, **kwargs)
         return space.widened(), baseline
 
-    def with_params(opts, study, baseline):
-        study.enqueue_trial(params_for(baseline, opts.space), user_attrs={"baseline": True})  # as then
+    def with_params(search):  # how a study was made before
+        search.study.enqueue_trial(params_for(search.baseline, search.opts.space),
+                                   user_attrs={"baseline": True})
 
     with monkeypatch.context() as old:
         old.setattr(api, "_space_and_baseline", widened)
-        old.setattr(loop, "_enqueue_baseline", with_params)
+        old.setattr(search_module.Search, "enqueue_baseline", with_params)
         first, trials, s = _search(tmp_path, monkeypatch, FakeMachine(drift=0.0), sizes=SMALL,
                                    n_trials=4, confirm=0, optuna_sampler="tpe")
     assert trials[s.baseline].complete and trials[s.baseline].in_space

@@ -65,8 +65,8 @@ def test_pairs_alternate_abba_and_stop_once_the_engine_decides(monkeypatch):
     ended = _pairs.run_pairs(_side(0), [candidate], MeasureSpec(), _pairs.PairSpec())
     assert ended == "decided" and candidate.stopped == "decided"
     decision = candidate.comparison.decision()
-    assert decision.verdict == "faster" and decision.pairs == 3  # the rule's least
-    assert order == [0, 1, 1, 0, 0, 1]  # A B, B A, A B
+    assert decision.verdict == "faster" and decision.pairs == 4  # the rule's least
+    assert order == [0, 1, 1, 0, 0, 1, 1, 0]  # A B, B A, A B, B A
 
 
 def test_a_pair_disturbed_on_one_side_is_measured_again_and_one_on_both_is_kept(monkeypatch):

@@ -275,7 +275,7 @@ def test_a_compile_variant_waits_for_its_eager_twin(tmp_path):
     from autotune.config import TrialConfig
     from autotune.study._space import load_space, suggest_config
     from autotune.study import _records as rec
-    from autotune.study._loop import defer_compiled
+    from autotune.study._search import Search
     from autotune.study._options import SearchOptions
 
     space = load_space({"knobs": {"batch_size": {"choices": [64, 128]},
@@ -290,18 +290,19 @@ def test_a_compile_variant_waits_for_its_eager_twin(tmp_path):
                          "pad_ladder": "pow2"})
     trial = study.ask()
     config = suggest_config(trial, space, device="cpu")
-    assert defer_compiled(opts, study, trial, config)
+    search = Search(opts, study, TrialConfig())
+    assert search.defer_compiled(trial, config)
     frozen = study.trials[trial.number]
     assert frozen.state.name == "PRUNED" and frozen.user_attrs[rec.DEFERRED]
     twin_trial = study.ask()  # the queue gives the eager twin first, then the variant
     twin = suggest_config(twin_trial, space, device="cpu")
     assert twin == config.replace(compile_mode="none", shapes="dynamic")
-    assert not defer_compiled(opts, study, twin_trial, twin)
+    assert not search.defer_compiled(twin_trial, twin)
     twin_trial.set_user_attr(rec.CONFIG_KEY, twin.key())
     study.tell(twin_trial, [100.0, 10.0])
     again = study.ask()
     assert suggest_config(again, space, device="cpu") == config
-    assert not defer_compiled(opts, study, again, config), "its twin is measured now"
+    assert not search.defer_compiled(again, config), "its twin is measured now"
 
 
 @pytest.mark.exclusive

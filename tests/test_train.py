@@ -94,7 +94,7 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
     trained it for half the steps: a machine's speed, not the guard.)"""
     from autotune.data._datasets import DatasetRef
     from autotune.study._space import load_space, params_for
-    from autotune.study import _identity as identity, _loop as loop, _options as options, _records as records
+    from autotune.study import _identity as identity, _search as search_module, _options as options, _records as records
 
     (tmp_path / "space.yaml").write_text(
         "knobs:\n  batch_size: {choices: [16, 1024]}\n"
@@ -128,8 +128,8 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
     damaging = baseline.replace(batch_size=16, num_neighbors=(1, 1))
     for config in (damaging, baseline.replace(dropout_masks="bits")):
         study.enqueue_trial(params_for(config, space))
-    loop.run_search(dataclasses.replace(opts, n_trials=3, priors=False, confirm=0), study,
-                    baseline)
+    search_module.Search(dataclasses.replace(opts, n_trials=3, priors=False, confirm=0),
+                         study, baseline).run()
     trials = study.trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3, [t.user_attrs for t in trials]
     guard = study.user_attrs["guard"]

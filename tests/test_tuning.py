@@ -218,9 +218,9 @@ def test_a_candidates_verdict_is_the_comparison_engines():
 
     assert verdict([1.005, 1.004, 1.006, 1.005]) == "no faster"  # tied within 2%
     assert verdict([1.005, 1.004, 1.006, 1.005], min_gain=0.0) == "kept"
-    assert verdict([1.10, 1.08]) == "" and verdict([1.10, 1.08, 1.09]) == "kept"
-    assert verdict([0.90, 0.92, 0.91]) == "slower"
-    assert verdict([0.89, 1.12, 1.12]) == ""  # wide: more pairs
+    assert verdict([1.10, 1.08, 1.09]) == "" and verdict([1.10, 1.08, 1.09, 1.10]) == "kept"
+    assert verdict([0.90, 0.92, 0.91, 0.90]) == "slower"
+    assert verdict([0.89, 1.12, 1.12, 1.10]) == ""  # wide: more pairs
     assert verdict([0.89, 1.12, 1.12], pairs=3) == "no faster"  # spent, undecided
     assert verdict([0.5]) == "dropped" and verdict([1.05]) == ""
 

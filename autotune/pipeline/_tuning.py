@@ -44,7 +44,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Sampler
 
-from autotune.compare import Comparison, Decision, Rule
+from autotune.compare import MIN_PAIRS, Comparison, Decision, Rule
 from autotune.config import TrialConfig, short
 from autotune.env import native_bf16, plural
 from autotune.errors import AutotuneError, ConfigError
@@ -96,7 +96,7 @@ class TuneSpec:
     compile: bool | None = None
     compile_s: float = 20.0
     compile_gain: float = 1.25
-    min_pairs: int = 3
+    min_pairs: int = MIN_PAIRS
 
     def __post_init__(self) -> None:
         if not 0 < self.share <= 1:

@@ -4,8 +4,9 @@
 - ``_options``: :class:`SearchOptions`, the search's options and their defaults;
 - ``_space``: search spaces, the only code that calls ``trial.suggest_*``;
 - ``_identity``: creating or joining a study, and what it must keep;
-- ``_loop``: reserve, measure, tell; ``_recovery``: interrupted, stale and orphan trials;
-- ``_confirm``: the controls and the confirmation; ``_paired``: paired speed-ups;
+- ``_search``: one run of the search (:class:`Search`): reserve, measure, guard,
+  tell, confirm; ``_clock``: its time and budget; ``_recovery``: interrupted, stale and orphan trials;
+- ``_confirm``: when and what the controls and the confirmation measure; ``_paired``: paired speed-ups;
 - ``_constraints``: memory budget and accuracy guard as Optuna constraints;
 - ``_guard``: the accuracy guard's training runs;
 - ``_optuna_samplers``: the Optuna samplers; ``_priors``: the prior table;

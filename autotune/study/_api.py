@@ -32,7 +32,7 @@ from autotune.study import _records as rec
 from autotune.study._front import FrontRow, study_front, study_reference, write_export, write_pareto
 from autotune.study._guard import parse_objectives
 from autotune.study._identity import open_study, resumed_space
-from autotune.study._loop import Progress, SearchOutcome, run_search
+from autotune.study._search import Progress, Search, SearchOutcome
 from autotune.study._options import (
     RENAMED_KEYWORDS,
     SEARCH_OPTIONS,
@@ -135,9 +135,9 @@ class SearchPlan:
                 with study_lock(self.options.storage, study.study_name):
                     self.on_trial_done(study)
 
-        outcome = run_search(self.options, self.study, self.baseline, progress=self.progress,
-                             on_trial_done=publish, on_trial_start=self.on_trial_start,
-                             on_note=self.on_note)
+        outcome = Search(self.options, self.study, self.baseline, progress=self.progress,
+                         on_trial_done=publish, on_trial_start=self.on_trial_start,
+                         on_note=self.on_note).run()
         return result_of(self.study, self.options.storage, outcome, self.pareto_path)
 
 

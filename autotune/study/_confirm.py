@@ -1,11 +1,12 @@
-"""The measurements a search makes beside its trials: controls and the confirmation.
+"""What a search measures beside its trials: controls and the confirmation.
 
-A *control* measures the baseline's config again once the search has run
+The measuring itself is the search's (:meth:`autotune.study._search.Search.measure`);
+this module decides when and what. A *control* measures the baseline's config again once the search has run
 ``control_every`` seconds or ``control_every_trials`` measured trials since the
 last reference, so that every trial's speed-up is paired with a baseline measured
 close in time (:mod:`autotune.study._paired`). The *confirmation* ends a search: the
 front's ``confirm`` fastest configs, the knee and the baseline are measured again.
-On a CPU (``--confirm-by pairs``) that is one paired trial (:func:`_run_paired`,
+On a CPU (``--confirm-by pairs``) that is one paired trial (:meth:`Confirmation.paired`,
 :mod:`autotune.trial._pairs`): all of them in one process, in short alternating
 windows, each candidate's pairs decided by the comparison engine. Otherwise they are
 interleaved in ``confirm_rounds`` rounds (A B C D, A B C D, ...; more, with looser
@@ -26,26 +27,22 @@ import math
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.compare import CONFIDENCE, Rule, boundary, z_quantile
-from autotune.config import TrialConfig
-from autotune.trial import ForkServer, PairSpec, TrialResult, WindowStats, rate_half_width, \
-    run_trial
-from autotune.specs import MeasureSpec, TrialLimits
-from autotune.files import inductor_cache_dir
+from autotune.compare import CONFIDENCE, MIN_PAIRS, Rule, boundary, z_quantile
+from autotune.trial import PairSpec, TrialResult, WindowStats, rate_half_width
+from autotune.specs import MeasureSpec
 from autotune.study import _records as rec
-from autotune.study._constraints import constraint_values
 from autotune.study._front import front_rows
 from autotune.study._options import SearchOptions
 from autotune.study._paired import MARGIN, Confirmed, baseline_of, confirmed, \
     latest_reference, pair
 from autotune.study._records import StudyRecord, TrialRecord
 from autotune.study._recovery import gone, this_worker
-from autotune.storage import measurement_lock, study_lock
+from autotune.storage import study_lock
 
 FOLLOW_UPS = 1  # confirmations of a knee that moved onto an unconfirmed config
 # A round's measurement that stayed disturbed through its trial's own re-measurements
@@ -88,63 +85,6 @@ PAIR_S = 2.5  # a pair's seconds, for the plan's estimate: two windows of about 
 # their untimed steps and the drain, at the quick start's pace
 EXPECTED_PAIRS = 10  # ... and the pairs a candidate takes, for that estimate
 Left = Callable[[], "float | None"]  # the seconds left of --budget (None: no budget)
-Done = Callable[[TrialRecord], None]  # called with each measurement as it is stored
-
-
-def measure(opts: SearchOptions, config: TrialConfig, server: ForkServer, trial_dir,
-            who: str, left: Left, reserve_s: float = 0.0, spec: MeasureSpec | None = None,
-            pairs=None) -> tuple[TrialResult, dict, bool]:
-    """Measures ``config`` in its own process under the host's measurement lock (to
-    ``spec``, default the search's), its timeout cut to what is left of the budget
-    (less ``reserve_s``); with ``pairs`` (a PairSpec), a paired trial of ``config``
-    and its candidates (:mod:`autotune.trial._pairs`). Returns the result, where
-    and when it was measured (``TrialRecord`` fields), and whether the budget bounded
-    the timeout."""
-    with measurement_lock(opts.device, who) as waited:
-        limits, budget_bound = limits_within(opts, left, reserve_s)
-        if spec is not None and spec.guard is not None and not budget_bound:
-            # the guard's training after the window gets a timeout of its own
-            limits = dataclasses.replace(limits, timeout_s=2 * limits.timeout_s)
-        measured_from = time.time()
-        result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir,
-                           measure=spec or opts.measure, limits=limits, server=server,
-                           inductor_cache=inductor_cache_dir(opts.studies_dir), pairs=pairs)
-    where = dict(trial_dir=str(trial_dir), measured_at=(measured_from, time.time()),
-                 lock_wait_s=waited)
-    return result, where, budget_bound
-
-
-def limits_within(opts: SearchOptions, left: Left, reserve_s: float = 0.0
-                  ) -> tuple[TrialLimits, bool]:
-    """The trial's limits, its timeout cut to what is left of ``budget`` (less
-    ``reserve_s``); and whether the budget is what bounds it."""
-    rest = left()
-    if rest is None or rest - reserve_s >= opts.limits.timeout_s:
-        return opts.limits, False
-    return dataclasses.replace(opts.limits, timeout_s=max(rest - reserve_s, 1.0)), True
-
-
-def add_measured(opts: SearchOptions, study: optuna.Study, of: FrozenTrial,
-                 record: TrialRecord, result: TrialResult) -> TrialRecord:
-    """Stores a measurement of ``of``'s config as a finished trial of the study, with
-    ``of``'s params and the constraints ``of`` was told (its accuracy shortfall: the
-    same config). Returns it as stored."""
-    if not result.ok:
-        return rec.add_finished(study, record, of=of, config_key=result.config.key())
-    return _add(opts, study, of, record, list(result.objectives()))
-
-
-def _add(opts: SearchOptions, study: optuna.Study, of: FrozenTrial, record: TrialRecord,
-         values: list[float]) -> TrialRecord:
-    """Stores ``record`` as a complete trial with ``values`` (seed nodes/s, MiB) and the
-    constraints ``of`` was told."""
-    constraints, extra = constraint_values(
-        memory_mib=values[1], budget_mib=opts.budget_mib, guarded=opts.guard.ratio is not None,
-        shortfall=TrialRecord.from_frozen(of).guard_shortfall)
-    if opts.guard.objective:
-        values.append(of.values[2])
-    return rec.add_finished(study, record, of=of, values=values, constraints=constraints,
-                            config_key=record.config.key(), **extra)
 
 
 def control_due(opts: SearchOptions, study: optuna.Study) -> FrozenTrial | None:
@@ -165,22 +105,6 @@ def control_due(opts: SearchOptions, study: optuna.Study) -> FrozenTrial | None:
         return None
     rec.store_study(study, control_claimed_at=time.time())
     return study.get_trials(deepcopy=False)[baseline_no]
-
-
-def measure_control(opts: SearchOptions, study: optuna.Study, baseline: TrialConfig,
-                    server: ForkServer, left: Left, reserve_s: float) -> TrialRecord | None:
-    """Measures a control when one is due; the stored control, or None."""
-    with study_lock(opts.storage, study.study_name):
-        of = control_due(opts, study)
-    if of is None:
-        return None
-    trial_dir = opts.study_dir / "trials" / f"control-{int(time.time())}"
-    result, where, _ = measure(opts, baseline, server, trial_dir,
-                               f"a control of study {study.study_name}", left, reserve_s,
-                               control_spec(opts, rec.records(study), of.number))
-    record = _record(result, where, role="control",
-                     paired=paired_figure(study, result, where["measured_at"][0]))
-    return add_measured(opts, study, of, record, result)
 
 
 def control_spec(opts: SearchOptions, trials: list[TrialRecord], baseline_no: int
@@ -205,7 +129,8 @@ def paired_figure(study: optuna.Study, result: TrialResult, started: float) -> d
     return pair(result.throughput, result.window.precision, ref)
 
 
-def _record(result: TrialResult, where: dict, **marks: Any) -> TrialRecord:
+def record_of(result: TrialResult, where: dict, **marks: Any) -> TrialRecord:
+    """A control's or confirmation's measurement as a record, with ``marks``."""
     return dataclasses.replace(TrialRecord.from_result(0, result, **where), **marks)
 
 
@@ -413,24 +338,6 @@ def fitted(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],
         numbers = numbers[:-1]
 
 
-def _claim(opts: SearchOptions, study: optuna.Study, numbers: list[int],
-           rest: float | None = None, overhead_s: float = 0.0, **extra: Any) -> Plan:
-    """Stores a new confirmation run of ``numbers`` (its rounds :func:`fitted` to
-    ``rest``; ``extra``: more of its fields, ``paired=True`` for a paired one) and
-    returns its plan."""
-    trials = rec.records(study)
-    numbers, rounds = fitted(opts, trials, numbers, rest, overhead_s)
-    asked = rounds_asked(opts, trials, numbers)
-    runs = StudyRecord.from_study(study).confirmations
-    frozen = study.get_trials(deepcopy=False)
-    rec.store_study(study, confirmations=[*runs, {
-        "run": len(runs), "started": time.time(), "candidates": numbers,
-        "rounds": rounds, "asked": asked, "within": opts.confirm_precision,
-        "state": "running", "worker": this_worker(), "beat": time.time(), **extra}])
-    return Plan(len(runs), tuple(frozen[n] for n in numbers), rounds, asked,
-                paired=extra.get("paired", False))
-
-
 def unfinished(study: optuna.Study, grace_s: float | None = None) -> dict | None:
     """The study's confirmation run that was stopped before its end, as stored: by an
     interrupt (Ctrl-C, SIGTERM: ``stopped``) or a crash (still ``running``); None
@@ -470,13 +377,6 @@ def _finish(study: optuna.Study, run: int, cut: str, state: str = "done") -> Non
     _update_run(study, run, state=state, **({"cut": cut} if cut else {}))
 
 
-def _beat(opts: SearchOptions, study: optuna.Study, run: int) -> None:
-    """Confirmation ``run`` is alive: its worker was heard now (another host resumes
-    it only after ``--grace-period`` of silence)."""
-    with study_lock(opts.storage, study.study_name):
-        _update_run(study, run, beat=time.time())
-
-
 def _update_run(study: optuna.Study, run: int, **fields: Any) -> None:
     """Stores ``fields`` into confirmation ``run``'s record (under the study's lock)."""
     runs = [dict(r) for r in StudyRecord.from_study(study).confirmations]
@@ -488,150 +388,6 @@ def _done_already(study: optuna.Study, run: int) -> set[tuple[int, int]]:
     """(round, config's trial) of the measurements confirmation ``run`` stored."""
     return {(t.confirm["round"], t.confirm["of"]) for t in rec.records(study)
             if t.confirm is not None and t.confirm["run"] == run and t.complete}
-
-
-def plan(opts: SearchOptions, study: optuna.Study, rest: float | None = None,
-         overhead_s: float = 0.0) -> Plan | None:
-    """Under the study's lock: the confirmation this worker runs now, claimed so that
-    no other worker runs it too; None when it is off, nothing is to be confirmed,
-    search trials are still running elsewhere, or a confirmation started after the
-    last search trial ended. ``rest``: the budget's seconds left, which the plan's
-    rounds and candidates are :func:`fitted` to."""
-    if opts.confirm == 0:
-        return None
-    stopped = unfinished(study, opts.grace_period)
-    if stopped is not None:  # stopped in its rounds: it goes on where it stopped
-        return _resumed(study, stopped)
-    trials = rec.records(study)
-    search = [t for t in trials if t.search_point and t.reused_from is None]
-    if any(t.state == "running" for t in search):
-        return None
-    runs = StudyRecord.from_study(study).confirmations
-    last_end = max((t.measured_at[1] for t in search if t.measured_at), default=0.0)
-    if runs and runs[-1]["started"] > last_end:
-        return None
-    numbers = candidates(opts, study)
-    if not numbers:
-        return None
-    if opts.paired_confirmation:
-        return _claim(opts, study, numbers, None, overhead_s, paired=True)
-    return _claim(opts, study, numbers, rest, overhead_s)
-
-
-
-
-def confirm(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
-            done: Done | None = None, on_plan: Callable[[Plan], None] | None = None,
-            overhead_s: float = 0.0) -> tuple[Plan | None, str]:
-    """Runs the confirmation, if one is due, then its follow-ups while the knee moves
-    onto a config it did not measure: round by round, each candidate measured in a
-    fresh trial process. Returns the first plan and why it stopped early ("" when it
-    ran all rounds): the budget would run out before the next round ends.
-    ``overhead_s``: what storing a measurement takes, each (the plan counts it)."""
-    with study_lock(opts.storage, study.study_name):
-        first = plan(opts, study, left(), overhead_s)
-    the_plan, cut = first, ""
-    for _ in range(FOLLOW_UPS + 1):
-        if the_plan is None:
-            break
-        if on_plan is not None:
-            on_plan(the_plan)
-        try:
-            cut = _run_paired(opts, study, server, left, the_plan, done) if the_plan.paired \
-                else _run(opts, study, server, left, the_plan, done, overhead_s)
-        except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the next run goes on from here
-            with study_lock(opts.storage, study.study_name):
-                _finish(study, the_plan.run, "", state="stopped")
-            raise
-        with study_lock(opts.storage, study.study_name):
-            _finish(study, the_plan.run, cut)
-        if cut:
-            break
-        knee = moved_knee(study)
-        if knee is None:
-            break
-        with study_lock(opts.storage, study.study_name):
-            the_plan = _claim(opts, study, [the_plan.trials[0].number, knee],
-                              None if the_plan.paired else left(), overhead_s,
-                              follow_up_of=the_plan.run,
-                              **({"paired": True} if the_plan.paired else {}))
-    return first, cut
-
-
-def _run_paired(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
-                the_plan: Plan, done: Done | None) -> str:
-    """A paired confirmation: the baseline and the candidates in one trial process,
-    each candidate's pairs decided by the engine (:mod:`autotune.trial._pairs`), then
-    each config's figures stored as a confirmation measurement; why it was cut short
-    ("" when it was not). A run whose trial stored its figures already is done."""
-    if _done_already(study, the_plan.run):
-        return ""
-    trials = rec.records(study)
-    numbers = [t.number for t in the_plan.trials]
-    configs = [trials[n].config for n in numbers]
-    rest = left()
-    fixed = _paired_fixed_s(trials, numbers)
-    max_s = PAIRED_MAX_S if rest is None else min(PAIRED_MAX_S, rest - fixed)
-    if max_s < MIN_PAIRED_S:
-        return (f"--budget left {rest:.0f} s, less than a paired confirmation needs (about "
-                f"{fixed + MIN_PAIRED_S:.0f} s)")
-    rule = Rule(margin=MARGIN, min_pairs=opts.confirm_rounds, max_pairs=MAX_PAIRS,
-                precision=opts.confirm_precision)
-    trial_dir = opts.study_dir / "trials" / f"confirm-{the_plan.run}-paired"
-    result, where, _ = measure(opts, configs[0], server, trial_dir,
-                               f"confirmation of study {study.study_name}", left,
-                               pairs=PairSpec(tuple(configs[1:]), rule, max_s))
-    for stored in _store_paired(opts, study, the_plan, result, where):
-        if done is not None:
-            done(stored)
-    if not result.ok:
-        return f"its paired trial failed ({result.status}: {(result.reason or '')[:120]})"
-    return ""
-
-
-def _store_paired(opts: SearchOptions, study: optuna.Study, the_plan: Plan,
-                  result: TrialResult, where: dict) -> list[TrialRecord]:
-    """Stores a paired trial's figures, one confirmation measurement a config: its
-    windows' rate (seeds over seconds), their spread and, for a candidate, its pairs
-    and the engine's verdict. Its memory is its own trial's (the paired process held
-    every config at once); a failed trial is stored once, as the baseline's."""
-    base = the_plan.trials[0]
-    mark = {"run": the_plan.run, "round": 0}
-    if not result.ok:
-        record = _record(result, where, role="confirmation",
-                         confirm={**mark, "of": base.number, "pairs": {}})
-        return [add_measured(opts, study, base, record, result)]
-    paired, out = result.pairs, []
-    for i, of in enumerate(the_plan.trials):
-        windows = [w for w in paired["windows"][i] if w["rate"]]
-        if not windows:
-            continue
-        own = TrialRecord.from_frozen(of)
-        seeds, seconds = sum(w["seeds"] for w in windows), sum(w["seconds"] for w in windows)
-        figure: dict[str, Any] = {"rates": [w["rate"] for w in windows],
-                                  "window_steps": paired["window_steps"][i],
-                                  "memory_from": of.number, "stopped": paired["stopped"]}
-        if i:
-            c = paired["candidates"][i - 1]
-            figure.update({k: c[k] for k in ("ratios", "half_widths", "verdict", "stopped",
-                                             "busy_pairs", "redone", "taken_by")})
-            if c["slower_than"] is not None:  # racing: known slower than another candidate
-                figure["slower_than"] = the_plan.trials[c["slower_than"]].number
-                figure["stopped"] = f"slower than #{figure['slower_than']}"
-        blocks = [[w["seeds"], w["seconds"]] for w in windows]
-        folder = Path(where["trial_dir"]) / f"of-{of.number}"
-        folder.mkdir(parents=True, exist_ok=True)
-        record = TrialRecord(
-            number=0, status="ok", config=own.config, role="confirmation",
-            confirm={**mark, "of": of.number, "pairs": figure},
-            memory=own.memory, phases_s=dict(result.phases_s),
-            window=WindowStats(wall_s=seconds, blocks=blocks, precision=rate_half_width(blocks),
-                               stopped="paired", block_steps=paired["window_steps"][i]),
-            trial_dir=str(folder), measured_at=where["measured_at"],
-            lock_wait_s=where["lock_wait_s"])
-        out.append(_add(opts, study, of, record, [seeds / seconds, own.memory_mib]))
-    _beat(opts, study, the_plan.run)
-    return out
 
 
 def split_precision(trials: list[TrialRecord], run: int, number: int) -> float | None:
@@ -688,76 +444,6 @@ class _WindowVariance:
                                 (self.base / Z95) ** 2 for n in figure.measurements)
 
 
-def _run(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
-         the_plan: Plan, done: Done | None, overhead_s: float = 0.0) -> str:
-    """One confirmation's rounds, then :func:`_more_rounds`; why it stopped early (""
-    when it ran them all). The baseline is measured to :func:`baseline_precision`,
-    the candidates to :func:`candidate_precision`."""
-    trials = rec.records(study)
-    numbers = [t.number for t in the_plan.trials]
-    per_round, base_s = _seconds(opts, trials, numbers, overhead_s=overhead_s)
-    startup = _startup_s(trials)
-    base_spec = dataclasses.replace(opts.measure, precision=baseline_precision(
-        opts, trials, numbers))
-    each = candidate_precision(opts, trials, numbers)
-    spec = opts.measure if each is None else dataclasses.replace(opts.measure, precision=each)
-
-    def own(of: FrozenTrial) -> float:
-        return _again_s(opts, trials[of.number], each, startup, overhead_s)
-
-    measured = _done_already(study, the_plan.run)  # a resumed run's
-    for round_, of in the_plan.schedule():
-        if (round_, of.number) in measured:
-            continue
-        rest = left()
-        needs = per_round if round_ < the_plan.rounds else base_s
-        first = of is the_plan.trials[0]
-        if first and rest is not None and rest < needs:
-            return (f"--budget left {rest:.0f} s, less than the next round takes "
-                    f"(about {needs:.0f} s): {round_} of {the_plan.rounds} rounds "
-                    "ran" + (", and not the closing baseline"
-                             if round_ == the_plan.rounds else ""))
-        if not first and rest is not None and rest < own(of):  # the estimate was short
-            return (f"--budget left {rest:.0f} s, less than measuring #{of.number} takes "
-                    f"(about {own(of):.0f} s): round {round_ + 1} of {the_plan.rounds} was cut")
-        _measure_round(opts, study, server, left, the_plan, round_, of,
-                       base_spec if first else spec, done, own(of) + base_s)
-    return _more_rounds(opts, study, server, left, the_plan, done, (base_spec, spec), own,
-                        base_s)
-
-
-def _more_rounds(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
-                 the_plan: Plan, done: Done | None, specs: tuple[MeasureSpec, MeasureSpec],
-                 own: Callable[[FrozenTrial], float], base_s: float) -> str:
-    """Up to :data:`EXTRA_ROUNDS` more rounds of the candidates still open
-    (:func:`still_open`), each round opened by the baseline that closed the one
-    before and closed by a new one, while the budget holds them; why it stopped for
-    the budget ("" otherwise). ``specs``: the baseline's and the candidates'."""
-    base_spec, spec = specs
-    for extra in range(EXTRA_ROUNDS):
-        figures = confirmed(rec.records(study), the_plan.run)
-        wide = [t for t in the_plan.trials[1:] if t.number in still_open(
-            figures, [t.number for t in the_plan.trials[1:]], opts.confirm_precision,
-            the_plan.rounds + EXTRA_ROUNDS)]
-        if not wide:
-            return ""
-        rest, needs = left(), sum(own(t) for t in wide) + base_s
-        names = ", ".join(f"#{t.number}" for t in wide)
-        if rest is not None and rest < needs:
-            return (f"--budget left {rest:.0f} s, less than another round of {names} takes "
-                    f"(about {needs:.0f} s), whose speed-ups are known to more than "
-                    f"±{100 * opts.confirm_precision:g}% only")
-        round_, measured = the_plan.rounds + extra, _done_already(study, the_plan.run)
-        for of in wide:
-            if (round_, of.number) not in measured:
-                _measure_round(opts, study, server, left, the_plan, round_, of, spec, done,
-                               own(of) + base_s)
-        if (round_ + 1, the_plan.trials[0].number) not in measured:
-            _measure_round(opts, study, server, left, the_plan, round_ + 1,
-                           the_plan.trials[0], base_spec, done, base_s)
-    return ""
-
-
 def still_open(figures: dict[int, Confirmed], numbers: list[int], within: float,
                last: int) -> list[int]:
     """The candidates (``numbers``) whose confirmation goes on: measured, with a
@@ -787,31 +473,303 @@ def reachable(figure: Confirmed, within: float, last: int) -> bool:
     return math.expm1(spread * boundary(last)) <= REACH * within
 
 
-def _measure_round(opts: SearchOptions, study: optuna.Study, server: ForkServer, left: Left,
-                   the_plan: Plan, round_: int, of: FrozenTrial, spec: MeasureSpec,
-                   done: Done | None, again_s: float) -> None:
-    """Measures ``of``'s config for ``round_`` and stores it, from the third round
-    on to the precision :func:`split_precision` finds where it is looser than
-    ``spec``'s; a measurement left disturbed is measured again
-    (:data:`DISTURBED_AGAIN` times) where the budget still holds ``again_s``."""
-    config = TrialRecord.from_frozen(of).config
-    if round_ >= 2:  # two rounds measured: windows as long as the rounds' spread pays for
-        split = split_precision(rec.records(study), the_plan.run, of.number)
-        if split is not None and split > spec.precision:
-            spec = dataclasses.replace(spec, precision=split)
-    for again in range(DISTURBED_AGAIN + 1):
-        if again and (rest := left()) is not None and rest < again_s:
-            return  # no time to measure a disturbed round again: it is left out
-        trial_dir = opts.study_dir / "trials" / (
-            f"confirm-{the_plan.run}-{round_}-{of.number}" + (f"-{again}" if again else ""))
-        result, where, _ = measure(opts, config, server, trial_dir,
-                                   f"confirmation of study {study.study_name}", left,
-                                   spec=spec)
-        record = _record(result, where, role="confirmation",
-                         confirm={"run": the_plan.run, "round": round_, "of": of.number})
-        stored = add_measured(opts, study, of, record, result)
-        _beat(opts, study, the_plan.run)
-        if done is not None:
-            done(stored)
-        if not stored.disturbed:
-            return
+class Searching(Protocol):
+    """What a confirmation uses of the search it ends
+    (:class:`autotune.study._search.Search`)."""
+
+    opts: SearchOptions
+    study: optuna.Study
+
+    def budget_left(self) -> float | None:
+        """The seconds left of ``--budget`` (None: no budget)."""
+
+    def overhead(self) -> float:
+        """What storing a measurement typically takes in this run."""
+
+    def measure(self, config: Any, trial_dir: Any, who: str, reserve_s: float = 0.0,
+                spec: MeasureSpec | None = None, pairs: PairSpec | None = None
+                ) -> tuple[TrialResult, dict, bool]:
+        """Measures a config in its own process (or a paired trial)."""
+
+    def add_measured(self, of: FrozenTrial, record: TrialRecord, result: TrialResult,
+                     values: list[float] | None = None) -> TrialRecord:
+        """Stores a measurement of ``of``'s config as a finished trial."""
+
+    def confirmed(self, record: TrialRecord) -> None:
+        """A confirmation measurement was stored."""
+
+
+class Confirmation:
+    """The confirmation of ``search``'s front, with its options, study, clock and
+    measurements: one paired trial on a CPU, else interleaved rounds of fresh trial
+    processes; then its follow-ups while the knee moves. Each measurement is stored
+    as it is taken and handed to the search."""
+
+    def __init__(self, search: Searching) -> None:
+        self.search, self.opts, self.study = search, search.opts, search.study
+        self.left: Left = search.budget_left
+        self.overhead_s = search.overhead()
+
+    def run(self, on_plan: Callable[[Plan], None] | None = None) -> tuple[Plan | None, str]:
+        """Runs the confirmation, if one is due, then its follow-ups while the knee
+        moves onto a config it did not measure. Returns the first plan and why it
+        stopped early ("" when it ran all it planned): the budget would run out
+        before the next round ends. ``on_plan``: called with each plan as it starts."""
+        opts, study = self.opts, self.study
+        with study_lock(opts.storage, study.study_name):
+            first = self.plan(self.left())
+        the_plan, cut = first, ""
+        for _ in range(FOLLOW_UPS + 1):
+            if the_plan is None:
+                break
+            if on_plan is not None:
+                on_plan(the_plan)
+            try:
+                cut = self.paired(the_plan) if the_plan.paired else self.rounds(the_plan)
+            except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the next run goes on from here
+                with study_lock(opts.storage, study.study_name):
+                    _finish(study, the_plan.run, "", state="stopped")
+                raise
+            with study_lock(opts.storage, study.study_name):
+                _finish(study, the_plan.run, cut)
+            knee = None if cut else moved_knee(study)
+            if knee is None:
+                break
+            with study_lock(opts.storage, study.study_name):
+                the_plan = self.claim([the_plan.trials[0].number, knee],
+                                      None if the_plan.paired else self.left(),
+                                      follow_up_of=the_plan.run,
+                                      **({"paired": True} if the_plan.paired else {}))
+        return first, cut
+
+    def plan(self, rest: float | None = None) -> Plan | None:
+        """Under the study's lock: the confirmation this worker runs now, claimed so
+        that no other worker runs it too; None when it is off, nothing is to be
+        confirmed, search trials are still running elsewhere, or a confirmation
+        started after the last search trial ended. ``rest``: the budget's seconds
+        left, which the plan's rounds and candidates are :func:`fitted` to."""
+        opts, study = self.opts, self.study
+        if opts.confirm == 0:
+            return None
+        stopped = unfinished(study, opts.grace_period)
+        if stopped is not None:  # stopped in its rounds: it goes on where it stopped
+            return _resumed(study, stopped)
+        search = [t for t in rec.records(study) if t.search_point and t.reused_from is None]
+        if any(t.state == "running" for t in search):
+            return None
+        runs = StudyRecord.from_study(study).confirmations
+        last_end = max((t.measured_at[1] for t in search if t.measured_at), default=0.0)
+        if runs and runs[-1]["started"] > last_end:
+            return None
+        numbers = candidates(opts, study)
+        if not numbers:
+            return None
+        if opts.paired_confirmation:
+            return self.claim(numbers, None, paired=True)
+        return self.claim(numbers, rest)
+
+    def claim(self, numbers: list[int], rest: float | None = None, **extra: Any) -> Plan:
+        """Stores a new confirmation run of ``numbers`` (its rounds :func:`fitted` to
+        ``rest``; ``extra``: more of its fields, ``paired=True`` for a paired one) and
+        returns its plan."""
+        opts, study = self.opts, self.study
+        trials = rec.records(study)
+        numbers, rounds = fitted(opts, trials, numbers, rest, self.overhead_s)
+        asked = rounds_asked(opts, trials, numbers)
+        runs = StudyRecord.from_study(study).confirmations
+        frozen = study.get_trials(deepcopy=False)
+        rec.store_study(study, confirmations=[*runs, {
+            "run": len(runs), "started": time.time(), "candidates": numbers,
+            "rounds": rounds, "asked": asked, "within": opts.confirm_precision,
+            "state": "running", "worker": this_worker(), "beat": time.time(), **extra}])
+        return Plan(len(runs), tuple(frozen[n] for n in numbers), rounds, asked,
+                    paired=extra.get("paired", False))
+
+    def beat(self, run: int) -> None:
+        """Confirmation ``run`` is alive: its worker was heard now (another host
+        resumes it only after ``--grace-period`` of silence)."""
+        with study_lock(self.opts.storage, self.study.study_name):
+            _update_run(self.study, run, beat=time.time())
+
+    # -- one paired trial -----------------------------------------------------------
+
+    def paired(self, the_plan: Plan) -> str:
+        """A paired confirmation: the baseline and the candidates in one trial process,
+        each candidate's pairs decided by the engine (:mod:`autotune.trial._pairs`),
+        then each config's figures stored as a confirmation measurement; why it was
+        cut short ("" when it was not). A run whose trial stored its figures already
+        is done."""
+        opts, study = self.opts, self.study
+        if _done_already(study, the_plan.run):
+            return ""
+        trials = rec.records(study)
+        numbers = [t.number for t in the_plan.trials]
+        configs = [trials[n].config for n in numbers]
+        rest, fixed = self.left(), _paired_fixed_s(trials, numbers)
+        max_s = PAIRED_MAX_S if rest is None else min(PAIRED_MAX_S, rest - fixed)
+        if max_s < MIN_PAIRED_S:
+            return (f"--budget left {rest:.0f} s, less than a paired confirmation needs "
+                    f"(about {fixed + MIN_PAIRED_S:.0f} s)")
+        rule = Rule(margin=MARGIN, min_pairs=max(opts.confirm_rounds, MIN_PAIRS),
+                    max_pairs=MAX_PAIRS, precision=opts.confirm_precision)
+        trial_dir = opts.study_dir / "trials" / f"confirm-{the_plan.run}-paired"
+        result, where, _ = self.search.measure(
+            configs[0], trial_dir, f"confirmation of study {study.study_name}",
+            pairs=PairSpec(tuple(configs[1:]), rule, max_s))
+        for stored in self.store_paired(the_plan, result, where):
+            self.search.confirmed(stored)
+        if not result.ok:
+            return f"its paired trial failed ({result.status}: {(result.reason or '')[:120]})"
+        return ""
+
+    def store_paired(self, the_plan: Plan, result: TrialResult, where: dict
+                     ) -> list[TrialRecord]:
+        """Stores a paired trial's figures, one confirmation measurement a config
+        (:func:`paired_record`); a failed trial is stored once, as the baseline's."""
+        base = the_plan.trials[0]
+        if not result.ok:
+            record = record_of(result, where, role="confirmation", confirm={
+                "run": the_plan.run, "round": 0, "of": base.number, "pairs": {}})
+            return [self.search.add_measured(base, record, result)]
+        out = []
+        for i, of in enumerate(the_plan.trials):
+            figure = paired_record(the_plan, i, result, where)
+            if figure is not None:
+                record, rate = figure
+                out.append(self.search.add_measured(
+                    of, record, result, values=[rate, TrialRecord.from_frozen(of).memory_mib]))
+        self.beat(the_plan.run)
+        return out
+
+    # -- rounds of trial processes --------------------------------------------------
+
+    def rounds(self, the_plan: Plan) -> str:
+        """One confirmation's rounds, then :meth:`more_rounds`; why it stopped early
+        ("" when it ran them all). The baseline is measured to
+        :func:`baseline_precision`, the candidates to :func:`candidate_precision`."""
+        opts, trials = self.opts, rec.records(self.study)
+        numbers = [t.number for t in the_plan.trials]
+        per_round, base_s = _seconds(opts, trials, numbers, overhead_s=self.overhead_s)
+        startup = _startup_s(trials)
+        base_spec = dataclasses.replace(opts.measure, precision=baseline_precision(
+            opts, trials, numbers))
+        each = candidate_precision(opts, trials, numbers)
+        spec = opts.measure if each is None else dataclasses.replace(opts.measure,
+                                                                     precision=each)
+
+        def own(of: FrozenTrial) -> float:
+            return _again_s(opts, trials[of.number], each, startup, self.overhead_s)
+
+        measured = _done_already(self.study, the_plan.run)  # a resumed run's
+        for round_, of in the_plan.schedule():
+            if (round_, of.number) in measured:
+                continue
+            rest = self.left()
+            needs = per_round if round_ < the_plan.rounds else base_s
+            first = of is the_plan.trials[0]
+            if first and rest is not None and rest < needs:
+                return (f"--budget left {rest:.0f} s, less than the next round takes "
+                        f"(about {needs:.0f} s): {round_} of {the_plan.rounds} rounds "
+                        "ran" + (", and not the closing baseline"
+                                 if round_ == the_plan.rounds else ""))
+            if not first and rest is not None and rest < own(of):  # the estimate was short
+                return (f"--budget left {rest:.0f} s, less than measuring #{of.number} "
+                        f"takes (about {own(of):.0f} s): round {round_ + 1} of "
+                        f"{the_plan.rounds} was cut")
+            self.measure_round(the_plan, round_, of, base_spec if first else spec,
+                               own(of) + base_s)
+        return self.more_rounds(the_plan, (base_spec, spec), own, base_s)
+
+    def more_rounds(self, the_plan: Plan, specs: tuple[MeasureSpec, MeasureSpec],
+                    own: Callable[[FrozenTrial], float], base_s: float) -> str:
+        """Up to :data:`EXTRA_ROUNDS` more rounds of the candidates still open
+        (:func:`still_open`), each round opened by the baseline that closed the one
+        before and closed by a new one, while the budget holds them; why it stopped
+        for the budget ("" otherwise). ``specs``: the baseline's and the candidates'."""
+        base_spec, spec = specs
+        for extra in range(EXTRA_ROUNDS):
+            figures = confirmed(rec.records(self.study), the_plan.run)
+            wide = [t for t in the_plan.trials[1:] if t.number in still_open(
+                figures, [t.number for t in the_plan.trials[1:]],
+                self.opts.confirm_precision, the_plan.rounds + EXTRA_ROUNDS)]
+            if not wide:
+                return ""
+            rest, needs = self.left(), sum(own(t) for t in wide) + base_s
+            if rest is not None and rest < needs:
+                names = ", ".join(f"#{t.number}" for t in wide)
+                return (f"--budget left {rest:.0f} s, less than another round of {names} "
+                        f"takes (about {needs:.0f} s), whose speed-ups are known to more "
+                        f"than ±{100 * self.opts.confirm_precision:g}% only")
+            round_, measured = the_plan.rounds + extra, _done_already(self.study,
+                                                                      the_plan.run)
+            for of in wide:
+                if (round_, of.number) not in measured:
+                    self.measure_round(the_plan, round_, of, spec, own(of) + base_s)
+            if (round_ + 1, the_plan.trials[0].number) not in measured:
+                self.measure_round(the_plan, round_ + 1, the_plan.trials[0], base_spec,
+                                   base_s)
+        return ""
+
+    def measure_round(self, the_plan: Plan, round_: int, of: FrozenTrial,
+                      spec: MeasureSpec, again_s: float) -> None:
+        """Measures ``of``'s config for ``round_`` and stores it, from the third round
+        on to the precision :func:`split_precision` finds where it is looser than
+        ``spec``'s; a measurement left disturbed is measured again
+        (:data:`DISTURBED_AGAIN` times) where the budget still holds ``again_s``."""
+        config = TrialRecord.from_frozen(of).config
+        if round_ >= 2:  # two rounds measured: windows as long as the rounds' spread pays for
+            split = split_precision(rec.records(self.study), the_plan.run, of.number)
+            if split is not None and split > spec.precision:
+                spec = dataclasses.replace(spec, precision=split)
+        for again in range(DISTURBED_AGAIN + 1):
+            if again and (rest := self.left()) is not None and rest < again_s:
+                return  # no time to measure a disturbed round again: it is left out
+            trial_dir = self.opts.study_dir / "trials" / (
+                f"confirm-{the_plan.run}-{round_}-{of.number}" + (f"-{again}" if again else ""))
+            result, where, _ = self.search.measure(
+                config, trial_dir, f"confirmation of study {self.study.study_name}",
+                spec=spec)
+            record = record_of(result, where, role="confirmation",
+                               confirm={"run": the_plan.run, "round": round_, "of": of.number})
+            stored = self.search.add_measured(of, record, result)
+            self.beat(the_plan.run)
+            self.search.confirmed(stored)
+            if not stored.disturbed:
+                return
+
+
+def paired_record(the_plan: Plan, i: int, result: TrialResult, where: dict
+                  ) -> tuple[TrialRecord, float] | None:
+    """A paired trial's figures of config ``i`` of ``the_plan`` (0: the baseline) as a
+    confirmation measurement, and its rate (seeds over seconds of its windows): their
+    spread and, for a candidate, its pairs and the engine's verdict. Its memory is
+    its own trial's (the paired process held every config at once). None where none
+    of its windows has a rate."""
+    paired, of = result.pairs, the_plan.trials[i]
+    windows = [w for w in paired["windows"][i] if w["rate"]]
+    if not windows:
+        return None
+    own = TrialRecord.from_frozen(of)
+    seeds, seconds = sum(w["seeds"] for w in windows), sum(w["seconds"] for w in windows)
+    figure: dict[str, Any] = {"rates": [w["rate"] for w in windows],
+                              "window_steps": paired["window_steps"][i],
+                              "memory_from": of.number, "stopped": paired["stopped"]}
+    if i:
+        c = paired["candidates"][i - 1]
+        figure.update({k: c[k] for k in ("ratios", "half_widths", "verdict", "stopped",
+                                         "busy_pairs", "redone", "taken_by")})
+        if c["slower_than"] is not None:  # racing: known slower than another candidate
+            figure["slower_than"] = the_plan.trials[c["slower_than"]].number
+            figure["stopped"] = f"slower than #{figure['slower_than']}"
+    blocks = [[w["seeds"], w["seconds"]] for w in windows]
+    folder = Path(where["trial_dir"]) / f"of-{of.number}"
+    folder.mkdir(parents=True, exist_ok=True)
+    record = TrialRecord(
+        number=0, status="ok", config=own.config, role="confirmation",
+        confirm={"run": the_plan.run, "round": 0, "of": of.number, "pairs": figure},
+        memory=own.memory, phases_s=dict(result.phases_s),
+        window=WindowStats(wall_s=seconds, blocks=blocks, precision=rate_half_width(blocks),
+                           stopped="paired", block_steps=paired["window_steps"][i]),
+        trial_dir=str(folder), measured_at=where["measured_at"],
+        lock_wait_s=where["lock_wait_s"])
+    return record, seeds / seconds

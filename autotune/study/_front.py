@@ -16,7 +16,7 @@ from autotune.specs import CONFIRM_PRECISION
 from autotune.files import atomic_write, dump
 from autotune.storage import masked
 from autotune.study import _records as rec
-from autotune.study._paired import Confirmed, confirmed, drifts, left_out, ties
+from autotune.study._paired import Confirmed, confirmed, drifts, left_out, places
 from autotune.study._pareto import PICKS, Point, best_under, default_pick, front, knee, pick
 from autotune.study._records import StudyRecord, TrialRecord
 from autotune.study._space import eager_twin as twin_of
@@ -100,7 +100,8 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
     sure = "confirmed " if chosen is not None and chosen.number in held else ""
     default = f"{DEFAULT}: the fastest {sure}config {room}" + (
         ", none confirmed" if figures and not held else "")
-    tied = ties({n: c for n, c in figures.items() if n in held or n == baseline_no})
+    placed = places({n: c for n, c in figures.items() if n in held or n == baseline_no},
+                    within, baseline_no)
     rows = []
     for p in front(pts):
         marks = [m for m, hit in ((default, chosen and p.number == chosen.number),
@@ -114,7 +115,7 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
         precision = t.precision
         if c is not None:
             speedup, speedup_pm, precision = c.speedup, c.interval, c.throughput_interval
-        marks += _confirmation_mark(c, within, tied.get(p.number), why_none.get(p.number),
+        marks += _confirmation_mark(c, within, placed.get(p.number), why_none.get(p.number),
                                     bool(figures))
         payback = payback_epochs(t, trials, train_nodes)
         if t.imprecise and c is None:
@@ -130,18 +131,24 @@ def front_rows(trials: list[TrialRecord], baseline_no: int | None,
     return rows
 
 
-def _confirmation_mark(c: Confirmed | None, within: float, tied: list[int] | None,
-                       left: str | None, confirming: bool) -> list[str]:
+def _confirmation_mark(c: Confirmed | None, within: float,
+                       placed: dict[int, str] | None, left: str | None,
+                       confirming: bool) -> list[str]:
     """What a front row's mark says of its confirmation (``confirming``: one ran):
-    confirmed (with the confirmed configs its interval overlaps), or unconfirmed and
-    why (``left``: why its measurements gave no figures); nothing where no
-    confirmation ran."""
+    confirmed, with the confirmed configs (and the baseline) it is tied with or not
+    told apart from (``placed``, :func:`autotune.study._paired.places`; the rest it
+    is decidedly faster or slower than), or unconfirmed and why (``left``: why its
+    measurements gave no figures); nothing where no confirmation ran."""
     if c is not None:
         why = c.why_not(within)
         if why:
             return [f"unconfirmed: {why}"]
+        placed = placed or {}
+        tied = [f"#{n}" for n, v in sorted(placed.items()) if v == "tied"]
+        apart = [f"#{n}" for n, v in sorted(placed.items()) if v == "undecided"]
         return [f"confirmed in {c.count()}" +
-                (f", tied with {', '.join(f'#{n}' for n in tied)}" if tied else "")]
+                (f", tied with {', '.join(tied)}" if tied else "") +
+                (f", not told apart from {', '.join(apart)}" if apart else "")]
     if left:
         return [f"unconfirmed: {left}"]
     return ["unconfirmed: the confirmation did not measure it"] if confirming else []

@@ -19,7 +19,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
-from autotune.compare import CONFIDENCE, Comparison, Decision, Rule, t_quantile
+from autotune.compare import CONFIDENCE, Comparison, Decision, Rule, Verdict, t_quantile, \
+    verdict_of
 from autotune.env import plural
 from autotune.trial import Load, ratio_half_width
 from autotune.study._records import TrialRecord
@@ -99,6 +100,7 @@ class Confirmed:
     high: float | None = None
     unit: str = "round"  # what ``rounds`` counts: rounds of trials, or a paired trial's pairs
     slower_than: int | None = None  # racing dropped it: its interval lies under this one's
+    at: tuple[int, ...] = ()  # the round (or pair) of each of ``ratios``
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,12 +125,6 @@ class Confirmed:
     def count(self) -> str:
         """Its rounds (or pairs) in words: ``3 rounds``, ``11 pairs``."""
         return plural(self.rounds, self.unit)
-
-    def overlaps(self, other: Confirmed) -> bool:
-        """Whether the two speed-up intervals overlap: the two are tied."""
-        lo, hi = self.bounds()
-        other_lo, other_hi = other.bounds()
-        return lo <= other_hi and other_lo <= hi
 
     def bounds(self) -> tuple[float, float]:
         if self.low is not None and self.high is not None:
@@ -213,7 +209,7 @@ def _from_pairs(measured: list[TrialRecord], base: int | None,
             number, len(ratios), d.speedup, d.half_width, t.throughput,
             _spread(list(rates)) if len(rates) > 1 else None, t.memory_mib, tuple(ratios),
             (t.number,), low=d.low, high=d.high, unit="pair",
-            slower_than=figure.get("slower_than"))
+            slower_than=figure.get("slower_than"), at=tuple(range(len(ratios))))
     return out
 
 
@@ -275,7 +271,7 @@ def _candidate(number: int, measured: dict[int, TrialRecord],
         statistics.median(rates), max(_spread(rates), rate_floor) if several else None,
         statistics.median(measured[r].memory_mib for r in both), tuple(comparison.ratios),
         tuple(measured[r].number for r in both), len(busy), _who_took(busy.values()),
-        decision.low, decision.high)
+        decision.low, decision.high, at=tuple(both))
 
 
 def _mid(t: TrialRecord) -> float:
@@ -299,8 +295,43 @@ def _spread(values: list[float]) -> float:
                       math.sqrt(len(logs)))
 
 
-def ties(figures: dict[int, Confirmed]) -> dict[int, list[int]]:
-    """For each confirmed config, the others whose speed-up intervals overlap its own
-    (the baseline's, 1 exactly, included)."""
-    return {a: [b for b, other in figures.items() if b != a and one.overlaps(other)]
-            for a, one in figures.items()}
+def places(figures: dict[int, Confirmed], within: float, baseline: int | None
+           ) -> dict[int, dict[int, Verdict]]:
+    """Where each confirmed config stands against each other one (and the baseline),
+    by the one comparison engine with ``within`` as its margin (:func:`place`): for
+    each config, the others it is ``tied`` with or not told apart from
+    (``undecided``); the pairs one is decidedly faster in are left out."""
+    out: dict[int, dict[int, Verdict]] = {n: {} for n in figures}
+    numbers = sorted(figures)
+    for i, a in enumerate(numbers):
+        for b in numbers[i + 1:]:
+            verdict = place(figures[a], figures[b], within, baseline)
+            if verdict in ("tied", "undecided"):
+                out[a][b] = out[b][a] = verdict
+    return out
+
+
+def place(a: Confirmed, b: Confirmed, within: float, baseline: int | None) -> Verdict:
+    """The engine's verdict on the faster of ``a`` and ``b`` (by their speed-ups) over
+    the slower, with ``within`` as its margin: ``faster``, ``tied`` (within it either
+    way), else ``undecided`` (not told apart). Against the baseline it reads the
+    candidate's own interval; between two candidates, the quotients of their ratios
+    in the rounds (pairs) both have: each pair of theirs is measured against the
+    same baseline at the same time, which cancels in the quotient."""
+    if b.trial == baseline or a.trial == baseline:
+        c = b if a.trial == baseline else a
+        if c.low is None or c.high is None:
+            return "undecided"
+        low, high = (c.low, c.high) if c.speedup >= 1 else (1 / c.high, 1 / c.low)
+        verdict = verdict_of(low, high, within)
+    else:
+        fast, slow = (a, b) if a.speedup >= b.speedup else (b, a)
+        mine = dict(zip(slow.at, slow.ratios))
+        both = [(r, mine[k]) for k, r in zip(fast.at, fast.ratios) if k in mine]
+        if len(both) < 2:
+            return "undecided"
+        comparison = Comparison(Rule(margin=within, min_pairs=2, max_pairs=len(both)))
+        for r_fast, r_slow in both:
+            comparison.add(r_fast / r_slow)
+        verdict = comparison.decision().verdict
+    return "undecided" if verdict == "not faster" else verdict
