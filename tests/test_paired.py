@@ -240,6 +240,42 @@ def test_a_machine_that_stays_busy_is_said_once_and_its_windows_kept(tmp_path, m
     assert result.outcome.busy == ""
 
 
+def test_a_machine_busy_before_the_search_starts_is_said_once_and_windows_kept(tmp_path,
+                                                                              monkeypatch):
+    """Another training takes half the cores as the search starts: the search says so
+    once, naming it, before its first trial, and its first trials keep their windows
+    as measured; the first quiet trial says the machine is quiet again."""
+    import dataclasses
+
+    import autotune
+    from autotune.specs import MeasureSpec
+    from autotune.trial import Load
+
+    class Busy:  # the load over the search's first look, as LoadMeter reads it
+        def start(self):
+            pass
+
+        def stop(self):
+            return Load(cores=2, wall_s=0.25, others_s=0.25, share=0.5,
+                        top=[[4242, "trainer", 0.25]])
+
+    monkeypatch.setattr(search_module, "LoadMeter", Busy)
+    machine = FakeMachine(drift=0.0, busy=lambda config, nth: len(machine.calls) < 2)
+    monkeypatch.setattr(search_module, "run_trial", machine)
+    plan = autotune.prepare_search(
+        dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
+        studies_dir=str(tmp_path / "studies"), space=_space(TRUE), priors=False,
+        racing=True, progress=False, optuna_sampler="random", n_trials=4, confirm=0,
+        measure=MeasureSpec(max_busy=0.1))
+    notes: list[str] = []
+    dataclasses.replace(plan, on_note=notes.append).run()
+    said = [n for n in notes if n.startswith("the machine is busy before the search starts")]
+    assert len(said) == 1 and "pid 4242 (trainer)" in said[0], notes
+    assert [s.busy_retries for s in machine.specs[:3]] == [0, 0, 0], machine.specs[:3]
+    assert machine.specs[3].busy_retries > 0  # the third call was quiet
+    assert sum(n.startswith("the machine is quiet again") for n in notes) == 1, notes
+
+
 def test_confirmed_means_the_speedups_interval_holds(tmp_path, monkeypatch):
     """896's confirmation rounds disagree (0.6x, 1.5x and 1x its speed), too much for
     more rounds to confirm it: it is shown unconfirmed with why, the default pick is

@@ -120,6 +120,17 @@ class TuneSpec:
         return Rule(margin=self.min_gain, min_pairs=min(self.min_pairs, most), max_pairs=most)
 
 
+MIN_WINDOW = 3  # a window's first step is trained untimed: three steps time two
+
+
+def fit_window(asked: int, epoch_steps: int) -> int:
+    """A window's steps in a run whose epochs have ``epoch_steps`` steps: ``asked``,
+    but at most half an epoch, so that a pair (the incumbent's window and the
+    candidate's) fits in one, where a window cut by the epoch's end would time fewer
+    steps or none; and :data:`MIN_WINDOW` at least (``asked`` where less)."""
+    return max(min(asked, epoch_steps // 2), min(MIN_WINDOW, asked))
+
+
 @dataclass
 class Tried:
     """One candidate: the knob it changed, its pairs' ratios (candidate over
@@ -468,12 +479,18 @@ class TunedRun:
         self.pipe = self._build(config, model, optimizer)
         self.current = self.pipe  # the pipeline whose batch :meth:`batches` yielded last
         self.seeds = len(self.pipe.loader.dataset)
-        self.planned_steps = epochs * -(-self.seeds // config.batch_size)
+        epoch_steps = -(-self.seeds // config.batch_size)
+        self.planned_steps = epochs * epoch_steps
         self.explore_steps_left = spec.share * self.planned_steps
+        # a candidate keeps its batch size (it changes no knob that learns): so do epochs
+        self.window_steps = fit_window(spec.window_steps, epoch_steps)
         self.compile_s = spec.compile_s  # planned, until this run measures one
         self.queue = candidates(config, spec) if queue is None else list(queue)
         self._ordered = queue is not None  # a queue given is tried in its order
         self.log = TuneLog(start=config, final=config, notes=precision_notes(config, spec))
+        self.too_short = self._too_short(epochs, epoch_steps)
+        if self.too_short:
+            self.log.notes.append(self.too_short)
         for note in self.log.notes:
             self.on_line(note)
         self._probes: list = []  # the incumbent's first batches: the numerics check's
@@ -497,6 +514,20 @@ class TunedRun:
         if optimizer is not None:
             torch.set_rng_state(state)
         return pipe
+
+    def _too_short(self, epochs: int, epoch_steps: int) -> str:
+        """Before the run trains: why it is too short to decide any candidate, where
+        it is ("" otherwise). A verdict needs the rule's least pairs, each a window of
+        the candidate's from exploring's share."""
+        windows = int(self.explore_steps_left // self.window_steps)
+        least = self.spec.rule.min_pairs
+        if not self.queue or windows >= least:
+            return ""
+        return (f"this run is too short to decide a candidate: exploring's share "
+                f"({self.spec.share:.0%} of {plural(epochs, 'epoch')} of "
+                f"{plural(epoch_steps, 'step')}) holds {plural(windows, 'window')} of "
+                f"{self.window_steps} steps, and a verdict needs {least} pairs, a window "
+                f"each; give a larger --tune-share (TuneSpec(share=...)) or more epochs")
 
     @property
     def exploring(self) -> bool:
@@ -535,7 +566,7 @@ class TunedRun:
         generator = torch.Generator().manual_seed(self.log.start.seed * 1_000_003 + number)
         pending = torch.randperm(self.seeds, generator=generator).tolist()
         while pending:
-            if self.exploring:
+            if self.exploring and len(pending) >= 2 * self.window_steps * self.batch_size:
                 window = yield from self._try_next(pending)
             else:
                 window = yield from self._window(self.pipe, pending, len(pending))
@@ -616,7 +647,7 @@ class TunedRun:
 
         def train(pipe: Pipeline, extra: int = 0) -> Generator[Any, None, _Window]:
             nonlocal rest
-            window = yield from self._window(pipe, rest, self.spec.window_steps + extra,
+            window = yield from self._window(pipe, rest, self.window_steps + extra,
                                              None if pipe is self.pipe else tried.change)
             rest = rest[window.seeds:]
             total.add(window)
@@ -678,7 +709,10 @@ class TunedRun:
         (``reference``: one trained just before, for the first), the incumbent's first
         in every other pair, until a verdict, the epoch's end (``rest()`` empty) or the
         end of exploring's share."""
-        while not tried.verdict and rest() and self.explore_steps_left > 0:
+        while not tried.verdict and self.explore_steps_left > 0:
+            if len(rest()) < (1 if reference is not None else 2) * self.window_steps * \
+                    self.batch_size:  # the pair would not fit in the epoch: the next one's
+                return
             if reference is None and len(tried.ratios) % 2 == 0:  # the incumbent first
                 reference = yield from train(self.pipe)
                 if not rest():
@@ -819,11 +853,20 @@ class TunedRun:
         self.on_line(f"settled at step {self.steps} (epoch {epoch}): "
                      f"{short(self.pipe.config.to_dict())}")
 
+    @property
+    def batch_size(self) -> int:
+        """The run's batch size (every candidate keeps it)."""
+        return self.pipe.config.batch_size
+
     def close(self) -> None:
         """Ends every loader; a candidate the run's end cut short before its verdict
         goes into the log as ``unfinished``, with the pairs it had. A candidate being
-        tried (Ctrl-C stopped the run in its windows) is closed too."""
+        tried (Ctrl-C stopped the run in its windows) is closed too. A run too short to
+        decide one says so again, where it decided none."""
         self._log_unfinished("the run ended before its verdict")
+        decided = [t for t in self.log.tried if t.verdict not in ("unfinished", "not tried")]
+        if self.too_short and not decided:
+            self.log.notes.append("it decided no candidate: " + self.too_short.split(": ", 1)[1])
         if self._candidate is not None:
             self._candidate.close()
             self._candidate = None

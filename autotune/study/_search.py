@@ -47,7 +47,7 @@ from autotune.study._space import (
     random_params,
     suggest_config,
 )
-from autotune.trial import ForkServer, PairSpec, TrialResult, run_trial
+from autotune.trial import ForkServer, LoadMeter, PairSpec, TrialResult, busy_over, run_trial
 
 log = get_logger(__name__)
 
@@ -59,6 +59,7 @@ STOP_IDLE = 30  # proposals in a row that measured nothing new (repeats, deferra
 # again, after which the machine is taken to stay busy: said once, and its windows are
 # kept as measured (neither measured again nor screened) until one is quiet again
 BUSY_AFTER = 2
+LOOK_S = 0.25  # how long the search looks at the machine's load before its first trial
 
 
 @dataclass
@@ -120,6 +121,7 @@ class Search:
         knob = self.opts.space.knobs.get("compile_mode")
         modes = {self.baseline.compile_mode, *(knob.choices if knob is not None else ())}
         self.note(self.short_budget())
+        self.look_at_load()
         with ForkServer(folder=self.opts.study_dir, compiles=modes != {"none"}) as server:
             self.server = server
             self.trials()
@@ -192,6 +194,28 @@ class Search:
             self.note(f"the machine is quiet again (it was busy: {self.outcome.busy}): "
                       "disturbed windows are measured again")
             self.outcome.busy = ""
+
+    def look_at_load(self) -> None:
+        """Before the first trial: where other processes already take more of the
+        cores than ``--max-busy`` (over :data:`LOOK_S`), the machine is busy from the
+        start, which is said once, and windows are kept as measured from the first
+        trial on, as :meth:`watch_busy` keeps them (its first quiet trial ends it).
+        Measuring each window three times beside another training would only triple
+        the search's time."""
+        max_busy = self.opts.measure.max_busy
+        if max_busy >= 1:  # --max-busy 1: never busy
+            return
+        meter = LoadMeter()
+        meter.start()
+        time.sleep(LOOK_S)
+        load = meter.stop()
+        if busy_over(load.share, load.others_s, max_busy):
+            self.outcome.busy = load.named()
+            self.note(f"the machine is busy before the search starts ({self.outcome.busy}; "
+                      f"{100 * load.share:.0f}% of its {load.cores} cores): windows are kept "
+                      "as measured, marked DISTURBED, neither measured again nor screened; "
+                      "the confirmation's pairs, disturbed alike on both sides, decide the "
+                      "speed-ups")
 
     def busy_spec(self, spec: MeasureSpec) -> MeasureSpec:
         """``spec`` as the search measures while the machine stays busy

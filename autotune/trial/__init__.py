@@ -23,6 +23,8 @@ _EXPORTS = {
     "rate_half_width": "_result",
     "t975": "_result",
     "Load": "_load",
+    "LoadMeter": "_load",
+    "busy_over": "_result",
     "busy_note": "_load",
     "PairSpec": "_pairs",
     "ForkServer": "_forkserver",
