@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Iterator
 
@@ -484,6 +485,13 @@ class TunedRun:
         self.explore_steps_left = spec.share * self.planned_steps
         # a candidate keeps its batch size (it changes no knob that learns): so do epochs
         self.window_steps = fit_window(spec.window_steps, epoch_steps)
+        # a candidate gets no more pairs than the run can give it (a window of its
+        # share each, and as many an epoch as an epoch holds), and no fewer than a
+        # verdict needs
+        per_epoch = max(epoch_steps // (2 * self.window_steps), 1)
+        self.max_pairs = max(min(spec.pairs, epochs * per_epoch,
+                                 int(self.explore_steps_left // self.window_steps)),
+                             spec.rule.min_pairs)
         self.compile_s = spec.compile_s  # planned, until this run measures one
         self.queue = candidates(config, spec) if queue is None else list(queue)
         self._ordered = queue is not None  # a queue given is tried in its order
@@ -814,10 +822,12 @@ class TunedRun:
     def _verdict(self, tried: Tried) -> tuple[str, str]:
         """The verdict on ``tried``'s pairs and why ("" while it needs more): dropped
         where its first pair is under ``spec.screen``; else the comparison's
-        (:attr:`TuneSpec.rule`): kept where faster, slower where known to be under 1,
+        (:attr:`TuneSpec.rule`, its pairs at most :attr:`max_pairs`): kept where
+        faster, slower where known to be under 1,
         no faster where known to be under 1 + ``spec.min_gain`` or tied within it, and
-        no faster once ``spec.pairs`` pairs have not decided it."""
-        decision = tried.compare(self.spec.rule)
+        no faster once :attr:`max_pairs` pairs have not decided it."""
+        decision = tried.compare(dataclasses.replace(self.spec.rule,
+                                                     max_pairs=self.max_pairs))
         if decision.pairs == 1 and decision.speedup < self.spec.screen:
             return "dropped", f"under {self.spec.screen:g}x in its first pair"
         margin = f"±{100 * self.spec.min_gain:g}%"
@@ -828,7 +838,7 @@ class TunedRun:
                 ("no faster", f"under the {margin} margin")
         if decision.verdict == "tied":
             return "no faster", f"tied within {margin}"
-        if decision.pairs >= self.spec.pairs:
+        if decision.pairs >= self.max_pairs:
             return "no faster", f"undecided after {decision.pairs} pairs"
         return "", ""
 
