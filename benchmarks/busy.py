@@ -191,10 +191,13 @@ def main() -> None:
     })
 
 
+BUSY_SAID, BUSY_AT_START = "the machine stays busy", "the machine is busy before the search"
+
+
 def _beside(runs: dict, fronts: dict) -> dict:
     """The run beside another training, against the quiet one."""
     run = runs["training"]
-    said = [line for line in run["output"] if "the machine stays busy" in line]
+    said = [line for line in run["output"] if BUSY_SAID in line or BUSY_AT_START in line]
     quiet = next((r for r in fronts["quiet"] if r["default"]), None)
     mine = next((r for r in fronts["training"] if r["default"]), None)
     return {"total_s": run["total_s"], "over_quiet": run["total_s"] / runs["quiet"]["total_s"],
