@@ -36,8 +36,8 @@ planned steps; the rest of the run trains on the winner.
 from __future__ import annotations
 
 import contextlib
-import time
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Iterator
 
@@ -823,9 +823,9 @@ class TunedRun:
         """The verdict on ``tried``'s pairs and why ("" while it needs more): dropped
         where its first pair is under ``spec.screen``; else the comparison's
         (:attr:`TuneSpec.rule`, its pairs at most :attr:`max_pairs`): kept where
-        faster, slower where known to be under 1,
-        no faster where known to be under 1 + ``spec.min_gain`` or tied within it, and
-        no faster once :attr:`max_pairs` pairs have not decided it."""
+        faster, slower where known to be under 1, no faster where known to be under
+        1 + ``spec.min_gain`` or tied within it, and no faster once :attr:`max_pairs`
+        pairs have not decided it."""
         decision = tried.compare(dataclasses.replace(self.spec.rule,
                                                      max_pairs=self.max_pairs))
         if decision.pairs == 1 and decision.speedup < self.spec.screen:
