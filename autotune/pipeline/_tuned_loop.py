@@ -55,8 +55,7 @@ class TunedLoop:
             config = load_config(config)
         self._run = TunedRun(config, data, tune or TuneSpec(), epochs=epochs,
                              cache_file=cache_file, on_line=on_line, on_window=on_window,
-                             model=model, optimizer=optimizer)
-        self._run.edges_asked = 0  # an aggregation candidate's windows must call edges()
+                             model=model, optimizer=optimizer, counts_edges=True)
         self._epochs = 0
 
     def batches(self) -> Iterator:

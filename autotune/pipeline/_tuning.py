@@ -470,7 +470,8 @@ class TunedRun:
                  queue: list[tuple[str, TrialConfig]] | None = None,
                  on_window: Callable[[WindowEvent, TuneLog], None] | None = None,
                  model: torch.nn.Module | None = None,
-                 optimizer: torch.optim.Optimizer | None = None) -> None:
+                 optimizer: torch.optim.Optimizer | None = None,
+                 counts_edges: bool = False) -> None:
         self.data, self.spec, self.num_classes, self.cache_file = data, spec, num_classes, \
             cache_file
         self.on_line = on_line or (lambda line: None)
@@ -488,23 +489,24 @@ class TunedRun:
         # a candidate gets no more pairs than the run can give it (a window of its
         # share each, and as many an epoch as an epoch holds), and no fewer than a
         # verdict needs
+        windows = int(self.explore_steps_left // self.window_steps)
         per_epoch = max(epoch_steps // (2 * self.window_steps), 1)
-        self.max_pairs = max(min(spec.pairs, epochs * per_epoch,
-                                 int(self.explore_steps_left // self.window_steps)),
-                             spec.rule.min_pairs)
+        self.max_pairs = max(min(spec.pairs, epochs * per_epoch, windows), spec.rule.min_pairs)
         self.compile_s = spec.compile_s  # planned, until this run measures one
         self.queue = candidates(config, spec) if queue is None else list(queue)
         self._ordered = queue is not None  # a queue given is tried in its order
         self.log = TuneLog(start=config, final=config, notes=precision_notes(config, spec))
-        self.too_short = self._too_short(epochs, epoch_steps)
+        self.too_short = self._too_short(epochs, epoch_steps, windows)
         if self.too_short:
-            self.log.notes.append(self.too_short)
+            self.log.notes.append(f"this run is too short to decide a candidate: "
+                                  f"{self.too_short}")
         for note in self.log.notes:
             self.on_line(note)
         self._probes: list = []  # the incumbent's first batches: the numerics check's
-        # calls of the aggregation's hook in candidates' windows (TunedLoop's; None: the
-        # run's own step, which always calls it)
-        self.edges_asked: int | None = None
+        # calls of the aggregation's hook in candidates' windows, where the caller
+        # counts them (``counts_edges``: TunedLoop's; None: the run's own step, which
+        # always calls it)
+        self.edges_asked: int | None = 0 if counts_edges else None
         self.steps = 0
         self.totals = _Window()  # the last epoch's steps, seeds, seconds and loss
         self._unfinished: Tried | None = None  # a candidate the last epoch's end cut short
@@ -523,16 +525,14 @@ class TunedRun:
             torch.set_rng_state(state)
         return pipe
 
-    def _too_short(self, epochs: int, epoch_steps: int) -> str:
+    def _too_short(self, epochs: int, epoch_steps: int, windows: int) -> str:
         """Before the run trains: why it is too short to decide any candidate, where
         it is ("" otherwise). A verdict needs the rule's least pairs, each a window of
-        the candidate's from exploring's share."""
-        windows = int(self.explore_steps_left // self.window_steps)
+        the candidate's from exploring's share (``windows`` of them)."""
         least = self.spec.rule.min_pairs
         if not self.queue or windows >= least:
             return ""
-        return (f"this run is too short to decide a candidate: exploring's share "
-                f"({self.spec.share:.0%} of {plural(epochs, 'epoch')} of "
+        return (f"exploring's share ({self.spec.share:.0%} of {plural(epochs, 'epoch')} of "
                 f"{plural(epoch_steps, 'step')}) holds {plural(windows, 'window')} of "
                 f"{self.window_steps} steps, and a verdict needs {least} pairs, a window "
                 f"each; give a larger --tune-share (TuneSpec(share=...)) or more epochs")
@@ -715,23 +715,19 @@ class TunedRun:
                rest: Callable[[], list[int]]) -> Generator[Any, None, None]:
         """``tried``'s pairs, each a window of ``candidate`` and one of the incumbent's
         (``reference``: one trained just before, for the first), the incumbent's first
-        in every other pair, until a verdict, the epoch's end (``rest()`` empty) or the
-        end of exploring's share."""
+        in every other pair, until a verdict, the end of exploring's share, or an epoch
+        whose ``rest()`` has no room for the next pair (it goes on in the next)."""
         while not tried.verdict and self.explore_steps_left > 0:
             if len(rest()) < (1 if reference is not None else 2) * self.window_steps * \
                     self.batch_size:  # the pair would not fit in the epoch: the next one's
                 return
             if reference is None and len(tried.ratios) % 2 == 0:  # the incumbent first
                 reference = yield from train(self.pipe)
-                if not rest():
-                    return
             own = yield from train(candidate)
             self._count(tried, own)
-            if not own.rate:  # one step only (the epoch's last): nothing timed
+            if not own.rate:  # a window of one step times nothing
                 return
-            if reference is None:  # the candidate first
-                if not rest():
-                    return
+            if reference is None:  # the candidate first: the epoch has room for the pair
                 reference = yield from train(self.pipe)
             if reference.rate:
                 tried.ratios.append(own.rate / reference.rate)
@@ -876,7 +872,7 @@ class TunedRun:
         self._log_unfinished("the run ended before its verdict")
         decided = [t for t in self.log.tried if t.verdict not in ("unfinished", "not tried")]
         if self.too_short and not decided:
-            self.log.notes.append("it decided no candidate: " + self.too_short.split(": ", 1)[1])
+            self.log.notes.append(f"it decided no candidate: {self.too_short}")
         if self._candidate is not None:
             self._candidate.close()
             self._candidate = None

@@ -3,6 +3,7 @@ running one, less the seconds kept for the confirmation; and the ETA the progres
 lines show."""
 from __future__ import annotations
 
+import statistics
 import time
 
 import optuna
@@ -43,11 +44,11 @@ class Clock:
 
     def per_measurement(self) -> float:
         """A measurement's typical wall time in this run (the median)."""
-        return median(self.durations)
+        return statistics.median_high(self.durations) if self.durations else 0.0
 
     def overhead(self) -> float:
         """What storing a measurement typically takes in this run, after its result."""
-        return median(self.overheads)
+        return statistics.median_high(self.overheads) if self.overheads else 0.0
 
     def reserve(self, study: optuna.Study, ahead: int = 0) -> float:
         """The seconds kept for the confirmation of ``study``'s front, each config
@@ -108,9 +109,3 @@ class Clock:
         eta = (self.elapsed() / n_done * left_trials if n_done > 0 else 0.0) + confirmation
         left = self.budget_left()
         return eta if left is None else max(0.0, min(eta, left))
-
-
-def median(values: list[float]) -> float:
-    """The median of ``values`` (the upper one of an even count; 0 for none)."""
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2] if ordered else 0.0

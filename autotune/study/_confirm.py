@@ -218,9 +218,9 @@ def measurement_s(record: TrialRecord, precision: float | None = None,
 
 def _startup_s(trials: list[TrialRecord]) -> float | None:
     """A trial's typical start-up: the median over measured trials but the first."""
-    starts = sorted(t.phases_s["startup"] for t in trials[1:]
-                    if t.measured_at and "startup" in t.phases_s)
-    return starts[len(starts) // 2] if starts else None
+    starts = [t.phases_s["startup"] for t in trials[1:]
+              if t.measured_at and "startup" in t.phases_s]
+    return statistics.median_high(starts) if starts else None
 
 
 def _seconds(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],

@@ -316,8 +316,9 @@ def place(a: Confirmed, b: Confirmed, within: float, baseline: int | None) -> Ve
     the slower, with ``within`` as its margin: ``faster``, ``tied`` (within it either
     way), else ``undecided`` (not told apart). Against the baseline it reads the
     candidate's own interval; between two candidates, the quotients of their ratios
-    in the rounds (pairs) both have: each pair of theirs is measured against the
-    same baseline at the same time, which cancels in the quotient."""
+    in the rounds (pairs) both have: their k-th ratios were measured in the same
+    round, close in time (in rounds of trials, against the same baseline), so a
+    drift of the round cancels in the quotient."""
     if b.trial == baseline or a.trial == baseline:
         c = b if a.trial == baseline else a
         if c.low is None or c.high is None:
