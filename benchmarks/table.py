@@ -428,25 +428,28 @@ def _online_full() -> list[tuple[str, str, str, str]]:
     o = _load("online")
     if not o:
         return []
-    ways = o["time"]
-    wall = {k: ways[k]["wall_s"] for k in ("tuned", "oracle", "search_then_train", "baseline")}
+    if "ratios" not in o:  # written before the six ways
+        return []
+    ways = o["time"]["ways"]
+    walls = "; ".join(f"{way} {w['wall_s']:.0f} s ±{100 * w['spread']:.0f}%"
+                      for way, w in ways.items())
     accuracy = o["accuracy"]
-    acc = (f"; {accuracy['dataset']} test accuracy tuned {accuracy['tuned_test_accuracy']:.3f}, "
-           "untuned " + ", ".join(f"{a:.3f}" for a in accuracy["untuned_test_accuracy"])
-           if isinstance(accuracy, dict) else f"; {accuracy}")
+    acc = (f"; {accuracy['dataset']} test accuracy tuned " + ", ".join(
+        f"{w} {a:.3f}" for w, a in accuracy["tuned_test_accuracy"].items()) + ", untuned "
+        + ", ".join(f"{a:.3f}" for a in accuracy["untuned_test_accuracy"])
+        if isinstance(accuracy, dict) else f"; {accuracy}")
+    figures = "; ".join(f"{name} {r['ratio']:.2f} [{r['range'][0]:.2f}, {r['range'][1]:.2f}]"
+                        for name, r in o["ratios"].items())
+    verdicts = "; ".join(f"{name} <= {r['target']}: {_verdict(r['meets'])}"
+                         for name, r in o["ratios"].items())
     meets = o["meets"]
-    return [("online.py", f"one training four ways (synthetic scale {o['scale']}, {o['epochs']} "
-             f"epochs), each an `autotune` command timed to its end: `train --tune` over the "
-             f"oracle, over `search --budget {o['budget']}` then training, over the baseline "
-             f"(one run of each; {_machine(o)})",
-             f"{wall['tuned']:.0f} / {wall['oracle']:.0f} s = {o['tuned_over_oracle']:.2f}; "
-             f"{wall['tuned']:.0f} / {wall['search_then_train']:.0f} s = "
-             f"{o['tuned_over_search_then_train']:.2f}; {wall['tuned']:.0f} / "
-             f"{wall['baseline']:.0f} s = {o['tuned_over_baseline']:.2f}{acc}",
-             f"<= {o['target_tuned_over_oracle']}: {_verdict(meets['tuned_over_oracle'])}; "
-             f"< 1: {_verdict(meets['tuned_over_search_then_train'])}; accuracy within: "
-             + (_verdict(meets["accuracy_within_spread"]) if "accuracy_within_spread" in meets
-                else "skipped"))]
+    return [("online.py", f"one training six ways (synthetic scale {o['scale']}, {o['epochs']} "
+             f"epochs, `search --budget {o['budget']}`), each an `autotune` command timed to "
+             f"its end, {o['runs']} runs a way (median, spread max over min; {_machine(o)})",
+             f"{walls}; {figures}{acc}",
+             f"{verdicts}; accuracy within: " + (_verdict(meets["accuracy_within_spread"])
+                                                 if "accuracy_within_spread" in meets
+                                                 else "skipped"))]
 
 
 def _verdicts() -> list[tuple[str, str, str, str]]:

@@ -166,6 +166,12 @@ def test_candidates_go_in_the_order_of_the_side_the_step_spends_its_time_on():
         assert ordered[:len(side)] == side == [label for label, _ in changes
                                                if label.split()[0] in first]
         assert ordered[-1] == "compile_mode none -> default"
+    # a step that waits 10% for its batches, beside loader workers that take all its
+    # cores (2 workers on 2): the loader's knobs first; beside 2 of 16 cores, the model's
+    assert _tuning.by_bottleneck(changes, 0.1, 1.0)[0][0].split()[0] in _tuning.LOADER_KNOBS
+    assert _tuning.by_bottleneck(changes, 0.1, 2 / 16)[0][0].startswith("aggregation")
+    assert _tuning.cores_taken(START, two) == 1.0
+    assert _tuning.cores_taken(START.replace(num_workers=0), two) == 0.0
 
 
 @pytest.mark.exclusive  # shares of time: a test beside it slows the step (2 threads, 1 core)
@@ -175,8 +181,14 @@ def test_a_run_tries_first_the_knobs_of_what_its_step_waits_on(tiny_synthetic, m
     """A step slowed by 100 ms in the model's step, or in the sampling of its batch
     (in the loader's 2 workers: 50 ms a batch), far above the tiny model's own step:
     the run measures the share its incumbent waits for its batches, says it, and
-    tries that side's knob first."""
+    tries that side's knob first. (On a machine of 16 cores, where its 2 workers
+    leave the step its cores: on 2, they take them all, and the loader goes first.)"""
     from autotune.sampling._neighbor import NeighborSampler
+    from autotune.topology import Topology
+
+    sixteen = Topology(cpus=tuple(range(16)), cores=tuple((c,) for c in range(16)),
+                       nodes=(tuple(range(16)),))
+    monkeypatch.setattr(_tuning, "this_machine", lambda: sixteen)
 
     target, name = (Pipeline, "train_step") if slow == "step" else \
         (NeighborSampler, "sample_from_nodes")
@@ -197,6 +209,7 @@ def test_a_run_tries_first_the_knobs_of_what_its_step_waits_on(tiny_synthetic, m
     # batch costs as much as its step), so a slowdown that missed would fail here
     share = run.log.wait_share
     assert share > 0.7 if slow == "batch" else share < 0.3, share
+    assert run.log.cores_taken == 2 / 16
     assert run.log.order == ("the loader's knobs" if slow == "batch" else "the model's knobs")
     assert run.log.tried[0].change.startswith(first), [t.change for t in run.log.tried]
 
@@ -205,7 +218,7 @@ def test_a_candidates_verdict_is_the_comparison_engines():
     """The tuner's verdicts are the engine's (autotune.compare) over the pairs: a gain
     known to lie within min_gain of 1 is no faster (tied), one clear of 1 is kept, one
     known to be under 1 is slower; no verdict before min_pairs, "no faster" once
-    the pairs are spent undecided; a first pair under the screen is dropped. The old
+    the pairs are spent undecided; two first pairs under the screen are dropped. The old
     rule (mean less half the range above 1.02) kept 1.10, 1.08 after two pairs and
     called 0.89, 1.12, 1.12 no faster."""
     from types import SimpleNamespace
@@ -223,7 +236,8 @@ def test_a_candidates_verdict_is_the_comparison_engines():
     assert verdict([0.90, 0.92, 0.91, 0.90]) == "slower"
     assert verdict([0.89, 1.12, 1.12, 1.10]) == ""  # wide: more pairs
     assert verdict([0.89, 1.12, 1.12], pairs=3) == "no faster"  # spent, undecided
-    assert verdict([0.5]) == "dropped" and verdict([1.05]) == ""
+    assert verdict([0.5]) == "" and verdict([0.5, 0.7]) == "dropped"
+    assert verdict([0.5, 0.9]) == "" and verdict([1.05]) == ""
 
 
 def test_tune_flags_without_tune_are_one_line_errors(tmp_path):
@@ -580,3 +594,17 @@ def test_ctrl_c_that_python_swallowed_is_raised_at_the_next_step(ctrl_c_raises):
             check_interrupt()
     check_interrupt()  # nothing latched outside the block
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_short_share_tries_its_candidates_in_short_windows():
+    """A window is as long as asked where epochs and the share hold it; half an epoch
+    at most; and as short as the share needs to hold each candidate's least pairs,
+    never under three steps."""
+    from autotune.pipeline._tuning import MIN_WINDOW, fit_window
+
+    assert fit_window(8, 100) == 8
+    assert fit_window(8, 10) == 5
+    assert fit_window(8, 100, share_steps=1000, verdicts=7 * 4) == 8
+    assert fit_window(8, 100, share_steps=150, verdicts=7 * 4) == 5
+    assert fit_window(8, 100, share_steps=64, verdicts=7 * 4) == MIN_WINDOW
+    assert fit_window(2, 100, share_steps=1, verdicts=28) == 2  # asked under the floor

@@ -24,10 +24,15 @@ confidence sequence lies above 1 (and not wholly within :attr:`TuneSpec.min_gain
 of it), "no faster" where it lies under 1 + min_gain, "slower" where under 1. A
 candidate whose pairs spread wide gets more pairs, up to :attr:`TuneSpec.pairs`,
 while exploring's share lasts; one under :attr:`TuneSpec.screen` times the incumbent
-in its first pair is dropped then (it could not pay back the pairs a verdict takes).
+in each of its first two pairs is dropped then (it could not pay back the pairs a
+verdict takes).
 The candidates are tried in the order of where the incumbent's step spends its time
 (:func:`by_bottleneck`): the loader's knobs first where its windows waited for batches
-more than half of their time, the model's first otherwise; a compile always last.
+more than half of their time, counting the computing its loader workers slow by
+taking its cores, the model's first otherwise; a compile always last. Windows are as
+long as :attr:`TuneSpec.window_steps` where the run holds them, shorter where its
+epochs or its share are short, and never shorter than the batches the incumbent's
+loader has in flight and two more (:func:`fit_window`).
 A candidate that fails (out of memory, a worker crash, an error) is recorded and
 dropped, and training goes on with the incumbent. Exploring ends when no candidate
 is left, or once the candidates have trained :attr:`TuneSpec.share` of the run's
@@ -75,18 +80,18 @@ COMPILE_KNOBS = ("compile_mode", "shapes")  # tried last: the dearest
 @dataclass(frozen=True)
 class TuneSpec:
     """How a run tunes itself. ``share``: the most of the run's planned steps its
-    candidates may train (0.10); ``window_steps``: steps a window; ``pairs``: the
+    candidates may train (0.10); ``window_steps``: the most steps a window (fewer
+    where the run's epochs or its share are short, :func:`fit_window`); ``pairs``: the
     most pairs a candidate gets (it stops sooner where its verdict is clear, and no
     verdict comes before ``min_pairs``); ``screen``: a candidate under this times
-    the incumbent in its first pair is dropped; ``min_gain``: the comparison's
+    the incumbent in each of its first two pairs is dropped; ``min_gain``: the comparison's
     margin: a speed-up known to lie within it of 1 is a tie, not worth a new
     pipeline, and one known to lie under 1 + this is no faster; ``precision``: the AMP and feature dtypes may be
     tried too (they change the arithmetic, not the batches); ``compile``: compile
-    modes and shapes may be tried (None: on a GPU only; on a 2-core CPU the knobs
-    benchmark measured compiling at 0.78-0.83x, docs/benchmarks.md), each only where
-    ``compile_s`` (the compile time planned for until this run has measured one:
-    19-22 s on that CPU) pays back within what is left of the run at a gain of
-    ``compile_gain``."""
+    modes and shapes may be tried (None: on a GPU only, where a compile pays back
+    sooner; benchmarks/knobs.py measures it on a CPU), each only where ``compile_s``
+    (the compile time planned for until this run has measured one) pays back within
+    what is left of the run at a gain of ``compile_gain``."""
 
     share: float = 0.10
     window_steps: int = 8
@@ -122,14 +127,23 @@ class TuneSpec:
 
 
 MIN_WINDOW = 3  # a window's first step is trained untimed: three steps time two
+SCREEN_PAIRS = 2  # a candidate under TuneSpec.screen in each of its first pairs is dropped
 
 
-def fit_window(asked: int, epoch_steps: int) -> int:
+def fit_window(asked: int, epoch_steps: int, share_steps: float | None = None,
+               verdicts: int = 0, floor: int = MIN_WINDOW) -> int:
     """A window's steps in a run whose epochs have ``epoch_steps`` steps: ``asked``,
     but at most half an epoch, so that a pair (the incumbent's window and the
     candidate's) fits in one, where a window cut by the epoch's end would time fewer
-    steps or none; and :data:`MIN_WINDOW` at least (``asked`` where less)."""
-    return max(min(asked, epoch_steps // 2), min(MIN_WINDOW, asked))
+    steps or none; and, where exploring's share (``share_steps`` of candidates'
+    steps) would not hold ``verdicts`` windows of that length (a verdict's least
+    pairs for each candidate), as short as that share holds them: a short run tries
+    its candidates in short windows rather than few of them in long ones. Never
+    under :data:`MIN_WINDOW` (``asked`` where less)."""
+    steps = min(asked, epoch_steps // 2)
+    if share_steps is not None and verdicts:
+        steps = min(steps, int(share_steps // verdicts))
+    return max(steps, min(max(MIN_WINDOW, floor), asked))
 
 
 @dataclass
@@ -184,6 +198,7 @@ class TuneLog:
     steps_by_config: dict[str, int] = field(default_factory=dict)
     explore_s: float = 0.0
     wait_share: float | None = None  # of the window the queue was ordered by (by_bottleneck)
+    cores_taken: float = 0.0  # the share of the cores the incumbent's loader workers took then
     final: TrialConfig | None = None
     interrupted_step: int | None = None  # where Ctrl-C stopped the run
     notes: list[str] = field(default_factory=list)  # what the run left out, and why
@@ -193,7 +208,8 @@ class TuneLog:
         """Which side's knobs the run tried first (None: the queue was not ordered)."""
         if self.wait_share is None:
             return None
-        return "the loader's knobs" if loader_first(self.wait_share) else "the model's knobs"
+        return "the loader's knobs" if loader_first(self.wait_share, self.cores_taken) \
+            else "the model's knobs"
 
     def lines(self) -> list[str]:
         """What the run did, in words: where it started and ended, when it settled,
@@ -207,8 +223,10 @@ class TuneLog:
                f"tuned: started on {short(self.start.to_dict())}, ended on "
                f"{short((self.final or self.start).to_dict())}"]
         if self.wait_share is not None:
+            took = f", and its loader workers took {100 * self.cores_taken:.0f}% of the cores" \
+                if self.cores_taken else ""
             out.append(f"tuned: the incumbent waited for its batches "
-                       f"{100 * self.wait_share:.0f}% of its step: {self.order} tried first")
+                       f"{100 * self.wait_share:.0f}% of its step{took}: {self.order} tried first")
         out += [f"tuned: {steps:>6} steps on {key}" for key, steps in self.steps_by_config.items()]
         return out + [f"tuned: {note}" for note in self.notes]
 
@@ -220,6 +238,7 @@ class TuneLog:
                 "settled_step": self.settled_step, "settled_epoch": self.settled_epoch,
                 "interrupted_step": self.interrupted_step,
                 "explore_s": self.explore_s, "wait_share": self.wait_share,
+                "cores_taken": self.cores_taken,
                 "steps_by_config": self.steps_by_config, "notes": self.notes,
                 "tried": [{"change": t.change, "config": t.config.to_dict(),
                            "ratios": t.ratios, "verdict": t.verdict, "reason": t.reason,
@@ -351,14 +370,16 @@ class _Refused(Exception):
     """A candidate refused before its pairs (its numerics)."""
 
 
-def by_bottleneck(changes: list[tuple[str, TrialConfig]], wait_share: float
-                  ) -> list[tuple[str, TrialConfig]]:
+def by_bottleneck(changes: list[tuple[str, TrialConfig]], wait_share: float,
+                  cores_taken: float = 0.0) -> list[tuple[str, TrialConfig]]:
     """``changes`` (labelled as :func:`candidates` labels them) in the order to try
-    them, given the share of the incumbent's step time spent waiting for its batch: a
-    loader change can gain at most what the step waits, a model change at most what it
-    computes, so the larger side's knobs go first; compile modes and shapes stay last
-    (a compile costs seconds before its first timed step). Stable within a side."""
-    first = loader_first(wait_share)
+    them, given the share of the incumbent's step time spent waiting for its batch
+    and the share of the machine's cores its loader workers take: a loader change
+    can gain at most what the step waits, and what it computes slowed by the workers
+    beside it; a model change at most what it computes; so the larger side's knobs go
+    first (:func:`loader_first`); compile modes and shapes stay last (a compile costs
+    seconds before its first timed step). Stable within a side."""
+    first = loader_first(wait_share, cores_taken)
 
     def rank(change: tuple[str, TrialConfig]) -> tuple[bool, bool]:
         knob = change[0].split()[0]
@@ -367,10 +388,21 @@ def by_bottleneck(changes: list[tuple[str, TrialConfig]], wait_share: float
     return sorted(changes, key=rank)
 
 
-def loader_first(wait_share: float) -> bool:
-    """Whether a step that waits ``wait_share`` of its time for its batch tries the
-    loader's knobs before the model's: where the wait is the larger side."""
-    return wait_share > 0.5
+def loader_first(wait_share: float, cores_taken: float = 0.0) -> bool:
+    """Whether a step that waits ``wait_share`` of its time for its batch, its loader
+    workers taking ``cores_taken`` of the cores its computing has, tries the loader's
+    knobs before the model's: where the loader's side is the larger, the wait plus
+    the computing that shares its cores with the workers (on 2 cores, 2 workers
+    take them all: fewer workers may give the step its cores back)."""
+    return wait_share + (1 - wait_share) * cores_taken > 0.5
+
+
+def cores_taken(config: TrialConfig, topology: Topology | None = None) -> float:
+    """The share of the machine's cores ``config``'s loader workers take (a worker a
+    core, at most all of them; those pinned to their own cores take those)."""
+    cores = len((this_machine() if topology is None else topology).cores)
+    workers = len(config.loader_cores) if config.loader_cores else config.num_workers
+    return min(workers / cores, 1.0) if cores else 0.0
 
 
 def _resolved(backend: str) -> str | None:
@@ -484,8 +516,12 @@ class TunedRun:
         epoch_steps = -(-self.seeds // config.batch_size)
         self.planned_steps = epochs * epoch_steps
         self.explore_steps_left = spec.share * self.planned_steps
+        self.queue = candidates(config, spec) if queue is None else list(queue)
+        self._ordered = queue is not None  # a queue given is tried in its order
         # a candidate keeps its batch size (it changes no knob that learns): so do epochs
-        self.window_steps = fit_window(spec.window_steps, epoch_steps)
+        self.window_steps = fit_window(spec.window_steps, epoch_steps, self.explore_steps_left,
+                                       len(self.queue) * spec.rule.min_pairs,
+                                       floor=self._in_flight() + 2)
         # a candidate gets no more pairs than the run can give it (a window of its
         # share each, and as many an epoch as an epoch holds), and no fewer than a
         # verdict needs
@@ -493,8 +529,6 @@ class TunedRun:
         per_epoch = max(epoch_steps // (2 * self.window_steps), 1)
         self.max_pairs = max(min(spec.pairs, epochs * per_epoch, windows), spec.rule.min_pairs)
         self.compile_s = spec.compile_s  # planned, until this run measures one
-        self.queue = candidates(config, spec) if queue is None else list(queue)
-        self._ordered = queue is not None  # a queue given is tried in its order
         self.log = TuneLog(start=config, final=config, notes=precision_notes(config, spec))
         self.too_short = self._too_short(epochs, epoch_steps, windows)
         if self.too_short:
@@ -742,8 +776,9 @@ class TunedRun:
         if share is None:
             return tried
         self._ordered = True
-        self.log.wait_share = share
-        queue = by_bottleneck([(tried.change, tried.config), *self.queue], share)
+        self.log.wait_share, self.log.cores_taken = share, cores_taken(self.pipe.config)
+        queue = by_bottleneck([(tried.change, tried.config), *self.queue], share,
+                              self.log.cores_taken)
         if tried.ratios or queue[0][0] == tried.change:  # one with pairs goes on first
             self.queue = [change for change in queue if change[0] != tried.change]
             return tried
@@ -817,15 +852,16 @@ class TunedRun:
 
     def _verdict(self, tried: Tried) -> tuple[str, str]:
         """The verdict on ``tried``'s pairs and why ("" while it needs more): dropped
-        where its first pair is under ``spec.screen``; else the comparison's
+        where each of its first :data:`SCREEN_PAIRS` pairs is under ``spec.screen`` (one
+        pair alone can be its new pipeline's first, or a disturbed one); else the comparison's
         (:attr:`TuneSpec.rule`, its pairs at most :attr:`max_pairs`): kept where
         faster, slower where known to be under 1, no faster where known to be under
         1 + ``spec.min_gain`` or tied within it, and no faster once :attr:`max_pairs`
         pairs have not decided it."""
         decision = tried.compare(dataclasses.replace(self.spec.rule,
                                                      max_pairs=self.max_pairs))
-        if decision.pairs == 1 and decision.speedup < self.spec.screen:
-            return "dropped", f"under {self.spec.screen:g}x in its first pair"
+        if decision.pairs == SCREEN_PAIRS and max(tried.ratios) < self.spec.screen:
+            return "dropped", f"under {self.spec.screen:g}x in its first {SCREEN_PAIRS} pairs"
         margin = f"±{100 * self.spec.min_gain:g}%"
         if decision.verdict == "faster":
             return "kept", ""
