@@ -42,7 +42,7 @@ _EXPORTS = {
     "NeighborLoader": "sampling",
     "LinkNeighborLoader": "sampling",
     "TrialConfig": "config",
-    "load_config": "config",
+    "load_config": "export",
     "DatasetRef": "data",
     "load_dataset": "data",
     "synthetic_reddit": "data",
@@ -59,7 +59,8 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from autotune.pipeline import hold_heap
-    from autotune.config import TrialConfig, load_config
+    from autotune.config import TrialConfig
+    from autotune.export import load_config
     from autotune.data import DatasetRef, load_dataset
     from autotune.data import synthetic_reddit
     from autotune.errors import (AutotuneError, BackendUnavailableError, ConfigError,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Literal, get_args
 
 from autotune.errors import ConfigError
@@ -42,8 +41,22 @@ FEATURE_PLACEMENTS: tuple[str, ...] = get_args(FeaturePlacement)
 FEATURE_DTYPES: tuple[str, ...] = get_args(FeatureDtype)
 TEMPORAL_STRATEGIES: tuple[str, ...] = get_args(TemporalStrategy)
 
-CONFIG_FORMAT = 1
 GAT_HEADS = 4
+# moved to autotune.export, the export file's module (its writer and its reader):
+# still reachable here, with a FutureWarning
+_MOVED = ("CONFIG_FORMAT", "Export", "read_export", "load_config")
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED:
+        raise AttributeError(f"module 'autotune.config' has no attribute {name!r}")
+    import importlib
+    import warnings
+
+    also = " (or from autotune)" if name == "load_config" else ""
+    warnings.warn(f"autotune.config.{name} moved to autotune.export; import it from "
+                  f"there{also}", FutureWarning, stacklevel=2)
+    return getattr(importlib.import_module("autotune.export"), name)
 
 
 @dataclass(frozen=True)
@@ -363,65 +376,6 @@ def with_model(config: TrialConfig, *, model: str | None = None, hidden: int | N
     if layers is not None:
         changes.update(num_layers=layers, num_neighbors=fit_fanout(config.num_neighbors, layers))
     return config.replace(**changes) if changes else config
-
-
-@dataclass(frozen=True)
-class Export:
-    """A config file read back: the config, and for a file ``autotune export`` wrote,
-    the dataset it was measured on (name, root, scale, seed) and its ``measured``
-    figures (trial number, ``throughput`` in its task's unit, peak memory); None for
-    a config written by hand."""
-
-    config: TrialConfig
-    dataset_ref: dict[str, Any] | None = None
-    measured: dict[str, Any] | None = None
-
-
-def read_export(path: str | Path) -> Export:
-    """Reads a config exported by ``autotune export`` (or written by hand) from YAML
-    or JSON: the one reader of that file (``study/_front.py`` is its one writer).
-    An export from before ``throughput`` was written has it under its unit's key
-    (``seed_nodes_per_s``), which is copied."""
-    import yaml
-
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config '{path}': {exc.strerror}") from exc
-    try:
-        blob = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config '{path}' is not valid YAML: {one_line(exc)}") from exc
-    if not (isinstance(blob, dict) and "config" in blob):  # a hand-written config
-        if blob is None:
-            raise ConfigError(f"config '{path}' is empty; give the knobs to change "
-                              "(batch_size: 512, ...), or leave out --config to measure the "
-                              "default config")
-        return Export(TrialConfig.from_dict(blob, source=f"config '{path}'"))
-    fmt = blob.get("format", CONFIG_FORMAT)
-    if fmt != CONFIG_FORMAT:
-        raise ConfigError(f"config '{path}' has format {fmt!r}; this autotune reads "
-                          f"format {CONFIG_FORMAT}")
-    ref = blob.get("dataset_ref")
-    return Export(TrialConfig.from_dict(blob["config"], source=f"config '{path}'"),
-                  dataset_ref=ref if isinstance(ref, dict) and "name" in ref else None,
-                  measured=_measured(blob.get("measured")))
-
-
-def _measured(measured: Any) -> dict[str, Any] | None:
-    if not isinstance(measured, dict):
-        return None
-    keys = [key for key in ["throughput"] + [t.throughput_key for t in TASKS.values()]
-            if key in measured]
-    return {**measured, "throughput": measured[keys[0]]} if keys else None
-
-
-def load_config(path: str | Path) -> TrialConfig:
-    """The config of a file ``autotune export`` wrote (or one written by hand): its
-    measured figures and environment ride along under other keys
-    (:func:`read_export` reads them)."""
-    return read_export(path).config
 
 
 def one_line(exc: Exception | str) -> str:

@@ -41,7 +41,14 @@ def rows() -> list[tuple[str, str, str, str]]:
 
 
 def _quickstart() -> list[tuple[str, str, str, str]]:
-    q = _load("quickstart")
+    """The quick start's rows for each kind of CPU it ran on: quickstart.json, and
+    quickstart-<kind>.json (``--out``) for another."""
+    names = ["quickstart"] + sorted(p.stem for p in RESULTS.glob("quickstart-*.json"))
+    return [row for name in names for row in _quickstart_rows(name)]
+
+
+def _quickstart_rows(name: str) -> list[tuple[str, str, str, str]]:
+    q = _load(name)
     if not q:
         return []
     rows = [("quickstart.py", f"the README's quick start ({q['command']}), fresh data and "

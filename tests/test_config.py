@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from autotune.config import TrialConfig, load_config
+from autotune.config import TrialConfig
+from autotune.export import load_config
 from autotune.errors import ConfigError
 
 

@@ -35,7 +35,7 @@ def copy(tmp_path) -> Path:
 
 
 def test_the_top_holds_packages_and_a_few_shared_modules_each_in_a_layer():
-    """autotune/ is a package per concept and at most thirteen modules beside them,
+    """autotune/ is a package per concept and at most fourteen modules beside them,
     and the layers contract names every one of them (a module inside a package
     takes its layer from its folder)."""
     import tomllib
@@ -43,7 +43,7 @@ def test_the_top_holds_packages_and_a_few_shared_modules_each_in_a_layer():
     top = sorted(p.stem for p in (ROOT / "autotune").glob("*.py"))
     packages = sorted(p.name for p in (ROOT / "autotune").iterdir()
                       if (p / "__init__.py").is_file())
-    assert len(top) <= 13, top
+    assert len(top) <= 14, top
     assert {"cli", "study", "trial", "pipeline", "data", "sampling"} <= set(packages)
     contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     layers = contract["contracts"][0]["layers"]

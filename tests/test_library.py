@@ -15,7 +15,8 @@ import yaml
 import autotune
 import user_models
 from _helpers import cli, loss_and_grads
-from autotune.config import TrialConfig, load_config
+from autotune.config import TrialConfig
+from autotune.export import load_config
 from autotune.errors import ConfigError, DatasetError, StudyNotFoundError
 from autotune.specs import MeasureSpec
 

@@ -67,7 +67,7 @@ def test_a_tuned_run_refuses_a_precision_candidate_that_fails_the_check(tiny_syn
     and its line says why."""
     from autotune.pipeline._training import fit_tuned
 
-    queue = [("feature_dtype float32 -> bfloat16", CONFIG.replace(feature_dtype="bfloat16"))]
+    queue = [_tuning.Change.of(CONFIG, "feature_dtype", "bfloat16")]
     real = _tuning.Pipeline.gradients
 
     def off(self, batch, seed=0):

@@ -46,7 +46,7 @@ def test_an_old_study_reads_back_typed_with_todays_names(studies):
 
 
 def test_an_old_study_shows_and_exports(studies, tmp_path):
-    from autotune.config import load_config
+    from autotune.export import load_config
 
     shown = cli("show", *_args(studies))
     assert shown.returncode == 0, shown.stderr

@@ -46,6 +46,22 @@ def test_the_old_loader_path_works_with_a_deprecation_warning():
         from autotune.loader import NoSuchLoader  # noqa: F401
 
 
+def test_the_export_readers_old_path_works_with_a_deprecation_warning(tmp_path):
+    """The export file's reader moved from autotune.config to autotune.export (its
+    writer's module): the old names still work, each with a FutureWarning."""
+    import autotune.export
+
+    (tmp_path / "c.yaml").write_text("batch_size: 512\n")
+    with pytest.warns(FutureWarning, match="moved to autotune.export"):
+        from autotune.config import load_config
+    assert load_config is autotune.export.load_config
+    assert load_config(tmp_path / "c.yaml").batch_size == 512
+    with pytest.warns(FutureWarning, match="moved to autotune.export"):
+        from autotune.config import read_export  # noqa: F401
+    with pytest.raises(ImportError):
+        from autotune.config import no_such_name  # noqa: F401
+
+
 def test_counts_in_words_and_affinity_sets_told_apart():
     assert plural(1, "config") == "1 config" and plural(2, "epoch") == "2 epochs"
     compact = TrialConfig(num_workers=2, loader_cores=(1,), compute_cores=(0,))
@@ -117,7 +133,7 @@ def test_a_loop_that_never_calls_the_edges_hook_leaves_aggregation_unused_and_is
 
     start = TrialConfig(batch_size=32, num_neighbors=(5, 5), num_workers=0,
                         sampling_backend="builtin")
-    queue = [("aggregation scatter -> sparse", start.replace(aggregation="sparse"))]
+    queue = [_tuning.Change.of(start, "aggregation", "sparse")]
     monkeypatch.setattr(_tuning, "candidates", lambda config, spec, topology=None: list(queue))
     torch.manual_seed(0)
     conv = SAGEConv(tiny_synthetic.num_features, 4)

@@ -10,7 +10,8 @@ import pytest
 from _helpers import cli
 import yaml
 
-from autotune.config import TrialConfig, load_config
+from autotune.config import TrialConfig
+from autotune.export import load_config
 
 FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
         "--warmup-time", "0",

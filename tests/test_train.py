@@ -59,11 +59,18 @@ def test_train_command_reports_accuracy_and_throughput_against_the_trial(exporte
     run = cli("train", "--config", str(out), *FAST[:4], *common, "--epochs", "2")
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
+    header = next(line.split() for line in lines if line.startswith("epoch"))
+    assert header[:5] == ["epoch", "loss", "train", "s", "eval"], header
     epochs = [line.split() for line in lines if line.split()[:1] in (["1"], ["2"])]
     assert len(epochs) == 2
     for row in epochs:
         val, test = float(row[-2]), float(row[-1])
         assert 0 <= val <= 1 and 0 <= test <= 1
+        assert float(row[3]) > 0, row  # its evaluation's seconds, beside training's
+    spent = next(line for line in lines if line.startswith("time: training")).split()
+    said = float(spent[2]), float(spent[5])  # "time: training T s, evaluation E s (...)"
+    summed = [sum(float(row[i]) for row in epochs) for i in (2, 3)]
+    assert all(abs(a - b) <= 0.06 for a, b in zip(said, summed)), (spent, epochs)
     measured = yaml.safe_load(out.read_text())["measured"]
     assert f"trial #{measured['trial']} measured" in lines[-1]
     assert "throughput: achieved" in lines[-1] and lines[-1].endswith("x")

@@ -14,7 +14,7 @@ from autotune.config import TrialConfig
 from autotune.pipeline import Pipeline
 from autotune.pipeline._training import fit_tuned
 from autotune.pipeline import _tuning
-from autotune.pipeline._tuning import TunedRun, TuneSpec, candidates
+from autotune.pipeline._tuning import Change, TunedRun, TuneSpec, candidates
 
 # Batches of 32 on a graph of ~930 nodes: a loader worker's hand-off costs more than
 # the in-process sampling of a batch, so 0 workers trains faster than 2
@@ -54,9 +54,8 @@ def test_a_tuned_run_trains_every_seed_once_an_epoch_and_outlives_a_failing_cand
 
     steps, workers = _seen(monkeypatch)
     failing = START.replace(sampling_backend="pyg", num_workers=0)
-    queue = [("sampling_backend builtin -> pyg", failing),
-             ("aggregation scatter -> sparse", START.replace(aggregation="sparse")),
-             ("num_workers 2 -> 0", START.replace(num_workers=0))]
+    queue = [Change("sampling_backend", "pyg", failing, "sampling_backend builtin -> pyg"),
+             Change.of(START, "aggregation", "sparse"), Change.of(START, "num_workers", 0)]
     # a kept candidate remakes the queue around itself: here, with nothing more to try,
     # so that the run settles within its 3 epochs whichever candidate the timings keep
     monkeypatch.setattr(_tuning, "candidates", lambda config, spec, topology=None: [])
@@ -106,7 +105,7 @@ def test_a_tuned_run_settles_on_the_faster_config_its_space_holds(tiny_synthetic
     run rightly kept nothing; on a 2-core AVX2-only EPYC the least of 16 pairs went
     from 1.61x to 2.06x.)"""
     config = START.replace(batch_size=16)
-    queue = [("num_workers 2 -> 0", config.replace(num_workers=0))]
+    queue = [Change.of(config, "num_workers", 0)]
     run = TunedRun(config, tiny_synthetic, TuneSpec(share=1.0, window_steps=16, pairs=12),
                    epochs=6, num_classes=4, queue=queue)
     try:
@@ -128,48 +127,56 @@ def test_candidates_change_one_learning_neutral_knob_each():
 
     two = Topology(cpus=(0, 1), cores=((0,), (1,)), nodes=((0, 1),))
     changes = candidates(START, TuneSpec(), two)
-    assert changes and all(c.batch_size == START.batch_size and
-                           c.num_neighbors == START.num_neighbors for _, c in changes)
-    for label, c in changes:
-        differ = {k for k, v in c.to_dict().items() if START.to_dict()[k] != v}
+    assert changes and all(c.config.batch_size == START.batch_size and
+                           c.config.num_neighbors == START.num_neighbors for c in changes)
+    for change in changes:  # the knob and value it carries are what its config changed
+        differ = {k for k, v in change.config.to_dict().items() if START.to_dict()[k] != v}
         assert differ and differ <= {"num_workers", "sampling_backend", "aggregation",
-                                     "loader_cores", "compute_cores"}, (label, differ)
-    assert not any(c.amp_dtype != START.amp_dtype for _, c in changes)
+                                     "loader_cores", "compute_cores"}, (change.label, differ)
+        assert differ == ({"loader_cores", "compute_cores"} & differ or {change.knob})
+        if change.knob != "affinity":
+            assert getattr(change.config, change.knob) == change.value
+            assert change.label == f"{change.knob} {getattr(START, change.knob)} -> " \
+                                   f"{change.value}"
+    assert not any(c.config.amp_dtype != START.amp_dtype for c in changes)
     precise = candidates(START, TuneSpec(precision=True), two)
-    assert any(c.feature_dtype == "bfloat16" for _, c in precise)
+    assert any(c.knob == "feature_dtype" and c.value == "bfloat16" for c in precise)
     # compile modes: on a GPU, or where asked; then last, and shapes once compiled
-    assert not any(c.compile_mode != "none" for _, c in changes), "not on a CPU by default"
+    assert not any(c.knob == "compile_mode" for c in changes), "not on a CPU by default"
     compiled = candidates(START, TuneSpec(compile=True), two)
-    assert [label for label, _ in compiled][-1] == "compile_mode none -> default"
-    assert any(label == "shapes dynamic -> padded" for label, _ in
+    assert compiled[-1].label == "compile_mode none -> default"
+    assert any(c.label == "shapes dynamic -> padded" for c in
                candidates(START.replace(compile_mode="default"), TuneSpec(compile=True), two))
     # no change to a backend that resolves to the sampler already in use
     auto = START.replace(sampling_backend="auto")
-    assert not [label for label, c in candidates(auto, TuneSpec(), two)
-                if label.startswith("sampling_backend")
-                and _tuning._resolved(c.sampling_backend) == _tuning._resolved("auto")]
+    assert not [c for c in candidates(auto, TuneSpec(), two) if c.knob == "sampling_backend"
+                and _tuning._resolved(c.value) == _tuning._resolved("auto")]
 
 
-def test_candidates_go_in_the_order_of_the_side_the_step_spends_its_time_on():
+def test_candidates_go_in_the_order_of_the_side_the_step_spends_its_time_on(monkeypatch):
     """The loader's knobs first where the step waits for its batch more than half of
     its time, the model's first otherwise; a compile last either way; stable within."""
     from autotune.topology import Topology
 
     two = Topology(cpus=(0, 1), cores=((0,), (1,)), nodes=((0, 1),))
     changes = candidates(START, TuneSpec(compile=True), two)
-    knobs = [label.split()[0] for label, _ in changes]
+    knobs = [c.knob for c in changes]
     assert "aggregation" in knobs and "num_workers" in knobs
     for wait, first in ((0.1, {"aggregation"}), (0.9, set(_tuning.LOADER_KNOBS))):
-        ordered = [label for label, _ in _tuning.by_bottleneck(changes, wait)]
-        assert sorted(ordered) == sorted(label for label, _ in changes)
-        side = [label for label in ordered if label.split()[0] in first]
-        assert ordered[:len(side)] == side == [label for label, _ in changes
-                                               if label.split()[0] in first]
-        assert ordered[-1] == "compile_mode none -> default"
+        ordered = _tuning.by_bottleneck(changes, wait)
+        assert sorted(c.label for c in ordered) == sorted(c.label for c in changes)
+        side = [c for c in ordered if c.knob in first]
+        assert ordered[:len(side)] == side == [c for c in changes if c.knob in first]
+        assert ordered[-1].label == "compile_mode none -> default"
     # a step that waits 10% for its batches, beside loader workers that take all its
     # cores (2 workers on 2): the loader's knobs first; beside 2 of 16 cores, the model's
-    assert _tuning.by_bottleneck(changes, 0.1, 1.0)[0][0].split()[0] in _tuning.LOADER_KNOBS
-    assert _tuning.by_bottleneck(changes, 0.1, 2 / 16)[0][0].startswith("aggregation")
+    assert _tuning.by_bottleneck(changes, 0.1, 1.0)[0].knob in _tuning.LOADER_KNOBS
+    assert _tuning.by_bottleneck(changes, 0.1, 2 / 16)[0].knob == "aggregation"
+    # bfloat16 autocast, where it is a candidate, before either side
+    monkeypatch.setattr(_tuning, "native_bf16", lambda: True)  # a CPU that computes it
+    precise = candidates(START, TuneSpec(precision=True), two)
+    for wait in (0.1, 0.9):
+        assert _tuning.by_bottleneck(precise, wait)[0].label == "amp_dtype float32 -> bfloat16"
     assert _tuning.cores_taken(START, two) == 1.0
     assert _tuning.cores_taken(START.replace(num_workers=0), two) == 0.0
 
@@ -268,7 +275,7 @@ def test_a_tuned_run_is_a_study_that_show_export_and_studies_read(tmp_path):
     import yaml
     from _helpers import cli
 
-    from autotune.config import read_export
+    from autotune.export import read_export
 
     config = tmp_path / "cfg.yaml"
     config.write_text(yaml.safe_dump(START.to_dict()))
@@ -342,8 +349,7 @@ def test_a_users_own_loop_trains_every_seed_once_on_its_optimizer_through_a_fail
     from autotune.pipeline import TunedLoop
 
     start = START.replace(num_workers=0)
-    queue = [("aggregation scatter -> sparse", start.replace(aggregation="sparse")),
-             ("num_workers 0 -> 1", start.replace(num_workers=1))]
+    queue = [Change.of(start, "aggregation", "sparse"), Change.of(start, "num_workers", 1)]
     monkeypatch.setattr(_tuning, "candidates", lambda config, spec, topology=None: list(queue))
     torch.manual_seed(0)
     model = _EdgeIndexOnly(tiny_synthetic.num_features, 4)
@@ -455,14 +461,13 @@ def test_a_tuned_run_learns_as_an_untuned_one_within_two_seeds_spread(cora_root,
     from autotune.pipeline._training import fit_tuned
 
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
-    changes = {"aggregation scatter -> sparse": {"aggregation": "sparse"},
-               "num_workers 0 -> 1": {"num_workers": 1}}
+    changes = {"aggregation": "sparse", "num_workers": 1}
 
     def left(config: TrialConfig, spec, topology=None) -> list:
         """After a keep, the queue is remade around the new incumbent: the changes it
         does not hold yet (so both are tried whichever the machine keeps)."""
-        return [(label, config.replace(**change)) for label, change in changes.items()
-                if any(getattr(config, k) != v for k, v in change.items())]
+        return [Change.of(config, knob, value) for knob, value in changes.items()
+                if getattr(config, knob) != value]
 
     monkeypatch.setattr(_tuning, "candidates", left)
     dataset = DatasetRef("Cora", root=cora_root).prepare()
@@ -470,9 +475,9 @@ def test_a_tuned_run_learns_as_an_untuned_one_within_two_seeds_spread(cora_root,
                         hidden_channels=64, sampling_backend="builtin")
     epochs = 12
 
-    def run(seed: int, changes: dict[str, dict]) -> tuple[list[float], list[float], list]:
+    def run(seed: int, changes: dict[str, object]) -> tuple[list[float], list[float], list]:
         config = start.replace(seed=seed)
-        queue = [(label, config.replace(**change)) for label, change in changes.items()]
+        queue = [Change.of(config, knob, value) for knob, value in changes.items()]
         tuned = TunedRun(config, dataset.data, TuneSpec(share=1.0, window_steps=2, pairs=2),
                          epochs=epochs, num_classes=dataset.num_classes, queue=queue)
         try:
@@ -484,7 +489,7 @@ def test_a_tuned_run_learns_as_an_untuned_one_within_two_seeds_spread(cora_root,
     base, *others = [run(seed, {}) for seed in (0, 1, 2)]
     tuned = run(0, changes)
     log = tuned[2]
-    assert [t.change for t in log.tried] == list(changes) and all(t.steps for t in log.tried)
+    assert [t.knob for t in log.tried] == list(changes) and all(t.steps for t in log.tried)
     assert min(r[0][-1] for r in (base, *others, tuned)) > 0.6  # they learn
     for i, name in enumerate(("val accuracy", "loss")):
         # each epoch's distance from the seed-0 untuned run: another seed's, the tuned run's
@@ -521,8 +526,8 @@ def test_a_compile_is_tried_only_where_it_pays_back_and_its_first_window_warms_u
     of the 3-epoch run cannot pay back: not tried, and the log says why."""
     monkeypatch.setattr(torch, "compile", lambda model, **_: _SlowFirstCall(model))
     start = START.replace(num_workers=0)
-    queue = [("compile_mode none -> default", start.replace(compile_mode="default")),
-             ("compile_mode none -> max-autotune", start.replace(compile_mode="max-autotune"))]
+    queue = [Change.of(start, "compile_mode", "default"),
+             Change.of(start, "compile_mode", "max-autotune")]
     lines: list[str] = []
     spec = TuneSpec(share=1.0, window_steps=3, pairs=2, min_gain=0.5, compile_s=0.01)
     run = TunedRun(start, tiny_synthetic, spec, epochs=3, num_classes=4, queue=queue,

@@ -30,7 +30,8 @@ from autotune.cli._render import (
     trial_row,
     trials_table,
 )
-from autotune.config import Export, one_line, read_export, with_model
+from autotune.config import one_line, with_model
+from autotune.export import Export, read_export
 from autotune.env import clock as clock_text, make_writable_dir, parse_bytes, plural
 from autotune.errors import AutotuneError, ConfigError, GuardError
 from autotune.files import inductor_cache_dir
@@ -225,14 +226,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"training {short_config(config)} on {ref.name} for {plural(args.epochs, 'epoch')}" +
               (f", tuning in at most {tune.share:.0%} of its steps (its windows go to study "
                f"{recorder.name})" if tune else ""))
-        print(f"{'epoch':>5} {'loss':>7} {'train s':>8} {task.unit:>13} "
+        print(f"{'epoch':>5} {'loss':>7} {'train s':>8} {'eval s':>7} {task.unit:>13} "
               f"{'val ' + task.metric:>12} {'test ' + task.metric:>12}")
     with tqdm(total=args.epochs, desc="training", unit="epoch", leave=False,
               disable=not sys.stderr.isatty()) as bar:  # a bar on a terminal only
         def row(e) -> None:
             bar.update()
             if table:
-                bar.write(f"{e.epoch:>5} {e.loss:>7.4f} {e.train_s:>8.2f} "
+                bar.write(f"{e.epoch:>5} {e.loss:>7.4f} {e.train_s:>8.2f} {e.eval_s:>7.2f} "
                           f"{e.seeds_per_s:>13,.0f} {e.val_metric:>12.4f} {e.test_metric:>12.4f}",
                           file=sys.stdout)
         try:

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from autotune.config import TrialConfig, load_config
+from autotune.config import TrialConfig
+from autotune.export import load_config
 from autotune.errors import ConfigError
 from autotune.files import atomic_write, check_interrupt, inductor_cache_dir, interrupts_latched
 from autotune.pipeline._allocator import heap_state
@@ -68,6 +69,7 @@ class Epoch:
     loss: float
     val_metric: float | None = None
     test_metric: float | None = None
+    eval_s: float = 0.0  # its evaluation's seconds, outside train_s
 
     @property
     def seeds_per_s(self) -> float:
@@ -147,10 +149,13 @@ def fit_tuned(run: TunedRun, data, epochs: int, evaluate_test: bool = True,
 
 
 def _evaluate_epoch(pipe: Pipeline, data, epoch: Epoch, test: bool) -> None:
-    """The task's metric after ``epoch`` on validation, and on test where asked."""
+    """The task's metric after ``epoch`` on validation, and on test where asked, and
+    the seconds they took."""
+    start = time.perf_counter()
     epoch.val_metric = evaluate(pipe, data, "val")
     if test:
         epoch.test_metric = evaluate(pipe, data, "test")
+    epoch.eval_s = time.perf_counter() - start
 
 
 def _one_epoch(pipe: Pipeline, number: int, left_s: float | None) -> Epoch:

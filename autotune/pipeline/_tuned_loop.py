@@ -8,7 +8,8 @@ from typing import Callable, Iterator
 
 import torch
 
-from autotune.config import TrialConfig, load_config
+from autotune.config import TrialConfig
+from autotune.export import load_config
 from autotune.pipeline._tuning import Step, TuneLog, TunedRun, TuneSpec, WindowEvent
 
 

@@ -29,7 +29,9 @@ verdict takes).
 The candidates are tried in the order of where the incumbent's step spends its time
 (:func:`by_bottleneck`): the loader's knobs first where its windows waited for batches
 more than half of their time, counting the computing its loader workers slow by
-taking its cores, the model's first otherwise; a compile always last. Windows are as
+taking its cores, the model's first otherwise; bfloat16 autocast, where the run may
+try it, before either (the largest gain measured on a CPU that computes it); a
+compile always last. Windows are as
 long as :attr:`TuneSpec.window_steps` where the run holds them, shorter where its
 epochs or its share are short, and never shorter than the batches the incumbent's
 loader has in flight and two more (:func:`fit_window`).
@@ -74,6 +76,10 @@ PROBES = 3
 GRAD_COSINE = 0.99
 GRAD_NORM = 0.05
 LOADER_KNOBS = ("num_workers", "affinity", "sampling_backend")  # where batches are made
+# tried before either side's knobs, where the run may try it: bfloat16 autocast, the
+# largest single-knob gain benchmarks/knobs.py measured on a CPU that computes it
+# (and on a GPU), larger than what any other knob gave there
+FIRST = (("amp_dtype", "bfloat16"),)
 COMPILE_KNOBS = ("compile_mode", "shapes")  # tried last: the dearest
 
 
@@ -146,6 +152,25 @@ def fit_window(asked: int, epoch_steps: int, share_steps: float | None = None,
     return max(steps, min(max(MIN_WINDOW, floor), asked))
 
 
+@dataclass(frozen=True)
+class Change:
+    """A candidate as data: the knob it changes, the value it gives it (for
+    ``affinity``, the strategy), the config it makes, and its name in the run's
+    lines (``num_workers 2 -> 0``)."""
+
+    knob: str
+    value: Any
+    config: TrialConfig
+    label: str
+
+    @classmethod
+    def of(cls, config: TrialConfig, knob: str, value: Any, **fields: Any) -> Change:
+        """``config`` with ``knob`` set to ``value`` (``fields``: the config's fields
+        that carry it, where they are not the knob itself: the affinity's cores)."""
+        label = f"{knob} -> {value}" if fields else f"{knob} {getattr(config, knob)} -> {value}"
+        return cls(knob, value, config.replace(**(fields or {knob: value})), label)
+
+
 @dataclass
 class Tried:
     """One candidate: the knob it changed, its pairs' ratios (candidate over
@@ -164,6 +189,15 @@ class Tried:
     seconds: float = 0.0
     compile_s: float | None = None  # what its warm-up window took beyond the incumbent's pace
     decision: Decision | None = None
+    knob: str = ""  # the knob it changed and the value it gave it (Change's)
+    value: Any = None
+
+    @classmethod
+    def of(cls, change: Change, **fields: Any) -> Tried:
+        return cls(change.config, change.label, knob=change.knob, value=change.value, **fields)
+
+    def as_change(self) -> Change:
+        return Change(self.knob, self.value, self.config, self.change)
 
     @property
     def ratio(self) -> float | None:
@@ -199,6 +233,7 @@ class TuneLog:
     explore_s: float = 0.0
     wait_share: float | None = None  # of the window the queue was ordered by (by_bottleneck)
     cores_taken: float = 0.0  # the share of the cores the incumbent's loader workers took then
+    ahead: str | None = None  # a change tried before either side's (FIRST), where one was
     final: TrialConfig | None = None
     interrupted_step: int | None = None  # where Ctrl-C stopped the run
     notes: list[str] = field(default_factory=list)  # what the run left out, and why
@@ -225,8 +260,11 @@ class TuneLog:
         if self.wait_share is not None:
             took = f", and its loader workers took {100 * self.cores_taken:.0f}% of the cores" \
                 if self.cores_taken else ""
+            ahead = f"{self.ahead} first (the largest gain measured on such a machine), then " \
+                if self.ahead else ""
             out.append(f"tuned: the incumbent waited for its batches "
-                       f"{100 * self.wait_share:.0f}% of its step{took}: {self.order} tried first")
+                       f"{100 * self.wait_share:.0f}% of its step{took}: {ahead}{self.order} "
+                       "tried first")
         out += [f"tuned: {steps:>6} steps on {key}" for key, steps in self.steps_by_config.items()]
         return out + [f"tuned: {note}" for note in self.notes]
 
@@ -238,9 +276,10 @@ class TuneLog:
                 "settled_step": self.settled_step, "settled_epoch": self.settled_epoch,
                 "interrupted_step": self.interrupted_step,
                 "explore_s": self.explore_s, "wait_share": self.wait_share,
-                "cores_taken": self.cores_taken,
+                "cores_taken": self.cores_taken, "ahead": self.ahead,
                 "steps_by_config": self.steps_by_config, "notes": self.notes,
-                "tried": [{"change": t.change, "config": t.config.to_dict(),
+                "tried": [{"change": t.change, "knob": t.knob, "value": t.value,
+                           "config": t.config.to_dict(),
                            "ratios": t.ratios, "verdict": t.verdict, "reason": t.reason,
                            "speedup": t.ratio, "interval": None if t.decision is None
                            or t.decision.low is None else [t.decision.low, t.decision.high],
@@ -262,7 +301,7 @@ class SeedOrder(Sampler):
 
 
 def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = None
-               ) -> list[tuple[str, TrialConfig]]:
+               ) -> list[Change]:
     """The one-knob changes of ``config`` a run tries, in order, each a valid config:
     loader workers (0, 1, 2 and all cores but one), the cores' affinity (each
     strategy the machine can build, with workers), the sampling backend, the
@@ -272,42 +311,37 @@ def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = 
     compiled, the shapes."""
     topology = this_machine() if topology is None else topology
     cores = len(topology.cores)
-    changes: list[tuple[str, dict]] = []
+    changes: list[tuple[str, Any, dict]] = []  # knob, value, and its fields where others
     if not config.gpu_sampling:
-        changes += [(f"num_workers {config.num_workers} -> {w}", {"num_workers": w})
-                    for w in dict.fromkeys((0, 1, 2, cores - 1)) if 0 <= w]
-        changes += [(f"affinity -> {s}", dict(zip(("loader_cores", "compute_cores"),
-                                                 _cores(s, config, topology))))
+        changes += [("num_workers", w, {}) for w in dict.fromkeys((0, 1, 2, cores - 1))
+                    if 0 <= w]
+        changes += [("affinity", s, dict(zip(("loader_cores", "compute_cores"),
+                                             _cores(s, config, topology))))
                     for s in STRATEGIES if _cores(s, config, topology) is not None]
-    changes += [(f"sampling_backend {config.sampling_backend} -> {b}", {"sampling_backend": b})
+    changes += [("sampling_backend", b, {})
                 for b in ("builtin", "pyg")  # not one that resolves to the same sampler
                 if _resolved(b) != _resolved(config.sampling_backend)]
     if config.compile_mode == "none":
-        changes += [(f"aggregation {config.aggregation} -> {a}", {"aggregation": a})
-                    for a in ("scatter", "sparse")]
+        changes += [("aggregation", a, {}) for a in ("scatter", "sparse")]
     if spec.compile or spec.compile is None and config.device == "cuda":  # last: the dearest
         modes = ("none", "default") + (("reduce-overhead",) if config.device == "cuda" else ())
-        changes += [(f"compile_mode {config.compile_mode} -> {m}", {"compile_mode": m})
-                    for m in modes]
+        changes += [("compile_mode", m, {}) for m in modes]
         if config.compile_mode != "none":
-            changes += [(f"shapes {config.shapes} -> {s}", {"shapes": s})
-                        for s in ("dynamic", "padded")]
+            changes += [("shapes", s, {}) for s in ("dynamic", "padded")]
     if spec.precision:
         bf16 = ("bfloat16",) if config.device == "cuda" or native_bf16() else ()
-        changes += [(f"amp_dtype {config.amp_dtype} -> {d}", {"amp_dtype": d})
-                    for d in ("float32", *bf16)]
-        changes += [(f"feature_dtype {config.feature_dtype} -> {d}", {"feature_dtype": d})
-                    for d in ("float32", "bfloat16")]
+        changes += [("amp_dtype", d, {}) for d in ("float32", *bf16)]
+        changes += [("feature_dtype", d, {}) for d in ("float32", "bfloat16")]
     out, seen = [], {config.key()}
-    for label, change in changes:
+    for knob, value, fields in changes:
         try:
-            changed = config.replace(**change)
-            check_config(changed)
+            change = Change.of(config, knob, value, **fields)
+            check_config(change.config)
         except AutotuneError:  # not a config here (a backend this machine lacks, ...)
             continue
-        if changed.key() not in seen:
-            seen.add(changed.key())
-            out.append((label, changed))
+        if change.config.key() not in seen:
+            seen.add(change.config.key())
+            out.append(change)
     return out
 
 
@@ -370,20 +404,21 @@ class _Refused(Exception):
     """A candidate refused before its pairs (its numerics)."""
 
 
-def by_bottleneck(changes: list[tuple[str, TrialConfig]], wait_share: float,
-                  cores_taken: float = 0.0) -> list[tuple[str, TrialConfig]]:
-    """``changes`` (labelled as :func:`candidates` labels them) in the order to try
+def by_bottleneck(changes: list[Change], wait_share: float,
+                  cores_taken: float = 0.0) -> list[Change]:
+    """``changes`` in the order to try
     them, given the share of the incumbent's step time spent waiting for its batch
     and the share of the machine's cores its loader workers take: a loader change
     can gain at most what the step waits, and what it computes slowed by the workers
     beside it; a model change at most what it computes; so the larger side's knobs go
-    first (:func:`loader_first`); compile modes and shapes stay last (a compile costs
-    seconds before its first timed step). Stable within a side."""
+    first (:func:`loader_first`), after bfloat16 autocast where it is a candidate
+    (:data:`FIRST`); compile modes and shapes stay last (a compile costs seconds
+    before its first timed step). Stable within a side."""
     first = loader_first(wait_share, cores_taken)
 
-    def rank(change: tuple[str, TrialConfig]) -> tuple[bool, bool]:
-        knob = change[0].split()[0]
-        return knob in COMPILE_KNOBS, (knob in LOADER_KNOBS) != first
+    def rank(change: Change) -> tuple[bool, bool, bool]:
+        return change.knob in COMPILE_KNOBS, (change.knob, change.value) not in FIRST, \
+            (change.knob in LOADER_KNOBS) != first
 
     return sorted(changes, key=rank)
 
@@ -499,7 +534,7 @@ class TunedRun:
     def __init__(self, config: TrialConfig, data, spec: TuneSpec, *, epochs: int,
                  num_classes: int | None = None, cache_file=None,
                  on_line: Callable[[str], None] | None = None,
-                 queue: list[tuple[str, TrialConfig]] | None = None,
+                 queue: list[Change] | None = None,
                  on_window: Callable[[WindowEvent, TuneLog], None] | None = None,
                  model: torch.nn.Module | None = None,
                  optimizer: torch.optim.Optimizer | None = None,
@@ -518,16 +553,7 @@ class TunedRun:
         self.explore_steps_left = spec.share * self.planned_steps
         self.queue = candidates(config, spec) if queue is None else list(queue)
         self._ordered = queue is not None  # a queue given is tried in its order
-        # a candidate keeps its batch size (it changes no knob that learns): so do epochs
-        self.window_steps = fit_window(spec.window_steps, epoch_steps, self.explore_steps_left,
-                                       len(self.queue) * spec.rule.min_pairs,
-                                       floor=self._in_flight() + 2)
-        # a candidate gets no more pairs than the run can give it (a window of its
-        # share each, and as many an epoch as an epoch holds), and no fewer than a
-        # verdict needs
-        windows = int(self.explore_steps_left // self.window_steps)
-        per_epoch = max(epoch_steps // (2 * self.window_steps), 1)
-        self.max_pairs = max(min(spec.pairs, epochs * per_epoch, windows), spec.rule.min_pairs)
+        windows = self._fit(epochs, epoch_steps)
         self.compile_s = spec.compile_s  # planned, until this run measures one
         self.log = TuneLog(start=config, final=config, notes=precision_notes(config, spec))
         self.too_short = self._too_short(epochs, epoch_steps, windows)
@@ -547,6 +573,22 @@ class TunedRun:
         self._candidate: Pipeline | None = None  # the one being tried: close() ends it too
         self._failure: Exception | None = None  # what a candidate's step raised
         self._loss: Tensor | float | None = None  # the step's, where its caller said
+
+    def _fit(self, epochs: int, epoch_steps: int) -> int:
+        """Sizes the run's windows (:func:`fit_window`) and a candidate's most pairs;
+        returns how many windows exploring's share holds."""
+        spec = self.spec
+        # a candidate keeps its batch size (it changes no knob that learns): so do epochs
+        self.window_steps = fit_window(spec.window_steps, epoch_steps, self.explore_steps_left,
+                                       len(self.queue) * spec.rule.min_pairs,
+                                       floor=self._in_flight() + 2)
+        # a candidate gets no more pairs than the run can give it (a window of its
+        # share each, and as many an epoch as an epoch holds), and no fewer than a
+        # verdict needs
+        windows = int(self.explore_steps_left // self.window_steps)
+        per_epoch = max(epoch_steps // (2 * self.window_steps), 1)
+        self.max_pairs = max(min(spec.pairs, epochs * per_epoch, windows), spec.rule.min_pairs)
+        return windows
 
     def _build(self, config: TrialConfig, model: torch.nn.Module | None,
                optimizer: torch.optim.Optimizer | None) -> Pipeline:
@@ -777,10 +819,10 @@ class TunedRun:
             return tried
         self._ordered = True
         self.log.wait_share, self.log.cores_taken = share, cores_taken(self.pipe.config)
-        queue = by_bottleneck([(tried.change, tried.config), *self.queue], share,
-                              self.log.cores_taken)
-        if tried.ratios or queue[0][0] == tried.change:  # one with pairs goes on first
-            self.queue = [change for change in queue if change[0] != tried.change]
+        queue = by_bottleneck([tried.as_change(), *self.queue], share, self.log.cores_taken)
+        self.log.ahead = queue[0].label if (queue[0].knob, queue[0].value) in FIRST else None
+        if tried.ratios or queue[0].label == tried.change:  # one with pairs goes on first
+            self.queue = [change for change in queue if change.label != tried.change]
             return tried
         self.log.tried.remove(tried)
         self.queue = queue
@@ -837,16 +879,16 @@ class TunedRun:
             self.on_line(tried.line())
         else:
             self.log.tried.remove(tried)
-            self.queue.insert(0, (tried.change, tried.config))
+            self.queue.insert(0, tried.as_change())
             self._unfinished = tried
 
     def _next(self) -> Tried:
         """The next candidate, as a new entry of the log, or the one the last epoch's
         end cut short, with the pairs it had."""
-        label, config = self.queue.pop(0)
+        change = self.queue.pop(0)
         resumed, self._unfinished = self._unfinished, None
-        tried = resumed if resumed is not None and resumed.change == label else \
-            Tried(config, label)
+        tried = resumed if resumed is not None and resumed.change == change.label else \
+            Tried.of(change)
         self.log.tried.append(tried)
         return tried
 
@@ -880,17 +922,17 @@ class TunedRun:
         self.pipe.close()
         self.pipe = candidate
         self.log.final = candidate.config
-        self.queue = [(label, c) for label, c in candidates(candidate.config, self.spec)
-                      if c.key() not in tried]
+        self.queue = [change for change in candidates(candidate.config, self.spec)
+                      if change.config.key() not in tried]
         self._ordered = False  # ordered again at the new incumbent's first window
 
     def _settle(self, epoch: int) -> None:
         self.log.settled_step, self.log.settled_epoch = self.steps, epoch
         self.log.final = self.pipe.config
         self._log_unfinished("exploring's share of the run was spent before its verdict")
-        for label, config in self.queue:
-            self.log.tried.append(Tried(config, label, verdict="not tried",
-                                        reason="exploring's share of the run was spent"))
+        for change in self.queue:
+            self.log.tried.append(Tried.of(change, verdict="not tried",
+                                           reason="exploring's share of the run was spent"))
         self.queue.clear()
         self.on_line(f"settled at step {self.steps} (epoch {epoch}): "
                      f"{short(self.pipe.config.to_dict())}")
@@ -922,5 +964,6 @@ class TunedRun:
         tried, self._unfinished = self._unfinished, None
         tried.verdict, tried.reason = "unfinished", reason
         self.log.tried.append(tried)
-        self.queue = [(label, c) for label, c in self.queue if c.key() != tried.config.key()]
+        self.queue = [change for change in self.queue
+                      if change.config.key() != tried.config.key()]
         self.on_line(tried.line())

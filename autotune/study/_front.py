@@ -1,16 +1,17 @@
 """What a study's answer looks like: the Pareto front with ratios against the
-baseline, ``pareto.yaml`` and the export file, each rewritten atomically so a crash
-never loses the current answer. Imports neither torch nor PyG."""
+baseline, ``pareto.yaml``, and the export of a pick (its figures gathered here, the
+file written by :mod:`autotune.export`), each rewritten atomically so a crash never
+loses the current answer. Imports neither torch nor PyG."""
 from __future__ import annotations
 
 import dataclasses
-import shlex
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.config import CONFIG_FORMAT, TrialConfig
+from autotune.config import TrialConfig
+from autotune.export import export_document, write_export_file
 from autotune.errors import ConfigError
 from autotune.specs import CONFIRM_PRECISION
 from autotune.files import atomic_write, dump
@@ -249,7 +250,7 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
     min-memory, trial:N): its full config, the measured figures, the environment and the command
     that reproduces the measurement."""
     s = StudyRecord.from_study(study)
-    if s.tuned_run is not None:
+    if s.kind == "tuned run":
         if how != "default":
             raise ConfigError(f"study {study.study_name!r} records a training run that tuned "
                               f"itself: it has one winner, and --pick {how} chooses among a "
@@ -292,27 +293,12 @@ def export_blob(study, how: str, url: str, out: str | Path) -> tuple[dict, Trial
     return _blob(config, measured, study, s, url, out), t
 
 
-# TrialConfig's fields that describe the model the built-in pipeline trains; a user's
-# own loop (TunedLoop) trains its own model, so its export leaves them out
-MODEL_FIELDS = ("model", "hidden_channels", "lr", "dropout", "dropout_masks")
-
-
 def _blob(config: TrialConfig, measured: dict, study, s: StudyRecord, url: str,
           out: str | Path) -> dict[str, Any]:
-    """An export: the config, its measured figures, where they were measured and the
-    command that measures it again."""
-    ref = s.dataset_ref or {}
-    own = not ref.get("name")  # a run of the user's own loop (TunedLoop) on their own data
-    reproduce = None if own else shlex.join(
-        ["autotune", "trial", "--dataset", str(ref.get("name")), "--root", str(ref.get("root")),
-         "--scale", str(ref.get("scale")), "--data-seed", str(ref.get("seed")),
-         "--config", str(out)])
-    knobs = config.meaningful()
-    if own:  # its model, width and learning rate were the user's, never these defaults
-        knobs = {k: v for k, v in knobs.items() if k not in MODEL_FIELDS}
-    return {"format": CONFIG_FORMAT, "config": knobs, "model": None if own else config.model,
-            "measured": measured, "env": s.env, "dataset": s.dataset, "dataset_ref": ref,
-            "study": study.study_name, "storage": masked(url), "reproduce": reproduce}
+    """The export of ``config`` from ``study`` (:func:`autotune.export.export_document`)."""
+    return export_document(config, measured, dataset_ref=s.dataset_ref or {},
+                           dataset=s.dataset, env=s.env, study=study.study_name,
+                           storage=masked(url), out=out)
 
 
 def _run_export(study, s: StudyRecord, url: str, out: str | Path) -> tuple[dict, None]:
@@ -335,7 +321,7 @@ def _run_export(study, s: StudyRecord, url: str, out: str | Path) -> tuple[dict,
 def write_export(study, how: str, url: str, out: Path) -> tuple[dict, TrialRecord]:
     """Writes the export of ``how``'s trial to ``out`` (.yaml, .yml or .json)."""
     blob, t = export_blob(study, how, url, out)
-    atomic_write(out, dump(blob, "json" if out.suffix == ".json" else "yaml"))
+    write_export_file(blob, out)
     return blob, t
 
 

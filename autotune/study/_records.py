@@ -542,6 +542,12 @@ class StudyRecord:
     confirmations: tuple[dict[str, Any], ...] = ()
     tuned_run: dict[str, Any] | None = None  # a training run that tuned itself: its TuneLog
 
+    @property
+    def kind(self) -> str:
+        """What the study records: ``"tuned run"`` (a training run that tuned itself)
+        or ``"search"``; the one place that tells them apart."""
+        return "search" if self.tuned_run is None else "tuned run"
+
     @classmethod
     def from_study(cls, study) -> StudyRecord:
         """From an ``optuna.Study`` (or anything with ``study_name`` and ``user_attrs``)."""

@@ -18,7 +18,7 @@ from autotune.study._options import (
     study_folder,  # noqa: F401
 )
 from autotune.study._optuna import storage as storage_of
-from autotune.study._tuned import is_run, run_report
+from autotune.study._tuned import run_report
 
 
 def load_study(study_name: str, *, storage: str | None = None,
@@ -87,9 +87,9 @@ def study_rows(*, storage: str | None = None,
     rows = []
     for name, url in study_names(storage=storage, studies_dir=studies_dir):
         study, _ = load_study(name, storage=url)
-        trials, task = study.get_trials(deepcopy=False), rec.StudyRecord.from_study(study).task
-        run = is_run(study)
-        if run:  # a tuned training run: its winner's rate, no pick
+        trials, record = study.get_trials(deepcopy=False), rec.StudyRecord.from_study(study)
+        task, kind = record.task, record.kind
+        if kind == "tuned run":  # its winner's rate, no pick
             front, default = [], None
             rate = run_report(study)["final_rate"]
         else:
@@ -99,7 +99,7 @@ def study_rows(*, storage: str | None = None,
         starts = [t.datetime_start for t in trials if t.datetime_start is not None]
         rows.append({"study": name, "storage": masked(url), "task": task.name,
                      "trials": len(trials),
-                     "best": rate, "kind": "tuned run" if run else "search",
+                     "best": rate, "kind": kind,
                      "default_trial": default.trial if default else None,
                      "confirmation": default.confirmation if default else None,
                      "unit": task.unit,

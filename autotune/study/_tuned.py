@@ -96,7 +96,7 @@ class RunRecorder:
 
 def is_run(study: optuna.Study) -> bool:
     """Whether ``study`` records a tuned run, not a search."""
-    return rec.StudyRecord.from_study(study).tuned_run is not None
+    return rec.StudyRecord.from_study(study).kind == "tuned run"
 
 
 def refuse_search(study: optuna.Study) -> None:
