@@ -42,6 +42,7 @@ from autotune.sampling import GraphLoader, fanouts_per_edge_type, time_attribute
 from autotune.taskinfo import TASKS, TaskInfo, task_info
 
 LINK_NEGATIVES = 1.0  # binary negatives per positive edge in training
+EVAL_BATCH = 1024  # a node task's seeds an evaluation batch, at least
 
 
 class Task(abc.ABC):
@@ -112,11 +113,15 @@ class NodeTask(Task):
 
     def evaluate(self, pipe, data, split: str) -> float:
         """Share of the split's nodes classified right, on subgraphs sampled with the
-        config's fanout (as PyG's examples evaluate), in the config's autocast."""
+        config's fanout (as PyG's examples evaluate), in the config's autocast, in
+        batches of the training's size or :data:`EVAL_BATCH`, the larger: each node's
+        sampled neighbourhood is the same, and a small training batch (Cora's 16)
+        would make evaluating an epoch cost several times its training."""
         from torch_geometric.loader import NodeLoader
 
         loader = NodeLoader(pipe.loader.data, node_sampler=pipe.loader.node_sampler,
-                            input_nodes=_mask(data, split), batch_size=pipe.config.batch_size,
+                            input_nodes=_mask(data, split),
+                            batch_size=max(pipe.config.batch_size, EVAL_BATCH),
                             transform=pipe.loader.transform)
         return _accuracy(pipe, loader, lambda batch: (
             pipe.eager_model(batch.x, pipe.edges(batch)), batch.y, batch.batch_size))

@@ -144,12 +144,14 @@ def fit_window(asked: int, epoch_steps: int, share_steps: float | None = None,
     steps or none; and, where exploring's share (``share_steps`` of candidates'
     steps) would not hold ``verdicts`` windows of that length (a verdict's least
     pairs for each candidate), as short as that share holds them: a short run tries
-    its candidates in short windows rather than few of them in long ones. Never
-    under :data:`MIN_WINDOW` (``asked`` where less)."""
-    steps = min(asked, epoch_steps // 2)
-    if share_steps is not None and verdicts:
-        steps = min(steps, int(share_steps // verdicts))
-    return max(steps, min(max(MIN_WINDOW, floor), asked))
+    its candidates in short windows rather than few of them in long ones, yet not
+    under ``floor`` (the batches the incumbent's loader has in flight, and two
+    more), where half an epoch holds that. Never under :data:`MIN_WINDOW` (``asked``
+    where less)."""
+    steps = asked if share_steps is None or not verdicts else \
+        min(asked, int(share_steps // verdicts))
+    steps = min(max(steps, min(floor, asked)), epoch_steps // 2)  # a pair fits an epoch
+    return max(steps, min(MIN_WINDOW, asked))
 
 
 @dataclass(frozen=True)
