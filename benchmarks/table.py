@@ -438,7 +438,7 @@ def _online_full() -> list[tuple[str, str, str, str]]:
     if "ratios" not in o:  # written before the six ways
         return []
     ways = o["time"]["ways"]
-    walls = "; ".join(f"{way} {w['wall_s']:.0f} s ±{100 * w['spread']:.0f}%"
+    walls = "; ".join(f"{way} {w['wall_s']:.0f} s (spread {100 * w['spread']:.1f}%)"
                       for way, w in ways.items())
     accuracy = o["accuracy"]
     acc = (f"; {accuracy['dataset']} test accuracy tuned " + ", ".join(
