@@ -33,8 +33,8 @@ taking its cores, the model's first otherwise; bfloat16 autocast, where the run 
 try it, before either (the largest gain measured on a CPU that computes it); a
 compile always last. Windows are as
 long as :attr:`TuneSpec.window_steps` where the run holds them, shorter where its
-epochs or its share are short, and never shorter than the batches the incumbent's
-loader has in flight and two more (:func:`fit_window`).
+epochs or its share are short, yet not shorter than the batches the incumbent's
+loader has in flight and two more where half an epoch holds that (:func:`fit_window`).
 A candidate that fails (out of memory, a worker crash, an error) is recorded and
 dropped, and training goes on with the incumbent. Exploring ends when no candidate
 is left, or once the candidates have trained :attr:`TuneSpec.share` of the run's
@@ -177,7 +177,7 @@ class Change:
 class Tried:
     """One candidate: the knob it changed, its pairs' ratios (candidate over
     incumbent) and the comparison's decision after them, what became of it
-    (``kept``, ``slower``, ``no faster``, ``dropped`` at its first pair, ``failed``
+    (``kept``, ``slower``, ``no faster``, ``dropped`` at its first two pairs, ``failed``
     and why, ``refused`` by the numerics check and why, ``unused`` where a loop of the
     user's never called the aggregation's hook in its windows, ``unfinished`` where the run or exploring's share ended first, ``not
     tried``), and the steps and seconds it trained."""
