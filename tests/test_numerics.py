@@ -4,6 +4,8 @@ gradients on the incumbent's first batches before it trains a window, and refuse
 bfloat16 out, and without consent it names the flag that would try it."""
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -88,6 +90,45 @@ def test_a_tuned_run_refuses_a_precision_candidate_that_fails_the_check(tiny_syn
     assert tried.reason.startswith("numerics check: gradient size off"), tried.reason
     assert any("refused (numerics check" in line for line in lines), lines
     assert run.pipe.config.feature_dtype == "float32"
+
+
+@pytest.mark.parametrize("inflated", [False, True])
+def test_a_faster_precision_candidate_whose_loss_rises_beyond_the_noise_is_refused(
+        tiny_synthetic, monkeypatch, inflated):
+    """A precision candidate that passes the gradient check and is faster (its
+    incumbent's step slowed by 20 ms) is kept; the same candidate whose training
+    loss reads 3x the float32 windows' beside it is refused by the loss check, and
+    the run goes on with float32."""
+    from autotune.pipeline._training import fit_tuned
+
+    queue = [_tuning.Change.of(CONFIG, "feature_dtype", "bfloat16")]
+    real = _tuning.Pipeline.train_step
+
+    def step(self, batch):
+        loss = real(self, batch)
+        if self.config.feature_dtype == "bfloat16":
+            return loss * 3 if inflated else loss
+        time.sleep(0.02)
+        return loss
+
+    monkeypatch.setattr(_tuning.Pipeline, "train_step", step)
+    run = TunedRun(CONFIG, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=6,
+                                                    precision=True),
+                   epochs=2, num_classes=4, queue=queue)
+    try:
+        fit_tuned(run, tiny_synthetic, 2)
+    finally:
+        run.close()
+    tried = run.log.tried[0]
+    assert len(tried.losses) == len(tried.ratios) >= 2, tried
+    if inflated:
+        assert tried.verdict == "refused" and tried.reason.startswith("loss check: "), tried
+        assert run.pipe.config.feature_dtype == "float32"
+    else:
+        assert tried.verdict == "kept", tried
+    assert _tuning.loss_check([(1.0, 1.0), (0.9, 0.95)]) == ""  # lower: no harm
+    assert _tuning.loss_check([(2.0, 1.0), (1.9, 0.9)]).startswith("its training loss +1")
+    assert _tuning.loss_check([(2.0, 1.0)]) == ""  # one pair tells nothing
 
 
 def test_the_run_says_what_it_left_out_of_precision_and_why(monkeypatch):

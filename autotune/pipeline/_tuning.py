@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Iterator
@@ -75,6 +76,9 @@ PRECISION_KNOBS = ("amp_dtype", "feature_dtype")  # with TuneSpec.precision only
 PROBES = 3
 GRAD_COSINE = 0.99
 GRAD_NORM = 0.05
+# ... and then, over its pairs, its training loss stays within the incumbent's paired
+# noise (loss_check), which is never taken as under this share of its mean loss
+LOSS_FLOOR = 0.05
 LOADER_KNOBS = ("num_workers", "affinity", "sampling_backend")  # where batches are made
 # tried before either side's knobs, where the run may try it: bfloat16 autocast, the
 # largest single-knob gain benchmarks/knobs.py measured on a CPU that computes it
@@ -185,6 +189,7 @@ class Tried:
     config: TrialConfig
     change: str
     ratios: list[float] = field(default_factory=list)
+    losses: list[tuple[float, float]] = field(default_factory=list)  # (its, incumbent's), a pair
     verdict: str = ""
     reason: str = ""
     steps: int = 0
@@ -281,7 +286,7 @@ class TuneLog:
                 "cores_taken": self.cores_taken, "ahead": self.ahead,
                 "steps_by_config": self.steps_by_config, "notes": self.notes,
                 "tried": [{"change": t.change, "knob": t.knob, "value": t.value,
-                           "config": t.config.to_dict(),
+                           "config": t.config.to_dict(), "losses": t.losses,
                            "ratios": t.ratios, "verdict": t.verdict, "reason": t.reason,
                            "speedup": t.ratio, "interval": None if t.decision is None
                            or t.decision.low is None else [t.decision.low, t.decision.high],
@@ -400,6 +405,25 @@ def numerics_check(incumbent: Pipeline, candidate: Pipeline, probes: list) -> st
             return (f"gradient size off on probe batch {k}: {ratio:.3f}x the float32 one, "
                     f"beyond ±{100 * GRAD_NORM:.0f}%")
     return ""
+
+
+def loss_check(losses: list[tuple[float, float]]) -> str:
+    """Why a precision candidate's training loss over its windows lies beyond the
+    incumbent's paired noise ("" where it does not, or with under 2 pairs to tell):
+    its mean excess over the incumbent's window in the same pair must not exceed the
+    median change between the incumbent's own windows of consecutive pairs (what its
+    loss moves by anyway, a trend of two windows included), or :data:`LOSS_FLOOR` of
+    the incumbent's mean loss where that is larger (a converged loss barely moves). A
+    lower loss is no harm."""
+    if len(losses) < 2:
+        return ""
+    excess = statistics.fmean(ours - theirs for ours, theirs in losses)
+    noise = max(statistics.median(abs(b[1] - a[1]) for a, b in zip(losses, losses[1:])),
+                LOSS_FLOOR * statistics.fmean(theirs for _, theirs in losses))
+    if excess <= noise:
+        return ""
+    return (f"its training loss {excess:+.4g} over the float32 windows beside it, a pair "
+            f"on average, beyond their own noise of {noise:.4g}")
 
 
 class _Refused(Exception):
@@ -809,6 +833,8 @@ class TunedRun:
                 reference = yield from train(self.pipe)
             if reference.rate:
                 tried.ratios.append(own.rate / reference.rate)
+                if own.loss is not None and reference.loss is not None:
+                    tried.losses.append((own.loss, reference.loss))
                 tried.verdict, tried.reason = self._verdict(tried)
             reference = None
 
@@ -908,7 +934,9 @@ class TunedRun:
             return "dropped", f"under {self.spec.screen:g}x in its first {SCREEN_PAIRS} pairs"
         margin = f"±{100 * self.spec.min_gain:g}%"
         if decision.verdict == "faster":
-            return "kept", ""
+            why = loss_check(tried.losses) if changes_precision(self.pipe.config, tried.config) \
+                else ""
+            return ("refused", f"loss check: {why}") if why else ("kept", "")
         if decision.verdict == "not faster":
             return ("slower", "") if decision.high < 1 else \
                 ("no faster", f"under the {margin} margin")
