@@ -235,7 +235,8 @@ def test_a_candidates_verdict_is_the_comparison_engines():
     def verdict(ratios, **spec):
         tried = Tried(START, "change", ratios=list(ratios))
         tune = TuneSpec(**spec)
-        run = SimpleNamespace(spec=tune, max_pairs=tune.pairs, pipe=SimpleNamespace(config=START))
+        run = SimpleNamespace(spec=tune, max_pairs=tune.pairs,
+                              pipe=SimpleNamespace(config=START))
         return TunedRun._verdict(run, tried)[0]
 
     assert verdict([1.005, 1.004, 1.006, 1.005]) == "no faster"  # tied within 2%
