@@ -87,7 +87,9 @@ def test_sigkilled_worker_trial_fails_and_the_other_completes(tmp_path, pg_url, 
     _prepare_data(tmp_path)
     grace = 20
     flags = ["--heartbeat", "2", "--grace-period", str(grace)]
-    doomed = _worker(tmp_path, pg_url, pg_study, 5, *flags, steps="400")  # long trials
+    # long trials: at 400 steps, one on the AVX-512 EPYC once ended between the read
+    # of the trial below and the kill, and was COMPLETE
+    doomed = _worker(tmp_path, pg_url, pg_study, 5, *flags, steps="4000")
     _running_trial(pg_url, pg_study, doomed.pid)
     survivor = _worker(tmp_path, pg_url, pg_study, 5, *flags)
     time.sleep(3)
