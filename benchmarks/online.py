@@ -23,7 +23,7 @@ of its runs' wall times, with the spread (max over min, less 1), a ratio of two 
 medians measured minutes apart; with two runs a way the spread is the only precision
 there is, and the JSON says so.
 
-Time on the Reddit-shaped synthetic graph (``--scale``, 10% by default, 10 epochs);
+Time on the Reddit-shaped synthetic graph (``--scale``, 10% by default, 20 epochs);
 accuracy on real Cora (../shared/data/planetoid, copied to the workdir; skipped with a
 message where absent), one run a way, where the baseline also trains with two more
 seeds: the spread of the untuned runs, within which each tuned run's accuracy must
@@ -297,7 +297,7 @@ def main() -> None:
 
     p = parser(__doc__, OUT)
     p.set_defaults(scale=0.1)
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--runs", type=int, default=2, help="runs of each way (2 at least)")
     p.add_argument("--budget", default="5m", help="the search's --budget (search_then_train)")
     p.add_argument("--grid-seconds", type=float, default=10.0,
