@@ -212,7 +212,7 @@ def test_train_explains_a_ratio_in_its_own_direction(ratio, word):
     best = SimpleNamespace(val_metric=0.9, test_metric=0.8, epoch=2, steps=10)
     result = SimpleNamespace(best=best, throughput=1000.0 * ratio, unit="seed nodes/s",
                              metric="accuracy", to_dict=lambda: {}, tuning=None,
-                             training=SimpleNamespace(epochs=[]))
+                             training=SimpleNamespace(train_s=0.0, eval_s=0.0))
     _, lines = train_summary(result, {"throughput": 1000.0, "trial": 4}, epochs=3,
                              config_path="best.yaml")
     why = [line for line in lines if line.startswith("why")]

@@ -331,8 +331,7 @@ def train_summary(result, measured: dict | None, *, epochs: int, config_path: st
                      "conditions: other processes on the machine then, drift over the "
                      "minutes between, or a screened window; measure both now, side by side, "
                      "to compare (autotune trial --config of each)")
-    epochs_s = [(e.train_s, e.eval_s) for e in result.training.epochs]
-    train_s, eval_s = sum(t for t, _ in epochs_s), sum(e for _, e in epochs_s)
+    train_s, eval_s = result.training.train_s, result.training.eval_s
     if train_s + eval_s > 0:
         lines.append(f"time: training {train_s:.1f} s, evaluation {eval_s:.1f} s "
                      f"({100 * eval_s / (train_s + eval_s):.0f}% of the epochs' time)")

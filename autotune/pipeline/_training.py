@@ -86,6 +86,10 @@ class Training:
         return sum(e.train_s for e in self.epochs)
 
     @property
+    def eval_s(self) -> float:
+        return sum(e.eval_s for e in self.epochs)
+
+    @property
     def val_metric(self) -> float | None:
         return self.epochs[-1].val_metric if self.epochs else None
 
