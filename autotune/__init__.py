@@ -28,12 +28,12 @@ _EXPORTS = {
     "SearchRequest": "study",
     "TrialRecord": "study",
     "StudyRecord": "study",
-    "train": "pipeline",
+    "train": "tuning",
     "TrainResult": "pipeline",
     "TrainingInterrupted": "pipeline",
-    "TunedLoop": "pipeline",
-    "TuneSpec": "pipeline",
-    "TuneLog": "pipeline",
+    "TunedLoop": "tuning",
+    "TuneSpec": "tuning",
+    "TuneLog": "tuning",
     "RunRecorder": "study",
     "TaskInfo": "taskinfo",
     "load_study": "study",
@@ -70,8 +70,8 @@ if TYPE_CHECKING:
         search
     from autotune.study import StudyRecord, TrialRecord
     from autotune.taskinfo import TaskInfo
-    from autotune.pipeline import TrainingInterrupted, TrainResult, TunedLoop, TuneLog, \
-        TuneSpec, train
+    from autotune.pipeline import TrainingInterrupted, TrainResult
+    from autotune.tuning import TunedLoop, TuneLog, TuneSpec, train
     from autotune.study import RunRecorder
     from autotune.study import load_study
     from autotune.specs import MeasureSpec, TrialLimits
@@ -83,6 +83,7 @@ if TYPE_CHECKING:
 
 # the packages a user reaches as attributes (autotune.study.RunRecorder), each imported
 # on first use
-SUBPACKAGES = ("compare", "config", "data", "pipeline", "sampling", "specs", "study", "trial")
+SUBPACKAGES = ("compare", "config", "data", "pipeline", "sampling", "specs", "study", "trial",
+               "tuning")
 
 __getattr__ = lazy_exports(__name__, _EXPORTS, SUBPACKAGES)

@@ -8,6 +8,7 @@ the process boundary as the path that imports it there, the way entry points and
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Any, Callable, TypeVar
 
 from autotune.config import is_import_path
@@ -84,17 +85,25 @@ def _said(exc: Exception) -> str:
 
 
 def lazy_exports(package: str, exports: dict[str, str],
-                 subpackages: tuple[str, ...] = ()) -> Callable[[str], Any]:
+                 subpackages: tuple[str, ...] = (),
+                 moved: dict[str, str] | None = None) -> Callable[[str], Any]:
     """A package's ``__getattr__`` that imports a public name from its private module
     on first use (``exports``: name -> module inside ``package``), as optuna's
     ``_LazyImport`` does: so ``autotune --help`` and the commands that only read a
     study never import torch or PyG through a package's ``__init__``. Each of
     ``subpackages`` is imported on first use too (``autotune.study.RunRecorder``
-    after a plain ``import autotune``)."""
+    after a plain ``import autotune``). A name in ``moved`` (name -> the package it
+    moved to) is still reachable here, with a FutureWarning that says where it
+    lives now."""
+    moved = moved or {}
 
     def __getattr__(name: str) -> Any:
         if name in subpackages:
             return importlib.import_module(f"{package}.{name}")
+        if name in moved:
+            warnings.warn(f"{package}.{name} moved to {moved[name]}; import it from there",
+                          FutureWarning, stacklevel=2)
+            return getattr(importlib.import_module(moved[name]), name)
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")

@@ -65,7 +65,7 @@ def record(scale: float, pairs: int, batch_size: int) -> list[dict]:
     """A/A pairs of in-run windows for a config with loader workers (2) and one
     without, each from a tuned run whose one candidate is its own config."""
     from autotune.data._datasets import DatasetRef
-    from autotune.pipeline._tuning import TunedRun, TuneSpec
+    from autotune.tuning import Change, TunedRun, TuneSpec
     from autotune.study._api import default_config
 
     ref = DatasetRef("synthetic", root="data", scale=scale)
@@ -79,13 +79,15 @@ def record(scale: float, pairs: int, batch_size: int) -> list[dict]:
         seconds: list[float] = []
         run = TunedRun(config, prepared.data, spec, epochs=10_000,
                        num_classes=prepared.num_classes, cache_file=ref.csc_path(),
-                       queue=[("A/A", config)],
+                       queue=[Change("num_workers", workers, config, "A/A")],
                        on_window=lambda event, log: seconds.append(event.seconds))
         try:
             epoch = 0
             while not run.log.tried or not run.log.tried[0].verdict:
                 epoch += 1
-                run.epoch(epoch)
+                for batch in run.batches(epoch):
+                    with run.step() as step:
+                        step.loss = run.current.train_step(batch)
         finally:
             run.close()
         tried = run.log.tried[0]

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from autotune.config import TrialConfig
-from autotune.pipeline import build
-from autotune.pipeline import _tuning
-from autotune.pipeline._tuning import TunedRun, TuneSpec, numerics_check, precision_notes
+from autotune.pipeline import Pipeline, TrainSpec, build, fit
+from autotune.tuning import Change, TunedRun, TuneSpec, loss_check, numerics_check, \
+    precision_notes
+from autotune.tuning import _checks
 
 CONFIG = TrialConfig(batch_size=32, num_neighbors=(5, 5), num_workers=0, hidden_channels=16,
                      sampling_backend="builtin")
@@ -67,22 +68,21 @@ def test_a_tuned_run_refuses_a_precision_candidate_that_fails_the_check(tiny_syn
                                                                         monkeypatch):
     """Through the run: the candidate never trains a window, its verdict is refused,
     and its line says why."""
-    from autotune.pipeline._training import fit_tuned
 
-    queue = [_tuning.Change.of(CONFIG, "feature_dtype", "bfloat16")]
-    real = _tuning.Pipeline.gradients
+    queue = [Change.of(CONFIG, "feature_dtype", "bfloat16")]
+    real = Pipeline.gradients
 
     def off(self, batch, seed=0):
         g = real(self, batch, seed)
         return g * (1.5 if self.config.feature_dtype == "bfloat16" else 1.0)
 
-    monkeypatch.setattr(_tuning.Pipeline, "gradients", off)
+    monkeypatch.setattr(Pipeline, "gradients", off)
     lines = []
     run = TunedRun(CONFIG, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=4,
                                                     precision=True),
                    epochs=2, num_classes=4, queue=queue, on_line=lines.append)
     try:
-        fit_tuned(run, tiny_synthetic, 2)
+        fit(run, tiny_synthetic, TrainSpec(epochs=2))
     finally:
         run.close()
     tried = run.log.tried[0]
@@ -99,10 +99,9 @@ def test_a_faster_precision_candidate_whose_loss_rises_beyond_the_noise_is_refus
     incumbent's step slowed by 20 ms) is kept; the same candidate whose training
     loss reads 3x the float32 windows' beside it is refused by the loss check, and
     the run goes on with float32."""
-    from autotune.pipeline._training import fit_tuned
 
-    queue = [_tuning.Change.of(CONFIG, "feature_dtype", "bfloat16")]
-    real = _tuning.Pipeline.train_step
+    queue = [Change.of(CONFIG, "feature_dtype", "bfloat16")]
+    real = Pipeline.train_step
 
     def step(self, batch):
         loss = real(self, batch)
@@ -111,12 +110,12 @@ def test_a_faster_precision_candidate_whose_loss_rises_beyond_the_noise_is_refus
         time.sleep(0.02)
         return loss
 
-    monkeypatch.setattr(_tuning.Pipeline, "train_step", step)
+    monkeypatch.setattr(Pipeline, "train_step", step)
     run = TunedRun(CONFIG, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=6,
                                                     precision=True),
                    epochs=2, num_classes=4, queue=queue)
     try:
-        fit_tuned(run, tiny_synthetic, 2)
+        fit(run, tiny_synthetic, TrainSpec(epochs=2))
     finally:
         run.close()
     tried = run.log.tried[0]
@@ -126,17 +125,17 @@ def test_a_faster_precision_candidate_whose_loss_rises_beyond_the_noise_is_refus
         assert run.pipe.config.feature_dtype == "float32"
     else:
         assert tried.verdict == "kept", tried
-    assert _tuning.loss_check([(1.0, 1.0), (0.9, 0.95)]) == ""  # lower: no harm
-    assert _tuning.loss_check([(2.0, 1.0), (1.9, 0.9)]).startswith("its training loss +1")
-    assert _tuning.loss_check([(2.0, 1.0)]) == ""  # one pair tells nothing
+    assert loss_check([(1.0, 1.0), (0.9, 0.95)]) == ""  # lower: no harm
+    assert loss_check([(2.0, 1.0), (1.9, 0.9)]).startswith("its training loss +1")
+    assert loss_check([(2.0, 1.0)]) == ""  # one pair tells nothing
 
 
 def test_the_run_says_what_it_left_out_of_precision_and_why(monkeypatch):
-    monkeypatch.setattr(_tuning, "native_bf16", lambda: False)
+    monkeypatch.setattr(_checks, "native_bf16", lambda: False)
     notes = precision_notes(CONFIG, TuneSpec(precision=True))
     assert notes and "bfloat16 autocast not tried" in notes[0] and "emulation" in notes[0]
     assert precision_notes(CONFIG, TuneSpec(precision=False)) == []
-    monkeypatch.setattr(_tuning, "native_bf16", lambda: True)
+    monkeypatch.setattr(_checks, "native_bf16", lambda: True)
     assert precision_notes(CONFIG, TuneSpec(precision=True)) == []
     hint = precision_notes(CONFIG, TuneSpec(precision=False))
     assert hint and "--tune-precision" in hint[0] and "1.45x" in hint[0]

@@ -62,6 +62,24 @@ def test_the_export_readers_old_path_works_with_a_deprecation_warning(tmp_path):
         from autotune.config import no_such_name  # noqa: F401
 
 
+@pytest.mark.parametrize("name", ["TunedLoop", "TunedRun", "TuneLog", "TuneSpec",
+                                  "WindowEvent", "train"])
+def test_the_tuners_old_path_in_the_pipeline_works_with_a_deprecation_warning(name):
+    """The in-run tuner moved from autotune.pipeline to its own package above it,
+    autotune.tuning: each old name still works, with a FutureWarning."""
+    import importlib
+
+    import autotune.pipeline
+    import autotune.tuning
+
+    with pytest.warns(FutureWarning, match="moved to autotune.tuning"):
+        old = getattr(importlib.import_module("autotune.pipeline"), name)
+    assert old is getattr(autotune.tuning, name)
+    assert getattr(autotune, name, old) is old  # autotune.train, .TuneSpec: the new ones
+    with pytest.raises(AttributeError):
+        autotune.pipeline.no_such_name
+
+
 def test_counts_in_words_and_affinity_sets_told_apart():
     assert plural(1, "config") == "1 config" and plural(2, "epoch") == "2 epochs"
     compact = TrialConfig(num_workers=2, loader_cores=(1,), compute_cores=(0,))
@@ -81,7 +99,7 @@ def test_an_export_of_a_users_own_loop_says_only_what_is_known(tiny_synthetic, t
     import torch.nn.functional as F
 
     import autotune
-    from autotune.pipeline import TunedLoop, TuneSpec
+    from autotune.tuning import TunedLoop, TuneSpec
 
     url = f"sqlite:///{tmp_path / 'run.db'}"
     recorder = autotune.study.RunRecorder("mine", url)
@@ -129,12 +147,12 @@ def test_a_loop_that_never_calls_the_edges_hook_leaves_aggregation_unused_and_is
     import torch.nn.functional as F
     from torch_geometric.nn import SAGEConv
 
-    from autotune.pipeline import TunedLoop, TuneSpec, _tuning
+    from autotune.tuning import Change, TunedLoop, TuneSpec, _run
 
     start = TrialConfig(batch_size=32, num_neighbors=(5, 5), num_workers=0,
                         sampling_backend="builtin")
-    queue = [_tuning.Change.of(start, "aggregation", "sparse")]
-    monkeypatch.setattr(_tuning, "candidates", lambda config, spec, topology=None: list(queue))
+    queue = [Change.of(start, "aggregation", "sparse")]
+    monkeypatch.setattr(_run, "candidates", lambda config, spec, topology=None: list(queue))
     torch.manual_seed(0)
     conv = SAGEConv(tiny_synthetic.num_features, 4)
     optimizer = torch.optim.Adam(conv.parameters(), lr=0.01)
@@ -180,7 +198,7 @@ def _cora_loop(cora_root, share: float, lines: list[str]):
     from torch_geometric.nn import GraphSAGE
 
     from autotune.data import DatasetRef
-    from autotune.pipeline import TunedLoop, TuneSpec
+    from autotune.tuning import TunedLoop, TuneSpec
 
     dataset = DatasetRef("Cora", root=cora_root).prepare()
     torch.manual_seed(0)
@@ -219,7 +237,7 @@ def test_a_run_of_short_epochs_decides_its_candidates_or_says_before_it_trains(c
     lines: list[str] = []
     log = _cora_loop(cora_root, 0.30, lines)
     decided = [t for t in log.tried if t.verdict not in ("unfinished", "not tried")]
-    assert decided, [(t.change, t.verdict, t.ratios) for t in log.tried]
+    assert decided, [(t.label, t.verdict, t.ratios) for t in log.tried]
     assert all(len(t.ratios) >= 4 for t in decided if t.verdict in ("kept", "no faster",
                                                                      "slower")), decided
     assert not any("too short" in note for note in log.notes), log.notes

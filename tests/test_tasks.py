@@ -12,6 +12,7 @@ from autotune.data._datasets import DatasetRef, load_dataset
 from autotune.data._splits import link_split, mag_from_ogb, target_type
 from autotune.data._synthetic import MAG_NODES, synthetic_mag
 from autotune.pipeline._build import PadToBucket, apply_checkpointing, build
+from autotune.pipeline import PipelineSource
 from autotune.pipeline._training import TrainSpec, _one_epoch, evaluate, fit
 
 from _helpers import cli
@@ -174,7 +175,7 @@ def test_link_prediction_on_real_cora_reaches_auc_085(cora_root):
     checked = []  # (epoch, val AUC, test AUC) every 5 epochs; the test AUC of the best val
     with pipe.activate():
         for number in range(1, 31):
-            epoch = _one_epoch(pipe, number, None)
+            epoch = _one_epoch(PipelineSource(pipe), number, None)
             assert epoch.seeds == dataset.data.train_edge_label_index.size(1)
             if number % 5 == 0:
                 checked.append((number, evaluate(pipe, dataset.data, "val"),
@@ -271,3 +272,27 @@ def test_every_task_is_a_whole_task():
     assert not GraphTask.samples and GraphTask.info.whole_graphs
     with pytest.raises(TypeError):
         Task()
+
+
+def test_a_node_task_evaluates_the_whole_graph_where_it_fits_as_a_full_fanout_sample_does(
+        tiny_synthetic, monkeypatch):
+    """Where the graph fits, a node task's metric comes from the whole graph in one
+    call; with every neighbour sampled (fanout -1), the sampled evaluation sees the
+    same neighbourhoods and must agree exactly, for a trained model. Too large a
+    graph (the threshold lowered) or temporal sampling (a seed sees only its past)
+    take the sampled path."""
+    from autotune.pipeline import _tasks
+
+    config = TrialConfig(batch_size=64, num_neighbors=(-1, -1), num_workers=0,
+                         hidden_channels=16, sampling_backend="builtin")
+    assert _tasks.whole_graph_fits(config, tiny_synthetic)
+    assert not _tasks.whole_graph_fits(config.replace(time_attr="time"), tiny_synthetic)
+    pipe = build(config, tiny_synthetic, num_classes=4)
+    with pipe:
+        fit(pipe, tiny_synthetic, TrainSpec(epochs=2, every_epoch=False))
+        whole = {split: evaluate(pipe, tiny_synthetic, split) for split in ("val", "test")}
+        monkeypatch.setattr(_tasks, "WHOLE_GRAPH_BYTES", 0)
+        assert not _tasks.whole_graph_fits(config, tiny_synthetic)
+        sampled = {split: evaluate(pipe, tiny_synthetic, split) for split in ("val", "test")}
+    assert whole["val"] > 0.3, whole  # it learnt (4 classes)
+    assert whole == pytest.approx(sampled, abs=1e-9), (whole, sampled)

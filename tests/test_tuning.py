@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from autotune.config import TrialConfig
-from autotune.pipeline import Pipeline
-from autotune.pipeline._training import fit_tuned
-from autotune.pipeline import _tuning
-from autotune.pipeline._tuning import Change, TunedRun, TuneSpec, candidates
+from autotune.pipeline import Pipeline, TrainSpec, fit
+from autotune.pipeline._training import _one_epoch
+from autotune.tuning import Change, TunedRun, TuneSpec, candidates
+from autotune.tuning import _candidates, _run
 
 # Batches of 32 on a graph of ~930 nodes: a loader worker's hand-off costs more than
 # the in-process sampling of a batch, so 0 workers trains faster than 2
@@ -58,7 +58,7 @@ def test_a_tuned_run_trains_every_seed_once_an_epoch_and_outlives_a_failing_cand
              Change.of(START, "aggregation", "sparse"), Change.of(START, "num_workers", 0)]
     # a kept candidate remakes the queue around itself: here, with nothing more to try,
     # so that the run settles within its 3 epochs whichever candidate the timings keep
-    monkeypatch.setattr(_tuning, "candidates", lambda config, spec, topology=None: [])
+    monkeypatch.setattr(_run, "candidates", lambda config, spec, topology=None: [])
     lines: list[str] = []
     run = TunedRun(START, tiny_synthetic, TuneSpec(share=1.0, window_steps=3, pairs=2),
                    epochs=3, num_classes=4, on_line=lines.append, queue=queue)
@@ -67,7 +67,8 @@ def test_a_tuned_run_trains_every_seed_once_an_epoch_and_outlives_a_failing_cand
     try:
         for epoch in (1, 2, 3):
             before = len(steps)
-            trained, seeds, _, loss = run.epoch(epoch)
+            done = _one_epoch(run, epoch, None)
+            trained, seeds, loss = done.steps, done.seeds, done.loss
             positions = [p for step in steps[before:] for p in step]
             assert sorted(positions) == train_nodes, f"epoch {epoch}"
             assert trained == len(steps) - before and seeds == train_seeds
@@ -78,7 +79,7 @@ def test_a_tuned_run_trains_every_seed_once_an_epoch_and_outlives_a_failing_cand
     left = [c for c in psutil.Process().children(recursive=True)
             if c.pid in workers and c.status() != psutil.STATUS_ZOMBIE]
     assert not left, left
-    verdicts = {t.change: t for t in run.log.tried}
+    verdicts = {t.label: t for t in run.log.tried}
     pyg = verdicts["sampling_backend builtin -> pyg"]
     try:
         import torch_geometric.typing as pyg_typing
@@ -109,7 +110,7 @@ def test_a_tuned_run_settles_on_the_faster_config_its_space_holds(tiny_synthetic
     run = TunedRun(config, tiny_synthetic, TuneSpec(share=1.0, window_steps=16, pairs=12),
                    epochs=6, num_classes=4, queue=queue)
     try:
-        out = fit_tuned(run, tiny_synthetic, 6)
+        out = fit(run, tiny_synthetic, TrainSpec(epochs=6))
     finally:
         run.close()
     tried = run.log.tried[0]
@@ -150,7 +151,7 @@ def test_candidates_change_one_learning_neutral_knob_each():
     # no change to a backend that resolves to the sampler already in use
     auto = START.replace(sampling_backend="auto")
     assert not [c for c in candidates(auto, TuneSpec(), two) if c.knob == "sampling_backend"
-                and _tuning._resolved(c.value) == _tuning._resolved("auto")]
+                and _candidates._resolved(c.value) == _candidates._resolved("auto")]
 
 
 def test_candidates_go_in_the_order_of_the_side_the_step_spends_its_time_on(monkeypatch):
@@ -162,23 +163,23 @@ def test_candidates_go_in_the_order_of_the_side_the_step_spends_its_time_on(monk
     changes = candidates(START, TuneSpec(compile=True), two)
     knobs = [c.knob for c in changes]
     assert "aggregation" in knobs and "num_workers" in knobs
-    for wait, first in ((0.1, {"aggregation"}), (0.9, set(_tuning.LOADER_KNOBS))):
-        ordered = _tuning.by_bottleneck(changes, wait)
+    for wait, first in ((0.1, {"aggregation"}), (0.9, set(_candidates.LOADER_KNOBS))):
+        ordered = _candidates.by_bottleneck(changes, wait)
         assert sorted(c.label for c in ordered) == sorted(c.label for c in changes)
         side = [c for c in ordered if c.knob in first]
         assert ordered[:len(side)] == side == [c for c in changes if c.knob in first]
         assert ordered[-1].label == "compile_mode none -> default"
     # a step that waits 10% for its batches, beside loader workers that take all its
     # cores (2 workers on 2): the loader's knobs first; beside 2 of 16 cores, the model's
-    assert _tuning.by_bottleneck(changes, 0.1, 1.0)[0].knob in _tuning.LOADER_KNOBS
-    assert _tuning.by_bottleneck(changes, 0.1, 2 / 16)[0].knob == "aggregation"
+    assert _candidates.by_bottleneck(changes, 0.1, 1.0)[0].knob in _candidates.LOADER_KNOBS
+    assert _candidates.by_bottleneck(changes, 0.1, 2 / 16)[0].knob == "aggregation"
     # bfloat16 autocast, where it is a candidate, before either side
-    monkeypatch.setattr(_tuning, "native_bf16", lambda: True)  # a CPU that computes it
+    monkeypatch.setattr(_candidates, "native_bf16", lambda: True)  # a CPU that computes it
     precise = candidates(START, TuneSpec(precision=True), two)
     for wait in (0.1, 0.9):
-        assert _tuning.by_bottleneck(precise, wait)[0].label == "amp_dtype float32 -> bfloat16"
-    assert _tuning.cores_taken(START, two) == 1.0
-    assert _tuning.cores_taken(START.replace(num_workers=0), two) == 0.0
+        assert _candidates.by_bottleneck(precise, wait)[0].label == "amp_dtype float32 -> bfloat16"
+    assert _candidates.cores_taken(START, two) == 1.0
+    assert _candidates.cores_taken(START.replace(num_workers=0), two) == 0.0
 
 
 @pytest.mark.exclusive  # shares of time: a test beside it slows the step (2 threads, 1 core)
@@ -195,7 +196,7 @@ def test_a_run_tries_first_the_knobs_of_what_its_step_waits_on(tiny_synthetic, m
 
     sixteen = Topology(cpus=tuple(range(16)), cores=tuple((c,) for c in range(16)),
                        nodes=(tuple(range(16)),))
-    monkeypatch.setattr(_tuning, "this_machine", lambda: sixteen)
+    monkeypatch.setattr(_candidates, "this_machine", lambda: sixteen)
 
     target, name = (Pipeline, "train_step") if slow == "step" else \
         (NeighborSampler, "sample_from_nodes")
@@ -209,7 +210,7 @@ def test_a_run_tries_first_the_knobs_of_what_its_step_waits_on(tiny_synthetic, m
     run = TunedRun(START, tiny_synthetic, TuneSpec(share=1.0, window_steps=8, pairs=1),
                    epochs=1, num_classes=4)
     try:
-        fit_tuned(run, tiny_synthetic, 1)
+        fit(run, tiny_synthetic, TrainSpec(epochs=1))
     finally:
         run.close()
     # far from the tiny model's own share (about half: a worker's hand-over of a
@@ -218,7 +219,7 @@ def test_a_run_tries_first_the_knobs_of_what_its_step_waits_on(tiny_synthetic, m
     assert share > 0.7 if slow == "batch" else share < 0.3, share
     assert run.log.cores_taken == 2 / 16
     assert run.log.order == ("the loader's knobs" if slow == "batch" else "the model's knobs")
-    assert run.log.tried[0].change.startswith(first), [t.change for t in run.log.tried]
+    assert run.log.tried[0].label.startswith(first), [t.label for t in run.log.tried]
 
 
 def test_a_candidates_verdict_is_the_comparison_engines():
@@ -230,10 +231,10 @@ def test_a_candidates_verdict_is_the_comparison_engines():
     called 0.89, 1.12, 1.12 no faster."""
     from types import SimpleNamespace
 
-    from autotune.pipeline._tuning import Tried
+    from autotune.tuning import Tried
 
     def verdict(ratios, **spec):
-        tried = Tried(START, "change", ratios=list(ratios))
+        tried = Tried(Change("num_workers", 0, START, "change"), ratios=list(ratios))
         tune = TuneSpec(**spec)
         run = SimpleNamespace(spec=tune, max_pairs=tune.pairs,
                               pipe=SimpleNamespace(config=START))
@@ -348,11 +349,11 @@ def test_a_users_own_loop_trains_every_seed_once_on_its_optimizer_through_a_fail
     the steps the user took); windows carry the loss the user gave; no worker is left."""
     import torch.nn.functional as F
 
-    from autotune.pipeline import TunedLoop
+    from autotune.tuning import TunedLoop
 
     start = START.replace(num_workers=0)
     queue = [Change.of(start, "aggregation", "sparse"), Change.of(start, "num_workers", 1)]
-    monkeypatch.setattr(_tuning, "candidates", lambda config, spec, topology=None: list(queue))
+    monkeypatch.setattr(_run, "candidates", lambda config, spec, topology=None: list(queue))
     torch.manual_seed(0)
     model = _EdgeIndexOnly(tiny_synthetic.num_features, 4)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -381,7 +382,7 @@ def test_a_users_own_loop_trains_every_seed_once_on_its_optimizer_through_a_fail
     left = [c for c in psutil.Process().children(recursive=True)
             if c.pid in workers and c.status() != psutil.STATUS_ZOMBIE]
     assert not left, left
-    verdicts = {t.change: t for t in loop.log.tried}
+    verdicts = {t.label: t for t in loop.log.tried}
     sparse = verdicts["aggregation scatter -> sparse"]
     assert sparse.verdict == "failed" and "edge_index only" in sparse.reason, sparse
     assert any("aggregation" in line and "failed" in line for line in lines), lines
@@ -460,7 +461,6 @@ def test_a_tuned_run_learns_as_an_untuned_one_within_two_seeds_spread(cora_root,
     through every change. (A candidate built on a fresh model and optimizer lands
     three times as far.)"""
     from autotune.data import DatasetRef
-    from autotune.pipeline._training import fit_tuned
 
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
     changes = {"aggregation": "sparse", "num_workers": 1}
@@ -471,7 +471,7 @@ def test_a_tuned_run_learns_as_an_untuned_one_within_two_seeds_spread(cora_root,
         return [Change.of(config, knob, value) for knob, value in changes.items()
                 if getattr(config, knob) != value]
 
-    monkeypatch.setattr(_tuning, "candidates", left)
+    monkeypatch.setattr(_run, "candidates", left)
     dataset = DatasetRef("Cora", root=cora_root).prepare()
     start = TrialConfig(batch_size=16, num_neighbors=(10, 10), num_workers=0,
                         hidden_channels=64, sampling_backend="builtin")
@@ -483,7 +483,7 @@ def test_a_tuned_run_learns_as_an_untuned_one_within_two_seeds_spread(cora_root,
         tuned = TunedRun(config, dataset.data, TuneSpec(share=1.0, window_steps=2, pairs=2),
                          epochs=epochs, num_classes=dataset.num_classes, queue=queue)
         try:
-            out = fit_tuned(tuned, dataset.data, epochs, evaluate_test=False)
+            out = fit(tuned, dataset.data, TrainSpec(epochs=epochs, evaluate_test=False))
         finally:
             tuned.close()
         return [e.val_metric for e in out.epochs], [e.loss for e in out.epochs], tuned.log
@@ -536,7 +536,7 @@ def test_a_compile_is_tried_only_where_it_pays_back_and_its_first_window_warms_u
                    on_line=lines.append)
     try:
         for epoch in (1, 2, 3):
-            run.epoch(epoch)
+            _one_epoch(run, epoch, None)
     finally:
         run.close()
     tried, refused = run.log.tried
@@ -607,7 +607,7 @@ def test_a_short_share_tries_its_candidates_in_short_windows():
     """A window is as long as asked where epochs and the share hold it; half an epoch
     at most; and as short as the share needs to hold each candidate's least pairs,
     never under three steps."""
-    from autotune.pipeline._tuning import MIN_WINDOW, fit_window
+    from autotune.tuning._spec import MIN_WINDOW, fit_window
 
     assert fit_window(8, 100) == 8
     assert fit_window(8, 10) == 5

@@ -205,7 +205,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from autotune.data import same_dataset
-    from autotune.pipeline import TrainingInterrupted, check_config, train
+    from autotune.pipeline import TrainingInterrupted, check_config
+    from autotune.tuning import train
 
     export = read_export(args.config)
     config, measured_on = export.config, export.config.device
@@ -284,7 +285,7 @@ def _run_recorder(args: argparse.Namespace, config, ref):
 
 def _tune_spec(args: argparse.Namespace):
     """``--tune``'s spec, or None; its other flags without it are an error."""
-    from autotune.pipeline import TuneSpec
+    from autotune.tuning import TuneSpec
 
     if not args.tune:
         if args.tune_share is not None or args.tune_precision or args.tune_compile or \

@@ -1,8 +1,10 @@
 """The training pipeline a :class:`TrialConfig` describes: ``_build`` (every knob
 takes effect there: :func:`build`, :class:`Pipeline`), ``_tasks`` (node, link and graph
-tasks, homogeneous or not), ``_models`` (the built-in models), ``_training``
-(:func:`train`: whole epochs with a config), ``_tuning`` (a training run that tunes
-itself), ``_tuned_loop`` (the same under the caller's own loop) and ``_allocator`` (glibc's heap held).
+tasks, homogeneous or not), ``_models`` (the built-in models), ``_source`` (where an
+epoch's batches come from, and the one timer of training steps), ``_training`` (the
+one epoch loop, :func:`fit`, and whole trainings, :func:`train_from`) and
+``_allocator`` (glibc's heap held). A run that tunes itself is a package of its own
+above this one, :mod:`autotune.tuning`.
 """
 from __future__ import annotations
 
@@ -17,19 +19,24 @@ _EXPORTS = {
     "device_sync": "_build",
     "gpu_room": "_build",
     "limit_gpu_memory": "_build",
+    "BatchSource": "_source",
+    "PipelineSource": "_source",
+    "Step": "_source",
+    "Window": "_source",
+    "timed": "_source",
     "check_dataset": "_tasks",
+    "Epoch": "_training",
     "TrainResult": "_training",
     "TrainSpec": "_training",
     "TrainingInterrupted": "_training",
     "Training": "_training",
     "evaluate": "_training",
     "fit": "_training",
-    "train": "_training",
-    "TunedLoop": "_tuned_loop",
-    "TunedRun": "_tuning",
-    "TuneLog": "_tuning",
-    "TuneSpec": "_tuning",
-    "WindowEvent": "_tuning",
+    "prepare_training": "_training",
+    "train_from": "_training",
 }
+# reachable here before the tuning package, with a FutureWarning
+_MOVED = {name: "autotune.tuning"
+          for name in ("TunedLoop", "TunedRun", "TuneLog", "TuneSpec", "WindowEvent", "train")}
 __all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS, moved=_MOVED)

@@ -43,6 +43,9 @@ from autotune.taskinfo import TASKS, TaskInfo, task_info
 
 LINK_NEGATIVES = 1.0  # binary negatives per positive edge in training
 EVAL_BATCH = 1024  # a node task's seeds an evaluation batch, at least
+# a node task evaluates the whole graph in one call where its first layer's messages
+# fit in this (Cora: 60 MB; the quick start's synthetic graph, 4.8 GB, is sampled)
+WHOLE_GRAPH_BYTES = 512 * 2**20
 
 
 class Task(abc.ABC):
@@ -112,11 +115,15 @@ class NodeTask(Task):
         return int(batch.batch_size)
 
     def evaluate(self, pipe, data, split: str) -> float:
-        """Share of the split's nodes classified right, on subgraphs sampled with the
-        config's fanout (as PyG's examples evaluate), in the config's autocast, in
-        batches of the training's size or :data:`EVAL_BATCH`, the larger: each node's
-        sampled neighbourhood is the same, and a small training batch (Cora's 16)
-        would make evaluating an epoch cost several times its training."""
+        """Share of the split's nodes classified right, in the config's autocast: on
+        the whole graph in one call where it fits (:func:`whole_graph_fits`: every
+        node's whole neighbourhood, what PyG's examples' layer-wise inference gives),
+        else on subgraphs sampled with the config's fanout (as PyG's examples
+        evaluate a large graph), in batches of the training's size or
+        :data:`EVAL_BATCH`, the larger (a small training batch, Cora's 16, would make
+        evaluating an epoch cost several times its training)."""
+        if whole_graph_fits(pipe.config, data):
+            return _whole_graph_accuracy(pipe, data, _mask(data, split))
         from torch_geometric.loader import NodeLoader
 
         loader = NodeLoader(pipe.loader.data, node_sampler=pipe.loader.node_sampler,
@@ -125,6 +132,37 @@ class NodeTask(Task):
                             transform=pipe.loader.transform)
         return _accuracy(pipe, loader, lambda batch: (
             pipe.eager_model(batch.x, pipe.edges(batch)), batch.y, batch.batch_size))
+
+
+def whole_graph_fits(config: TrialConfig, data) -> bool:
+    """Whether a homogeneous graph is evaluated whole: where its first layer's
+    messages (an edge's row of the wider of the features and the hidden channels,
+    float32, a row each edge) and every node's rows fit in :data:`WHOLE_GRAPH_BYTES`,
+    and its sampling is not temporal (a seed sees only its past neighbours there)."""
+    if config.time_attr is not None or "edge_index" not in data or data.x is None:
+        return False
+    width = max(data.num_features, config.hidden_channels)
+    rows = data.edge_index.size(1) * width + data.num_nodes * (width + config.hidden_channels)
+    return 4 * rows <= WHOLE_GRAPH_BYTES
+
+
+@torch.no_grad()
+def _whole_graph_accuracy(pipe, data, mask: Tensor) -> float:
+    """The share of ``mask``'s nodes the model classifies right from the whole graph,
+    in one call (float32 features, the edges as the graph holds them)."""
+    if not int(mask.sum()):
+        raise ConfigError("the evaluation mask selects no node")
+    model = pipe.eager_model
+    model.eval()
+    try:
+        x, edge_index = data.x.float().to(pipe.device), data.edge_index.to(pipe.device)
+        with pipe.autocast():
+            out = model(x, edge_index)
+        mask = mask.to(pipe.device)
+        right = int((out[mask].argmax(-1) == data.y.to(pipe.device)[mask]).sum())
+        return right / int(mask.sum())
+    finally:
+        model.train()
 
 
 class HeteroGraph:

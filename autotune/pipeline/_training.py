@@ -1,9 +1,13 @@
-"""Training with a config: whole epochs over the training seeds, the task's metric
-on validation and test after each (:func:`train`, which ``autotune train`` calls),
-or training for a wall-clock budget and then validation (:func:`fit` with a budget:
-the accuracy guard of ``autotune search``).
+"""Training with a config: the one epoch loop (:func:`fit`), over whole epochs of
+the training seeds with the task's metric on validation and test after each
+(:func:`train_from`, which :func:`autotune.train` and ``autotune train`` call), or
+for a wall-clock budget and then validation (the accuracy guard of ``autotune
+search``).
 
-Both use :func:`autotune.build`, so what trains is what a trial measured.
+The loop takes its batches from a source (:mod:`autotune.pipeline._source`): one
+pipeline's, or a run that tunes itself (:mod:`autotune.tuning`), which sometimes
+swaps pipelines; it never asks which. Every pipeline comes from
+:func:`autotune.build`, so what trains is what a trial measured.
 """
 from __future__ import annotations
 
@@ -19,16 +23,15 @@ import torch
 from autotune.config import TrialConfig
 from autotune.export import load_config
 from autotune.errors import ConfigError
-from autotune.files import atomic_write, check_interrupt, inductor_cache_dir, interrupts_latched
+from autotune.files import atomic_write, inductor_cache_dir, interrupts_latched
 from autotune.pipeline._allocator import heap_state
-from autotune.pipeline._build import Pipeline, build, check_config, device_sync
+from autotune.pipeline._build import Pipeline, check_config
+from autotune.pipeline._source import BatchSource, PipelineSource
 from autotune.pipeline._tasks import check_dataset
-from autotune.pipeline._tuning import TuneLog, TunedRun, TuneSpec, WindowEvent
 from autotune.specs import STUDIES_DIR
 from autotune.taskinfo import task_info
 
 if TYPE_CHECKING:
-    from autotune.config import TrialConfig
     from autotune.data import Dataset, DatasetRef
 
 
@@ -113,42 +116,27 @@ def evaluate(pipe: Pipeline, data, split: str) -> float:
     return pipe.task.evaluate(pipe, data, split)
 
 
-def fit(pipe: Pipeline, data, spec: TrainSpec,
+def fit(source: BatchSource | Pipeline, data, spec: TrainSpec,
         on_epoch: Callable[[Epoch], None] | None = None) -> Training:
-    """Trains ``pipe`` as ``spec`` says, evaluating after every epoch (validation,
-    and test when asked), or after the last only (``spec.every_epoch`` False); with a
-    budget, once the budget is spent. The budget counts training time only, not
-    evaluation."""
+    """Trains from ``source`` (a :class:`BatchSource`, or a pipeline's own batches) as
+    ``spec`` says, evaluating its :attr:`~BatchSource.pipe` after every epoch
+    (validation, and test when asked), or after the last only (``spec.every_epoch``
+    False); with a budget, once the budget is spent. The budget counts training time
+    only, not evaluation. The one epoch loop: a tuned run is only another source."""
+    source = PipelineSource(source) if isinstance(source, Pipeline) else source
     out = Training()
-    with pipe.activate():
-        while spec.epochs is None or len(out.epochs) < spec.epochs:
-            left = None if spec.budget_s is None else spec.budget_s - out.train_s
-            epoch = _one_epoch(pipe, len(out.epochs) + 1, left)
-            out.epochs.append(epoch)
-            out.stopped_by_budget = spec.budget_s is not None and out.train_s >= spec.budget_s
-            last = out.stopped_by_budget or len(out.epochs) == spec.epochs
-            if last or spec.epochs is not None and spec.every_epoch:
-                _evaluate_epoch(pipe, data, epoch, spec.evaluate_test)
-            if on_epoch is not None:
-                on_epoch(epoch)
-            if out.stopped_by_budget:
-                break
-    return out
-
-
-def fit_tuned(run: TunedRun, data, epochs: int, evaluate_test: bool = True,
-              on_epoch: Callable[[Epoch], None] | None = None) -> Training:
-    """:func:`fit` for a run that tunes itself (:class:`TunedRun`): whole epochs, each
-    evaluated on the incumbent's pipeline."""
-    out = Training()
-    for number in range(1, epochs + 1):
-        steps, seeds, seconds, loss = run.epoch(number)
-        epoch = Epoch(epoch=number, steps=steps, seeds=seeds, train_s=seconds, loss=loss)
-        with run.pipe.activate():
-            _evaluate_epoch(run.pipe, data, epoch, evaluate_test)
+    while spec.epochs is None or len(out.epochs) < spec.epochs:
+        left = None if spec.budget_s is None else spec.budget_s - out.train_s
+        epoch = _one_epoch(source, len(out.epochs) + 1, left)
         out.epochs.append(epoch)
+        out.stopped_by_budget = spec.budget_s is not None and out.train_s >= spec.budget_s
+        last = out.stopped_by_budget or len(out.epochs) == spec.epochs
+        if last or spec.epochs is not None and spec.every_epoch:
+            _evaluate_epoch(source.pipe, data, epoch, spec.evaluate_test)
         if on_epoch is not None:
             on_epoch(epoch)
+        if out.stopped_by_budget:
+            break
     return out
 
 
@@ -156,31 +144,27 @@ def _evaluate_epoch(pipe: Pipeline, data, epoch: Epoch, test: bool) -> None:
     """The task's metric after ``epoch`` on validation, and on test where asked, and
     the seconds they took."""
     start = time.perf_counter()
-    epoch.val_metric = evaluate(pipe, data, "val")
-    if test:
-        epoch.test_metric = evaluate(pipe, data, "test")
+    with pipe.activate():
+        epoch.val_metric = evaluate(pipe, data, "val")
+        if test:
+            epoch.test_metric = evaluate(pipe, data, "test")
     epoch.eval_s = time.perf_counter() - start
 
 
-def _one_epoch(pipe: Pipeline, number: int, left_s: float | None) -> Epoch:
-    """One pass over the training nodes, or less when ``left_s`` runs out first."""
-    steps = seeds = 0
-    loss_sum = torch.zeros(())  # summed by seeds on the loss's device: no host sync a step
-    sync = device_sync(pipe.device)
-    sync()
-    t0 = time.perf_counter()
-    for batch in pipe.loader:
-        check_interrupt()
-        loss = pipe.train_step(batch)
-        steps += 1
-        batch_seeds = pipe.task.seeds(batch)
-        seeds += batch_seeds
-        loss_sum = loss_sum + loss * batch_seeds
-        if left_s is not None and time.perf_counter() - t0 >= left_s:
-            break
-    sync()
-    return Epoch(epoch=number, steps=steps, seeds=seeds, train_s=time.perf_counter() - t0,
-                 loss=float(loss_sum) / seeds if seeds else 0.0)
+def _one_epoch(source: BatchSource, number: int, left_s: float | None) -> Epoch:
+    """One pass over the training seeds, or less where ``left_s`` (seconds of
+    training) runs out first: its figures are the source's windows' (:func:`timed`);
+    the clock here only stops a budget."""
+    start = time.perf_counter()
+    with contextlib.closing(source.batches(number)) as batches:
+        for batch in batches:
+            with source.step() as step:
+                step.loss = source.current.train_step(batch)
+            if left_s is not None and time.perf_counter() - start >= left_s:
+                break
+    totals = source.totals
+    return Epoch(epoch=number, steps=totals.steps, seeds=totals.seeds, train_s=totals.seconds,
+                 loss=totals.loss or 0.0)
 
 
 @dataclass(frozen=True)
@@ -194,7 +178,8 @@ class TrainResult:
     best: Epoch
     state: dict[str, Any] = field(repr=False)
     saved: Path | None = None
-    tuning: TuneLog | None = None  # what a run that tuned itself tried (config: its winner)
+    tuning: Any = None  # what a run that tuned itself tried (autotune.tuning.TuneLog;
+    # config: its winner)
     dataset: dict[str, Any] = field(default_factory=dict)  # the dataset's Dataset.stats()
 
     @property
@@ -223,38 +208,35 @@ class TrainResult:
                 **({} if self.tuning is None else {"tuning": self.tuning.to_dict()})}
 
 
-def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset, *,
-          epochs: int, save: str | os.PathLike | None = None,
-          on_epoch: Callable[[Epoch], None] | None = None,
-          inductor_cache: str | os.PathLike | None = None, tune: TuneSpec | bool | None = None,
-          on_line: Callable[[str], None] | None = None,
-          on_window: Callable[[WindowEvent, TuneLog], None] | None = None) -> TrainResult:
-    """Trains with every knob of ``config`` (a ``TrialConfig``, or a file written by
-    ``autotune export``) for ``epochs`` whole epochs on ``dataset`` (a
-    :class:`autotune.DatasetRef`, prepared here, or a prepared dataset), evaluating
-    the task's metric on validation and test after each. The best validation epoch's
-    weights are kept and, with ``save``, written there (``torch.save``), also when
-    Ctrl-C stops the training (:class:`TrainingInterrupted`). A compiled
-    config reuses the kernels its search compiled: ``inductor_cache`` (default the
-    studies folder's, :func:`autotune.files.inductor_cache_dir`), unless
-    ``TORCHINDUCTOR_CACHE_DIR`` is set. With ``tune`` (:class:`TuneSpec`, or True) the
-    run tunes itself (:mod:`autotune.pipeline._tuning`; ``on_line`` hears what it
-    decides, ``on_window`` each window it trains), its winner the config."""
-    tune = TuneSpec() if tune is True else tune or None
+def prepare_training(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset,
+                     inductor_cache: str | os.PathLike | None = None
+                     ) -> tuple[TrialConfig, Dataset, Path | None]:
+    """What a training with ``config`` (a ``TrialConfig``, or a file written by
+    ``autotune export``) on ``dataset`` needs, each checked before anything trains:
+    the config, the dataset prepared (a :class:`autotune.DatasetRef` is prepared here)
+    and its cached CSC adjacency (None where it has none). A compiled config reuses
+    the kernels its search compiled: ``inductor_cache`` (default the studies
+    folder's, :func:`autotune.files.inductor_cache_dir`), unless
+    ``TORCHINDUCTOR_CACHE_DIR`` is set."""
     cache_dir = inductor_cache if inductor_cache is not None else inductor_cache_dir(STUDIES_DIR)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache_dir).resolve()))
     config = config if isinstance(config, TrialConfig) else load_config(config)
     check_config(config)
     prepared = dataset.prepare() if hasattr(dataset, "prepare") else dataset
     check_dataset(config, prepared)
-    cache = dataset.csc_path() if hasattr(dataset, "csc_path") else None
+    return config, prepared, dataset.csc_path() if hasattr(dataset, "csc_path") else None
+
+
+def train_from(source: BatchSource, dataset: Dataset, *, epochs: int,
+               save: str | os.PathLike | None = None,
+               on_epoch: Callable[[Epoch], None] | None = None) -> TrainResult:
+    """Trains ``epochs`` whole epochs from ``source`` (:func:`fit`) on ``dataset`` (a
+    prepared one), evaluating after each; keeps the best validation epoch's weights
+    and, with ``save``, writes them there (``torch.save``), also when Ctrl-C stops
+    the training (:class:`TrainingInterrupted`). The source's loaders end here, not
+    at a later garbage collection."""
     kept: dict[str, Any] = {}
-    run = TunedRun(config, prepared.data, tune, epochs=epochs, num_classes=prepared.num_classes,
-                   cache_file=cache, on_line=on_line, on_window=on_window) \
-        if tune is not None else None
-    pipe = run.pipe if run is not None else \
-        build(config, prepared.data, num_classes=prepared.num_classes, cache_file=cache)
-    model = pipe.eager_model  # a tuned run's candidates train this model too
+    model = source.pipe.eager_model  # every pipeline of a tuned run trains this model
 
     def keep_best(epoch: Epoch) -> None:
         kept["epochs"] = epoch.epoch
@@ -265,30 +247,13 @@ def train(config: TrialConfig | str | os.PathLike, dataset: DatasetRef | Dataset
             on_epoch(epoch)
 
     try:
-        with interrupts_latched():  # Ctrl-C is not lost where Python swallowed it
-            training = _epochs(run, pipe, prepared.data, epochs, keep_best)
+        with interrupts_latched(), source:  # Ctrl-C is not lost where Python swallowed it
+            training = fit(source, dataset.data, TrainSpec(epochs=epochs), on_epoch=keep_best)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (the CLI raises it for both)
         raise TrainingInterrupted(kept.get("best"), _save(save, kept), kept.get("epochs", 0),
-                                  None if run is None else run.log) from exc
-    return TrainResult(config if run is None else run.pipe.config, training, kept["best"],
-                       kept["state"], _save(save, kept),
-                       tuning=None if run is None else run.log, dataset=prepared.stats())
-
-
-def _epochs(run: TunedRun | None, pipe: Pipeline, data, epochs: int,
-            on_epoch: Callable[[Epoch], None]) -> Training:
-    """``epochs`` epochs of a tuned run (whose log notes where Ctrl-C stopped it), or
-    else of ``pipe``; every loader's workers end here, not at a later garbage
-    collection."""
-    if run is not None:
-        with contextlib.closing(run):
-            try:
-                return fit_tuned(run, data, epochs, on_epoch=on_epoch)
-            except KeyboardInterrupt:
-                run.log.interrupted_step = run.steps
-                raise
-    with pipe:
-        return fit(pipe, data, TrainSpec(epochs=epochs), on_epoch=on_epoch)
+                                  source.log) from exc
+    return TrainResult(source.pipe.config, training, kept["best"], kept["state"],
+                       _save(save, kept), tuning=source.log, dataset=dataset.stats())
 
 
 def _save(save: str | os.PathLike | None, kept: dict[str, Any]) -> Path | None:
@@ -307,6 +272,6 @@ class TrainingInterrupted(KeyboardInterrupt):
     have ended."""
 
     def __init__(self, best: Epoch | None, saved: Path | None, epochs: int,
-                 tuning: TuneLog | None) -> None:
+                 tuning: Any) -> None:
         super().__init__("training interrupted")
         self.best, self.saved, self.epochs, self.tuning = best, saved, epochs, tuning

@@ -3,7 +3,7 @@ study in the storage a search uses. Each window the run trained is a trial: its 
 the window's seeds per second, its parameters the knobs a run changes, its user
 attributes the config, the candidate's change (none for the incumbent's windows),
 epoch, step, steps and seconds. The study's ``tuned_run`` attribute holds what the
-run decided (:meth:`autotune.pipeline.TuneLog.to_dict`), updated as it goes.
+run decided (:meth:`autotune.tuning.TuneLog.to_dict`), updated as it goes.
 
 ``autotune show`` reads such a study as a tuned run (:func:`run_report`), ``autotune
 export`` writes its winner (``study/_front.py``'s ``export_blob``), ``autotune

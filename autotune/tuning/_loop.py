@@ -1,5 +1,5 @@
 """Tuning inside the caller's own training loop (:class:`TunedLoop`): what ``autotune
-train --tune`` does under its own loop (:mod:`autotune.pipeline._tuning`), under the
+train --tune`` does under its own loop (:class:`autotune.tuning.TunedRun`), under the
 caller's, who keeps the model, the optimizer, the loss and the step."""
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ import torch
 
 from autotune.config import TrialConfig
 from autotune.export import load_config
-from autotune.pipeline._tuning import Step, TuneLog, TunedRun, TuneSpec, WindowEvent
+from autotune.pipeline import Step
+from autotune.tuning._log import TuneLog, WindowEvent
+from autotune.tuning._run import TunedRun
+from autotune.tuning._spec import TuneSpec
 
 
 class TunedLoop:

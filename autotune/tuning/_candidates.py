@@ -1,0 +1,144 @@
+"""The candidates of a run that tunes itself: the one-knob changes of its incumbent
+(:func:`candidates`), each a :class:`Change`, and the order to try them in
+(:func:`by_bottleneck`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.config import TrialConfig
+from autotune.env import native_bf16
+from autotune.errors import AutotuneError
+from autotune.pipeline import check_config
+from autotune.sampling import resolve_backend
+from autotune.topology import STRATEGIES, Topology, affinity_sets, this_machine
+from autotune.tuning._spec import TuneSpec
+
+# The knobs a run may change: the same batches of the same seeds through the same
+# model and optimizer (a compiled model wraps the same module; padding adds isolated
+# zero-feature nodes, which leave the loss and gradients exact). Dropout masks and
+# checkpointing change the model itself, which a run keeps: they are not tried.
+NEUTRAL_KNOBS = ("num_workers", "affinity", "sampling_backend", "aggregation",
+                 "compile_mode", "shapes")
+PRECISION_KNOBS = ("amp_dtype", "feature_dtype")  # with TuneSpec.precision only
+LOADER_KNOBS = ("num_workers", "affinity", "sampling_backend")  # where batches are made
+# tried before either side's knobs, where the run may try it: bfloat16 autocast, the
+# largest single-knob gain benchmarks/knobs.py measured on a CPU that computes it
+# (and on a GPU), larger than what any other knob gave there
+FIRST = (("amp_dtype", "bfloat16"),)
+COMPILE_KNOBS = ("compile_mode", "shapes")  # tried last: the dearest
+
+
+@dataclass(frozen=True)
+class Change:
+    """A candidate as data: the knob it changes, the value it gives it (for
+    ``affinity``, the strategy), the config it makes, and its name in the run's
+    lines (``num_workers 2 -> 0``)."""
+
+    knob: str
+    value: Any
+    config: TrialConfig
+    label: str
+
+    @classmethod
+    def of(cls, config: TrialConfig, knob: str, value: Any, **fields: Any) -> Change:
+        """``config`` with ``knob`` set to ``value`` (``fields``: the config's fields
+        that carry it, where they are not the knob itself: the affinity's cores)."""
+        label = f"{knob} -> {value}" if fields else f"{knob} {getattr(config, knob)} -> {value}"
+        return cls(knob, value, config.replace(**(fields or {knob: value})), label)
+
+def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = None
+               ) -> list[Change]:
+    """The one-knob changes of ``config`` a run tries, in order, each a valid config:
+    loader workers (0, 1, 2 and all cores but one), the cores' affinity (each
+    strategy the machine can build, with workers), the sampling backend, the
+    aggregation (an eager model), with ``spec.precision`` the AMP dtype (bfloat16 on
+    a GPU or a CPU that computes it natively) and the feature dtype, and last, as
+    ``spec.compile`` says, the compile mode (reduce-overhead on a GPU only) and,
+    compiled, the shapes."""
+    topology = this_machine() if topology is None else topology
+    cores = len(topology.cores)
+    changes: list[tuple[str, Any, dict]] = []  # knob, value, and its fields where others
+    if not config.gpu_sampling:
+        changes += [("num_workers", w, {}) for w in dict.fromkeys((0, 1, 2, cores - 1))
+                    if 0 <= w]
+        changes += [("affinity", s, dict(zip(("loader_cores", "compute_cores"),
+                                             _cores(s, config, topology))))
+                    for s in STRATEGIES if _cores(s, config, topology) is not None]
+    changes += [("sampling_backend", b, {})
+                for b in ("builtin", "pyg")  # not one that resolves to the same sampler
+                if _resolved(b) != _resolved(config.sampling_backend)]
+    if config.compile_mode == "none":
+        changes += [("aggregation", a, {}) for a in ("scatter", "sparse")]
+    if spec.compile or spec.compile is None and config.device == "cuda":  # last: the dearest
+        modes = ("none", "default") + (("reduce-overhead",) if config.device == "cuda" else ())
+        changes += [("compile_mode", m, {}) for m in modes]
+        if config.compile_mode != "none":
+            changes += [("shapes", s, {}) for s in ("dynamic", "padded")]
+    if spec.precision:
+        bf16 = ("bfloat16",) if config.device == "cuda" or native_bf16() else ()
+        changes += [("amp_dtype", d, {}) for d in ("float32", *bf16)]
+        changes += [("feature_dtype", d, {}) for d in ("float32", "bfloat16")]
+    out, seen = [], {config.key()}
+    for knob, value, fields in changes:
+        try:
+            change = Change.of(config, knob, value, **fields)
+            check_config(change.config)
+        except AutotuneError:  # not a config here (a backend this machine lacks, ...)
+            continue
+        if change.config.key() not in seen:
+            seen.add(change.config.key())
+            out.append(change)
+    return out
+
+
+def by_bottleneck(changes: list[Change], wait_share: float,
+                  cores_taken: float = 0.0) -> list[Change]:
+    """``changes`` in the order to try
+    them, given the share of the incumbent's step time spent waiting for its batch
+    and the share of the machine's cores its loader workers take: a loader change
+    can gain at most what the step waits, and what it computes slowed by the workers
+    beside it; a model change at most what it computes; so the larger side's knobs go
+    first (:func:`loader_first`), after bfloat16 autocast where it is a candidate
+    (:data:`FIRST`); compile modes and shapes stay last (a compile costs seconds
+    before its first timed step). Stable within a side."""
+    first = loader_first(wait_share, cores_taken)
+
+    def rank(change: Change) -> tuple[bool, bool, bool]:
+        return change.knob in COMPILE_KNOBS, (change.knob, change.value) not in FIRST, \
+            (change.knob in LOADER_KNOBS) != first
+
+    return sorted(changes, key=rank)
+
+
+def loader_first(wait_share: float, cores_taken: float = 0.0) -> bool:
+    """Whether a step that waits ``wait_share`` of its time for its batch, its loader
+    workers taking ``cores_taken`` of the cores its computing has, tries the loader's
+    knobs before the model's: where the loader's side is the larger, the wait plus
+    the computing that shares its cores with the workers (on 2 cores, 2 workers
+    take them all: fewer workers may give the step its cores back)."""
+    return wait_share + (1 - wait_share) * cores_taken > 0.5
+
+
+def cores_taken(config: TrialConfig, topology: Topology | None = None) -> float:
+    """The share of the machine's cores ``config``'s loader workers take (a worker a
+    core, at most all of them; those pinned to their own cores take those)."""
+    cores = len((this_machine() if topology is None else topology).cores)
+    workers = len(config.loader_cores) if config.loader_cores else config.num_workers
+    return min(workers / cores, 1.0) if cores else 0.0
+
+
+def _resolved(backend: str) -> str | None:
+    """The sampler ``backend`` runs here (auto: PyG's or the built-in), None where none."""
+    try:
+        return resolve_backend(backend)
+    except AutotuneError:
+        return None
+
+
+def _cores(strategy: str, config: TrialConfig, topology: Topology):
+    """``(loader_cores, compute_cores)`` of an affinity strategy for ``config``'s
+    workers, or None where the machine cannot build it."""
+    if config.num_workers == 0 or topology.why_not(strategy):
+        return None
+    return affinity_sets(strategy, config.num_workers, topology)

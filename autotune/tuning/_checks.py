@@ -1,0 +1,100 @@
+"""The numerics check of a precision candidate: its gradients on probe batches
+(:func:`numerics_check`) before it trains, its training loss over its pairs
+(:func:`loss_check`) before it is kept; and what a run says of precision
+(:func:`precision_notes`)."""
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from autotune.config import TrialConfig
+from autotune.env import native_bf16
+from autotune.pipeline import Pipeline
+from autotune.tuning._candidates import PRECISION_KNOBS
+from autotune.tuning._spec import TuneSpec
+
+# The numerics check a precision candidate passes before its pairs: on each of the
+# first PROBES batches the incumbent trained, its gradient against the incumbent's
+# (same parameters, same dropout masks) points the same way (cosine at least
+# GRAD_COSINE) and is as large (norms within GRAD_NORM of each other)
+PROBES = 3
+GRAD_COSINE = 0.99
+GRAD_NORM = 0.05
+# ... and then, over its pairs, its training loss stays within the incumbent's paired
+# noise (loss_check), which is never taken as under this share of its mean loss
+LOSS_FLOOR = 0.05
+
+
+# what precision gave where it was measured: benchmarks/results/knobs.json
+PRECISION_GAIN = ("bfloat16 autocast measured 1.45x float32 in benchmarks/knobs.py "
+                  "(2-core AMD EPYC with avx512_bf16, scale 0.1; docs/benchmarks.md), each "
+                  "candidate checked by its gradients first")
+
+
+def precision_notes(config: TrialConfig, spec: TuneSpec) -> list[str]:
+    """What the run says of precision before it trains: bfloat16 left out where this
+    CPU emulates it (with consent), or the flag that would try it (without)."""
+    native = config.device == "cuda" or native_bf16()
+    if spec.precision and not native:
+        return ["precision: bfloat16 autocast not tried: this CPU has neither avx512_bf16 "
+                "nor AMX, and computes bfloat16 by emulation, slower than float32 "
+                "(docs/knobs.md); the feature dtype is tried"]
+    if not spec.precision and native and config.amp_dtype == "float32":
+        return ["precision: not tried (it changes the numerics: --tune-precision, or "
+                f"TuneSpec(precision=True), asks for it); {PRECISION_GAIN}"]
+    return []
+
+
+def changes_precision(incumbent: TrialConfig, candidate: TrialConfig) -> bool:
+    """Whether ``candidate`` differs from ``incumbent`` in a knob of precision."""
+    return any(getattr(incumbent, k) != getattr(candidate, k) for k in PRECISION_KNOBS)
+
+
+def numerics_check(incumbent: Pipeline, candidate: Pipeline, probes: list) -> str:
+    """Why ``candidate``'s numerics differ from ``incumbent``'s too much to train on
+    ("" where they do not): on each probe batch, the two gradients of the same
+    parameters (:meth:`Pipeline.gradients`) must point the same way (cosine at least
+    :data:`GRAD_COSINE`) and be as large (norms within :data:`GRAD_NORM`). A probe that
+    cannot run (a model the task's loss cannot call) fails it: precision is kept only
+    where it was checked."""
+    if not probes:
+        return "no probe batch trained yet"
+    for k, batch in enumerate(probes, start=1):
+        try:
+            ours, theirs = incumbent.gradients(batch, seed=k), candidate.gradients(batch, seed=k)
+        except Exception as exc:  # the user's model or loss: the check could not run
+            return f"its probe could not run ({type(exc).__name__}: {exc})"[:200]
+        if not bool(torch.isfinite(theirs).all()):
+            return f"non-finite gradients on probe batch {k}"
+        norms = ours.norm(), theirs.norm()
+        if float(norms[0]) == 0.0:
+            continue
+        cosine = float(torch.dot(ours, theirs) / (norms[0] * norms[1]).clamp_min(1e-30))
+        ratio = float(norms[1] / norms[0])
+        if cosine < GRAD_COSINE:
+            return (f"gradient direction off on probe batch {k}: cosine {cosine:.4f} < "
+                    f"{GRAD_COSINE}")
+        if abs(ratio - 1) > GRAD_NORM:
+            return (f"gradient size off on probe batch {k}: {ratio:.3f}x the float32 one, "
+                    f"beyond ±{100 * GRAD_NORM:.0f}%")
+    return ""
+
+
+def loss_check(losses: list[tuple[float, float]]) -> str:
+    """Why a precision candidate's training loss over its windows lies beyond the
+    incumbent's paired noise ("" where it does not, or with under 2 pairs to tell):
+    its mean excess over the incumbent's window in the same pair must not exceed the
+    median change between the incumbent's own windows of consecutive pairs (what its
+    loss moves by anyway, a trend of two windows included), or :data:`LOSS_FLOOR` of
+    the incumbent's mean loss where that is larger (a converged loss barely moves). A
+    lower loss is no harm."""
+    if len(losses) < 2:
+        return ""
+    excess = statistics.fmean(ours - theirs for ours, theirs in losses)
+    noise = max(statistics.median(abs(b[1] - a[1]) for a, b in zip(losses, losses[1:])),
+                LOSS_FLOOR * statistics.fmean(theirs for _, theirs in losses))
+    if excess <= noise:
+        return ""
+    return (f"its training loss {excess:+.4g} over the float32 windows beside it, a pair "
+            f"on average, beyond their own noise of {noise:.4g}")

@@ -1,0 +1,502 @@
+"""Tuning inside a training run (``autotune train --tune``, ``train(..., tune=...)``).
+
+The run starts on the config it is given and, while it trains, tries other values
+of the knobs that leave what is learnt unchanged (:data:`NEUTRAL_KNOBS`; the AMP and
+feature dtypes only where allowed, :attr:`TuneSpec.precision`). Batch size and
+fanout never change in a run. A compile mode (and, compiled, the shapes) is tried
+only where its compile pays back within what is left of the run
+(:meth:`TunedRun._pays_back`), and its first window, which compiles, is a warm-up
+outside its ratios. Every candidate trains real steps on the same model,
+with the same optimizer and its state: it is built around them
+(:func:`autotune.pipeline.build` with ``model`` and ``optimizer``).
+
+Each epoch visits every training seed exactly once. The seeds' order is drawn per
+epoch from the config's seed, and the loaders take it from one :class:`SeedOrder`:
+a window hands its loader the next seeds of the epoch, and the seeds a window did
+not train (a candidate dropped or failed mid-window) go to the next window.
+
+A candidate's window of :attr:`TuneSpec.window_steps` steps is paired with a window
+of the incumbent's own, measured just before or just after it (the order alternates
+pair by pair, as in ABBA, so that a steady drift cancels over two pairs), and the
+pair's figure is the ratio of their rates. The verdict comes from the one comparison
+engine (:class:`autotune.compare.Comparison`): kept where the speed-up's 95%
+confidence sequence lies above 1 (and not wholly within :attr:`TuneSpec.min_gain`
+of it), "no faster" where it lies under 1 + min_gain, "slower" where under 1. A
+candidate whose pairs spread wide gets more pairs, up to :attr:`TuneSpec.pairs`,
+while exploring's share lasts; one under :attr:`TuneSpec.screen` times the incumbent
+in each of its first two pairs is dropped then (it could not pay back the pairs a
+verdict takes).
+The candidates are tried in the order of where the incumbent's step spends its time
+(:func:`by_bottleneck`): the loader's knobs first where its windows waited for batches
+more than half of their time, counting the computing its loader workers slow by
+taking its cores, the model's first otherwise; bfloat16 autocast, where the run may
+try it, before either (the largest gain measured on a CPU that computes it); a
+compile always last. Windows are as
+long as :attr:`TuneSpec.window_steps` where the run holds them, shorter where its
+epochs or its share are short, yet not shorter than the batches the incumbent's
+loader has in flight and two more where half an epoch holds that (:func:`fit_window`).
+A candidate that fails (out of memory, a worker crash, an error) is recorded and
+dropped, and training goes on with the incumbent. Exploring ends when no candidate
+is left, or once the candidates have trained :attr:`TuneSpec.share` of the run's
+planned steps; the rest of the run trains on the winner.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from typing import Any, Callable, Generator, Iterator
+
+import torch
+from torch.utils.data import Sampler
+
+from autotune.config import TrialConfig, short
+from autotune.env import plural
+from autotune.pipeline import Pipeline, Step, Window, build, timed
+from autotune.tuning._candidates import FIRST, Change, by_bottleneck, candidates, cores_taken
+from autotune.tuning._checks import PROBES, changes_precision, loss_check, numerics_check, \
+    precision_notes
+from autotune.tuning._log import Tried, TuneLog, WindowEvent
+from autotune.tuning._spec import SCREEN_PAIRS, TuneSpec, fit_window
+
+
+class SeedOrder(Sampler):
+    """The positions of the training seeds a loader takes next: set per window."""
+
+    def __init__(self) -> None:
+        self.positions: list[int] = []
+
+    def __iter__(self):
+        return iter(self.positions)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+
+class _IncumbentFailed(Exception):
+    """The incumbent's own window failed: the run fails, as an untuned one would."""
+
+
+class _Refused(Exception):
+    """A candidate refused before its pairs (its numerics)."""
+
+
+@dataclasses.dataclass
+class _Turn:
+    """A candidate's turn in an epoch: its entry in the log, the epoch's seeds not yet
+    trained, and what its windows and the incumbent's beside them trained in all."""
+
+    tried: Tried
+    rest: list[int]
+    total: Window = dataclasses.field(default_factory=Window)
+
+
+class TunedRun:
+    """A training run that tunes itself: a source of batches
+    (:class:`autotune.pipeline.BatchSource`) that sometimes swaps pipelines.
+    :meth:`batches` yields one epoch's batches (every training seed once) in
+    windows, trying candidates while exploring, and the caller trains each inside
+    :meth:`step`, with :attr:`current`'s model and autocast (the epoch loop,
+    :func:`autotune.pipeline.fit`, with the pipeline's own step); ``pipe`` is the
+    incumbent's pipeline, ``log`` what the run did. ``close()`` (or the ``with``
+    block's end, which notes where Ctrl-C stopped the run) ends every loader."""
+
+    def __init__(self, config: TrialConfig, data, spec: TuneSpec, *, epochs: int,
+                 num_classes: int | None = None, cache_file=None,
+                 on_line: Callable[[str], None] | None = None,
+                 queue: list[Change] | None = None,
+                 on_window: Callable[[WindowEvent, TuneLog], None] | None = None,
+                 model: torch.nn.Module | None = None,
+                 optimizer: torch.optim.Optimizer | None = None,
+                 counts_edges: bool = False) -> None:
+        self.data, self.spec, self.num_classes, self.cache_file = data, spec, num_classes, \
+            cache_file
+        self.on_line = on_line or (lambda line: None)
+        self.on_window = on_window or (lambda event, log: None)
+        self._epoch = 0
+        self.order = SeedOrder()
+        self.pipe = self._build(config, model, optimizer)
+        self.current = self.pipe  # the pipeline whose batch :meth:`batches` yielded last
+        self.seeds = len(self.pipe.loader.dataset)
+        epoch_steps = -(-self.seeds // config.batch_size)
+        self.planned_steps = epochs * epoch_steps
+        self.explore_steps_left = spec.share * self.planned_steps
+        self.queue = candidates(config, spec) if queue is None else list(queue)
+        self._ordered = queue is not None  # a queue given is tried in its order
+        windows = self._fit(epochs, epoch_steps)
+        self.compile_s = spec.compile_s  # planned, until this run measures one
+        self.log = TuneLog(start=config, final=config, notes=precision_notes(config, spec))
+        self.too_short = self._too_short(epochs, epoch_steps, windows)
+        if self.too_short:
+            self.log.notes.append(f"this run is too short to decide a candidate: "
+                                  f"{self.too_short}")
+        for note in self.log.notes:
+            self.on_line(note)
+        self._probes: list = []  # the incumbent's first batches: the numerics check's
+        # calls of the aggregation's hook in candidates' windows, where the caller
+        # counts them (``counts_edges``: TunedLoop's; None: the run's own step, which
+        # always calls it)
+        self.edges_asked: int | None = 0 if counts_edges else None
+        self.steps = 0
+        self.totals = Window()  # the last epoch's steps, seeds, seconds and loss
+        self.window = Window()  # the one being trained
+        self._unfinished: Tried | None = None  # a candidate the last epoch's end cut short
+        self._candidate: Pipeline | None = None  # the one being tried: close() ends it too
+
+    def _fit(self, epochs: int, epoch_steps: int) -> int:
+        """Sizes the run's windows (:func:`fit_window`) and a candidate's most pairs;
+        returns how many windows exploring's share holds."""
+        spec = self.spec
+        # a candidate keeps its batch size (it changes no knob that learns): so do epochs
+        self.window_steps = fit_window(spec.window_steps, epoch_steps, self.explore_steps_left,
+                                       len(self.queue) * spec.rule.min_pairs,
+                                       floor=self._in_flight() + 2)
+        # a candidate gets no more pairs than the run can give it (a window of its
+        # share each, and as many an epoch as an epoch holds), and no fewer than a
+        # verdict needs
+        windows = int(self.explore_steps_left // self.window_steps)
+        per_epoch = max(epoch_steps // (2 * self.window_steps), 1)
+        self.max_pairs = max(min(spec.pairs, epochs * per_epoch, windows), spec.rule.min_pairs)
+        return windows
+
+    def _build(self, config: TrialConfig, model: torch.nn.Module | None,
+               optimizer: torch.optim.Optimizer | None) -> Pipeline:
+        """A pipeline of ``config`` around ``model`` and ``optimizer`` (None: its own,
+        seeded); around a training's optimizer, the random state stays where it was."""
+        state = torch.get_rng_state()
+        pipe = build(config, self.data, model, num_classes=self.num_classes,
+                     cache_file=self.cache_file, order=self.order, optimizer=optimizer)
+        if optimizer is not None:
+            torch.set_rng_state(state)
+        return pipe
+
+    def _too_short(self, epochs: int, epoch_steps: int, windows: int) -> str:
+        """Before the run trains: why it is too short to decide any candidate, where
+        it is ("" otherwise). A verdict needs the rule's least pairs, each a window of
+        the candidate's from exploring's share (``windows`` of them)."""
+        least = self.spec.rule.min_pairs
+        if not self.queue or windows >= least:
+            return ""
+        return (f"exploring's share ({self.spec.share:.0%} of {plural(epochs, 'epoch')} of "
+                f"{plural(epoch_steps, 'step')}) holds {plural(windows, 'window')} of "
+                f"{self.window_steps} steps, and a verdict needs {least} pairs, a window "
+                f"each; give a larger --tune-share (TuneSpec(share=...)) or more epochs")
+
+    @property
+    def exploring(self) -> bool:
+        return bool(self.queue) and self.explore_steps_left > 0
+
+    def step(self) -> contextlib.AbstractContextManager[Step]:
+        """Around the caller's step on the batch :meth:`batches` yielded last. Where a
+        candidate's batch it was, what the step raises is that candidate's failure: it
+        is recorded and dropped, and the batch's seeds train again on the incumbent.
+        The incumbent's step raises as an untuned run's would."""
+        return self.window.step(catch=self.current is not self.pipe)
+
+    def batches(self, number: int) -> Iterator:
+        """Epoch ``number``'s batches, each on its device: every training seed once, in
+        an order drawn from the config's seed and the epoch's number. A window's time
+        spans its caller's steps; :attr:`totals` holds the epoch's."""
+        self._epoch, self.totals = number, Window()
+        generator = torch.Generator().manual_seed(self.log.start.seed * 1_000_003 + number)
+        pending = torch.randperm(self.seeds, generator=generator).tolist()
+        while pending:
+            if self.exploring and len(pending) >= 2 * self.window_steps * self.batch_size:
+                window = yield from self._try_next(pending)
+            else:
+                window = yield from self._window(self.pipe, pending, len(pending))
+                if window.error is not None:
+                    raise window.error
+            pending = pending[window.seeds:]
+            self.totals.add(window)
+            if self.log.settled_step is None and not self.exploring:
+                self._settle(number)
+
+    def _window(self, pipe: Pipeline, pending: list[int], steps: int,
+                change: str | None = None) -> Generator[Any, None, Window]:
+        """Yields ``pipe``'s batches (a candidate's, ``change`` says which) of the next
+        ``steps`` batches of ``pending``, timed (:func:`autotune.pipeline.timed`); the
+        incumbent's first are kept as the numerics check's probes; :attr:`on_window`
+        hears the window."""
+        self.current, self.window = pipe, Window()
+        self.order.positions = pending[:steps * pipe.config.batch_size]
+        with pipe.activate():
+            for batch in timed(pipe, self.window):
+                if pipe is self.pipe and len(self._probes) < PROBES:
+                    self._probes.append(batch)
+                yield batch
+        window = self.window
+        key = short(pipe.config.to_dict())
+        self.log.steps_by_config[key] = self.log.steps_by_config.get(key, 0) + window.steps
+        error = None if window.error is None else \
+            f"{type(window.error).__name__}: {window.error}"[:300]
+        step, self.steps = self.steps, self.steps + window.steps  # counted before it is
+        # heard: Ctrl-C handled at the end of its recording finds the run's steps whole
+        self.on_window(WindowEvent(pipe.config, change, self._epoch, step, window.steps,
+                                   window.seeds, window.seconds, window.rate, window.loss,
+                                   error), self.log)
+        return window
+
+    def _try_next(self, pending: list[int]) -> Generator[Any, None, Window]:
+        """Yields the batches of the next candidate, each of its windows paired with
+        one of the incumbent's just before or after it (the order alternating pair by
+        pair), until a verdict (:meth:`_verdict`, or failed) or the end of exploring's
+        share; returns what they trained, in all."""
+        turn = _Turn(self._next(), pending)
+        started, candidate, asked = time.perf_counter(), None, self.edges_asked
+        try:
+            # a window to order the queue by runs on past the batches in flight
+            reference = yield from self._train(turn, self.pipe,
+                                               0 if self._ordered else self._in_flight())
+            turn.tried = self._reorder(turn.tried, reference)
+            if self._pays_back(turn.tried, reference.rate):
+                candidate = self._candidate = self._build(
+                    turn.tried.config, self.pipe.eager_model, self.pipe.optimizer)
+                self._check_numerics(turn.tried, candidate)
+                if turn.tried.config.compile_mode != "none":
+                    reference = yield from self._warm_up(turn, candidate, reference.rate)
+                yield from self._pairs(turn, candidate, reference)
+        except _IncumbentFailed as failed:
+            if candidate is not None:
+                candidate.close()
+                self._candidate = None
+            raise failed.__cause__
+        except _Refused:  # its numerics differ: never trained, dropped
+            pass
+        except Exception as exc:  # out of memory, a dead worker, a compile error
+            turn.tried.verdict, turn.tried.reason = "failed", \
+                f"{type(exc).__name__}: {exc}"[:300]
+        self._check_hook(turn.tried, asked)
+        self.log.explore_s += time.perf_counter() - started
+        self._conclude(turn.tried, candidate)
+        return turn.total
+
+    def _train(self, turn: _Turn, pipe: Pipeline, extra: int = 0
+               ) -> Generator[Any, None, Window]:
+        """A window of ``pipe`` (the incumbent's, or ``turn``'s candidate's) on the next
+        of ``turn``'s seeds, ``extra`` steps longer than the run's windows. A
+        candidate's failure raises as it is; the incumbent's as
+        :class:`_IncumbentFailed`, which ends the run."""
+        window = yield from self._window(pipe, turn.rest, self.window_steps + extra,
+                                         None if pipe is self.pipe else turn.tried.label)
+        turn.rest = turn.rest[window.seeds:]
+        turn.total.add(window)
+        if window.error is not None and pipe is self.pipe:
+            raise _IncumbentFailed() from window.error
+        if window.error is not None:
+            raise window.error
+        return window
+
+    def _check_numerics(self, tried: Tried, candidate: Pipeline) -> None:
+        """Refuses a precision candidate whose gradients differ from the incumbent's
+        (:func:`numerics_check`): its verdict says why, and it trains no window."""
+        if changes_precision(self.pipe.config, tried.config):
+            why = numerics_check(self.pipe, candidate, self._probes)
+            if why:
+                tried.verdict, tried.reason = "refused", f"numerics check: {why}"
+                raise _Refused()
+
+    def _check_hook(self, tried: Tried, asked: int | None) -> None:
+        """Marks an aggregation candidate ``unused`` where the user's step never
+        called the aggregation's hook in its windows (``asked``: the calls before them;
+        None: the run's own step)."""
+        if asked is not None and asked == self.edges_asked and tried.steps and \
+                tried.config.aggregation != self.pipe.config.aggregation:
+            tried.verdict, tried.reason = "unused", (
+                "the step never called loop.edges(batch) in its windows, so the aggregation "
+                "changed nothing: call the model on loop.edges(batch), not batch.edge_index")
+
+    def _pairs(self, turn: _Turn, candidate: Pipeline,
+               reference: Window | None) -> Generator[Any, None, None]:
+        """``turn``'s pairs, each a window of ``candidate`` and one of the incumbent's
+        (``reference``: one trained just before, for the first), the incumbent's first
+        in every other pair, until a verdict, the end of exploring's share, or an epoch
+        with no room left for the next pair (it goes on in the next)."""
+        tried = turn.tried
+        while not tried.verdict and self.explore_steps_left > 0:
+            if len(turn.rest) < (1 if reference is not None else 2) * self.window_steps * \
+                    self.batch_size:  # the pair would not fit in the epoch: the next one's
+                return
+            if reference is None and len(tried.ratios) % 2 == 0:  # the incumbent first
+                reference = yield from self._train(turn, self.pipe)
+            own = yield from self._train(turn, candidate)
+            self._count(tried, own)
+            if not own.rate:  # a window of one step times nothing
+                return
+            if reference is None:  # the candidate first: the epoch has room for the pair
+                reference = yield from self._train(turn, self.pipe)
+            if reference.rate:
+                tried.ratios.append(own.rate / reference.rate)
+                if own.loss is not None and reference.loss is not None:
+                    tried.losses.append((own.loss, reference.loss))
+                tried.verdict, tried.reason = self._verdict(tried)
+            reference = None
+
+    def _reorder(self, tried: Tried, window: Window) -> Tried:
+        """At the run's first pair (and after each adoption), the queue in the order
+        :func:`by_bottleneck` gives for ``window``, the incumbent's; returns the
+        candidate to try now, ``tried`` or the one the new order puts first."""
+        share = None if self._ordered else window.wait_share(self._in_flight())
+        if share is None:
+            return tried
+        self._ordered = True
+        self.log.wait_share, self.log.cores_taken = share, cores_taken(self.pipe.config)
+        queue = by_bottleneck([tried.change, *self.queue], share, self.log.cores_taken)
+        self.log.ahead = queue[0].label if (queue[0].knob, queue[0].value) in FIRST else None
+        if tried.ratios or queue[0] == tried.change:  # one with pairs goes on first
+            self.queue = [change for change in queue if change != tried.change]
+            return tried
+        self.log.tried.remove(tried)
+        self.queue = queue
+        return self._next()
+
+    def _in_flight(self) -> int:
+        """The batches the incumbent's loader has in flight as a window begins."""
+        return self.pipe.config.num_workers * self.pipe.config.prefetch_factor
+
+    def _count(self, tried: Tried, window: Window) -> None:
+        """A candidate's window: its steps and seconds, spent of exploring's share."""
+        tried.steps, tried.seconds = tried.steps + window.steps, tried.seconds + window.seconds
+        self.explore_steps_left -= window.steps
+
+    def _pays_back(self, tried: Tried, rate: float) -> bool:
+        """Whether to try ``tried``: yes, unless it compiles and its compile (as long as
+        this run's last, else :attr:`TuneSpec.compile_s`) would not pay back within
+        what is left of the run (at the incumbent's ``rate``) at a gain of
+        :attr:`TuneSpec.compile_gain`; then it is "not tried", and the log says why."""
+        if tried.config.compile_mode == "none" or not rate:
+            return True
+        left_s = max(self.planned_steps - self.steps, 0) * self.pipe.config.batch_size / rate
+        saved_s = left_s * (1 - 1 / self.spec.compile_gain)
+        if self.compile_s < saved_s:
+            return True
+        tried.verdict, tried.reason = "not tried", (
+            f"a compile of about {self.compile_s:.0f} s would not pay back: {left_s:.0f} s of "
+            f"the run left, {saved_s:.0f} s saved at {self.spec.compile_gain:.2f}x")
+        return False
+
+    def _warm_up(self, turn: _Turn, candidate: Pipeline,
+                 before: float) -> Generator[Any, None, Window]:
+        """A compile candidate's first window, which compiles: trained, outside its
+        pairs; its compile time is what it took beyond the incumbent's pace (``before``,
+        seeds per second). Returns the incumbent's window after it, the reference of
+        the first pair."""
+        warm = yield from self._train(turn, candidate)
+        self._count(turn.tried, warm)
+        if warm.steps:
+            pace_s = warm.seeds / before if before else 0.0
+            turn.tried.compile_s = self.compile_s = max(warm.seconds - pace_s, 0.0)
+        return (yield from self._train(turn, self.pipe))
+
+    def _conclude(self, tried: Tried, candidate: Pipeline | None) -> None:
+        """A kept candidate becomes the incumbent, another is closed; one without a
+        verdict (the epoch's seeds ran out first) goes on in the next epoch, its pairs
+        kept."""
+        self._candidate = None
+        if tried.verdict == "kept":
+            self._adopt(candidate)
+        elif candidate is not None:
+            candidate.close()
+        if tried.verdict:
+            self.on_line(tried.line())
+        else:
+            self.log.tried.remove(tried)
+            self.queue.insert(0, tried.change)
+            self._unfinished = tried
+
+    def _next(self) -> Tried:
+        """The next candidate, as a new entry of the log, or the one the last epoch's
+        end cut short, with the pairs it had."""
+        change = self.queue.pop(0)
+        resumed, self._unfinished = self._unfinished, None
+        tried = resumed if resumed is not None and resumed.change == change else \
+            Tried(change)
+        self.log.tried.append(tried)
+        return tried
+
+    def _verdict(self, tried: Tried) -> tuple[str, str]:
+        """The verdict on ``tried``'s pairs and why ("" while it needs more): dropped
+        where each of its first :data:`SCREEN_PAIRS` pairs is under ``spec.screen`` (one
+        pair alone can be its new pipeline's first, or a disturbed one); else the comparison's
+        (:attr:`TuneSpec.rule`, its pairs at most :attr:`max_pairs`): kept where
+        faster, slower where known to be under 1, no faster where known to be under
+        1 + ``spec.min_gain`` or tied within it, and no faster once :attr:`max_pairs`
+        pairs have not decided it."""
+        decision = tried.compare(dataclasses.replace(self.spec.rule,
+                                                     max_pairs=self.max_pairs))
+        if decision.pairs == SCREEN_PAIRS and max(tried.ratios) < self.spec.screen:
+            return "dropped", f"under {self.spec.screen:g}x in its first {SCREEN_PAIRS} pairs"
+        margin = f"±{100 * self.spec.min_gain:g}%"
+        if decision.verdict == "faster":
+            why = loss_check(tried.losses) if changes_precision(self.pipe.config, tried.config) \
+                else ""
+            return ("refused", f"loss check: {why}") if why else ("kept", "")
+        if decision.verdict == "not faster":
+            return ("slower", "") if decision.high < 1 else \
+                ("no faster", f"under the {margin} margin")
+        if decision.verdict == "tied":
+            return "no faster", f"tied within {margin}"
+        if decision.pairs >= self.max_pairs:
+            return "no faster", f"undecided after {decision.pairs} pairs"
+        return "", ""
+
+    def _adopt(self, candidate: Pipeline) -> None:
+        """``candidate`` becomes the incumbent; the queue is remade around it."""
+        tried = {t.config.key() for t in self.log.tried} | {self.pipe.config.key()}
+        self.pipe.close()
+        self.pipe = candidate
+        self.log.final = candidate.config
+        self.queue = [change for change in candidates(candidate.config, self.spec)
+                      if change.config.key() not in tried]
+        self._ordered = False  # ordered again at the new incumbent's first window
+
+    def _settle(self, epoch: int) -> None:
+        self.log.settled_step, self.log.settled_epoch = self.steps, epoch
+        self.log.final = self.pipe.config
+        self._log_unfinished("exploring's share of the run was spent before its verdict")
+        for change in self.queue:
+            self.log.tried.append(Tried(change, verdict="not tried",
+                                           reason="exploring's share of the run was spent"))
+        self.queue.clear()
+        self.on_line(f"settled at step {self.steps} (epoch {epoch}): "
+                     f"{short(self.pipe.config.to_dict())}")
+
+    @property
+    def batch_size(self) -> int:
+        """The run's batch size (every candidate keeps it)."""
+        return self.pipe.config.batch_size
+
+    def close(self) -> None:
+        """Ends every loader; a candidate the run's end cut short before its verdict
+        goes into the log as ``unfinished``, with the pairs it had. A candidate being
+        tried (Ctrl-C stopped the run in its windows) is closed too. A run too short to
+        decide one says so again, where it decided none."""
+        self._log_unfinished("the run ended before its verdict")
+        decided = [t for t in self.log.tried if t.verdict not in ("unfinished", "not tried")]
+        if self.too_short and not decided:
+            self.log.notes.append(f"it decided no candidate: {self.too_short}")
+        if self._candidate is not None:
+            self._candidate.close()
+            self._candidate = None
+        self.pipe.close()
+
+    def __enter__(self) -> TunedRun:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        """Ends every loader (:meth:`close`); Ctrl-C's step is noted first."""
+        if kind is not None and issubclass(kind, KeyboardInterrupt):
+            self.log.interrupted_step = self.steps
+        self.close()
+
+    def _log_unfinished(self, reason: str) -> None:
+        """The candidate an epoch's end cut short, if any, goes into the log as
+        ``unfinished`` (with the pairs it had, and ``reason``) and leaves the queue."""
+        if self._unfinished is None:
+            return
+        tried, self._unfinished = self._unfinished, None
+        tried.verdict, tried.reason = "unfinished", reason
+        self.log.tried.append(tried)
+        self.queue = [change for change in self.queue
+                      if change.config.key() != tried.config.key()]
+        self.on_line(tried.line())

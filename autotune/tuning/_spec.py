@@ -1,0 +1,79 @@
+"""How a run tunes itself (:class:`TuneSpec`) and how long its windows are
+(:func:`fit_window`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autotune.compare import MIN_PAIRS, Rule
+from autotune.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    """How a run tunes itself. ``share``: the most of the run's planned steps its
+    candidates may train (0.10); ``window_steps``: the most steps a window (fewer
+    where the run's epochs or its share are short, :func:`fit_window`); ``pairs``: the
+    most pairs a candidate gets (it stops sooner where its verdict is clear, and no
+    verdict comes before ``min_pairs``); ``screen``: a candidate under this times
+    the incumbent in each of its first two pairs is dropped; ``min_gain``: the comparison's
+    margin: a speed-up known to lie within it of 1 is a tie, not worth a new
+    pipeline, and one known to lie under 1 + this is no faster; ``precision``: the AMP and feature dtypes may be
+    tried too (they change the arithmetic, not the batches); ``compile``: compile
+    modes and shapes may be tried (None: on a GPU only, where a compile pays back
+    sooner; benchmarks/knobs.py measures it on a CPU), each only where ``compile_s``
+    (the compile time planned for until this run has measured one) pays back within
+    what is left of the run at a gain of ``compile_gain``."""
+
+    share: float = 0.10
+    window_steps: int = 8
+    pairs: int = 32
+    screen: float = 0.8
+    min_gain: float = 0.02
+    precision: bool = False
+    compile: bool | None = None
+    compile_s: float = 20.0
+    compile_gain: float = 1.25
+    min_pairs: int = MIN_PAIRS
+
+    def __post_init__(self) -> None:
+        if not 0 < self.share <= 1:
+            raise ConfigError(f"the tuning share must be in (0, 1] (got {self.share!r})")
+        if self.compile_s < 0 or self.compile_gain <= 1:
+            raise ConfigError("the tuning compile_s must be >= 0 and compile_gain above 1 "
+                              f"(got {self.compile_s!r}, {self.compile_gain!r})")
+        if not 0 <= self.min_gain < 1:
+            raise ConfigError(f"the tuning min_gain must be in [0, 1) (got {self.min_gain!r})")
+        if self.window_steps < 2 or self.pairs < 1 or self.min_pairs < 2:
+            raise ConfigError("a tuning window needs 2 steps or more, a candidate a pair at "
+                              f"least and min_pairs 2 or more (got {self.window_steps!r} "
+                              f"steps, {self.pairs!r} pairs, min_pairs {self.min_pairs!r})")
+
+    @property
+    def rule(self) -> Rule:
+        """How a candidate's pairs are decided (:class:`autotune.compare.Rule`): no
+        verdict before ``min_pairs`` (or ``pairs``, where fewer; 2 at least, the
+        fewest an interval takes), none after ``pairs``."""
+        most = max(self.pairs, 2)
+        return Rule(margin=self.min_gain, min_pairs=min(self.min_pairs, most), max_pairs=most)
+
+
+MIN_WINDOW = 3  # a window's first step is trained untimed: three steps time two
+SCREEN_PAIRS = 2  # a candidate under TuneSpec.screen in each of its first pairs is dropped
+
+
+def fit_window(asked: int, epoch_steps: int, share_steps: float | None = None,
+               verdicts: int = 0, floor: int = MIN_WINDOW) -> int:
+    """A window's steps in a run whose epochs have ``epoch_steps`` steps: ``asked``,
+    but at most half an epoch, so that a pair (the incumbent's window and the
+    candidate's) fits in one, where a window cut by the epoch's end would time fewer
+    steps or none; and, where exploring's share (``share_steps`` of candidates'
+    steps) would not hold ``verdicts`` windows of that length (a verdict's least
+    pairs for each candidate), as short as that share holds them: a short run tries
+    its candidates in short windows rather than few of them in long ones, yet not
+    under ``floor`` (the batches the incumbent's loader has in flight, and two
+    more), where half an epoch holds that. Never under :data:`MIN_WINDOW` (``asked``
+    where less)."""
+    steps = asked if share_steps is None or not verdicts else \
+        min(asked, int(share_steps // verdicts))
+    steps = min(max(steps, min(floor, asked)), epoch_steps // 2)  # a pair fits an epoch
+    return max(steps, min(MIN_WINDOW, asked))
