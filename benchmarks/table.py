@@ -36,7 +36,7 @@ def rows() -> list[tuple[str, str, str, str]]:
              _trial_overhead, _noise, _time_to_best,
              _search_efficiency,
              _distributed, _knobs, _speedup, _graph_search, _carryover, _guard, _online,
-             _verdicts)
+             _verdicts, _pair_windows)
     return [row for part in parts for row in part()]
 
 
@@ -386,6 +386,22 @@ def _carryover() -> list[tuple[str, str, str, str]]:
                     + (f"; over the pick measured again just before: median {again:.2f}"
                        if again is not None else ""),
                     f"0.85-1.15: {_verdict(c['meets'])}"))
+    return out
+
+
+def _pair_windows() -> list[tuple[str, str, str, str]]:
+    """The paired confirmation's spread by window length, one row per machine it ran
+    on (pair-windows*.json)."""
+    out = []
+    for path in sorted(RESULTS.glob("pair-windows*.json")):
+        blob = json.loads(path.read_text())
+        figures = "; ".join(
+            f"{r['window_s']:g} s: sd {r['sd_pair']:.3f}, {r['pair_s']:.1f} s a pair, ±10% in "
+            f"{r['pairs_to_10pct']} pairs ({r['seconds_to_10pct']:.0f} s)" for r in blob["rows"])
+        out.append((f"pair_windows.py ({path.name})",
+                    f"the quick start's baseline and default in paired windows of each length "
+                    f"({blob['pairs_each']} pairs x {blob['repeats']}; {_machine(blob)})",
+                    figures, "no target: where the confirmation's noise lies"))
     return out
 
 

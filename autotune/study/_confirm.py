@@ -77,9 +77,11 @@ MIN_BETWEEN_VARIANCE = 0.014 ** 2
 MAX_SPLIT_PRECISION = 0.25
 # A paired confirmation (--confirm-by pairs): its pairs run this long at most (the
 # warm-ups aside), each candidate up to MAX_PAIRS; one that --budget leaves less than
-# MIN_PAIRED_S for is not started
+# MIN_PAIRED_S for is not started. Where a pair's log ratio spreads by 0.2 (a noisy
+# machine's: docs/measurement.md), ±10% takes about 46 pairs; a quiet one decides
+# in 10 to 20, and stops there
 PAIRED_MAX_S = 90.0
-MAX_PAIRS = 30
+MAX_PAIRS = 60
 MIN_PAIRED_S = 10.0
 PAIR_S = 2.5  # a pair's seconds, for the plan's estimate: two windows of about 0.5 s,
 # their untimed steps and the drain, at the quick start's pace

@@ -53,20 +53,24 @@ PEAK_INTERVAL_S = 0.1
 class PairSpec:
     """What a paired measurement decides: each of ``candidates`` (TrialConfigs) against
     the reference under ``rule`` (its precision is the confirmation's), within
-    ``max_s`` seconds of pairs (warm-ups not counted)."""
+    ``max_s`` seconds of pairs (warm-ups not counted), in windows of ``window_s``
+    seconds at the warm-up's pace (benchmarks/pair_windows.py measures others)."""
 
     candidates: tuple = ()
     rule: Rule = field(default_factory=Rule)
     max_s: float = 60.0
+    window_s: float = WINDOW_S
 
     def to_dict(self) -> dict[str, Any]:
         return {"configs": [c.to_dict() for c in self.candidates],
-                "rule": dataclasses.asdict(self.rule), "max_s": self.max_s}
+                "rule": dataclasses.asdict(self.rule), "max_s": self.max_s,
+                "window_s": self.window_s}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> PairSpec:
         return cls(tuple(TrialConfig.from_dict(c) for c in values["configs"]),
-                   Rule(**values["rule"]), float(values["max_s"]))
+                   Rule(**values["rule"]), float(values["max_s"]),
+                   float(values.get("window_s", WINDOW_S)))
 
 
 @dataclass
@@ -299,7 +303,7 @@ def measure_paired(reference, candidates: list, spec: MeasureSpec, pairs: PairSp
                                        graphs)
             warmups.append(times)
             tail = sorted(times[-3:])
-            side.steps = window_steps(WINDOW_S, tail[len(tail) // 2],
+            side.steps = window_steps(pairs.window_s, tail[len(tail) // 2],
                                       block_of(pipe.config.num_workers), epoch_steps(pipe.loader))
         memory.phase("pairs")
         compared = [Candidate(side, Comparison(pairs.rule)) for side in sides[1:]]
