@@ -230,9 +230,11 @@ def test_a_run_of_short_epochs_decides_its_candidates_or_says_before_it_trains(c
     the run's 270 steps holds 4 pairs of 3-step windows for each of its candidates),
     so over 30 epochs the run decides candidates rather than ending "still exploring"
     with every one cut off by the epoch's end: a candidate gets at most the pairs the
-    run can give it, and one still undecided then is no faster. With 2% it cannot:
-    it says so before it trains (after the precision note, on a CPU that computes
-    bfloat16), naming the flag, and again at its end."""
+    run can give it, and one still undecided then is no faster. With 2% it may not
+    (a share holds a verdict's windows only of candidates that keep the incumbent's
+    pace): it says so before it trains (after the precision note, on a CPU that
+    computes bfloat16), naming the flag, and again at its end where it decided
+    none."""
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
     lines: list[str] = []
     log = _cora_loop(cora_root, 0.30, lines)
@@ -243,9 +245,10 @@ def test_a_run_of_short_epochs_decides_its_candidates_or_says_before_it_trains(c
     assert not any("too short" in note for note in log.notes), log.notes
     lines = []
     log = _cora_loop(cora_root, 0.02, lines)
-    said = [i for i, line in enumerate(lines) if "too short to decide a candidate" in line]
+    said = [i for i, line in enumerate(lines) if "may be too short to decide a candidate" in line]
     assert said and said[0] <= 1 and "--tune-share" in lines[said[0]], lines
-    assert log.notes[-1].startswith("it decided no candidate: "), log.notes
+    decided = [t for t in log.tried if t.verdict not in ("unfinished", "not tried")]
+    assert decided or log.notes[-1].startswith("it decided no candidate: "), log.notes
 
 
 @pytest.mark.slow

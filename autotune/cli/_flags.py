@@ -456,7 +456,8 @@ def _add_train_parser(sub) -> None:
                             "the rest of the run on the fastest")
     train.add_argument("--tune-share", type=_share, default=None, metavar="FRACTION",
                        help="with --tune: the most of the run's steps its candidates may "
-                            "train (default 10%%)")
+                            "lose against the config it started on, the steps it would have "
+                            "trained beyond them in their time (default 10%%)")
     train.add_argument("--tune-precision", action="store_true",
                        help="with --tune: try the AMP and feature dtypes too (they change "
                             "the arithmetic, not the batches)")

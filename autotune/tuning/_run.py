@@ -37,8 +37,11 @@ epochs or its share are short, yet not shorter than the batches the incumbent's
 loader has in flight and two more where half an epoch holds that (:func:`fit_window`).
 A candidate that fails (out of memory, a worker crash, an error) is recorded and
 dropped, and training goes on with the incumbent. Exploring ends when no candidate
-is left, or once the candidates have trained :attr:`TuneSpec.share` of the run's
-planned steps; the rest of the run trains on the winner.
+is left, or once its candidates have lost :attr:`TuneSpec.share` of the run's
+planned steps (a candidate's window loses the steps the incumbent would have trained
+beyond it in its time; one as fast or faster loses nothing, so a candidate in sight
+of a gain gets the pairs its verdict needs); the rest of the run trains on the
+winner.
 """
 from __future__ import annotations
 
@@ -128,7 +131,7 @@ class TunedRun:
         self.log = TuneLog(start=config, final=config, notes=precision_notes(config, spec))
         self.too_short = self._too_short(epochs, epoch_steps, windows)
         if self.too_short:
-            self.log.notes.append(f"this run is too short to decide a candidate: "
+            self.log.notes.append(f"this run may be too short to decide a candidate: "
                                   f"{self.too_short}")
         for note in self.log.notes:
             self.on_line(note)
@@ -140,6 +143,7 @@ class TunedRun:
         self.steps = 0
         self.totals = Window()  # the last epoch's steps, seeds, seconds and loss
         self.window = Window()  # the one being trained
+        self._pace = 0.0  # seeds per second of the incumbent's last window
         self._unfinished: Tried | None = None  # a candidate the last epoch's end cut short
         self._candidate: Pipeline | None = None  # the one being tried: close() ends it too
 
@@ -151,12 +155,13 @@ class TunedRun:
         self.window_steps = fit_window(spec.window_steps, epoch_steps, self.explore_steps_left,
                                        len(self.queue) * spec.rule.min_pairs,
                                        floor=self._in_flight() + 2)
-        # a candidate gets no more pairs than the run can give it (a window of its
-        # share each, and as many an epoch as an epoch holds), and no fewer than a
-        # verdict needs
+        # a candidate gets no more pairs than the run can give it (as many an epoch as
+        # an epoch holds; the share ends them sooner where its windows lose steps) and
+        # no fewer than a verdict needs. The windows the share holds where every one
+        # lost all its steps: the run is too short below a verdict's worth of them
         windows = int(self.explore_steps_left // self.window_steps)
         per_epoch = max(epoch_steps // (2 * self.window_steps), 1)
-        self.max_pairs = max(min(spec.pairs, epochs * per_epoch, windows), spec.rule.min_pairs)
+        self.max_pairs = max(min(spec.pairs, epochs * per_epoch), spec.rule.min_pairs)
         return windows
 
     def _build(self, config: TrialConfig, model: torch.nn.Module | None,
@@ -171,16 +176,20 @@ class TunedRun:
         return pipe
 
     def _too_short(self, epochs: int, epoch_steps: int, windows: int) -> str:
-        """Before the run trains: why it is too short to decide any candidate, where
-        it is ("" otherwise). A verdict needs the rule's least pairs, each a window of
-        the candidate's from exploring's share (``windows`` of them)."""
+        """Before the run trains: why it may be too short to decide any candidate,
+        where it may ("" otherwise). A verdict needs the rule's least pairs, each a
+        window of the candidate's, and exploring's share holds ``windows`` of them
+        where each loses all its steps: only a candidate about as fast as the
+        incumbent, whose windows lose little, could get them."""
         least = self.spec.rule.min_pairs
         if not self.queue or windows >= least:
             return ""
         return (f"exploring's share ({self.spec.share:.0%} of {plural(epochs, 'epoch')} of "
                 f"{plural(epoch_steps, 'step')}) holds {plural(windows, 'window')} of "
-                f"{self.window_steps} steps, and a verdict needs {least} pairs, a window "
-                f"each; give a larger --tune-share (TuneSpec(share=...)) or more epochs")
+                f"{self.window_steps} steps that lose all their steps, and a verdict needs "
+                f"{least} pairs, a window each: only a candidate about as fast as the "
+                f"start gets them; give a larger --tune-share (TuneSpec(share=...)) or more "
+                f"epochs")
 
     @property
     def exploring(self) -> bool:
@@ -281,6 +290,8 @@ class TunedRun:
                                          None if pipe is self.pipe else turn.tried.label)
         turn.rest = turn.rest[window.seeds:]
         turn.total.add(window)
+        if pipe is self.pipe and window.rate:
+            self._pace = window.rate
         if window.error is not None and pipe is self.pipe:
             raise _IncumbentFailed() from window.error
         if window.error is not None:
@@ -354,10 +365,19 @@ class TunedRun:
         """The batches the incumbent's loader has in flight as a window begins."""
         return self.pipe.config.num_workers * self.pipe.config.prefetch_factor
 
-    def _count(self, tried: Tried, window: Window) -> None:
-        """A candidate's window: its steps and seconds, spent of exploring's share."""
+    def _count(self, tried: Tried, window: Window, whole: bool = False) -> None:
+        """A candidate's window: its steps and seconds, and what it lost, spent of
+        exploring's share: the steps the incumbent would have trained beyond it in its
+        whole seconds (its loader's start included), at the pace of the incumbent's
+        last window; nothing where it kept that pace. Its steps whole before the
+        incumbent has a pace, and with ``whole`` (a compile's warm-up, whose time
+        :meth:`_pays_back` weighed before it was tried)."""
         tried.steps, tried.seconds = tried.steps + window.steps, tried.seconds + window.seconds
-        self.explore_steps_left -= window.steps
+        if whole or not self._pace:
+            self.explore_steps_left -= window.steps
+            return
+        lost = window.seconds * self._pace - window.seeds  # seeds
+        self.explore_steps_left -= max(lost, 0.0) / self.batch_size
 
     def _pays_back(self, tried: Tried, rate: float) -> bool:
         """Whether to try ``tried``: yes, unless it compiles and its compile (as long as
@@ -382,7 +402,7 @@ class TunedRun:
         seeds per second). Returns the incumbent's window after it, the reference of
         the first pair."""
         warm = yield from self._train(turn, candidate)
-        self._count(turn.tried, warm)
+        self._count(turn.tried, warm, whole=True)
         if warm.steps:
             pace_s = warm.seeds / before if before else 0.0
             turn.tried.compile_s = self.compile_s = max(warm.seconds - pace_s, 0.0)

@@ -11,7 +11,8 @@ from autotune.errors import ConfigError
 @dataclass(frozen=True)
 class TuneSpec:
     """How a run tunes itself. ``share``: the most of the run's planned steps its
-    candidates may train (0.10); ``window_steps``: the most steps a window (fewer
+    candidates may lose (0.10): a candidate's window loses the steps the incumbent
+    would have trained beyond it in its seconds, nothing where it kept the pace; ``window_steps``: the most steps a window (fewer
     where the run's epochs or its share are short, :func:`fit_window`); ``pairs``: the
     most pairs a candidate gets (it stops sooner where its verdict is clear, and no
     verdict comes before ``min_pairs``); ``screen``: a candidate under this times
