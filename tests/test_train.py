@@ -273,3 +273,40 @@ def test_a_trial_trains_for_the_guard_only_where_it_could_join_the_front():
     assert GuardRun(budget_s=1.0, front=((100.0, 50.0),), always=True).wanted(1.0, 99.0)
     spec = MeasureSpec(guard=run)
     assert MeasureSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+
+
+def test_the_one_epoch_loop_counts_each_step_once_also_where_a_budget_stops_it(
+        tiny_synthetic, monkeypatch):
+    """fit's epochs read their steps, seeds and loss from the source's one timer
+    (pipeline.timed): whole epochs, and the last epoch a budget stops mid-way, count
+    exactly the steps trained (the step that spent the budget included), and each
+    epoch's seconds cover its steps."""
+    from autotune.pipeline import Pipeline, TrainSpec, build, fit
+
+    import time
+
+    calls: list[int] = []
+    pause = {"s": 0.0}  # a slower step, so that the budget ends mid-epoch
+    real = Pipeline.train_step
+
+    def counted(self, batch):
+        calls.append(int(batch.batch_size))
+        time.sleep(pause["s"])
+        return real(self, batch)
+
+    monkeypatch.setattr(Pipeline, "train_step", counted)
+    config = TrialConfig(batch_size=64, num_neighbors=(5, 5), hidden_channels=16,
+                         num_workers=0, sampling_backend="builtin")
+    pipe = build(config, tiny_synthetic, num_classes=4)
+    seeds = int(tiny_synthetic.train_mask.sum())
+    with pipe:
+        whole = fit(pipe, tiny_synthetic, TrainSpec(epochs=2, every_epoch=False))
+        assert [e.seeds for e in whole.epochs] == [seeds, seeds]
+        assert sum(e.steps for e in whole.epochs) == len(calls)
+        calls.clear()
+        pause["s"] = 0.02
+        cut = fit(pipe, tiny_synthetic, TrainSpec(budget_s=0.05))
+    assert cut.stopped_by_budget and cut.epochs[-1].seeds < seeds
+    assert sum(e.steps for e in cut.epochs) == len(calls)
+    assert sum(e.seeds for e in cut.epochs) == sum(calls)
+    assert all(e.train_s > 0 and e.loss > 0 for e in cut.epochs)
