@@ -622,3 +622,26 @@ def test_a_short_share_tries_its_candidates_in_short_windows():
     # an epoch holds them: real Cora at batch 16 (9 steps an epoch), its share 27 steps
     assert fit_window(8, 16, share_steps=32, verdicts=28, floor=6) == 6
     assert fit_window(8, 9, share_steps=27, verdicts=28, floor=6) == 4
+
+
+def test_exploring_spends_what_a_candidate_loses_not_the_steps_it_trains():
+    """A candidate's window spends of exploring's share the steps the incumbent would
+    have trained beyond it in its seconds, at the incumbent's last pace: nothing at
+    that pace or faster, all its steps at half of it; its whole steps before the
+    incumbent has a pace, and for a compile's warm-up."""
+    from types import SimpleNamespace
+
+    from autotune.pipeline import Window
+    from autotune.tuning import Tried
+
+    def spent(pace: float, seconds: float, whole: bool = False) -> float:
+        run = SimpleNamespace(_pace=pace, explore_steps_left=100.0, batch_size=10)
+        window = Window(steps=8, seeds=80, seconds=seconds, rate=80 / seconds)
+        TunedRun._count(run, Tried(Change("num_workers", 0, START, "w0")), window, whole)
+        return 100.0 - run.explore_steps_left
+
+    assert spent(pace=80.0, seconds=1.0) == 0.0  # at the incumbent's pace
+    assert spent(pace=40.0, seconds=1.0) == 0.0  # faster than it
+    assert spent(pace=80.0, seconds=2.0) == pytest.approx(8.0)  # half its pace: 8 steps
+    assert spent(pace=0.0, seconds=1.0) == 8.0  # no pace yet: its steps
+    assert spent(pace=80.0, seconds=1.0, whole=True) == 8.0  # a compile's warm-up

@@ -186,8 +186,8 @@ class TunedRun:
             return ""
         return (f"exploring's share ({self.spec.share:.0%} of {plural(epochs, 'epoch')} of "
                 f"{plural(epoch_steps, 'step')}) holds {plural(windows, 'window')} of "
-                f"{self.window_steps} steps that lose all their steps, and a verdict needs "
-                f"{least} pairs, a window each: only a candidate about as fast as the "
+                f"{self.window_steps} steps where a candidate loses them all, and a verdict "
+                f"needs {least} pairs, a window each: only a candidate about as fast as the "
                 f"start gets them; give a larger --tune-share (TuneSpec(share=...)) or more "
                 f"epochs")
 
