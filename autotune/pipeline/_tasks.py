@@ -123,7 +123,12 @@ class NodeTask(Task):
         :data:`EVAL_BATCH`, the larger (a small training batch, Cora's 16, would make
         evaluating an epoch cost several times its training)."""
         if whole_graph_fits(pipe.config, data):
-            return _whole_graph_accuracy(pipe, data, _mask(data, split))
+            def whole(graph):  # the graph is the one batch, the split's nodes its seeds
+                seeds = _mask(graph, split)
+                out = pipe.eager_model(graph.x, graph.edge_index)
+                return out[seeds], graph.y[seeds], int(seeds.sum())
+
+            return _accuracy(pipe, [data], whole)
         from torch_geometric.loader import NodeLoader
 
         loader = NodeLoader(pipe.loader.data, node_sampler=pipe.loader.node_sampler,
@@ -144,25 +149,6 @@ def whole_graph_fits(config: TrialConfig, data) -> bool:
     width = max(data.num_features, config.hidden_channels)
     rows = data.edge_index.size(1) * width + data.num_nodes * (width + config.hidden_channels)
     return 4 * rows <= WHOLE_GRAPH_BYTES
-
-
-@torch.no_grad()
-def _whole_graph_accuracy(pipe, data, mask: Tensor) -> float:
-    """The share of ``mask``'s nodes the model classifies right from the whole graph,
-    in one call (float32 features, the edges as the graph holds them)."""
-    if not int(mask.sum()):
-        raise ConfigError("the evaluation mask selects no node")
-    model = pipe.eager_model
-    model.eval()
-    try:
-        x, edge_index = data.x.float().to(pipe.device), data.edge_index.to(pipe.device)
-        with pipe.autocast():
-            out = model(x, edge_index)
-        mask = mask.to(pipe.device)
-        right = int((out[mask].argmax(-1) == data.y.to(pipe.device)[mask]).sum())
-        return right / int(mask.sum())
-    finally:
-        model.train()
 
 
 class HeteroGraph:
