@@ -98,7 +98,9 @@ def test_a_faster_precision_candidate_whose_loss_rises_beyond_the_noise_is_refus
     """A precision candidate that passes the gradient check and is faster (its
     incumbent's step slowed by 20 ms) is kept; the same candidate whose training
     loss reads 3x the float32 windows' beside it is refused by the loss check, and
-    the run goes on with float32."""
+    the run goes on with float32. (Three epochs give it 6 pairs: with two, 4 pairs,
+    one of them disturbed in a CI run beside other tests, left it undecided at
+    3.46x [0.87, 13.75].)"""
 
     queue = [Change.of(CONFIG, "feature_dtype", "bfloat16")]
     real = Pipeline.train_step
@@ -113,9 +115,9 @@ def test_a_faster_precision_candidate_whose_loss_rises_beyond_the_noise_is_refus
     monkeypatch.setattr(Pipeline, "train_step", step)
     run = TunedRun(CONFIG, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=6,
                                                     precision=True),
-                   epochs=2, num_classes=4, queue=queue)
+                   epochs=3, num_classes=4, queue=queue)
     try:
-        fit(run, tiny_synthetic, TrainSpec(epochs=2))
+        fit(run, tiny_synthetic, TrainSpec(epochs=3))
     finally:
         run.close()
     tried = run.log.tried[0]
