@@ -478,7 +478,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     print(emit({"trial": m["trial"], "pick": pick, "out": str(out), **blob}, args.format,
                lambda: f"exported trial {m['trial']} ({pick}): "
                        f"{m['throughput']:,.0f} {m['unit']}" + (
-                           " (median of its windows)" if run else
+                           " (over its windows)" if run else
                            f", {m['peak_memory_mib']:,.0f} MiB "
                            f"({confirmation_words(m['confirmed'])})") + f" -> {out}"
                        + (f"\nreproduce: {blob['reproduce']}" if blob["reproduce"] else

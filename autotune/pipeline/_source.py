@@ -35,7 +35,7 @@ class Window:
 
     steps: int = 0
     seeds: int = 0  # trained: the window's first ``seeds`` positions
-    rate: float = 0.0  # seeds per second, after the window's first step
+    rate: float = 0.0  # seeds per second over its whole time, its first step included
     seconds: float = 0.0
     # each timed step's wait for its batch (on the host: the loader's next and the
     # batch's hand-over) and its whole time, the caller's step with it
@@ -97,14 +97,19 @@ class Window:
 def timed(pipe: Pipeline, window: Window) -> Iterator:
     """Yields ``pipe``'s batches, each on its device, until its loader is spent or a
     batch or a caught step (:meth:`Window.step`) fails, and times them into
-    ``window``: its whole seconds, and its rate after its first step (the loader's
-    first batch: its workers starting, or refilling their queue), with no host sync
-    a step. A loader's failure is kept as ``window.error``; the window's figures are
-    whole also where its consumer stops early (the generator closed)."""
+    ``window``: its whole seconds, from the loader's start (its workers resumed and
+    its first batch) to its last step, and its rate over them, with no host sync a
+    step. The first step is timed too: a window's loader holds that window's seeds
+    alone, so its workers sample every batch of it within it, the most at its start
+    while they fill their queue, and its later steps run beside idle workers; a rate
+    after the first step read a short window of 2 workers 1.13x faster than its
+    steady state against 0 workers (docs/measurement.md, "A window's rate"). A
+    loader's failure is kept as ``window.error``; the window's figures are whole
+    also where its consumer stops early (the generator closed)."""
     sync = device_sync(pipe.device)
-    timed_seeds, loss_sum = 0, 0.0  # the loss summed by seeds: no host sync a step
+    loss_sum = 0.0  # the loss summed by seeds: no host sync a step
     sync()
-    started = t0 = resumed = time.perf_counter()
+    started = resumed = time.perf_counter()
     try:
         for batch in pipe.loader:
             seeds = pipe.task.seeds(batch)
@@ -115,18 +120,14 @@ def timed(pipe: Pipeline, window: Window) -> Iterator:
                 yield batch
             finally:  # the step counts also where its consumer stops after it
                 now = time.perf_counter()
-                if window.steps:  # the first step is not timed
+                if window.steps:  # the first step's wait is the loader's start
                     window.waits.append((arrived - resumed, now - resumed))
                 resumed = now
                 if window.failure is None:
                     loss_sum = window.count(seeds, loss_sum)
-                    timed_seeds += seeds if window.steps > 1 else 0
             check_interrupt()  # Ctrl-C that Python swallowed (autotune.files)
             if window.failure is not None:
                 raise window.failure
-            if window.steps == 1:
-                sync()
-                t0 = time.perf_counter()
         sync()
     except Exception as exc:  # the caller decides: a candidate's failure, or the run's
         window.error = exc
@@ -134,9 +135,9 @@ def timed(pipe: Pipeline, window: Window) -> Iterator:
         sync()
         raise
     finally:
-        now = time.perf_counter()
-        window.seconds, window.loss_sum = now - started, float(loss_sum)
-        window.rate = timed_seeds / (now - t0) if timed_seeds and now > t0 else 0.0
+        window.seconds, window.loss_sum = time.perf_counter() - started, float(loss_sum)
+        window.rate = window.seeds / window.seconds if window.seeds and window.seconds > 0 \
+            else 0.0
 
 
 class BatchSource(Protocol):

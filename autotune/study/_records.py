@@ -454,7 +454,8 @@ def add_window(study, config: dict[str, Any], window: dict[str, Any], *,
                distributions: dict[str, Any]) -> None:
     """Adds one window of a training run that tunes itself (``autotune train --tune``)
     as a finished trial: failed with ``fail_reason``, else complete with its ``rate``
-    (seeds per second), else pruned (an epoch's last step alone: trained, not timed);
+    (seeds per second), else pruned (a window that timed nothing: runs recorded before
+    a window's first step was timed kept an epoch's last step alone so);
     its role is ``tuning``."""
     import optuna
     from optuna.trial import TrialState

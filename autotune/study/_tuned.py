@@ -125,10 +125,15 @@ def run_report(study: optuna.Study) -> dict[str, Any]:
 
 
 def final_rate(windows: list[dict[str, Any]], final: dict[str, Any]) -> float | None:
-    """The median seeds per second of the winner's timed windows (None before any)."""
-    rates = [w["rate"] for w in windows
+    """The winner's seeds per second over its timed windows: their seeds over their
+    seconds, so that an epoch's one-step window weighs its one step (a run recorded
+    before windows kept their seconds: the median of their rates); None before any."""
+    timed = [w for w in windows
              if w["config"] == final and w["rate"] and w["state"] == "complete"]
-    return statistics.median(rates) if rates else None
+    seconds = sum(w.get("seconds") or 0.0 for w in timed)
+    if timed and all(w.get("seconds") for w in timed) and seconds > 0:
+        return sum(w["seeds"] for w in timed) / seconds
+    return statistics.median(w["rate"] for w in timed) if timed else None
 
 
 def run_lines(report: dict[str, Any]) -> list[str]:
@@ -139,7 +144,7 @@ def run_lines(report: dict[str, Any]) -> list[str]:
     rate = report["final_rate"]
     lines = [f"tuned run: started on {short(report['start'] or {})}",
              f"  {settled} on {short(report['final'])}" +
-             (f", {rate:,.0f} {unit} (median of its windows)" if rate else ""),
+             (f", {rate:,.0f} {unit} over its windows" if rate else ""),
              f"  exploring took {report['explore_s'] or 0:.1f} s"]
     if report.get("wait_share") is not None:  # absent from runs recorded before it was kept
         lines.append(f"  its step waited for its batches {100 * report['wait_share']:.0f}% of "

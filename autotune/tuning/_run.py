@@ -332,7 +332,7 @@ class TunedRun:
                 reference = yield from self._train(turn, self.pipe)
             own = yield from self._train(turn, candidate)
             self._count(tried, own)
-            if not own.rate:  # a window of one step times nothing
+            if not own.rate:  # it trained nothing: the loader had no batch for it
                 return
             if reference is None:  # the candidate first: the epoch has room for the pair
                 reference = yield from self._train(turn, self.pipe)

@@ -58,7 +58,7 @@ class TuneSpec:
         return Rule(margin=self.min_gain, min_pairs=min(self.min_pairs, most), max_pairs=most)
 
 
-MIN_WINDOW = 3  # a window's first step is trained untimed: three steps time two
+MIN_WINDOW = 3  # a window's first step waits for its loader's start: three steps or more
 SCREEN_PAIRS = 2  # a candidate under TuneSpec.screen in each of its first pairs is dropped
 
 
