@@ -256,9 +256,8 @@ def test_a_run_of_short_epochs_decides_its_candidates_or_says_before_it_trains(c
 def test_the_cli_tunes_real_cora_at_batch_16_over_30_epochs_and_decides(cora_root, tmp_path):
     """``autotune train --tune --tune-precision`` on real Cora at batch 16 (9 steps an
     epoch) over 30 epochs, from 2 loader workers, its share the default 10%: its
-    windows fit the epoch (4 steps: the loader's 4 batches in flight and two more
-    would not), so it decides candidates; it says nothing is too short. (A window
-    floor past half an epoch once left it trying nothing.)"""
+    windows fit the epoch (3 steps), so it pairs its candidates; it says nothing is
+    too short. (A window floor past half an epoch once left it trying nothing.)"""
     config = tmp_path / "b16.yaml"
     config.write_text("batch_size: 16\nnum_neighbors: [25, 10]\nnum_workers: 2\n")
     run = cli("train", "--dataset", "Cora", "--root", cora_root, "--config", str(config),

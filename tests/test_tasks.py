@@ -280,7 +280,7 @@ def test_a_node_task_evaluates_the_whole_graph_where_it_fits_as_a_full_fanout_sa
     call; with every neighbour sampled (fanout -1), the sampled evaluation sees the
     same neighbourhoods and must agree exactly, for a trained model. Too large a
     graph (the threshold lowered) or temporal sampling (a seed sees only its past)
-    take the sampled path."""
+    take the sampled path. Val and test come from one forward over the graph."""
     from autotune.pipeline import _tasks
 
     config = TrialConfig(batch_size=64, num_neighbors=(-1, -1), num_workers=0,
@@ -291,6 +291,11 @@ def test_a_node_task_evaluates_the_whole_graph_where_it_fits_as_a_full_fanout_sa
     with pipe:
         fit(pipe, tiny_synthetic, TrainSpec(epochs=2, every_epoch=False))
         whole = {split: evaluate(pipe, tiny_synthetic, split) for split in ("val", "test")}
+        forwards = []  # an epoch's val and test come from one forward over the graph
+        hook = pipe.eager_model.register_forward_hook(lambda *args: forwards.append(1))
+        both = pipe.task.evaluate_all(pipe, tiny_synthetic, ("val", "test"))
+        hook.remove()
+        assert both == [whole["val"], whole["test"]] and len(forwards) == 1, forwards
         monkeypatch.setattr(_tasks, "WHOLE_GRAPH_BYTES", 0)
         assert not _tasks.whole_graph_fits(config, tiny_synthetic)
         sampled = {split: evaluate(pipe, tiny_synthetic, split) for split in ("val", "test")}

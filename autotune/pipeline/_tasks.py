@@ -29,6 +29,8 @@ A step's seeds are the seed nodes (node tasks), the positive supervision edges
 from __future__ import annotations
 
 import abc
+import contextlib
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -90,6 +92,10 @@ class Task(abc.ABC):
     def evaluate(self, pipe, data, split: str) -> float:
         """The task's metric (``info.metric``) on ``split``."""
 
+    def evaluate_all(self, pipe, data, splits: tuple[str, ...]) -> list[float]:
+        """The task's metric on each of ``splits``, in their order."""
+        return [self.evaluate(pipe, data, split) for split in splits]
+
 
 class NodeTask(Task):
     """Node classification on a homogeneous graph."""
@@ -123,12 +129,7 @@ class NodeTask(Task):
         :data:`EVAL_BATCH`, the larger (a small training batch, Cora's 16, would make
         evaluating an epoch cost several times its training)."""
         if whole_graph_fits(pipe.config, data):
-            def whole(graph):  # the graph is the one batch, the split's nodes its seeds
-                seeds = _mask(graph, split)
-                out = pipe.eager_model(graph.x, graph.edge_index)
-                return out[seeds], graph.y[seeds], int(seeds.sum())
-
-            return _accuracy(pipe, [data], whole)
+            return self.evaluate_all(pipe, data, (split,))[0]
         from torch_geometric.loader import NodeLoader
 
         loader = NodeLoader(pipe.loader.data, node_sampler=pipe.loader.node_sampler,
@@ -137,6 +138,17 @@ class NodeTask(Task):
                             transform=pipe.loader.transform)
         return _accuracy(pipe, loader, lambda batch: (
             pipe.eager_model(batch.x, pipe.edges(batch)), batch.y, batch.batch_size))
+
+    def evaluate_all(self, pipe, data, splits: tuple[str, ...]) -> list[float]:
+        """Each split's accuracy; where the graph is evaluated whole
+        (:func:`whole_graph_fits`), from one forward over it for all of them."""
+        if self.hetero or not whole_graph_fits(pipe.config, data):  # its own evaluate
+            return super().evaluate_all(pipe, data, splits)
+        graph = data.to(pipe.device, non_blocking=True)
+        with _evaluating(pipe) as model:
+            logits = model(graph.x, graph.edge_index)
+        return [_share_right(logits[mask], graph.y[mask])
+                for mask in (_mask(graph, split) for split in splits)]
 
 
 def whole_graph_fits(config: TrialConfig, data) -> bool:
@@ -447,20 +459,36 @@ def _mask(store, split: str) -> Tensor:
     return store[name]
 
 
-@torch.no_grad()
-def _accuracy(pipe, loader, run) -> float:
+def _share_right(out: Tensor, y: Tensor) -> float:
+    """The share of rows of ``out`` whose arg-max is their ``y``; an empty split is
+    an error, not a score."""
+    if not len(y):
+        raise ConfigError("the evaluation mask selects no node")
+    return int((out.argmax(-1) == y).sum()) / len(y)
+
+
+@contextlib.contextmanager
+def _evaluating(pipe) -> Iterator[nn.Module]:
+    """The eager model in eval mode, without gradients, in the config's autocast;
+    back in training mode after."""
     model = pipe.eager_model
     model.eval()
-    correct = total = 0
     try:
-        for batch in loader:
-            batch = batch.to(pipe.device, non_blocking=True)
-            with pipe.autocast():
-                out, y, size = run(batch)
-            correct += int((out[:size].argmax(-1) == y[:size]).sum())
-            total += int(size)
+        with torch.no_grad(), pipe.autocast():
+            yield model
     finally:
         model.train()
+
+
+def _accuracy(pipe, loader, run) -> float:
+    """The share right over ``loader``'s batches, each through ``run`` (its logits,
+    labels and seeds)."""
+    correct = total = 0
+    with _evaluating(pipe):
+        for batch in loader:
+            out, y, size = run(batch.to(pipe.device, non_blocking=True))
+            correct += int((out[:size].argmax(-1) == y[:size]).sum())
+            total += int(size)
     if total == 0:
         raise ConfigError("the evaluation mask selects no node")
     return correct / total

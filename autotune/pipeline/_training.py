@@ -145,9 +145,8 @@ def _evaluate_epoch(pipe: Pipeline, data, epoch: Epoch, test: bool) -> None:
     the seconds they took."""
     start = time.perf_counter()
     with pipe.activate():
-        epoch.val_metric = evaluate(pipe, data, "val")
-        if test:
-            epoch.test_metric = evaluate(pipe, data, "test")
+        metrics = pipe.task.evaluate_all(pipe, data, ("val", "test") if test else ("val",))
+    epoch.val_metric, epoch.test_metric = metrics[0], metrics[1] if test else None
     epoch.eval_s = time.perf_counter() - start
 
 

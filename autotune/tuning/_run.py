@@ -33,8 +33,8 @@ taking its cores, the model's first otherwise; bfloat16 autocast, where the run 
 try it, before either (the largest gain measured on a CPU that computes it); a
 compile always last. Windows are as
 long as :attr:`TuneSpec.window_steps` where the run holds them, shorter where its
-epochs or its share are short, yet not shorter than the batches the incumbent's
-loader has in flight and two more where half an epoch holds that (:func:`fit_window`).
+epochs or its share are short (:func:`fit_window`), and timed whole, from the
+loader's start (:func:`autotune.pipeline.timed`).
 A candidate that fails (out of memory, a worker crash, an error) is recorded and
 dropped, and training goes on with the incumbent. Exploring ends when no candidate
 is left, or once its candidates have lost :attr:`TuneSpec.share` of the run's
@@ -153,8 +153,7 @@ class TunedRun:
         spec = self.spec
         # a candidate keeps its batch size (it changes no knob that learns): so do epochs
         self.window_steps = fit_window(spec.window_steps, epoch_steps, self.explore_steps_left,
-                                       len(self.queue) * spec.rule.min_pairs,
-                                       floor=self._in_flight() + 2)
+                                       len(self.queue) * spec.rule.min_pairs)
         # a candidate gets no more pairs than the run can give it (as many an epoch as
         # an epoch holds; the share ends them sooner where its windows lose steps) and
         # no fewer than a verdict needs. The windows the share holds where every one

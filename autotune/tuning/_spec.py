@@ -63,18 +63,18 @@ SCREEN_PAIRS = 2  # a candidate under TuneSpec.screen in each of its first pairs
 
 
 def fit_window(asked: int, epoch_steps: int, share_steps: float | None = None,
-               verdicts: int = 0, floor: int = MIN_WINDOW) -> int:
+               verdicts: int = 0) -> int:
     """A window's steps in a run whose epochs have ``epoch_steps`` steps: ``asked``,
     but at most half an epoch, so that a pair (the incumbent's window and the
     candidate's) fits in one, where a window cut by the epoch's end would time fewer
     steps or none; and, where exploring's share (``share_steps`` of candidates'
     steps) would not hold ``verdicts`` windows of that length (a verdict's least
     pairs for each candidate), as short as that share holds them: a short run tries
-    its candidates in short windows rather than few of them in long ones, yet not
-    under ``floor`` (the batches the incumbent's loader has in flight, and two
-    more), where half an epoch holds that. Never under :data:`MIN_WINDOW` (``asked``
-    where less)."""
+    its candidates in short windows rather than few of them in long ones. Never
+    under :data:`MIN_WINDOW` (``asked`` where less): a window is timed whole, its
+    loader's start included (:func:`autotune.pipeline.timed`), so a short one reads
+    a loader's workers as a long one does (docs/measurement.md, "A window's rate")."""
     steps = asked if share_steps is None or not verdicts else \
         min(asked, int(share_steps // verdicts))
-    steps = min(max(steps, min(floor, asked)), epoch_steps // 2)  # a pair fits an epoch
+    steps = min(steps, epoch_steps // 2)  # a pair fits an epoch
     return max(steps, min(MIN_WINDOW, asked))
