@@ -50,12 +50,14 @@ class FakeMachine:
         self.busy = busy
         self.calls: list[tuple[int, int]] = []  # (batch size, pid stand-in)
         self.specs: list = []  # the MeasureSpec of each call
+        self.envs: list = []  # the environment each call adds to the trial's processes
 
     def factor(self, k: int) -> float:
         return 1.0 - self.drift * min(k, self.span) / self.span
 
     def __call__(self, config: TrialConfig, **kw) -> TrialResult:
         self.specs.append(kw.get("measure"))
+        self.envs.append(kw.get("env"))
         rate, mib = TRUE[config.batch_size]
         if any(size == config.batch_size for size, _ in self.calls):
             mib = self.grow.get(config.batch_size, mib)
@@ -240,11 +242,14 @@ def test_a_machine_that_stays_busy_is_said_once_and_its_windows_kept(tmp_path, m
     assert result.outcome.busy == ""
 
 
-def test_a_machine_busy_before_the_search_starts_is_said_once_and_windows_kept(tmp_path,
-                                                                              monkeypatch):
+@pytest.mark.parametrize("own_policy", [None, "ACTIVE"])
+def test_a_machine_busy_before_the_search_starts_is_said_once_and_windows_kept(
+        tmp_path, monkeypatch, own_policy):
     """Another training takes half the cores as the search starts: the search says so
     once, naming it, before its first trial, and its first trials keep their windows
-    as measured; the first quiet trial says the machine is quiet again."""
+    as measured; the first quiet trial says the machine is quiet again. Every trial's
+    OpenMP threads wait passively (OMP_WAIT_POLICY=PASSIVE, said in the note), unless
+    the user set a policy of their own."""
     import dataclasses
 
     import autotune
@@ -260,6 +265,10 @@ def test_a_machine_busy_before_the_search_starts_is_said_once_and_windows_kept(t
                         top=[[4242, "trainer", 0.25]])
 
     monkeypatch.setattr(search_module, "LoadMeter", Busy)
+    if own_policy is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", own_policy)
     machine = FakeMachine(drift=0.0, busy=lambda config, nth: len(machine.calls) < 2)
     monkeypatch.setattr(search_module, "run_trial", machine)
     plan = autotune.prepare_search(
@@ -271,6 +280,9 @@ def test_a_machine_busy_before_the_search_starts_is_said_once_and_windows_kept(t
     dataclasses.replace(plan, on_note=notes.append).run()
     said = [n for n in notes if n.startswith("the machine is busy before the search starts")]
     assert len(said) == 1 and "pid 4242 (trainer)" in said[0], notes
+    passive = {"OMP_WAIT_POLICY": "PASSIVE"} if own_policy is None else {}
+    assert machine.envs and all(env == passive for env in machine.envs), machine.envs
+    assert ("OMP_WAIT_POLICY=PASSIVE" in said[0]) == (own_policy is None), said[0]
     assert [s.busy_retries for s in machine.specs[:3]] == [0, 0, 0], machine.specs[:3]
     assert machine.specs[3].busy_retries > 0  # the third call was quiet
     assert sum(n.startswith("the machine is quiet again") for n in notes) == 1, notes

@@ -13,6 +13,7 @@ search again continues the same study.
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import time
 import warnings
@@ -60,6 +61,12 @@ STOP_IDLE = 30  # proposals in a row that measured nothing new (repeats, deferra
 # kept as measured (neither measured again nor screened) until one is quiet again
 BUSY_AFTER = 2
 LOOK_S = 0.25  # how long the search looks at the machine's load before its first trial
+# A trial's OpenMP threads on a machine busy before the search starts: they sleep at a
+# barrier rather than spin, so that they do not spin against the other process's
+# threads for the same cores (a trial beside another training on 2 cores ran 14.5x
+# slower spinning and 1.65x passive, and 10% slower passive on a quiet machine:
+# docs/measurement.md, "A busy machine"). A user's own OMP_WAIT_POLICY wins.
+BUSY_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 @dataclass
@@ -111,6 +118,7 @@ class Search:
         self.clock = Clock(opts, self.counted())
         self.server: ForkServer | None = None  # while :meth:`run` runs
         self.disturbed_in_row = 0  # measured trials in a row that stayed disturbed
+        self.trial_env: dict[str, str] = {}  # over this one's, in every trial's process
 
     def run(self) -> SearchOutcome:
         """Reserves, measures and tells until the study holds ``max_trials`` counted
@@ -211,11 +219,15 @@ class Search:
         load = meter.stop()
         if busy_over(load.share, load.others_s, max_busy):
             self.outcome.busy = load.named()
+            passive = "OMP_WAIT_POLICY" not in os.environ
+            self.trial_env = dict(BUSY_ENV) if passive else {}
             self.note(f"the machine is busy before the search starts ({self.outcome.busy}; "
                       f"{100 * load.share:.0f}% of its {load.cores} cores): windows are kept "
                       "as measured, marked DISTURBED, neither measured again nor screened; "
                       "the confirmation's pairs, disturbed alike on both sides, decide the "
-                      "speed-ups")
+                      "speed-ups" + ("; trials' threads wait passively "
+                                     "(OMP_WAIT_POLICY=PASSIVE), not spinning against its "
+                                     "threads" if passive else ""))
 
     def busy_spec(self, spec: MeasureSpec) -> MeasureSpec:
         """``spec`` as the search measures while the machine stays busy
@@ -438,7 +450,8 @@ class Search:
             measured_from = time.time()
             result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir,
                                measure=spec or opts.measure, limits=limits, server=self.server,
-                               inductor_cache=inductor_cache_dir(opts.studies_dir), pairs=pairs)
+                               inductor_cache=inductor_cache_dir(opts.studies_dir), pairs=pairs,
+                               env=self.trial_env)
         where = dict(trial_dir=str(trial_dir), measured_at=(measured_from, time.time()),
                      lock_wait_s=waited)
         return result, where, budget_bound
