@@ -6,6 +6,7 @@ arithmetic of pairing, not this machine's noise; one real search checks that the
 confirmation measures each candidate in its own process."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -821,3 +822,35 @@ def test_the_confirmation_goes_on_only_for_candidates_that_could_still_be_confir
                3: figure(3, 1.45, 1.25, 1.70),   # wide, overlaps #1, could narrow
                4: figure(4, 1.40, 0.60, 3.20)}   # rounds far apart: would not narrow
     assert still_open(figures, [1, 2, 3, 4], within=0.10, last=8) == [3]
+
+
+def test_a_guard_training_of_its_own_gets_the_trials_environment(tmp_path, monkeypatch):
+    """The accuracy guard's trainings in a process of their own (the baseline's
+    reference, a config whose trial did not train it) run with the environment the
+    search gives its trials (OMP_WAIT_POLICY=PASSIVE on a machine busy before it)."""
+    from types import SimpleNamespace
+
+    from autotune.specs import GuardOptions
+    from autotune.study import _guard
+
+    envs = []
+
+    class Asked(Exception):
+        pass
+
+    def child(config, **kw):
+        envs.append(kw.get("env"))
+        raise Asked
+
+    monkeypatch.setattr(_guard, "run_trial", child)
+    monkeypatch.setattr(_guard, "measurement_lock",
+                        lambda device, who: contextlib.nullcontext(0.0))
+    opts = SimpleNamespace(study_dir=tmp_path, device="cpu", study_name="s", dataset=None,
+                           limits=None, studies_dir=tmp_path)
+    passive = {"OMP_WAIT_POLICY": "PASSIVE"}
+    config = TrialConfig(batch_size=64)
+    with pytest.raises(Asked):
+        _guard.reference(opts, 0, config, GuardOptions(), passive)
+    with pytest.raises(Asked):
+        _guard.check(opts, 1, config, GuardOptions(), {"budget_s": 1.0}, passive)
+    assert envs == [passive, passive]

@@ -67,29 +67,30 @@ class Verdict:
         return self.val_metric / self.baseline_val_metric
 
 
-def _train(opts, number: int, config: TrialConfig,
-           spec: TrainSpec) -> tuple[TrialResult, float]:
-    """Trains in a child process under the host's measurement lock (it would steal
-    cores from a trial measured beside it)."""
+def _train(opts, number: int, config: TrialConfig, spec: TrainSpec,
+           env: dict[str, str] | None = None) -> tuple[TrialResult, float]:
+    """Trains in a child process (``env`` over this one's environment, as the
+    search's trials have it) under the host's measurement lock (it would steal cores
+    from a trial measured beside it)."""
     trial_dir = opts.study_dir / "guard" / str(number)
     start = time.monotonic()
     with measurement_lock(opts.device, f"guard training of trial {number} of study "
                                        f"{opts.study_name}"):
         result = run_trial(config, dataset=opts.dataset, trial_dir=trial_dir,
-                           limits=opts.limits, train=spec,
+                           limits=opts.limits, train=spec, env=env,
                            inductor_cache=inductor_cache_dir(opts.studies_dir))
     if not result.ok:
         raise GuardError(f"{result.status}: {result.reason}")
     return result, time.monotonic() - start
 
 
-def reference(opts, number: int, config: TrialConfig,
-              guard: GuardOptions) -> tuple[Verdict, dict]:
+def reference(opts, number: int, config: TrialConfig, guard: GuardOptions,
+              env: dict[str, str] | None = None) -> tuple[Verdict, dict]:
     """Trains the baseline for ``guard.epochs`` epochs in a process of its own: its
     verdict, and the reference the study keeps (the budget and its accuracy)."""
     result, took = _train(opts, number, config,
                           TrainSpec(epochs=guard.epochs, evaluate_test=False,
-                                    every_epoch=False))
+                                    every_epoch=False), env)
     return reference_of(result.training, took, number, config, guard)
 
 
@@ -139,12 +140,13 @@ def budget(read: Callable[[], dict | None], alive: Callable[[], bool]) -> dict:
         time.sleep(WAIT_S)
 
 
-def check(opts, number: int, config: TrialConfig, guard: GuardOptions, ref: dict) -> Verdict:
+def check(opts, number: int, config: TrialConfig, guard: GuardOptions, ref: dict,
+          env: dict[str, str] | None = None) -> Verdict:
     """Trains ``config`` for the baseline's budget in a process of its own (where its
     trial's process did not: the front changed while it ran) and compares its
     accuracy."""
     result, took = _train(opts, number, config,
-                          TrainSpec(budget_s=ref["budget_s"], evaluate_test=False))
+                          TrainSpec(budget_s=ref["budget_s"], evaluate_test=False), env)
     return verdict_of(result.training, took, guard, ref)
 
 

@@ -624,7 +624,8 @@ class Search:
         if rec.is_baseline(trial):
             verdict, ref = guards.reference_of(
                 guards.trained(training), training["guard_s"], trial.number, config,
-                guard) if training else guards.reference(opts, trial.number, config, guard)
+                guard) if training else guards.reference(opts, trial.number, config, guard,
+                                                         self.trial_env)
             rec.store_study(study, guard=ref)
         elif training:
             verdict = guards.verdict_of(guards.trained(training), training["guard_s"], guard,
@@ -634,7 +635,7 @@ class Search:
                 return None
             ref = guards.budget(lambda: StudyRecord.from_study(study).guard,
                                 lambda: _baseline_pending(study))
-            verdict = guards.check(opts, trial.number, config, guard, ref)
+            verdict = guards.check(opts, trial.number, config, guard, ref, self.trial_env)
         rec.store_verdict(trial, verdict, config)
         self.outcome.guarded += 1
         self.outcome.guard_violations += verdict.shortfall > 0
