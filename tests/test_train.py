@@ -315,8 +315,7 @@ def test_the_one_epoch_loop_counts_each_step_once_also_where_a_budget_stops_it(
 def test_a_window_is_timed_whole_from_its_loaders_start():
     """pipeline.timed's rate covers the whole window, its first step and its loader's
     start included: a window's loader holds that window's seeds alone, so its workers
-    sample them all within it, the most while the first step waits; a rate after the
-    first step read a short window of 2 workers 1.13x too fast against 0 workers
+    sample them all within it, the most while the first step waits
     (docs/measurement.md, "A window's rate"). Here a loader whose first batch takes
     0.3 s and the rest nothing: 4 batches of 10 seeds in about 0.3 s (the old rate,
     after the first step, read thousands a second)."""

@@ -101,10 +101,9 @@ def timed(pipe: Pipeline, window: Window) -> Iterator:
     its first batch) to its last step, and its rate over them, with no host sync a
     step. The first step is timed too: a window's loader holds that window's seeds
     alone, so its workers sample every batch of it within it, the most at its start
-    while they fill their queue, and its later steps run beside idle workers; a rate
-    after the first step read a short window of 2 workers 1.13x faster than its
-    steady state against 0 workers (docs/measurement.md, "A window's rate"). A
-    loader's failure is kept as ``window.error``; the window's figures are whole
+    while they fill their queue, and its later steps run beside idle workers: a rate
+    after the first step would count their head start as speed (docs/measurement.md,
+    "A window's rate", has the figures). A loader's failure is kept as ``window.error``; the window's figures are whole
     also where its consumer stops early (the generator closed)."""
     sync = device_sync(pipe.device)
     loss_sum = 0.0  # the loss summed by seeds: no host sync a step

@@ -63,9 +63,8 @@ BUSY_AFTER = 2
 LOOK_S = 0.25  # how long the search looks at the machine's load before its first trial
 # A trial's OpenMP threads on a machine busy before the search starts: they sleep at a
 # barrier rather than spin, so that they do not spin against the other process's
-# threads for the same cores (a trial beside another training on 2 cores ran 14.5x
-# slower spinning and 1.65x passive, and 10% slower passive on a quiet machine:
-# docs/measurement.md, "A busy machine"). A user's own OMP_WAIT_POLICY wins.
+# threads for the same cores (docs/measurement.md, "A busy machine", has the figures).
+# A user's own OMP_WAIT_POLICY wins.
 BUSY_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
