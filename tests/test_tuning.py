@@ -647,3 +647,23 @@ def test_exploring_spends_what_a_candidate_loses_not_the_steps_it_trains():
     assert spent(pace=80.0, seconds=2.0) == pytest.approx(8.0)  # half its pace: 8 steps
     assert spent(pace=0.0, seconds=1.0) == 8.0  # no pace yet: its steps
     assert spent(pace=80.0, seconds=1.0, whole=True) == 8.0  # a compile's warm-up
+
+
+def test_a_tuned_runs_rate_is_its_winners_seeds_over_their_seconds():
+    """show's and export's figure of a tuned run: the winner's complete windows' seeds
+    over their seconds, so that an epoch's one-step window weighs one step; a failed
+    or pruned window, or another config's, does not count; a run recorded before
+    windows kept their seconds gives the median of its windows' rates."""
+    from autotune.study._tuned import final_rate
+
+    win, other = {"batch_size": 64}, {"batch_size": 32}
+    windows = [
+        {"config": win, "state": "complete", "rate": 100.0, "seeds": 800, "seconds": 8.0},
+        {"config": win, "state": "complete", "rate": 40.0, "seeds": 80, "seconds": 2.0},
+        {"config": win, "state": "pruned", "rate": None, "seeds": 0, "seconds": 0.1},
+        {"config": other, "state": "complete", "rate": 999.0, "seeds": 999, "seconds": 1.0},
+    ]
+    assert final_rate(windows, win) == pytest.approx(880 / 10.0)  # the median: 70
+    old = [{k: v for k, v in w.items() if k != "seconds"} for w in windows]
+    assert final_rate(old, win) == pytest.approx(70.0)
+    assert final_rate(windows[2:3], win) is None

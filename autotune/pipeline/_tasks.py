@@ -129,7 +129,7 @@ class NodeTask(Task):
         :data:`EVAL_BATCH`, the larger (a small training batch, Cora's 16, would make
         evaluating an epoch cost several times its training)."""
         if whole_graph_fits(pipe.config, data):
-            return self.evaluate_all(pipe, data, (split,))[0]
+            return _whole_graph_accuracies(pipe, data, (split,))[0]
         from torch_geometric.loader import NodeLoader
 
         loader = NodeLoader(pipe.loader.data, node_sampler=pipe.loader.node_sampler,
@@ -142,21 +142,21 @@ class NodeTask(Task):
     def evaluate_all(self, pipe, data, splits: tuple[str, ...]) -> list[float]:
         """Each split's accuracy; where the graph is evaluated whole
         (:func:`whole_graph_fits`), from one forward over it for all of them."""
-        if self.hetero or not whole_graph_fits(pipe.config, data):  # its own evaluate
+        if not whole_graph_fits(pipe.config, data):
             return super().evaluate_all(pipe, data, splits)
-        graph = data.to(pipe.device, non_blocking=True)
-        with _evaluating(pipe) as model:
-            logits = model(graph.x, graph.edge_index)
-        return [_share_right(logits[mask], graph.y[mask])
-                for mask in (_mask(graph, split) for split in splits)]
+        return _whole_graph_accuracies(pipe, data, splits)
 
 
 def whole_graph_fits(config: TrialConfig, data) -> bool:
     """Whether a homogeneous graph is evaluated whole: where its first layer's
     messages (an edge's row of the wider of the features and the hidden channels,
     float32, a row each edge) and every node's rows fit in :data:`WHOLE_GRAPH_BYTES`,
-    and its sampling is not temporal (a seed sees only its past neighbours there)."""
-    if config.time_attr is not None or "edge_index" not in data or data.x is None:
+    and its sampling is not temporal (a seed sees only its past neighbours there).
+    A heterogeneous graph never is (its task evaluates it sampled)."""
+    from torch_geometric.data import HeteroData
+
+    if isinstance(data, HeteroData) or config.time_attr is not None or \
+            "edge_index" not in data or data.x is None:
         return False
     width = max(data.num_features, config.hidden_channels)
     rows = data.edge_index.size(1) * width + data.num_nodes * (width + config.hidden_channels)
@@ -457,6 +457,16 @@ def _mask(store, split: str) -> Tensor:
     if name not in store:
         raise ConfigError(f"the dataset has no {name}; accuracy needs one")
     return store[name]
+
+
+def _whole_graph_accuracies(pipe, data, splits: tuple[str, ...]) -> list[float]:
+    """Each split's accuracy from one forward over the whole graph, the graph its
+    one batch."""
+    graph = data.to(pipe.device, non_blocking=True)
+    with _evaluating(pipe) as model:
+        logits = model(graph.x, graph.edge_index)
+    return [_share_right(logits[mask], graph.y[mask])
+            for mask in (_mask(graph, split) for split in splits)]
 
 
 def _share_right(out: Tensor, y: Tensor) -> float:

@@ -130,9 +130,8 @@ def final_rate(windows: list[dict[str, Any]], final: dict[str, Any]) -> float | 
     before windows kept their seconds: the median of their rates); None before any."""
     timed = [w for w in windows
              if w["config"] == final and w["rate"] and w["state"] == "complete"]
-    seconds = sum(w.get("seconds") or 0.0 for w in timed)
-    if timed and all(w.get("seconds") for w in timed) and seconds > 0:
-        return sum(w["seeds"] for w in timed) / seconds
+    if timed and all(w.get("seconds") for w in timed):
+        return sum(w["seeds"] for w in timed) / sum(w["seconds"] for w in timed)
     return statistics.median(w["rate"] for w in timed) if timed else None
 
 
