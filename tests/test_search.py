@@ -109,6 +109,13 @@ def test_search_reports_precision_priors_and_each_trials_split(searched):
     queued = study.user_attrs["priors"]
     assert queued and [t.user_attrs.get("prior") for t in study.trials[1:1 + len(queued)]] \
         == queued
+    # then the fast end of the fastest row: the quick space's least-work fanout, no
+    # checkpointing (the rows' configs are front candidates: a prior row is never
+    # screened against rows of its own speed)
+    after = study.trials[1 + len(queued)]
+    assert after.user_attrs.get("prior") == "fast-end", after.user_attrs
+    assert list(after.user_attrs["config"]["num_neighbors"]) == [10, 5]
+    assert after.user_attrs["config"]["checkpointing"] is False
     assert all(t.user_attrs["window"]["stopped"] in ("precise", "max-seconds", "screened")
                for t in study.trials if t.state.name == "COMPLETE")
     pareto = yaml.safe_load((tmp / "studies" / "e2e" / "pareto.yaml").read_text())

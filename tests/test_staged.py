@@ -271,6 +271,39 @@ def test_priors_follow_the_device(machine, expected):
         assert "sparse-aggregation" not in skipped, "gcn refuses sparse aggregation"
 
 
+@pytest.mark.parametrize("flags, dtype", [(frozenset({"avx512_bf16"}), "bfloat16"),
+                                          (frozenset({"avx2"}), "float32")])
+def test_the_fast_end_row_takes_the_least_work_and_the_rows_compute_changes(flags, dtype):
+    """The fast-end row: the fastest config with the fanout that samples fewest nodes a
+    seed (not the first listed, nor the smallest first hop), no checkpointing, and
+    the compute changes of the rows that apply here (bfloat16 only where the CPU has
+    it); where sampling runs and the batch stay the fastest's; a change the space
+    leaves out, or the model refuses, is not made."""
+    from autotune.study._priors import Machine, fast_end, sampled_per_seed
+    from autotune.study._space import in_space, load_space
+    from autotune.config import TrialConfig
+
+    space = load_space({"knobs": {"batch_size": {"choices": [512, 1024]},
+                                  "num_neighbors": {"choices": [[15, 10], [4, 20], [5, 5]]},
+                                  "num_workers": {"choices": [0, 1]},
+                                  "amp_dtype": {"choices": ["float32", "bfloat16"]},
+                                  "checkpointing": {"choices": [False, True]},
+                                  "aggregation": {"choices": ["scatter", "sparse"]}}},
+                       device="cpu", baseline=TrialConfig())
+    fastest = TrialConfig(batch_size=512, num_neighbors=(15, 10), num_workers=1,
+                          checkpointing=True)
+    machine = Machine("cpu", 2, flags)
+    end = fast_end(fastest, space, machine)
+    assert (end.num_neighbors, end.checkpointing, end.amp_dtype) == ((5, 5), False, dtype)
+    assert (end.batch_size, end.num_workers) == (512, 1)
+    assert end.aggregation == "sparse" and end.dropout_masks == "bernoulli"  # not in the space
+    assert in_space(end, space)
+    gcn = fast_end(fastest.replace(model="gcn"), space, machine)
+    assert gcn.aggregation == "scatter", "gcn refuses sparse aggregation"
+    assert sampled_per_seed((4, 20)) == 84 > sampled_per_seed((5, 5)) == 30
+    assert sampled_per_seed((-1, 5)) == float("inf")
+
+
 def test_a_compile_variant_waits_for_its_eager_twin(tmp_path):
     from autotune.config import TrialConfig
     from autotune.study._space import load_space, suggest_config

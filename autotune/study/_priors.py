@@ -24,7 +24,23 @@ workers-on-free-cores  at least 2 cores                    one loader worker per
                                                            one (left to the training step)
 in-process-sampling    always                              no loader workers (sampling in
                                                            the training process)
+fast-end               after the rows above, whenever the  the fastest measured config
+                       fastest config's fast end is not    with the least work the space
+                       measured yet                        offers (the fanout that samples
+                                                           fewest nodes a seed, no
+                                                           checkpointing) and the compute
+                                                           changes of the rows above that
+                                                           apply (autocast dtype,
+                                                           aggregation, dropout masks)
 =====================  ==================================  ===============================
+
+The rows above each change one thing of the baseline, so the search learns what each
+pays; but the fastest config usually needs several of them at once, and a search of a
+few trials (the quick start's 8) may not reach that corner by sampling: the fast-end
+row goes there directly. A smaller fanout samples fewer nodes for every seed, so it is
+never slower and never larger (the accuracy guard, where asked, judges what it costs),
+and checkpointing only ever trades time for memory: neither needs a measurement to
+say which end is fast. The compute changes are the table's, measured like any trial.
 
 Compile is off in every row: a compiled variant is tried only after its eager twin
 was measured (see ``loop.defer_compiled``).
@@ -75,6 +91,13 @@ PRIORS = (
 )
 
 
+FAST_END = "fast-end"
+
+# The knobs of the rows' changes that the fast-end row takes: how the step computes.
+# Where sampling runs (loader workers, GPU sampling) the fastest config has measured.
+COMPUTE_KNOBS = ("amp_dtype", "aggregation", "dropout_masks")
+
+
 def machine_facts(device: str) -> Machine:
     return Machine(device, len(available_cores()), cpu_flags())
 
@@ -99,3 +122,36 @@ def prior_configs(baseline: TrialConfig, space: SearchSpace,
             seen.add(config.key())
             out.append((prior.name, config))
     return out
+
+
+def fast_end(fastest: TrialConfig, space: SearchSpace, machine: Machine) -> TrialConfig:
+    """The fast-end row of :data:`PRIORS`' table: ``fastest`` with the space's fanout
+    that samples the fewest nodes a seed, no checkpointing, and the compute changes of
+    the rows that apply here; each change taken only where the space holds it and the
+    config accepts it."""
+    changes: list[tuple[str, object]] = [("checkpointing", False)]
+    fanouts = space.knobs.get("num_neighbors")
+    if fanouts is not None and fanouts.choices:
+        changes.append(("num_neighbors", min(fanouts.choices, key=sampled_per_seed)))
+    for prior in PRIORS:
+        if prior.applies(machine):
+            changes += [(k, v) for k, v in prior.change(machine).items() if k in COMPUTE_KNOBS]
+    config = fastest.replace(loader_cores=None, compute_cores=None)
+    for name, value in changes:
+        try:
+            changed = config.replace(**{name: value})
+        except ConfigError:  # the study's model refuses it (gcn: sparse aggregation)
+            continue
+        if in_space(changed, space):
+            config = changed
+    return config
+
+
+def sampled_per_seed(fanout: tuple[int, ...]) -> float:
+    """The most nodes a fanout samples for one seed, over its hops (-1: every
+    neighbour, counted as unbounded)."""
+    total, width = 0.0, 1.0
+    for k in fanout:
+        width *= float("inf") if k < 0 else k
+        total += width
+    return total

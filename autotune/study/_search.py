@@ -39,11 +39,12 @@ from autotune.study._options import SearchOptions
 from autotune.study._paired import who_took
 from autotune.study._optuna_samplers import optuna_sampler
 from autotune.study._pareto import Point
-from autotune.study._priors import machine_facts, prior_configs
+from autotune.study._priors import FAST_END, fast_end, machine_facts, prior_configs
 from autotune.study._records import StudyRecord, TrialRecord
 from autotune.study._space import (
     eager_params,
     eager_twin,
+    in_space,
     params_for,
     random_params,
     suggest_config,
@@ -414,19 +415,25 @@ class Search:
         the queue is empty, so that the rows run first, in order, and none is left
         queued when the trial budget ends first. While a GPU-resident config is the
         fastest that fits, the rows that sample on the CPU wait (they run if that
-        changes)."""
+        changes). After the rows, the fastest config's fast end
+        (:func:`~autotune.study._priors.fast_end`) whenever no trial holds it yet."""
         opts, study = self.opts, self.study
         done = list(StudyRecord.from_study(study).priors)
         if not opts.priors or study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return
         best = rec.fastest_fitting(rec.records(study), opts.budget_mib)
         gpu_wins = best is not None and best.config is not None and best.config.gpu_sampling
-        for name, config in prior_configs(self.baseline, opts.space,
-                                          machine_facts(opts.device)):
+        machine = machine_facts(opts.device)
+        for name, config in prior_configs(self.baseline, opts.space, machine):
             if name not in done and not (gpu_wins and not config.gpu_sampling):
                 self.queue(params_for(config, opts.space), role="prior", prior=name)
                 rec.store_study(study, priors=[*done, name])
                 return
+        if best is not None and best.config is not None:
+            config = fast_end(best.config, opts.space, machine)
+            taken = {rec.config_key(t) for t in study.get_trials(deepcopy=False)}
+            if config.key() not in taken and in_space(config, opts.space):
+                self.queue(params_for(config, opts.space), role="prior", prior=FAST_END)
 
     # -- measuring ------------------------------------------------------------------
 
