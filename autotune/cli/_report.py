@@ -173,7 +173,8 @@ def _importance_png(study: optuna.Study, path: Path) -> tuple[Path, str]:
         note += f"; left out, never changed: {', '.join(constant)}"
     for said in dict.fromkeys(" ".join(str(w.message).split()) for w in caught):
         note += f"; Optuna: {said}"  # few trials: "... may be inaccurate"
-    fig, ax = plt.subplots(figsize=(FIGSIZE[0], 1.2 + 0.45 * len(names)))
+    # a bar a knob, and room for the two-line label and the legend with few knobs
+    fig, ax = plt.subplots(figsize=(FIGSIZE[0], max(3.2, 1.2 + 0.45 * len(names))))
     y = np.arange(len(names))
     names_ = StudyRecord.from_study(study).task.metric_names()
     for i, (name, imp) in enumerate(zip(names_, per_metric)):
