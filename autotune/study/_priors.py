@@ -136,6 +136,8 @@ def fast_end(fastest: TrialConfig, space: SearchSpace, machine: Machine) -> Tria
     for prior in PRIORS:
         if prior.applies(machine):
             changes += [(k, v) for k, v in prior.change(machine).items() if k in COMPUTE_KNOBS]
+    # its loader workers and compile mode as they are; unpinned, as every row (a
+    # queued config's params name no affinity: autotune.study._space.params_for)
     config = fastest.replace(loader_cores=None, compute_cores=None)
     for name, value in changes:
         try:

@@ -431,7 +431,9 @@ class Search:
                 return
         if best is not None and best.config is not None:
             config = fast_end(best.config, opts.space, machine)
-            taken = {rec.config_key(t) for t in study.get_trials(deepcopy=False)}
+            # every trial's config, those queued or just reserved included (their key
+            # is stored when measured): two workers never queue the same fast end
+            taken = {r.config.key() for r in rec.records(study) if r.config is not None}
             if config.key() not in taken and in_space(config, opts.space):
                 self.queue(params_for(config, opts.space), role="prior", prior=FAST_END)
 
