@@ -184,6 +184,49 @@ def test_candidates_go_in_the_order_of_the_side_the_step_spends_its_time_on(monk
     assert _candidates.cores_taken(START.replace(num_workers=0), two) == 0.0
 
 
+def test_the_fast_end_candidate_makes_together_what_paid_alone(monkeypatch):
+    """The fast end: bfloat16 autocast (where tried) and the sparse aggregation, with
+    no loader workers where the incumbent's take all the cores, in one candidate of
+    knob ``fast-end`` whose value names what it sets; nothing else of the config
+    changes; fewer than two such changes, or a GPU, make none."""
+    from autotune.topology import Topology
+
+    two = Topology(cpus=(0, 1), cores=((0,), (1,)), nodes=((0, 1),))
+    monkeypatch.setattr(_candidates, "native_bf16", lambda: True)  # a CPU that computes it
+    precise = candidates(START, TuneSpec(precision=True), two)
+    end = _candidates.fast_end(START, precise, cores_taken=1.0)
+    assert end.knob == "fast-end"
+    assert end.value == {"num_workers": 0, "amp_dtype": "bfloat16", "aggregation": "sparse"}
+    assert end.config == START.replace(**end.value)
+    assert end.label.startswith("fast end: ") and "num_workers 2 -> 0" in end.label
+    assert _candidates.fast_end(START, precise, 2 / 16).value == {
+        "amp_dtype": "bfloat16", "aggregation": "sparse"}, "2 workers of 16 cores stay"
+    plain = candidates(START, TuneSpec(), two)
+    assert _candidates.fast_end(START, plain, 1.0).value == {"num_workers": 0,
+                                                             "aggregation": "sparse"}
+    assert _candidates.fast_end(START, plain, 2 / 16) is None, "one change is no fast end"
+    assert _candidates.fast_end(START.replace(device="cuda"), precise, 1.0) is None
+
+
+def test_a_run_on_2_cores_tries_its_fast_end_first(tiny_synthetic, monkeypatch):
+    """Started on 2 loader workers on 2 cores, the run's first candidate is its fast
+    end (no workers and the sparse aggregation together), whatever its verdict; a
+    queue given is tried in its own order (the other tests')."""
+    from autotune.topology import Topology
+
+    two = Topology(cpus=(0, 1), cores=((0,), (1,)), nodes=((0, 1),))
+    monkeypatch.setattr(_candidates, "this_machine", lambda: two)
+    run = TunedRun(START, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=4),
+                   epochs=1, num_classes=4)
+    try:
+        fit(run, tiny_synthetic, TrainSpec(epochs=1))
+    finally:
+        run.close()
+    first = run.log.tried[0]
+    assert first.knob == "fast-end", [t.label for t in run.log.tried]
+    assert first.config == START.replace(num_workers=0, aggregation="sparse")
+
+
 @pytest.mark.exclusive  # shares of time: a test beside it slows the step (2 threads, 1 core)
 @pytest.mark.parametrize("slow, first", [("step", "aggregation"), ("batch", "num_workers")])
 def test_a_run_tries_first_the_knobs_of_what_its_step_waits_on(tiny_synthetic, monkeypatch,

@@ -27,6 +27,14 @@ LOADER_KNOBS = ("num_workers", "affinity", "sampling_backend")  # where batches 
 # (and on a GPU), larger than what any other knob gave there
 FIRST = (("amp_dtype", "bfloat16"),)
 COMPILE_KNOBS = ("compile_mode", "shapes")  # tried last: the dearest
+# The one-knob changes that paid alone where they were measured on a CPU (the search's
+# prior table, docs/benchmarks.md): bfloat16 autocast where the run may try it, the
+# sparse aggregation, and no loader workers where the incumbent's take the cores its
+# step computes on. The fast-end candidate makes those of them the queue holds at
+# once, first (:func:`fast_end`): the corner one verdict a knob reaches only after
+# several, each paid for in windows of the slower incumbent.
+FAST_END_CHANGES = (("amp_dtype", "bfloat16"), ("aggregation", "sparse"))
+FAST_END = "fast-end"
 
 
 @dataclass(frozen=True)
@@ -142,3 +150,24 @@ def _cores(strategy: str, config: TrialConfig, topology: Topology):
     if config.num_workers == 0 or topology.why_not(strategy):
         return None
     return affinity_sets(strategy, config.num_workers, topology)
+
+
+def fast_end(config: TrialConfig, queue: list[Change], cores_taken: float = 0.0
+             ) -> Change | None:
+    """One candidate that makes together the changes of ``queue`` that paid alone where
+    they were measured (:data:`FAST_END_CHANGES` on a CPU, with no loader workers
+    where ``config``'s take all the cores), or None where fewer than two of them are
+    in the queue (on a GPU: none; the sparse aggregation loses there). Its knob is
+    ``fast-end``, its value the knobs it sets; a config this machine cannot run is
+    None too."""
+    wanted = set(FAST_END_CHANGES) | ({("num_workers", 0)} if cores_taken >= 1 else set())
+    chosen = [c for c in queue if (c.knob, c.value) in wanted] if config.device == "cpu" else []
+    if len(chosen) < 2:
+        return None
+    values = {c.knob: c.value for c in chosen}
+    try:
+        made = config.replace(**values)
+        check_config(made)
+    except AutotuneError:
+        return None
+    return Change(FAST_END, values, made, "fast end: " + ", ".join(c.label for c in chosen))

@@ -83,7 +83,7 @@ class TuneLog:
     explore_s: float = 0.0
     wait_share: float | None = None  # of the window the queue was ordered by (by_bottleneck)
     cores_taken: float = 0.0  # the share of the cores the incumbent's loader workers took then
-    ahead: str | None = None  # a change tried before either side's (FIRST), where one was
+    ahead: str | None = None  # a change tried before either side's (fast end, FIRST), where one was
     final: TrialConfig | None = None
     interrupted_step: int | None = None  # where Ctrl-C stopped the run
     notes: list[str] = field(default_factory=list)  # what the run left out, and why
@@ -110,7 +110,7 @@ class TuneLog:
         if self.wait_share is not None:
             took = f", and its loader workers took {100 * self.cores_taken:.0f}% of the cores" \
                 if self.cores_taken else ""
-            ahead = f"{self.ahead} first (the largest gain measured on such a machine), then " \
+            ahead = f"{self.ahead} first (what paid most where measured on such a machine), then " \
                 if self.ahead else ""
             out.append(f"tuned: the incumbent waited for its batches "
                        f"{100 * self.wait_share:.0f}% of its step{took}: {ahead}{self.order} "

@@ -31,7 +31,9 @@ The candidates are tried in the order of where the incumbent's step spends its t
 more than half of their time, counting the computing its loader workers slow by
 taking its cores, the model's first otherwise; bfloat16 autocast, where the run may
 try it, before either (the largest gain measured on a CPU that computes it); a
-compile always last. Windows are as
+compile always last. Before them all, at each ordering, the fast end
+(:func:`~autotune.tuning._candidates.fast_end`): the changes that paid alone where
+measured, together in one candidate, where two or more of them are left. Windows are as
 long as :attr:`TuneSpec.window_steps` where the run holds them, shorter where its
 epochs or its share are short (:func:`fit_window`), and timed whole, from the
 loader's start (:func:`autotune.pipeline.timed`).
@@ -56,7 +58,8 @@ from torch.utils.data import Sampler
 from autotune.config import TrialConfig, short
 from autotune.env import plural
 from autotune.pipeline import Pipeline, Step, Window, build, timed
-from autotune.tuning._candidates import FIRST, Change, by_bottleneck, candidates, cores_taken
+from autotune.tuning._candidates import FAST_END, FIRST, Change, by_bottleneck, candidates, \
+    cores_taken, fast_end
 from autotune.tuning._checks import PROBES, changes_precision, loss_check, numerics_check, \
     precision_notes
 from autotune.tuning._log import Tried, TuneLog, WindowEvent
@@ -352,7 +355,11 @@ class TunedRun:
         self._ordered = True
         self.log.wait_share, self.log.cores_taken = share, cores_taken(self.pipe.config)
         queue = by_bottleneck([tried.change, *self.queue], share, self.log.cores_taken)
-        self.log.ahead = queue[0].label if (queue[0].knob, queue[0].value) in FIRST else None
+        end = fast_end(self.pipe.config, queue, self.log.cores_taken)
+        if end is not None and end.config.key() not in {t.config.key() for t in self.log.tried}:
+            queue.insert(0, end)
+        self.log.ahead = queue[0].label if (queue[0].knob, queue[0].value) in FIRST or \
+            queue[0].knob == FAST_END else None
         if tried.ratios or queue[0] == tried.change:  # one with pairs goes on first
             self.queue = [change for change in queue if change != tried.change]
             return tried
