@@ -141,3 +141,32 @@ def test_the_run_says_what_it_left_out_of_precision_and_why(monkeypatch):
     assert precision_notes(CONFIG, TuneSpec(precision=True)) == []
     hint = precision_notes(CONFIG, TuneSpec(precision=False))
     assert hint and "--tune-precision" in hint[0] and "1.45x" in hint[0]
+
+
+def test_a_precision_candidate_is_checked_once_however_many_epochs_its_pairs_span(
+        tiny_synthetic, monkeypatch):
+    """The numerics check comes before a candidate's first window, once: one whose
+    pairs go on in the next epochs (its pipeline built again in each) is not checked
+    again, which would cost a check an epoch and, at weights that have moved on,
+    could refuse it after its pairs were paid for."""
+    from autotune.tuning import _run
+
+    checks, builds = [], []
+    real_check, real_build = _run.numerics_check, TunedRun._build
+    monkeypatch.setattr(_run, "numerics_check", lambda *a: checks.append(1) or real_check(*a))
+
+    def build(self, config, *args):
+        builds.append(config.feature_dtype)
+        return real_build(self, config, *args)
+
+    monkeypatch.setattr(TunedRun, "_build", build)
+    queue = [Change.of(CONFIG, "feature_dtype", "bfloat16")]
+    run = TunedRun(CONFIG, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=30,
+                                                    precision=True),
+                   epochs=4, num_classes=4, queue=queue)
+    try:
+        fit(run, tiny_synthetic, TrainSpec(epochs=4))
+    finally:
+        run.close()
+    assert builds.count("bfloat16") >= 2, "its pairs stayed in one epoch: nothing resumed"
+    assert len(checks) == 1, f"checked {len(checks)} times over {builds.count('bfloat16')} builds"

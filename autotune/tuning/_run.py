@@ -302,8 +302,11 @@ class TunedRun:
 
     def _check_numerics(self, tried: Tried, candidate: Pipeline) -> None:
         """Refuses a precision candidate whose gradients differ from the incumbent's
-        (:func:`numerics_check`): its verdict says why, and it trains no window."""
-        if changes_precision(self.pipe.config, tried.config):
+        (:func:`numerics_check`): its verdict says why, and it trains no window. Once,
+        before its first window: one resumed in a later epoch with its pairs passed
+        it then (checked again, at weights that have moved on, it could be refused
+        after its pairs were paid for, and each epoch would pay for a check)."""
+        if changes_precision(self.pipe.config, tried.config) and not tried.ratios:
             why = numerics_check(self.pipe, candidate, self._probes)
             if why:
                 tried.verdict, tried.reason = "refused", f"numerics check: {why}"
