@@ -436,15 +436,25 @@ def _online_partial() -> list[tuple[str, str, str, str]]:
     o = _load("online-tuned-oracle")
     if not o:
         return []
-    tuned, oracle = o["time"]["tuned"], o["time"]["oracle"]
-    tried = ", ".join(f"{t['change']} {t['verdict']}" for t in tuned["tuning"]["tried"]
-                      if t["verdict"] != "not tried")
-    return [("online.py --oracle", f"`train --tune` over the oracle's config (from online.json's "
-             f"grid) only, side by side (synthetic scale {o['scale']}, {o['epochs']} epochs; "
-             f"{_machine(o)})",
-             f"{tuned['wall_s']:.0f} / {oracle['wall_s']:.0f} s = {o['tuned_over_oracle']:.2f}; "
-             f"waited {100 * tuned['tuning']['wait_share']:.0f}% for batches; tried {tried}",
-             f"<= 1.15: {_verdict(o['meets']['tuned_over_oracle'])}")]
+    rows = []
+    for way in ("tuned", "tuned_precision"):
+        if way not in o["time"]:  # --oracle-precision not given
+            continue
+        tuned, oracle = o["time"][way], o["time"][way.replace("tuned", "oracle")]
+        name = f"{way}_over_{way.replace('tuned', 'oracle')}"
+        tried = ", ".join(f"{t['change']} {t['verdict']}" for t in tuned["tuning"]["tried"]
+                          if t["verdict"] != "not tried")
+        flags = "--tune" + (" --tune-precision" if way == "tuned_precision" else "")
+        walls = " and ".join(f"{a:.0f} / {b:.0f} s" for a, b in
+                             zip(tuned.get("walls_s", [tuned["wall_s"]]),
+                                 oracle.get("walls_s", [oracle["wall_s"]])))
+        rows.append(("online.py --oracle", f"`train {flags}` over the oracle's config (from "
+                     f"online.json's grid) only, side by side (synthetic scale {o['scale']}, "
+                     f"{o['epochs']} epochs, {o.get('runs', 1)} run(s) a way; {_machine(o)})",
+                     f"{walls}: median {o[name]:.2f}; waited "
+                     f"{100 * tuned['tuning']['wait_share']:.0f}% for batches; tried {tried}",
+                     f"<= 1.15: {_verdict(o['meets'][name])}"))
+    return rows
 
 
 def _online_full() -> list[tuple[str, str, str, str]]:
