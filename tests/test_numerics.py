@@ -78,13 +78,10 @@ def test_a_tuned_run_refuses_a_precision_candidate_that_fails_the_check(tiny_syn
 
     monkeypatch.setattr(Pipeline, "gradients", off)
     lines = []
-    run = TunedRun(CONFIG, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=4,
-                                                    precision=True),
-                   epochs=2, num_classes=4, queue=queue, on_line=lines.append)
-    try:
+    with TunedRun(CONFIG, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=4,
+                                                   precision=True),
+                  epochs=2, num_classes=4, queue=queue, on_line=lines.append) as run:
         fit(run, tiny_synthetic, TrainSpec(epochs=2))
-    finally:
-        run.close()
     tried = run.log.tried[0]
     assert tried.verdict == "refused" and tried.steps == 0, tried
     assert tried.reason.startswith("numerics check: gradient size off"), tried.reason
@@ -113,13 +110,10 @@ def test_a_faster_precision_candidate_whose_loss_rises_beyond_the_noise_is_refus
         return loss
 
     monkeypatch.setattr(Pipeline, "train_step", step)
-    run = TunedRun(CONFIG, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=6,
-                                                    precision=True),
-                   epochs=3, num_classes=4, queue=queue)
-    try:
+    with TunedRun(CONFIG, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=6,
+                                                   precision=True),
+                  epochs=3, num_classes=4, queue=queue) as run:
         fit(run, tiny_synthetic, TrainSpec(epochs=3))
-    finally:
-        run.close()
     tried = run.log.tried[0]
     assert len(tried.losses) == len(tried.ratios) >= 2, tried
     if inflated:
@@ -161,12 +155,9 @@ def test_a_precision_candidate_is_checked_once_however_many_epochs_its_pairs_spa
 
     monkeypatch.setattr(TunedRun, "_build", build)
     queue = [Change.of(CONFIG, "feature_dtype", "bfloat16")]
-    run = TunedRun(CONFIG, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=30,
-                                                    precision=True),
-                   epochs=4, num_classes=4, queue=queue)
-    try:
+    with TunedRun(CONFIG, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=30,
+                                                   precision=True),
+                  epochs=4, num_classes=4, queue=queue) as run:
         fit(run, tiny_synthetic, TrainSpec(epochs=4))
-    finally:
-        run.close()
     assert builds.count("bfloat16") >= 2, "its pairs stayed in one epoch: nothing resumed"
     assert len(checks) == 1, f"checked {len(checks)} times over {builds.count('bfloat16')} builds"

@@ -109,12 +109,9 @@ def test_a_tuned_run_settles_on_the_faster_config_its_space_holds(tiny_synthetic
     and with 12 a CI run there drew 0.70x among 1.1x-1.8x, undecided after 12.)"""
     config = START.replace(batch_size=16)
     queue = [Change.of(config, "num_workers", 0)]
-    run = TunedRun(config, tiny_synthetic, TuneSpec(share=1.0, window_steps=16, pairs=20),
-                   epochs=20, num_classes=4, queue=queue)
-    try:
+    with TunedRun(config, tiny_synthetic, TuneSpec(share=1.0, window_steps=16, pairs=20),
+                  epochs=20, num_classes=4, queue=queue) as run:
         out = fit(run, tiny_synthetic, TrainSpec(epochs=20))
-    finally:
-        run.close()
     tried = run.log.tried[0]
     assert tried.verdict == "kept", (tried.ratios, tried.verdict)
     assert tried.ratio > 1 and run.pipe.config.num_workers == 0
@@ -216,12 +213,9 @@ def test_a_run_on_2_cores_tries_its_fast_end_first(tiny_synthetic, monkeypatch):
 
     two = Topology(cpus=(0, 1), cores=((0,), (1,)), nodes=((0, 1),))
     monkeypatch.setattr(_candidates, "this_machine", lambda: two)
-    run = TunedRun(START, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=4),
-                   epochs=1, num_classes=4)
-    try:
+    with TunedRun(START, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=4),
+                  epochs=1, num_classes=4) as run:
         fit(run, tiny_synthetic, TrainSpec(epochs=1))
-    finally:
-        run.close()
     first = run.log.tried[0]
     assert first.knob == "fast-end", [t.label for t in run.log.tried]
     assert first.config == START.replace(num_workers=0, aggregation="sparse")
@@ -252,12 +246,9 @@ def test_a_run_tries_first_the_knobs_of_what_its_step_waits_on(tiny_synthetic, m
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(target, name, slowed)
-    run = TunedRun(START, tiny_synthetic, TuneSpec(share=1.0, window_steps=8, pairs=1),
-                   epochs=1, num_classes=4)
-    try:
+    with TunedRun(START, tiny_synthetic, TuneSpec(share=1.0, window_steps=8, pairs=1),
+                  epochs=1, num_classes=4) as run:
         fit(run, tiny_synthetic, TrainSpec(epochs=1))
-    finally:
-        run.close()
     # far from the tiny model's own share (about half: a worker's hand-over of a
     # batch costs as much as its step), so a slowdown that missed would fail here
     share = run.log.wait_share

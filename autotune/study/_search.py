@@ -421,7 +421,8 @@ class Search:
         done = list(StudyRecord.from_study(study).priors)
         if not opts.priors or study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return
-        best = rec.fastest_fitting(rec.records(study), opts.budget_mib)
+        records = rec.records(study)
+        best = rec.fastest_fitting(records, opts.budget_mib)
         gpu_wins = best is not None and best.config is not None and best.config.gpu_sampling
         machine = machine_facts(opts.device)
         for name, config in prior_configs(self.baseline, opts.space, machine):
@@ -433,7 +434,7 @@ class Search:
             config = fast_end(best.config, opts.space, machine)
             # every trial's config, those queued or just reserved included (their key
             # is stored when measured): two workers never queue the same fast end
-            taken = {r.config.key() for r in rec.records(study) if r.config is not None}
+            taken = {r.config.key() for r in records if r.config is not None}
             if config.key() not in taken and in_space(config, opts.space):
                 self.queue(params_for(config, opts.space), role="prior", prior=FAST_END)
 
@@ -535,7 +536,8 @@ class Search:
             budget_mib=opts.budget_mib))
         if not opts.racing or baseline:
             return self.busy_spec(spec)
-        best = rec.fastest_fitting(rec.records(study), opts.budget_mib)
+        records = rec.records(study)
+        best = rec.fastest_fitting(records, opts.budget_mib)
         return self.busy_spec(dataclasses.replace(spec, screen=Screen(
             precision=max(opts.screen_precision, opts.measure.precision), front=front,
             budget_mib=opts.budget_mib, best=best.throughput if best is not None else None)))

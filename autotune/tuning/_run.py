@@ -359,7 +359,7 @@ class TunedRun:
         self.log.wait_share, self.log.cores_taken = share, cores_taken(self.pipe.config)
         queue = by_bottleneck([tried.change, *self.queue], share, self.log.cores_taken)
         end = fast_end(self.pipe.config, queue, self.log.cores_taken)
-        if end is not None and end.config.key() not in {t.config.key() for t in self.log.tried}:
+        if end is not None and end.config.key() not in self._tried_keys():
             queue.insert(0, end)
         self.log.ahead = queue[0].label if (queue[0].knob, queue[0].value) in FIRST or \
             queue[0].knob == FAST_END else None
@@ -471,13 +471,17 @@ class TunedRun:
 
     def _adopt(self, candidate: Pipeline) -> None:
         """``candidate`` becomes the incumbent; the queue is remade around it."""
-        tried = {t.config.key() for t in self.log.tried} | {self.pipe.config.key()}
+        tried = self._tried_keys()
         self.pipe.close()
         self.pipe = candidate
         self.log.final = candidate.config
         self.queue = [change for change in candidates(candidate.config, self.spec)
                       if change.config.key() not in tried]
         self._ordered = False  # ordered again at the new incumbent's first window
+
+    def _tried_keys(self) -> set[str]:
+        """The configs this run has trained: its incumbent's and every candidate's."""
+        return {t.config.key() for t in self.log.tried} | {self.pipe.config.key()}
 
     def _settle(self, epoch: int) -> None:
         self.log.settled_step, self.log.settled_epoch = self.steps, epoch
