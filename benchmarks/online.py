@@ -33,6 +33,11 @@ lie. Targets at the top of the JSON: ``tuned_over_oracle`` and
 
     python benchmarks/online.py --out benchmarks/results/online.json
 
+A second kind of CPU is checked one run a way into a file of its own (``--runs 1``
+is refused for online.json itself):
+
+    python benchmarks/online.py --runs 1 --out benchmarks/results/online-avx2.json
+
 ``--accuracy-only`` runs the Cora part again into ``--out``'s JSON (its time left
 as it was), and says when.
 
@@ -326,8 +331,9 @@ def main() -> None:
     p.add_argument("--accuracy-only", action="store_true",
                    help="run only the Cora part again, into --out's existing JSON")
     args = p.parse_args()
-    if args.runs < 2 and not args.oracle:
-        p.error("--runs must be 2 or more: a way run once has no spread")
+    if args.runs < 2 and not args.oracle and args.out == OUT:
+        p.error("online.json's ways run 2 times or more (--runs): a way run once has no "
+                "spread; a one-run check of another CPU names its own --out")
     work = Path(args.workdir) / f"online-{time.strftime('%Y%m%d-%H%M%S')}"
     base = default_config("cpu")
     if args.accuracy_only:
@@ -356,8 +362,9 @@ def main() -> None:
                      args.grid_seconds, args.precision_top, args.runs)
     report = {"benchmark": "online", "device": "cpu", "native_bf16": native_bf16(),
               "ratios": ratios(timed["ways"]),
-              "precision": f"median of {args.runs} runs a way, each ratio's range the worst "
-                           "and best pairing of the runs; no interval beyond that"}
+              "precision": (f"median of {args.runs} runs a way, each ratio's range the worst "
+                            "and best pairing of the runs; no interval beyond that"
+                            if args.runs > 1 else "one run a way: no spread, no interval")}
     report["meets"] = {name: r["meets"] for name, r in report["ratios"].items()}
     report.update(dataset=stats, prepare_s=prepare_s, scale=args.scale, epochs=args.epochs,
                   budget=args.budget, runs=args.runs, baseline=base.to_dict(), time=timed)
