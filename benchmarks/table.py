@@ -429,7 +429,7 @@ def _guard() -> list[tuple[str, str, str, str]]:
 
 
 def _online() -> list[tuple[str, str, str, str]]:
-    return _online_full() + _online_partial()
+    return _online_full("online") + _online_full("online-avx2") + _online_partial()
 
 
 def _online_partial() -> list[tuple[str, str, str, str]]:
@@ -457,8 +457,9 @@ def _online_partial() -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def _online_full() -> list[tuple[str, str, str, str]]:
-    o = _load("online")
+def _online_full(name: str) -> list[tuple[str, str, str, str]]:
+    """online.py's six ways: online.json, or a second kind of CPU's one-run file."""
+    o = _load(name)
     if not o:
         return []
     if "ratios" not in o:  # written before the six ways
@@ -476,7 +477,10 @@ def _online_full() -> list[tuple[str, str, str, str]]:
     verdicts = "; ".join(f"{name} <= {r['target']}: {_verdict(r['meets'])}"
                          for name, r in o["ratios"].items())
     meets = o["meets"]
-    return [("online.py", f"one training six ways (synthetic scale {o['scale']}, {o['epochs']} "
+    notes = o["time"]["runs"][0]["tuned_precision"]["tuning"]["notes"]
+    if not o.get("native_bf16") and notes:  # what the precision run says it left out
+        acc += f"; `--tune-precision` said: {notes[0]}"
+    return [(f"online.py ({name}.json)", f"one training six ways (synthetic scale {o['scale']}, {o['epochs']} "
              f"epochs, `search --budget {o['budget']}`), each an `autotune` command timed to "
              f"its end, {o['runs']} runs a way (median, spread max over min; {_machine(o)})",
              f"{walls}; {figures}{acc}",

@@ -137,15 +137,16 @@ def test_the_run_says_what_it_left_out_of_precision_and_why(monkeypatch):
     assert hint and "--tune-precision" in hint[0] and "1.45x" in hint[0]
 
 
-def test_a_precision_candidate_is_checked_once_however_many_epochs_its_pairs_span(
+def test_a_precision_candidate_is_checked_and_built_once_however_many_epochs_its_pairs_span(
         tiny_synthetic, monkeypatch):
     """The numerics check comes before a candidate's first window, once: one whose
-    pairs go on in the next epochs (its pipeline built again in each) is not checked
-    again, which would cost a check an epoch and, at weights that have moved on,
-    could refuse it after its pairs were paid for."""
+    pairs go on in the next epochs is not checked again, which would cost a check an
+    epoch and, at weights that have moved on, could refuse it after its pairs were
+    paid for. Its pipeline is kept across the epoch's end, not built again (a build
+    an epoch), and ended with the run."""
     from autotune.tuning import _run
 
-    checks, builds = [], []
+    checks, builds, epochs = [], [], set()
     real_check, real_build = _run.numerics_check, TunedRun._build
     monkeypatch.setattr(_run, "numerics_check", lambda *a: checks.append(1) or real_check(*a))
 
@@ -157,7 +158,10 @@ def test_a_precision_candidate_is_checked_once_however_many_epochs_its_pairs_spa
     queue = [Change.of(CONFIG, "feature_dtype", "bfloat16")]
     with TunedRun(CONFIG, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=30,
                                                    precision=True),
-                  epochs=4, num_classes=4, queue=queue) as run:
+                  epochs=4, num_classes=4, queue=queue,
+                  on_window=lambda event, log: event.change and epochs.add(event.epoch)) as run:
         fit(run, tiny_synthetic, TrainSpec(epochs=4))
-    assert builds.count("bfloat16") >= 2, "its pairs stayed in one epoch: nothing resumed"
-    assert len(checks) == 1, f"checked {len(checks)} times over {builds.count('bfloat16')} builds"
+    assert len(epochs) >= 2, f"its windows stayed in epoch {epochs}: nothing resumed"
+    assert len(checks) == 1, f"checked {len(checks)} times over {len(epochs)} epochs"
+    assert builds.count("bfloat16") == 1, f"built {builds.count('bfloat16')} times"
+    assert run._candidate is None, "the kept candidate's pipeline outlived the run"
