@@ -480,9 +480,10 @@ def _online_full(name: str) -> list[tuple[str, str, str, str]]:
     notes = o["time"]["runs"][0]["tuned_precision"]["tuning"]["notes"]
     if not o.get("native_bf16") and notes:  # what the precision run says it left out
         acc += f"; `--tune-precision` said: {notes[0]}"
-    return [(f"online.py ({name}.json)", f"one training six ways (synthetic scale {o['scale']}, {o['epochs']} "
-             f"epochs, `search --budget {o['budget']}`), each an `autotune` command timed to "
-             f"its end, {o['runs']} runs a way (median, spread max over min; {_machine(o)})",
+    return [(f"online.py ({name}.json)",
+             f"one training six ways (synthetic scale {o['scale']}, {o['epochs']} epochs, "
+             f"`search --budget {o['budget']}`), each an `autotune` command timed to its end, "
+             f"{o['runs']} run(s) a way (median, spread max over min; {_machine(o)})",
              f"{walls}; {figures}{acc}",
              f"{verdicts}; accuracy within: " + (_verdict(meets["accuracy_within_spread"])
                                                  if "accuracy_within_spread" in meets
