@@ -536,8 +536,7 @@ class Search:
             budget_mib=opts.budget_mib))
         if not opts.racing or baseline:
             return self.busy_spec(spec)
-        records = rec.records(study)
-        best = rec.fastest_fitting(records, opts.budget_mib)
+        best = rec.fastest_fitting(rec.records(study), opts.budget_mib)
         return self.busy_spec(dataclasses.replace(spec, screen=Screen(
             precision=max(opts.screen_precision, opts.measure.precision), front=front,
             budget_mib=opts.budget_mib, best=best.throughput if best is not None else None)))

@@ -285,9 +285,9 @@ class TunedRun:
     def _candidate_for(self, tried: Tried) -> Pipeline:
         """``tried``'s pipeline, around the incumbent's model and optimizer: the one
         the last epoch's end cut short, where ``tried`` is that candidate resumed (kept
-        open across the epoch's end: a build casts and caches its features again,
-        ~0.7 s on Reddit at scale 0.1, in every epoch its pairs go on in), else a new
-        one (and a kept one of another candidate is closed)."""
+        open across the epoch's end: a build casts and caches its features again, in
+        every epoch its pairs go on in), else a new one (and a kept one of another
+        candidate is closed)."""
         if self._candidate is not None and self._candidate.config == tried.config:
             return self._candidate
         self._close_candidate()
