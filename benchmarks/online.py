@@ -13,9 +13,9 @@ spreads over all of them):
 - ``oracle``: the fastest config of a grid over the knobs ``--tune`` tries, trained
   from the first step;
 - ``oracle_precision``: the fastest of that grid and of its precision variants (the
-  AMP and feature dtypes ``--tune-precision`` tries on this machine: bfloat16
-  autocast only where the CPU computes it natively) of its ``--precision-top``
-  fastest configs, trained from the first step.
+  AMP and feature dtypes and the dropout masks ``--tune-precision`` tries on this
+  machine: bfloat16 autocast only where the CPU computes it natively) of its
+  ``--precision-top`` fastest configs, trained from the first step.
 
 The grid is measured once, first (``autotune trial`` per config), and its time is
 not counted: no run can know the oracle in advance. Each way's figure is the median
@@ -146,13 +146,16 @@ def trained(blob: dict, wall: float, **extra) -> dict:
 
 
 def precision_variants(config: TrialConfig) -> list[TrialConfig]:
-    """``config`` with each AMP and feature dtype ``--tune-precision`` tries here
-    (bfloat16 autocast only on a CPU that computes it natively), each valid here."""
+    """``config`` with each AMP and feature dtype and dropout masks ``--tune-precision``
+    tries here (bfloat16 autocast only on a CPU that computes it natively), each
+    valid here."""
     amp = ("float32", "bfloat16") if native_bf16() else ("float32",)
     out = []
-    for amp_dtype, feature_dtype in itertools.product(amp, ("float32", "bfloat16")):
+    for amp_dtype, feature_dtype, masks in itertools.product(
+            amp, ("float32", "bfloat16"), ("bernoulli", "bits")):
         try:
-            variant = config.replace(amp_dtype=amp_dtype, feature_dtype=feature_dtype)
+            variant = config.replace(amp_dtype=amp_dtype, feature_dtype=feature_dtype,
+                                     dropout_masks=masks)
             check_config(variant)
         except AutotuneError:
             continue

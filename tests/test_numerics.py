@@ -41,13 +41,33 @@ def test_the_same_numerics_pass_and_bfloat16_features_pass(pipes):
     assert numerics_check(incumbent, candidate(feature_dtype="bfloat16"), probes) == ""
 
 
+def test_bit_dropout_masks_are_checked_under_the_incumbents_masks(pipes):
+    """Bit dropout masks draw other masks by the same law: a candidate that changes
+    them (with bfloat16 features) is checked on its arithmetic, its probes drawing
+    the incumbent's masks, and passes; under its own masks its gradients differ (so
+    a check that let them would refuse every such candidate). Pipelines sharing one
+    model each train with their own masks."""
+    from autotune.pipeline._models import DROPOUT
+
+    incumbent, candidate, probes = pipes
+    bits = candidate(dropout_masks="bits", feature_dtype="bfloat16")
+    assert numerics_check(incumbent, bits, probes) == ""
+    ours, theirs = incumbent.gradients(probes[0], seed=1), bits.gradients(probes[0], seed=1)
+    assert float(torch.nn.functional.cosine_similarity(ours, theirs, dim=0)) < 0.99
+    model = incumbent.eager_model
+    assert bits.eager_model is model and incumbent.own_masks
+    for pipe, drop in ((bits, DROPOUT["bits"]), (incumbent, DROPOUT["bernoulli"])):
+        with pipe.activate():
+            assert model.drop is drop
+
+
 def test_a_candidate_whose_gradients_differ_is_refused_with_why(pipes, monkeypatch):
     incumbent, candidate, probes = pipes
     broken = candidate(feature_dtype="bfloat16")
     real = broken.gradients
 
-    def turned(batch, seed=0):  # its gradient turned a quarter of the way round
-        g = real(batch, seed)
+    def turned(batch, seed=0, masks=None):  # its gradient turned a quarter of the way round
+        g = real(batch, seed, masks)
         noise = torch.randn(g.shape, generator=torch.Generator().manual_seed(seed))
         noise = noise / noise.norm() * g.norm()
         return 0.7 * g + 0.7 * noise
@@ -55,11 +75,12 @@ def test_a_candidate_whose_gradients_differ_is_refused_with_why(pipes, monkeypat
     monkeypatch.setattr(broken, "gradients", turned)
     why = numerics_check(incumbent, broken, probes)
     assert why.startswith("gradient direction off on probe batch 1: cosine")
-    monkeypatch.setattr(broken, "gradients", lambda batch, seed=0: 1.2 * real(batch, seed))
+    monkeypatch.setattr(broken, "gradients",
+                        lambda batch, seed=0, masks=None: 1.2 * real(batch, seed, masks))
     assert numerics_check(incumbent, broken, probes).startswith(
         "gradient size off on probe batch 1: 1.200x")
     monkeypatch.setattr(broken, "gradients",
-                        lambda batch, seed=0: real(batch, seed) * float("nan"))
+                        lambda batch, seed=0, masks=None: real(batch, seed, masks) * float("nan"))
     assert numerics_check(incumbent, broken, probes).startswith("non-finite gradients")
     assert numerics_check(incumbent, broken, []) == "no probe batch trained yet"
 
@@ -72,8 +93,8 @@ def test_a_tuned_run_refuses_a_precision_candidate_that_fails_the_check(tiny_syn
     queue = [Change.of(CONFIG, "feature_dtype", "bfloat16")]
     real = Pipeline.gradients
 
-    def off(self, batch, seed=0):
-        g = real(self, batch, seed)
+    def off(self, batch, seed=0, masks=None):
+        g = real(self, batch, seed, masks)
         return g * (1.5 if self.config.feature_dtype == "bfloat16" else 1.0)
 
     monkeypatch.setattr(Pipeline, "gradients", off)

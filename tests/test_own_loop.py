@@ -153,7 +153,8 @@ def test_a_loop_that_never_calls_the_edges_hook_leaves_aggregation_unused_and_is
     start = TrialConfig(batch_size=32, num_neighbors=(5, 5), num_workers=0,
                         sampling_backend="builtin")
     queue = [Change.of(start, "aggregation", "sparse")]
-    monkeypatch.setattr(_run, "candidates", lambda config, spec, topology=None: list(queue))
+    monkeypatch.setattr(_run, "candidates",
+                        lambda config, spec, topology=None, masks=True: list(queue))
     torch.manual_seed(0)
     conv = SAGEConv(tiny_synthetic.num_features, 4)
     optimizer = torch.optim.Adam(conv.parameters(), lr=0.01)

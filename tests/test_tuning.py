@@ -58,7 +58,7 @@ def test_a_tuned_run_trains_every_seed_once_an_epoch_and_outlives_a_failing_cand
              Change.of(START, "aggregation", "sparse"), Change.of(START, "num_workers", 0)]
     # a kept candidate remakes the queue around itself: here, with nothing more to try,
     # so that the run settles within its 3 epochs whichever candidate the timings keep
-    monkeypatch.setattr(_run, "candidates", lambda config, spec, topology=None: [])
+    monkeypatch.setattr(_run, "candidates", lambda config, spec, topology=None, masks=True: [])
     lines: list[str] = []
     run = TunedRun(START, tiny_synthetic, TuneSpec(share=1.0, window_steps=3, pairs=2),
                    epochs=3, num_classes=4, on_line=lines.append, queue=queue)
@@ -141,6 +141,16 @@ def test_candidates_change_one_learning_neutral_knob_each():
     assert not any(c.config.amp_dtype != START.amp_dtype for c in changes)
     precise = candidates(START, TuneSpec(precision=True), two)
     assert any(c.knob == "feature_dtype" and c.value == "bfloat16" for c in precise)
+    # bit dropout masks: with precision, of a built-in model the run's own step
+    # trains (masks), eager
+    assert [c.label for c in precise if c.knob == "dropout_masks"] == [
+        "dropout_masks bernoulli -> bits"]
+    assert not any(c.knob == "dropout_masks" for c in changes)
+    assert not any(c.knob == "dropout_masks" for c in
+                   candidates(START, TuneSpec(precision=True), two, masks=False))
+    assert not any(c.knob == "dropout_masks" for c in
+                   candidates(START.replace(compile_mode="default"),
+                              TuneSpec(precision=True), two))
     # compile modes: on a GPU, or where asked; then last, and shapes once compiled
     assert not any(c.knob == "compile_mode" for c in changes), "not on a CPU by default"
     compiled = candidates(START, TuneSpec(compile=True), two)
@@ -151,6 +161,18 @@ def test_candidates_change_one_learning_neutral_knob_each():
     auto = START.replace(sampling_backend="auto")
     assert not [c for c in candidates(auto, TuneSpec(), two) if c.knob == "sampling_backend"
                 and _candidates._resolved(c.value) == _candidates._resolved("auto")]
+
+
+def test_dropout_masks_are_tried_only_where_the_runs_own_step_trains_a_built_in_model(
+        tiny_synthetic):
+    """A user's own step (TunedLoop's: it counts its calls of the aggregation's hook)
+    calls the user's model, whose dropout the run cannot set: no masks candidate."""
+    start, spec = START.replace(num_workers=0), TuneSpec(precision=True)
+    for own_step in (True, False):
+        with TunedRun(start, tiny_synthetic, spec, epochs=1, num_classes=4,
+                      counts_edges=not own_step) as run:
+            knobs = {change.knob for change in run.queue}
+        assert ("dropout_masks" in knobs) == own_step, knobs
 
 
 def test_candidates_go_in_the_order_of_the_side_the_step_spends_its_time_on(monkeypatch):
@@ -193,11 +215,13 @@ def test_the_fast_end_candidate_makes_together_what_paid_alone(monkeypatch):
     precise = candidates(START, TuneSpec(precision=True), two)
     end = _candidates.fast_end(START, precise, cores_taken=1.0)
     assert end.knob == "fast-end"
-    assert end.value == {"num_workers": 0, "amp_dtype": "bfloat16", "aggregation": "sparse"}
+    assert end.value == {"num_workers": 0, "amp_dtype": "bfloat16", "aggregation": "sparse",
+                         "dropout_masks": "bits"}
     assert end.config == START.replace(**end.value)
     assert end.label.startswith("fast end: ") and "num_workers 2 -> 0" in end.label
     assert _candidates.fast_end(START, precise, 2 / 16).value == {
-        "amp_dtype": "bfloat16", "aggregation": "sparse"}, "2 workers of 16 cores stay"
+        "amp_dtype": "bfloat16", "aggregation": "sparse", "dropout_masks": "bits"}, \
+        "2 workers of 16 cores stay"
     plain = candidates(START, TuneSpec(), two)
     assert _candidates.fast_end(START, plain, 1.0).value == {"num_workers": 0,
                                                              "aggregation": "sparse"}
@@ -389,7 +413,8 @@ def test_a_users_own_loop_trains_every_seed_once_on_its_optimizer_through_a_fail
 
     start = START.replace(num_workers=0)
     queue = [Change.of(start, "aggregation", "sparse"), Change.of(start, "num_workers", 1)]
-    monkeypatch.setattr(_run, "candidates", lambda config, spec, topology=None: list(queue))
+    monkeypatch.setattr(_run, "candidates",
+                        lambda config, spec, topology=None, masks=True: list(queue))
     torch.manual_seed(0)
     model = _EdgeIndexOnly(tiny_synthetic.num_features, 4)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -503,7 +528,7 @@ def test_a_tuned_run_learns_as_an_untuned_one_within_other_seeds_spread(cora_roo
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
     changes = {"aggregation": "sparse", "num_workers": 1}
 
-    def left(config: TrialConfig, spec, topology=None) -> list:
+    def left(config: TrialConfig, spec, topology=None, masks=True) -> list:
         """After a keep, the queue is remade around the new incumbent: the changes it
         does not hold yet (so both are tried whichever the machine keeps)."""
         return [Change.of(config, knob, value) for knob, value in changes.items()

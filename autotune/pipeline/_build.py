@@ -56,6 +56,7 @@ from autotune.config import TrialConfig
 from autotune.env import check_cores, format_bytes
 from autotune.errors import ConfigError, DeviceMemoryError
 from autotune.pipeline._allocator import hold_heap
+from autotune.pipeline._models import mask_holders, set_masks
 from autotune.pipeline._tasks import task_for
 from autotune.sampling import LookaheadNodeLoader, chain, gather_rows, make_sampler, resolve_backend
 
@@ -421,6 +422,12 @@ class Pipeline:
         return torch.autocast(device_type=self.device.type, dtype=getattr(torch, dtype),
                               enabled=dtype != "float32")
 
+    @property
+    def own_masks(self) -> bool:
+        """Whether its model's dropout masks are the built-in models' (set as its
+        config's ``dropout_masks`` says), not a user's model's own."""
+        return bool(mask_holders(self.eager_model))
+
     def edges(self, batch):
         """What the conv layers aggregate over: ``edge_index`` (``aggregation: scatter``)
         or a CSR ``adj_t`` built from it (``sparse``)."""
@@ -441,12 +448,15 @@ class Pipeline:
         self.scaler.update()
         return loss.detach()
 
-    def gradients(self, batch, seed: int = 0) -> Tensor:
+    def gradients(self, batch, seed: int = 0, masks: str | None = None) -> Tensor:
         """The loss's gradient on ``batch`` with respect to the model's parameters,
         flattened in float32, under this config's autocast and feature dtype (the
         batch's features rounded to it, as its loader stores them), with the random
-        state (dropout masks) seeded by ``seed``; no optimisation step, and the
-        parameters' ``.grad`` untouched: the numerics check's probe."""
+        state seeded by ``seed`` and dropout drawing its masks as ``masks`` says (None:
+        as this config's ``dropout_masks``), so that two pipelines' probes share their
+        masks; no optimisation step, and the parameters' ``.grad`` untouched: the
+        numerics check's probe."""
+        set_masks(self.eager_model, masks or self.config.dropout_masks)
         params = [p for p in self.model.parameters() if p.requires_grad]
         batch = batch.clone()
         if not self.config.gpu_sampling:
@@ -489,6 +499,7 @@ class Pipeline:
         (:func:`autotune.pipeline._allocator.hold_heap`), so that a window's early steps run
         as a long training's later ones do."""
         hold_heap()
+        set_masks(self.eager_model, self.config.dropout_masks)  # a model shared by pipelines
         restore_cores, restore_threads = os.sched_getaffinity(0), torch.get_num_threads()
         compute = self.config.compute_cores
         try:

@@ -37,6 +37,19 @@ def bits_dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
 DROPOUT = {"bernoulli": F.dropout, "bits": bits_dropout}  # by TrialConfig.dropout_masks
 
 
+def set_masks(model: nn.Module, masks: str) -> None:
+    """Sets how the built-in models inside ``model`` draw their dropout masks
+    (``masks``: a ``TrialConfig.dropout_masks``), where pipelines of other configs
+    share one model (a run that tunes itself); a user's model draws its own."""
+    for gnn in mask_holders(model):
+        gnn.drop = DROPOUT[masks]
+
+
+def mask_holders(model: nn.Module) -> list[GNN]:
+    """The built-in models inside ``model``, whose dropout masks :func:`set_masks` sets."""
+    return [module for module in model.modules() if isinstance(module, GNN)]
+
+
 class GNN(nn.Module):
     """A stack of conv layers with ReLU and dropout between them, as in PyG's
     examples/reddit.py. Subclasses say which conv each layer is; ``masks`` how

@@ -16,11 +16,14 @@ from autotune.tuning._spec import TuneSpec
 
 # The knobs a run may change: the same batches of the same seeds through the same
 # model and optimizer (a compiled model wraps the same module; padding adds isolated
-# zero-feature nodes, which leave the loss and gradients exact). Dropout masks and
-# checkpointing change the model itself, which a run keeps: they are not tried.
+# zero-feature nodes, which leave the loss and gradients exact). Checkpointing changes
+# the model itself, which a run keeps: it is not tried.
 NEUTRAL_KNOBS = ("num_workers", "affinity", "sampling_backend", "aggregation",
                  "compile_mode", "shapes")
-PRECISION_KNOBS = ("amp_dtype", "feature_dtype")  # with TuneSpec.precision only
+DTYPE_KNOBS = ("amp_dtype", "feature_dtype")  # the arithmetic: the numerics check's
+# With TuneSpec.precision only: the dtypes, and how the built-in model's dropout draws
+# its masks (the same law, other random draws: a step's numbers change, not its model)
+PRECISION_KNOBS = (*DTYPE_KNOBS, "dropout_masks")
 LOADER_KNOBS = ("num_workers", "affinity", "sampling_backend")  # where batches are made
 # tried before either side's knobs, where the run may try it: bfloat16 autocast, the
 # largest single-knob gain benchmarks/knobs.py measured on a CPU that computes it
@@ -28,12 +31,13 @@ LOADER_KNOBS = ("num_workers", "affinity", "sampling_backend")  # where batches 
 FIRST = (("amp_dtype", "bfloat16"),)
 COMPILE_KNOBS = ("compile_mode", "shapes")  # tried last: the dearest
 # The one-knob changes that paid alone where they were measured on a CPU (the search's
-# prior table, docs/benchmarks.md): bfloat16 autocast where the run may try it, the
-# sparse aggregation, and no loader workers where the incumbent's take the cores its
-# step computes on. The fast-end candidate makes those of them the queue holds at
-# once, first (:func:`fast_end`): the corner one verdict a knob reaches only after
-# several, each paid for in windows of the slower incumbent.
-FAST_END_CHANGES = (("amp_dtype", "bfloat16"), ("aggregation", "sparse"))
+# prior table, docs/benchmarks.md): bfloat16 autocast and bit dropout masks where the
+# run may try them, the sparse aggregation, and no loader workers where the
+# incumbent's take the cores its step computes on. The fast-end candidate makes those
+# of them the queue holds at once, first (:func:`fast_end`): the corner one verdict a
+# knob reaches only after several, each paid for in windows of the slower incumbent.
+FAST_END_CHANGES = (("amp_dtype", "bfloat16"), ("aggregation", "sparse"),
+                    ("dropout_masks", "bits"))
 FAST_END = "fast-end"
 
 
@@ -55,13 +59,15 @@ class Change:
         label = f"{knob} -> {value}" if fields else f"{knob} {getattr(config, knob)} -> {value}"
         return cls(knob, value, config.replace(**(fields or {knob: value})), label)
 
-def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = None
-               ) -> list[Change]:
+def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = None,
+               masks: bool = True) -> list[Change]:
     """The one-knob changes of ``config`` a run tries, in order, each a valid config:
     loader workers (0, 1, 2 and all cores but one), the cores' affinity (each
     strategy the machine can build, with workers), the sampling backend, the
     aggregation (an eager model), with ``spec.precision`` the AMP dtype (bfloat16 on
-    a GPU or a CPU that computes it natively) and the feature dtype, and last, as
+    a GPU or a CPU that computes it natively), the feature dtype and, with ``masks``
+    (the run trains a built-in model in its own step), an eager model's dropout
+    masks, and last, as
     ``spec.compile`` says, the compile mode (reduce-overhead on a GPU only) and,
     compiled, the shapes."""
     topology = this_machine() if topology is None else topology
@@ -87,6 +93,8 @@ def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = 
         bf16 = ("bfloat16",) if config.device == "cuda" or native_bf16() else ()
         changes += [("amp_dtype", d, {}) for d in ("float32", *bf16)]
         changes += [("feature_dtype", d, {}) for d in ("float32", "bfloat16")]
+        if masks and config.compile_mode == "none":
+            changes += [("dropout_masks", m, {}) for m in ("bernoulli", "bits")]
     out, seen = [], {config.key()}
     for knob, value, fields in changes:
         try:

@@ -46,15 +46,19 @@ def precision_notes(config: TrialConfig, spec: TuneSpec) -> list[str]:
     return []
 
 
-def changes_precision(incumbent: TrialConfig, candidate: TrialConfig) -> bool:
-    """Whether ``candidate`` differs from ``incumbent`` in a knob of precision."""
-    return any(getattr(incumbent, k) != getattr(candidate, k) for k in PRECISION_KNOBS)
+def changes_precision(incumbent: TrialConfig, candidate: TrialConfig,
+                      knobs: tuple[str, ...] = PRECISION_KNOBS) -> bool:
+    """Whether ``candidate`` differs from ``incumbent`` in a knob of precision (of
+    ``knobs``: :data:`DTYPE_KNOBS`, the arithmetic's, that the numerics check checks)."""
+    return any(getattr(incumbent, k) != getattr(candidate, k) for k in knobs)
 
 
 def numerics_check(incumbent: Pipeline, candidate: Pipeline, probes: list) -> str:
     """Why ``candidate``'s numerics differ from ``incumbent``'s too much to train on
     ("" where they do not): on each probe batch, the two gradients of the same
-    parameters (:meth:`Pipeline.gradients`) must point the same way (cosine at least
+    parameters (:meth:`Pipeline.gradients`, their dropout masks the incumbent's: a
+    change of the masks' draws is a change of the random numbers, not of the
+    arithmetic) must point the same way (cosine at least
     :data:`GRAD_COSINE`) and be as large (norms within :data:`GRAD_NORM`). A probe that
     cannot run (a model the task's loss cannot call) fails it: precision is kept only
     where it was checked."""
@@ -62,7 +66,9 @@ def numerics_check(incumbent: Pipeline, candidate: Pipeline, probes: list) -> st
         return "no probe batch trained yet"
     for k, batch in enumerate(probes, start=1):
         try:
-            ours, theirs = incumbent.gradients(batch, seed=k), candidate.gradients(batch, seed=k)
+            masks = incumbent.config.dropout_masks
+            ours, theirs = incumbent.gradients(batch, seed=k), \
+                candidate.gradients(batch, seed=k, masks=masks)
         except Exception as exc:  # the user's model or loss: the check could not run
             return f"its probe could not run ({type(exc).__name__}: {exc})"[:200]
         if not bool(torch.isfinite(theirs).all()):

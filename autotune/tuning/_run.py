@@ -58,8 +58,8 @@ from torch.utils.data import Sampler
 from autotune.config import TrialConfig, short
 from autotune.env import plural
 from autotune.pipeline import Pipeline, Step, Window, build, timed
-from autotune.tuning._candidates import FAST_END, FIRST, Change, by_bottleneck, candidates, \
-    cores_taken, fast_end
+from autotune.tuning._candidates import DTYPE_KNOBS, FAST_END, FIRST, Change, by_bottleneck, \
+    candidates, cores_taken, fast_end
 from autotune.tuning._checks import PROBES, changes_precision, loss_check, numerics_check, \
     precision_notes
 from autotune.tuning._log import Tried, TuneLog, WindowEvent
@@ -127,7 +127,10 @@ class TunedRun:
         epoch_steps = -(-self.seeds // config.batch_size)
         self.planned_steps = epochs * epoch_steps
         self.explore_steps_left = spec.share * self.planned_steps
-        self.queue = candidates(config, spec) if queue is None else list(queue)
+        # dropout masks are tried where the run's own step trains a built-in model
+        # (TunedLoop's caller calls its own)
+        self.masks = not counts_edges and self.pipe.own_masks
+        self.queue = candidates(config, spec, masks=self.masks) if queue is None else list(queue)
         self._ordered = queue is not None  # a queue given is tried in its order
         windows = self._fit(epochs, epoch_steps)
         self.compile_s = spec.compile_s  # planned, until this run measures one
@@ -324,7 +327,7 @@ class TunedRun:
         before its first window: one resumed in a later epoch with its pairs passed
         it then (checked again, at weights that have moved on, it could be refused
         after its pairs were paid for, and each epoch would pay for a check)."""
-        if changes_precision(self.pipe.config, tried.config) and not tried.ratios:
+        if changes_precision(self.pipe.config, tried.config, DTYPE_KNOBS) and not tried.ratios:
             why = numerics_check(self.pipe, candidate, self._probes)
             if why:
                 tried.verdict, tried.reason = "refused", f"numerics check: {why}"
@@ -493,7 +496,8 @@ class TunedRun:
         self.pipe.close()
         self.pipe = candidate
         self.log.final = candidate.config
-        self.queue = [change for change in candidates(candidate.config, self.spec)
+        self.queue = [change for change in candidates(candidate.config, self.spec,
+                                                      masks=self.masks)
                       if change.config.key() not in tried]
         self._ordered = False  # ordered again at the new incumbent's first window
 
