@@ -110,6 +110,28 @@ def test_a_tuned_run_refuses_a_precision_candidate_that_fails_the_check(tiny_syn
     assert run.pipe.config.feature_dtype == "float32"
 
 
+def test_a_candidate_back_to_float32_is_not_checked_against_a_lower_precision(
+        tiny_synthetic, monkeypatch):
+    """float32 is what the checks compare against: a candidate that returns to it
+    from bfloat16 features trains its windows, however far the bfloat16 incumbent's
+    own gradients are off (a check of it would refuse it: the test above)."""
+    start = CONFIG.replace(feature_dtype="bfloat16")
+    queue = [Change.of(start, "feature_dtype", "float32")]
+    real = Pipeline.gradients
+
+    def off(self, batch, seed=0, masks=None):
+        g = real(self, batch, seed, masks)
+        return g * (1.5 if self.config.feature_dtype == "bfloat16" else 1.0)
+
+    monkeypatch.setattr(Pipeline, "gradients", off)
+    with TunedRun(start, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=4,
+                                                  precision=True),
+                  epochs=2, num_classes=4, queue=queue) as run:
+        fit(run, tiny_synthetic, TrainSpec(epochs=2))
+    tried = run.log.tried[0]
+    assert tried.steps > 0 and tried.verdict != "refused", tried
+
+
 @pytest.mark.parametrize("inflated", [False, True])
 def test_a_faster_precision_candidate_whose_loss_rises_beyond_the_noise_is_refused(
         tiny_synthetic, monkeypatch, inflated):

@@ -459,8 +459,9 @@ def _add_train_parser(sub) -> None:
                             "lose against the config it started on, the steps it would have "
                             "trained beyond them in their time (default 10%%)")
     train.add_argument("--tune-precision", action="store_true",
-                       help="with --tune: try the AMP and feature dtypes too (they change "
-                            "the arithmetic, not the batches)")
+                       help="with --tune: try the AMP and feature dtypes and the built-in "
+                            "model's bit dropout masks too (they change the numbers a step "
+                            "computes, not the batches or the model)")
     train.add_argument("--tune-compile", action="store_true",
                        help="with --tune: try compile modes on a CPU too (on a GPU they are "
                             "tried anyway), each where its compile pays back in the run")

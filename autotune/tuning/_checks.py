@@ -46,11 +46,18 @@ def precision_notes(config: TrialConfig, spec: TuneSpec) -> list[str]:
     return []
 
 
-def changes_precision(incumbent: TrialConfig, candidate: TrialConfig,
-                      knobs: tuple[str, ...] = PRECISION_KNOBS) -> bool:
-    """Whether ``candidate`` differs from ``incumbent`` in a knob of precision (of
-    ``knobs``: :data:`DTYPE_KNOBS`, the arithmetic's, that the numerics check checks)."""
-    return any(getattr(incumbent, k) != getattr(candidate, k) for k in knobs)
+# the numerics every check compares against: float32, and torch's own dropout masks
+REFERENCE = {"amp_dtype": "float32", "feature_dtype": "float32", "dropout_masks": "bernoulli"}
+
+
+def departs(incumbent: TrialConfig, candidate: TrialConfig,
+            knobs: tuple[str, ...] = PRECISION_KNOBS) -> bool:
+    """Whether ``candidate`` moves a knob of precision (of ``knobs``: :data:`DTYPE_KNOBS`,
+    the arithmetic's, which the numerics check checks) away from the incumbent's to
+    another than :data:`REFERENCE`'s: a candidate that goes back to float32 (or to
+    torch's masks) needs no check (float32 is what a check compares against)."""
+    return any(getattr(candidate, k) not in (getattr(incumbent, k), REFERENCE[k])
+               for k in knobs)
 
 
 def numerics_check(incumbent: Pipeline, candidate: Pipeline, probes: list) -> str:

@@ -24,7 +24,8 @@ class TunedLoop:
     compiled model where the config compiles) under ``autocast()`` on
     ``edges(batch)``. Meanwhile the loop tries the knobs that leave what is learnt
     unchanged (loader workers, core affinity, sampling backend, sparse aggregation; the
-    AMP and feature dtypes with ``TuneSpec(precision=True)``), each candidate's window
+    AMP and feature dtypes with ``TuneSpec(precision=True)``, not the dropout masks:
+    the caller's model draws its own), each candidate's window
     paired with the incumbent's around it, and settles within ``tune.share`` of the
     ``epochs`` planned. ``model`` and ``optimizer`` are the caller's and stay so: every
     candidate trains them. A candidate whose batch or step raises is recorded and

@@ -60,7 +60,7 @@ from autotune.env import plural
 from autotune.pipeline import Pipeline, Step, Window, build, timed
 from autotune.tuning._candidates import DTYPE_KNOBS, FAST_END, FIRST, Change, by_bottleneck, \
     candidates, cores_taken, fast_end
-from autotune.tuning._checks import PROBES, changes_precision, loss_check, numerics_check, \
+from autotune.tuning._checks import PROBES, departs, loss_check, numerics_check, \
     precision_notes
 from autotune.tuning._log import Tried, TuneLog, WindowEvent
 from autotune.tuning._spec import SCREEN_PAIRS, TuneSpec, fit_window
@@ -322,12 +322,13 @@ class TunedRun:
         return window
 
     def _check_numerics(self, tried: Tried, candidate: Pipeline) -> None:
-        """Refuses a precision candidate whose gradients differ from the incumbent's
-        (:func:`numerics_check`): its verdict says why, and it trains no window. Once,
+        """Refuses a candidate that lowers a dtype (:func:`departs`) whose gradients
+        differ from the incumbent's (:func:`numerics_check`): its verdict says why, and
+        it trains no window. Once,
         before its first window: one resumed in a later epoch with its pairs passed
         it then (checked again, at weights that have moved on, it could be refused
         after its pairs were paid for, and each epoch would pay for a check)."""
-        if changes_precision(self.pipe.config, tried.config, DTYPE_KNOBS) and not tried.ratios:
+        if departs(self.pipe.config, tried.config, DTYPE_KNOBS) and not tried.ratios:
             why = numerics_check(self.pipe, candidate, self._probes)
             if why:
                 tried.verdict, tried.reason = "refused", f"numerics check: {why}"
@@ -478,7 +479,7 @@ class TunedRun:
             return "dropped", f"under {self.spec.screen:g}x in its first {SCREEN_PAIRS} pairs"
         margin = f"±{100 * self.spec.min_gain:g}%"
         if decision.verdict == "faster":
-            why = loss_check(tried.losses) if changes_precision(self.pipe.config, tried.config) \
+            why = loss_check(tried.losses) if departs(self.pipe.config, tried.config) \
                 else ""
             return ("refused", f"loss check: {why}") if why else ("kept", "")
         if decision.verdict == "not faster":
