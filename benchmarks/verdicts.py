@@ -22,6 +22,9 @@ that runs of slow or fast windows stay together) and multiplies each by the gain
 The rules replayed, each as the code ran it:
 - engine: :class:`autotune.compare.Comparison` (margin 2%, 4 to 32 pairs, as the
   in-run tuner asks), looked at after every pair, "detects" where it says faster;
+- tuner: the in-run tuner's whole rule: its screen on the first two pairs
+  (:func:`autotune.tuning._spec.screened`: dropped under 0.8x each, kept over 1.25x
+  each), then the engine;
 - tuner-range: the in-run tuner's old rule: the mean of 2-3 ratios less half their
   range above 1.02 (first pair under 0.8 dropped);
 - confirm-median: the confirmation's old rule: the median of 3 rounds' ratios with
@@ -195,6 +198,15 @@ def engine(ratios: list[float]) -> tuple[bool, int]:
     return False, len(ratios)
 
 
+def tuner(ratios: list[float]) -> tuple[bool, int]:
+    from autotune.tuning._spec import SCREEN_PAIRS, TuneSpec, screened
+
+    screen = screened(ratios[:SCREEN_PAIRS], TuneSpec().screen)
+    if screen:
+        return screen == "kept", SCREEN_PAIRS
+    return engine(ratios)
+
+
 def tuner_range(ratios: list[float], pairs: int = 3, min_gain: float = 0.02,
                 screen: float = 0.8) -> tuple[bool, int]:
     seen: list[float] = []
@@ -230,7 +242,7 @@ def t_every_pair(ratios: list[float], first: int = 3, most: int = 32) -> tuple[b
     return False, most
 
 
-RULES = {"engine": engine, "tuner-range": tuner_range, "confirm-median": confirm_median,
+RULES = {"engine": engine, "tuner": tuner, "tuner-range": tuner_range, "confirm-median": confirm_median,
          "t-every-pair": t_every_pair}
 
 

@@ -97,8 +97,9 @@ def test_looked_at_after_every_pair_a_1_00x_change_is_called_faster_under_5_perc
 def test_recorded_window_noise_keeps_a_1_08x_candidate_and_not_a_1_00x_one():
     """Replays of real A/A window pairs recorded on a 2-core EPYC (an in-run tuner's
     windows, benchmarks/verdicts.py --record), with a gain injected: drawn in blocks
-    of 4 pairs from random places, the engine keeps a 1.08x candidate in at least 90%
-    of 500 runs of up to 32 pairs (the tuner's) and a 1.00x one in at most 5%."""
+    of 4 pairs from random places, the tuner's rule (its screen on the first two
+    pairs, then the engine) keeps a 1.08x candidate in at least 90% of 500 runs of up
+    to 32 pairs (the tuner's) and a 1.00x one in at most 5%."""
     series = json.loads((FIXTURES / "window-ratios.json").read_text())
     rng = random.Random(59)
     for s in series:
@@ -113,9 +114,31 @@ def test_recorded_window_noise_keeps_a_1_08x_candidate_and_not_a_1_00x_one():
                     start = rng.randrange(len(logs))
                     drawn += [logs[(start + i) % len(logs)] - centre for i in range(4)]
                 ratios = [math.exp(x) * gain for x in drawn]
-                kept += sequential(ratios, Rule(max_pairs=32))[0] == "faster"
+                kept += tuner(ratios) == "faster"
             rates[gain] = kept / 500
         assert rates[1.08] >= 0.90 and rates[1.00] <= 0.05, (s["config"], rates)
+
+
+def tuner(ratios):
+    """The in-run tuner's whole rule: its screen on the first pairs, then the engine."""
+    from autotune.tuning._spec import SCREEN_PAIRS, TuneSpec, screened
+
+    screen = screened(ratios[:SCREEN_PAIRS], TuneSpec().screen)
+    return {"kept": "faster", "dropped": "not faster"}[screen] if screen else \
+        sequential(ratios, Rule(max_pairs=32))[0]
+
+
+def test_the_tuners_screen_drops_and_keeps_on_two_clear_pairs_only():
+    """Each of the first two pairs under 0.8x: dropped; each over 1.25x: kept (the
+    recorded replays above run through it); anything else, or another count of
+    pairs, is left to the comparison."""
+    from autotune.tuning._spec import screened
+
+    assert screened([0.7, 0.75], 0.8) == "dropped"
+    assert screened([1.3, 3.0], 0.8) == "kept"
+    for ratios in ([0.7, 0.9], [1.3, 1.2], [1.0, 1.0], [1.3], [1.3, 1.3, 1.3]):
+        assert screened(ratios, 0.8) == "", ratios
+    assert screened([0.1, 0.1], 0.0) == screened([9.0, 9.0], 0.0) == ""
 
 
 def _figure(trial: int, ratios: list[float]):

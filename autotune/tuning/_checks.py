@@ -39,7 +39,7 @@ def precision_notes(config: TrialConfig, spec: TuneSpec) -> list[str]:
     if spec.precision and not native:
         return ["precision: bfloat16 autocast not tried: this CPU has neither avx512_bf16 "
                 "nor AMX, and computes bfloat16 by emulation, slower than float32 "
-                "(docs/knobs.md); the feature dtype is tried"]
+                "(docs/knobs.md); the feature dtype and dropout masks are tried"]
     if not spec.precision and native and config.amp_dtype == "float32":
         return ["precision: not tried (it changes the numerics: --tune-precision, or "
                 f"TuneSpec(precision=True), asks for it); {PRECISION_GAIN}"]

@@ -63,7 +63,7 @@ from autotune.tuning._candidates import DTYPE_KNOBS, FAST_END, FIRST, Change, by
 from autotune.tuning._checks import PROBES, departs, loss_check, numerics_check, \
     precision_notes
 from autotune.tuning._log import Tried, TuneLog, WindowEvent
-from autotune.tuning._spec import SCREEN_PAIRS, TuneSpec, fit_window
+from autotune.tuning._spec import SCREEN_PAIRS, TuneSpec, fit_window, screened
 
 
 class SeedOrder(Sampler):
@@ -466,22 +466,25 @@ class TunedRun:
         return tried
 
     def _verdict(self, tried: Tried) -> tuple[str, str]:
-        """The verdict on ``tried``'s pairs and why ("" while it needs more): dropped
-        where each of its first :data:`SCREEN_PAIRS` pairs is under ``spec.screen`` (one
-        pair alone can be its new pipeline's first, or a disturbed one); else the comparison's
+        """The verdict on ``tried``'s pairs and why ("" while it needs more): the
+        screen's on its first :data:`SCREEN_PAIRS` pairs (:func:`screened`: dropped
+        under ``spec.screen`` each, kept over its inverse each); else the comparison's
         (:attr:`TuneSpec.rule`, its pairs at most :attr:`max_pairs`): kept where
         faster, slower where known to be under 1, no faster where known to be under
         1 + ``spec.min_gain`` or tied within it, and no faster once :attr:`max_pairs`
         pairs have not decided it."""
         decision = tried.compare(dataclasses.replace(self.spec.rule,
                                                      max_pairs=self.max_pairs))
-        if decision.pairs == SCREEN_PAIRS and max(tried.ratios) < self.spec.screen:
+        screen = screened(tried.ratios, self.spec.screen)
+        if screen == "dropped":
             return "dropped", f"under {self.spec.screen:g}x in its first {SCREEN_PAIRS} pairs"
         margin = f"±{100 * self.spec.min_gain:g}%"
-        if decision.verdict == "faster":
+        if decision.verdict == "faster" or screen == "kept":
             why = loss_check(tried.losses) if departs(self.pipe.config, tried.config) \
                 else ""
-            return ("refused", f"loss check: {why}") if why else ("kept", "")
+            return ("refused", f"loss check: {why}") if why else \
+                ("kept", "" if decision.verdict == "faster" else
+                 f"over {1 / self.spec.screen:.3g}x in its first {SCREEN_PAIRS} pairs")
         if decision.verdict == "not faster":
             return ("slower", "") if decision.high < 1 else \
                 ("no faster", f"under the {margin} margin")

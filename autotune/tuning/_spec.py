@@ -16,7 +16,8 @@ class TuneSpec:
     where the run's epochs or its share are short, :func:`fit_window`); ``pairs``: the
     most pairs a candidate gets (it stops sooner where its verdict is clear, and no
     verdict comes before ``min_pairs``); ``screen``: a candidate under this times
-    the incumbent in each of its first two pairs is dropped; ``min_gain``: the comparison's
+    the incumbent in each of its first two pairs is dropped, one over its inverse in
+    each kept (:func:`screened`); ``min_gain``: the comparison's
     margin: a speed-up known to lie within it of 1 is a tie, not worth a new
     pipeline, and one known to lie under 1 + this is no faster; ``precision``: the AMP and feature dtypes, and a built-in
     model's bit dropout masks, may be tried too (they change the numbers a step
@@ -60,7 +61,21 @@ class TuneSpec:
 
 
 MIN_WINDOW = 3  # a window's first step waits for its loader's start: three steps or more
-SCREEN_PAIRS = 2  # a candidate under TuneSpec.screen in each of its first pairs is dropped
+SCREEN_PAIRS = 2  # a candidate's first pairs, which the screen reads (screened)
+
+
+def screened(ratios: list[float], screen: float) -> str:
+    """The screen's verdict on a candidate's first :data:`SCREEN_PAIRS` pairs' ratios
+    (before the comparison's least pairs): ``dropped`` where each is under
+    ``screen``, ``kept`` where each is over ``1 / screen`` (a gain no run of noise
+    makes twice: benchmarks/verdicts.py replays recorded pairs through it), else ""
+    (the comparison decides). One pair alone can be a new pipeline's first, or a
+    disturbed one; ``screen`` 0 screens nothing."""
+    if len(ratios) != SCREEN_PAIRS or not screen:
+        return ""
+    if max(ratios) < screen:
+        return "dropped"
+    return "kept" if min(ratios) > 1 / screen else ""
 
 
 def fit_window(asked: int, epoch_steps: int, share_steps: float | None = None,
