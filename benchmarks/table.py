@@ -429,11 +429,14 @@ def _guard() -> list[tuple[str, str, str, str]]:
 
 
 def _online() -> list[tuple[str, str, str, str]]:
-    return _online_full("online") + _online_full("online-avx2") + _online_partial()
+    return _online_full("online") + _online_full("online-avx2") + \
+        _online_partial("online-tuned-oracle") + _online_partial("online-long")
 
 
-def _online_partial() -> list[tuple[str, str, str, str]]:
-    o = _load("online-tuned-oracle")
+def _online_partial(name: str) -> list[tuple[str, str, str, str]]:
+    """online.py --oracle's tuned ways beside the oracles: online-tuned-oracle.json,
+    or online-long.json (the same, a longer run)."""
+    o = _load(name)
     if not o:
         return []
     rows = []
@@ -441,19 +444,20 @@ def _online_partial() -> list[tuple[str, str, str, str]]:
         if way not in o["time"]:  # --oracle-precision not given
             continue
         tuned, oracle = o["time"][way], o["time"][way.replace("tuned", "oracle")]
-        name = f"{way}_over_{way.replace('tuned', 'oracle')}"
+        ratio = f"{way}_over_{way.replace('tuned', 'oracle')}"
         tried = ", ".join(f"{t['change']} {t['verdict']}" for t in tuned["tuning"]["tried"]
                           if t["verdict"] != "not tried")
         flags = "--tune" + (" --tune-precision" if way == "tuned_precision" else "")
         walls = " and ".join(f"{a:.0f} / {b:.0f} s" for a, b in
                              zip(tuned.get("walls_s", [tuned["wall_s"]]),
                                  oracle.get("walls_s", [oracle["wall_s"]])))
-        rows.append(("online.py --oracle", f"`train {flags}` over the oracle's config (from "
+        rows.append((f"online.py --oracle ({name}.json)",
+                     f"`train {flags}` over the oracle's config (from "
                      f"online.json's grid) only, side by side (synthetic scale {o['scale']}, "
                      f"{o['epochs']} epochs, {o.get('runs', 1)} run(s) a way; {_machine(o)})",
-                     f"{walls}: median {o[name]:.2f}; waited "
+                     f"{walls}: median {o[ratio]:.2f}; waited "
                      f"{100 * tuned['tuning']['wait_share']:.0f}% for batches; tried {tried}",
-                     f"<= 1.15: {_verdict(o['meets'][name])}"))
+                     f"<= 1.15: {_verdict(o['meets'][ratio])}"))
     return rows
 
 
