@@ -242,7 +242,8 @@ def t_every_pair(ratios: list[float], first: int = 3, most: int = 32) -> tuple[b
     return False, most
 
 
-RULES = {"engine": engine, "tuner": tuner, "tuner-range": tuner_range, "confirm-median": confirm_median,
+RULES = {"engine": engine, "tuner": tuner, "tuner-range": tuner_range,
+         "confirm-median": confirm_median,
          "t-every-pair": t_every_pair}
 
 
