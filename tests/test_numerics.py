@@ -85,12 +85,11 @@ def test_a_candidate_whose_gradients_differ_is_refused_with_why(pipes, monkeypat
     assert numerics_check(incumbent, broken, []) == "no probe batch trained yet"
 
 
-def test_a_tuned_run_refuses_a_precision_candidate_that_fails_the_check(tiny_synthetic,
-                                                                        monkeypatch):
-    """Through the run: the candidate never trains a window, its verdict is refused,
-    and its line says why."""
-
-    queue = [Change.of(CONFIG, "feature_dtype", "bfloat16")]
+def _bfloat16_gradients_off(monkeypatch, data, start: TrialConfig, features: str,
+                            lines: list | None = None) -> TunedRun:
+    """A tuned run from ``start`` of one candidate, its feature dtype ``features``
+    (2 epochs, windows of 4 steps, 4 pairs), where every pipeline with bfloat16
+    features reports gradients 1.5x their true size; the run, ended."""
     real = Pipeline.gradients
 
     def off(self, batch, seed=0, masks=None):
@@ -98,11 +97,21 @@ def test_a_tuned_run_refuses_a_precision_candidate_that_fails_the_check(tiny_syn
         return g * (1.5 if self.config.feature_dtype == "bfloat16" else 1.0)
 
     monkeypatch.setattr(Pipeline, "gradients", off)
+    queue = [Change.of(start, "feature_dtype", features)]
+    with TunedRun(start, data, TuneSpec(share=1.0, window_steps=4, pairs=4, precision=True),
+                  epochs=2, num_classes=4, queue=queue,
+                  on_line=lines.append if lines is not None else None) as run:
+        fit(run, data, TrainSpec(epochs=2))
+    return run
+
+
+def test_a_tuned_run_refuses_a_precision_candidate_that_fails_the_check(tiny_synthetic,
+                                                                        monkeypatch):
+    """Through the run: the candidate never trains a window, its verdict is refused,
+    and its line says why."""
+
     lines = []
-    with TunedRun(CONFIG, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=4,
-                                                   precision=True),
-                  epochs=2, num_classes=4, queue=queue, on_line=lines.append) as run:
-        fit(run, tiny_synthetic, TrainSpec(epochs=2))
+    run = _bfloat16_gradients_off(monkeypatch, tiny_synthetic, CONFIG, "bfloat16", lines)
     tried = run.log.tried[0]
     assert tried.verdict == "refused" and tried.steps == 0, tried
     assert tried.reason.startswith("numerics check: gradient size off"), tried.reason
@@ -116,18 +125,7 @@ def test_a_candidate_back_to_float32_is_not_checked_against_a_lower_precision(
     from bfloat16 features trains its windows, however far the bfloat16 incumbent's
     own gradients are off (a check of it would refuse it: the test above)."""
     start = CONFIG.replace(feature_dtype="bfloat16")
-    queue = [Change.of(start, "feature_dtype", "float32")]
-    real = Pipeline.gradients
-
-    def off(self, batch, seed=0, masks=None):
-        g = real(self, batch, seed, masks)
-        return g * (1.5 if self.config.feature_dtype == "bfloat16" else 1.0)
-
-    monkeypatch.setattr(Pipeline, "gradients", off)
-    with TunedRun(start, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=4,
-                                                  precision=True),
-                  epochs=2, num_classes=4, queue=queue) as run:
-        fit(run, tiny_synthetic, TrainSpec(epochs=2))
+    run = _bfloat16_gradients_off(monkeypatch, tiny_synthetic, start, "float32")
     tried = run.log.tried[0]
     assert tried.steps > 0 and tried.verdict != "refused", tried
 

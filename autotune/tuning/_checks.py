@@ -71,9 +71,9 @@ def numerics_check(incumbent: Pipeline, candidate: Pipeline, probes: list) -> st
     where it was checked."""
     if not probes:
         return "no probe batch trained yet"
+    masks = incumbent.config.dropout_masks
     for k, batch in enumerate(probes, start=1):
         try:
-            masks = incumbent.config.dropout_masks
             ours, theirs = incumbent.gradients(batch, seed=k), \
                 candidate.gradients(batch, seed=k, masks=masks)
         except Exception as exc:  # the user's model or loss: the check could not run
