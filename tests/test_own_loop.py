@@ -242,8 +242,12 @@ def test_a_run_of_short_epochs_decides_its_candidates_or_says_before_it_trains(c
     log = _cora_loop(cora_root, 0.30, lines)
     decided = [t for t in log.tried if t.verdict not in ("unfinished", "not tried")]
     assert decided, [(t.label, t.verdict, t.ratios) for t in log.tried]
+    # the comparison's verdicts take 4 pairs at least; the screen's keep, two clear ones
+    screen_kept = [t for t in decided if t.verdict == "kept" and t.reason.startswith("over ")]
+    assert all(len(t.ratios) == 2 and min(t.ratios) > 1.25 for t in screen_kept), screen_kept
     assert all(len(t.ratios) >= 4 for t in decided if t.verdict in ("kept", "no faster",
-                                                                     "slower")), decided
+                                                                     "slower")
+               and t not in screen_kept), decided
     assert not any("too short" in note for note in log.notes), log.notes
     lines = []
     log = _cora_loop(cora_root, 0.02, lines)
