@@ -19,6 +19,11 @@ SCREEN_PRECISION = 0.10  # racing: a new config is measured to this precision fi
 # A config is confirmed when its paired speed-up's 95% half-width after the
 # confirmation's rounds is within this (--confirm-precision)
 CONFIRM_PRECISION = 0.10
+# A search's window runs this long at most (its --max-seconds; a lone trial's is
+# MeasureSpec's): the same config measured again in another process differs by more
+# than a longer window's precision buys, and the front's configs are decided by the
+# confirmation's pairs (docs/measurement.md, "Comparisons that hold up across drift")
+SEARCH_WINDOW_S = 20.0
 DEFAULT_TIMEOUT_S = 900.0  # a trial is killed after this long
 HEARTBEAT_S = 10  # Optuna's heartbeat interval for a running trial
 GRACE_S = 60  # a trial whose heartbeat is older than this is failed as stale
@@ -147,6 +152,11 @@ class MeasureSpec:
     guard: GuardRun | None = None  # the accuracy guard's training after the window
     max_busy: float = dataclasses.field(default_factory=lambda: max_busy_default())
     busy_retries: int = BUSY_RETRIES
+
+    @classmethod
+    def for_search(cls, **fields: Any) -> "MeasureSpec":
+        """A search's defaults: windows of :data:`SEARCH_WINDOW_S` at most."""
+        return cls(**{"max_window_s": SEARCH_WINDOW_S, **fields})
 
     def __post_init__(self) -> None:
         for name in ("warmup_steps", "min_steps", "settle_steps", "max_warmup_steps"):

@@ -66,7 +66,8 @@ def test_two_workers_share_the_budget_and_never_measure_at_once(tmp_path, pg_url
 
 
 def _running_trial(url, name, pid, deadline_s=180):
-    """Waits until worker ``pid`` is measuring a trial (its trial process is alive)."""
+    """Waits until worker ``pid`` is measuring a trial: its config chosen (a trial read
+    between its ask and its suggest has no params yet) and its trial process alive."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         try:
@@ -75,7 +76,8 @@ def _running_trial(url, name, pid, deadline_s=180):
             time.sleep(0.5)
             continue
         for t in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
-            if t.user_attrs.get("worker", {}).get("pid") == pid and psutil.Process(pid).children():
+            if t.user_attrs.get("worker", {}).get("pid") == pid and "config_key" in t.user_attrs \
+                    and psutil.Process(pid).children():
                 return t
         time.sleep(0.5)
     raise AssertionError("the worker never started measuring a trial")
@@ -221,3 +223,21 @@ def test_an_orphan_trial_is_failed_and_requeued_and_frees_its_slot(tmp_path):
     queued = [t for t in study.trials if t.state.name == "WAITING"]
     assert [t.user_attrs["retry_of"] for t in queued] == [orphan.number]
     assert fail_orphans(study, grace_s=2) == []
+
+
+def test_a_queued_trial_stopped_before_its_suggest_is_requeued_with_its_params(tmp_path):
+    """A worker killed between asking a queued trial and suggesting from it leaves a
+    trial without params: its config is still the queue's (Optuna's fixed params)."""
+    from autotune.study._records import DIRECTIONS, enqueue
+    from autotune.study._recovery import requeue_once
+
+    study = optuna.create_study(study_name="q", storage=f"sqlite:///{tmp_path / 'q.db'}",
+                                directions=DIRECTIONS)
+    enqueue(study, {"batch_size": 512}, role="prior", prior=1)
+    stopped = study.ask()
+    assert study.trials[stopped.number].params == {}, "asked, nothing suggested yet"
+    study.tell(stopped, state=optuna.trial.TrialState.FAIL)
+    requeue_once(study, study.trials[stopped.number])
+    queued = [t for t in study.trials if t.state.name == "WAITING"]
+    assert [t.user_attrs["retry_of"] for t in queued] == [stopped.number]
+    assert queued[0].system_attrs["fixed_params"] == {"batch_size": 512}

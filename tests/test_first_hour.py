@@ -81,6 +81,23 @@ def test_a_wrong_keyword_names_the_right_one(given, use):
         assert use in str(err.value)
 
 
+def test_a_search_s_windows_are_shorter_than_a_lone_trial_s(tmp_path):
+    """A search's windows stop at SEARCH_WINDOW_S (the confirmation's pairs decide its
+    front); a lone trial's at MeasureSpec's: from the CLI and the Python API alike,
+    and --max-seconds given wins."""
+    from autotune.cli._flags import build_parser
+    from autotune.specs import SEARCH_WINDOW_S, MeasureSpec
+
+    assert SEARCH_WINDOW_S < MeasureSpec.max_window_s
+    parser = build_parser()
+    assert parser.parse_args(["search"]).max_seconds == SEARCH_WINDOW_S
+    assert parser.parse_args(["search", "--max-seconds", "45"]).max_seconds == 45
+    assert parser.parse_args(["trial"]).max_seconds == MeasureSpec.max_window_s
+    plan = autotune.prepare_search(dataset="synthetic", scale=0.004, space="quick",
+                                   root=str(tmp_path / "d"), studies_dir=tmp_path / "s")
+    assert plan.options.measure.max_window_s == SEARCH_WINDOW_S
+
+
 def test_a_study_resumes_from_another_folder_and_names_what_differs(tmp_path, monkeypatch):
     """A study's dataset identity holds what defines the data: not the root (a
     relative --root is another folder elsewhere), and a refusal names the field."""

@@ -20,6 +20,7 @@ from autotune.specs import (
     MAX_BUSY_ENV,
     POSITIVE_INT,
     POSITIVE_NUMBER,
+    SEARCH_WINDOW_S,
     SHARE,
     STUDIES_DIR,
     SWITCH,
@@ -291,7 +292,8 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
                         "trial that hits it ran partly eager and is flagged so")
 
 
-def _add_measure_flags(p: argparse.ArgumentParser, timeout_flag: str = "--timeout") -> None:
+def _add_measure_flags(p: argparse.ArgumentParser, timeout_flag: str = "--timeout",
+                       max_seconds: float = MeasureSpec.max_window_s) -> None:
     """How each trial is measured and bounded; ``search`` names the trial timeout
     ``--trial-timeout``, since its ``--timeout`` bounds the whole study."""
     m = MeasureSpec
@@ -308,10 +310,10 @@ def _add_measure_flags(p: argparse.ArgumentParser, timeout_flag: str = "--timeou
     p.add_argument("--warmup-time", type=_warmup_time, default=m.min_warmup_s,
                    help="warm-up seconds at least, e.g. 2s or 0 (up to "
                         f"{m.max_warmup_steps} steps; default: {m.min_warmup_s:g}s)")
-    p.add_argument("--max-seconds", type=_duration, default=m.max_window_s,
+    p.add_argument("--max-seconds", type=_duration, default=max_seconds,
                    help="end the timed window after this long even if --precision is not "
                         "reached (the trial is flagged imprecise), e.g. 90s or 2m "
-                        f"(default: {m.max_window_s:g}s)")
+                        f"(default: {max_seconds:g}s)")
     p.add_argument("--max-busy", type=_share, default=None,
                    help="measure a window again (up to "
                         f"{m.busy_retries} times, then flag it disturbed) when other "
@@ -506,5 +508,5 @@ def _add_search_parser(sub) -> None:
     _add_model_flags(search)
     _add_guard_flags(search)
     _add_study_flags(search)
-    _add_measure_flags(search, timeout_flag="--trial-timeout")
+    _add_measure_flags(search, timeout_flag="--trial-timeout", max_seconds=SEARCH_WINDOW_S)
     _add_format(search)

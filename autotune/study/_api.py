@@ -436,7 +436,7 @@ def _measure(measure: MeasureSpec | None, precision: float | str | None,
     it is not the default, then the space's stated precision."""
     import dataclasses
 
-    measure = measure or MeasureSpec()
+    measure = measure or MeasureSpec.for_search()
     if precision is not None:
         try:
             return dataclasses.replace(measure, precision=parse_fraction(precision))

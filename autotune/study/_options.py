@@ -160,7 +160,7 @@ class SearchOptions:
     study_name: str
     device: str = "cpu"
     studies_dir: Path = Path(STUDIES_DIR)
-    measure: MeasureSpec = field(default_factory=MeasureSpec)
+    measure: MeasureSpec = field(default_factory=MeasureSpec.for_search)
     limits: TrialLimits = field(default_factory=TrialLimits)
     guard: GuardOptions = field(default_factory=GuardOptions)
 

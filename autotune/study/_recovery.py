@@ -77,11 +77,13 @@ def _fail_and_requeue(study: optuna.Study, trials: list[FrozenTrial],
 
 def requeue_once(study: optuna.Study, t: FrozenTrial) -> None:
     """Queues the config of a trial that never finished, unless it was itself a retry
-    (or never had a config: the baseline's is its own, without params)."""
-    if rec.is_retry(t) or not (t.params or rec.is_baseline(t)):
+    (or never had a config: the baseline's is its own, without params). A queued trial
+    stopped before it suggested its params still holds them as Optuna's fixed params."""
+    params = t.params or t.system_attrs.get("fixed_params") or {}
+    if rec.is_retry(t) or not (params or rec.is_baseline(t)):
         return
     r = rec.TrialRecord.from_frozen(t)  # the baseline or a prior row stays one
-    rec.enqueue(study, t.params, retry_of=t.number, role=r.role, prior=r.prior,
+    rec.enqueue(study, params, retry_of=t.number, role=r.role, prior=r.prior,
                 outside_space=r.outside_space, config=r.config)
 
 
