@@ -238,12 +238,16 @@ def test_a_run_on_2_cores_tries_its_fast_end_first(tiny_synthetic, monkeypatch):
 
     two = Topology(cpus=(0, 1), cores=((0,), (1,)), nodes=((0, 1),))
     monkeypatch.setattr(_candidates, "this_machine", lambda: two)
+    events = []
     with TunedRun(START, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=4),
-                  epochs=1, num_classes=4) as run:
+                  epochs=1, num_classes=4, on_window=lambda e, log: events.append(e)) as run:
         fit(run, tiny_synthetic, TrainSpec(epochs=1))
     first = run.log.tried[0]
     assert first.knob == "fast-end", [t.label for t in run.log.tried]
     assert first.config == START.replace(num_workers=0, aggregation="sparse")
+    # it goes first in any order: the incumbent's window before it is not the ordering
+    # one, which runs on past the 2 x 2 batches its workers have in flight
+    assert (events[0].change, events[0].steps) == (None, run.window_steps), events[0]
 
 
 @pytest.mark.exclusive  # shares of time: a test beside it slows the step (2 threads, 1 core)
@@ -738,3 +742,72 @@ def test_a_tuned_runs_rate_is_its_winners_seeds_over_their_seconds():
     old = [{k: v for k, v in w.items() if k != "seconds"} for w in windows]
     assert final_rate(old, win) == pytest.approx(70.0)
     assert final_rate(windows[2:3], win) is None
+
+
+def test_a_workers_candidate_starts_them_in_a_window_outside_its_pairs(tiny_synthetic):
+    """A candidate whose loader starts worker processes (persistent: a run pays their
+    start once) trains a first window outside its pairs, and its start is measured
+    from it, as a compile's warm-up is."""
+    start = START.replace(num_workers=0)
+    lines: list[str] = []
+    spec = TuneSpec(share=1.0, window_steps=3, pairs=2, min_gain=0.5)
+    run = TunedRun(start, tiny_synthetic, spec, epochs=3, num_classes=4, on_line=lines.append,
+                   queue=[Change.of(start, "num_workers", 1)])
+    try:
+        for epoch in (1, 2, 3):
+            _one_epoch(run, epoch, None)
+    finally:
+        run.close()
+    tried, = run.log.tried
+    assert tried.ratios and tried.start_s is not None and tried.compile_s is None, tried
+    assert tried.steps == spec.window_steps * (len(tried.ratios) + 1), "a warm-up, unpaired"
+    assert any("its workers started in" in line for line in lines), lines
+    assert run.log.to_dict()["tried"][0]["start_s"] == tried.start_s
+
+
+def test_workers_are_tried_where_their_start_pays_back_at_the_most_they_gain(
+        tiny_synthetic, monkeypatch):
+    """Where the incumbent has no workers, a candidate with some gains at most the
+    step's wait spread over the cores (workers_gain): tried where its start pays back
+    at that in what is left of the run, "not tried" where not, and not weighed before
+    the wait is measured."""
+    from autotune.topology import Topology
+    from autotune.tuning import Tried
+
+    two = Topology(cpus=(0, 1), cores=((0,), (1,)), nodes=((0, 1),))
+    monkeypatch.setattr(_candidates, "this_machine", lambda: two)
+    assert _candidates.workers_gain(0.16) == pytest.approx(1 / 0.92)
+    assert _candidates.workers_gain(0.0) == 1.0
+    start = START.replace(num_workers=0)
+    one = Change.of(start, "num_workers", 1)
+    with TunedRun(start, tiny_synthetic, TuneSpec(start_s=2.0), epochs=100, num_classes=4,
+                  queue=[one]) as run:
+        rate = 32 * run.planned_steps / 40.0  # the run's seeds in 40 s
+        assert run._pays_back(Tried(one), rate), "the wait not measured: tried"
+        run.log.wait_share = 0.16  # at best 1.087x: 3.2 s of the 40 s saved
+        assert run._pays_back(Tried(one), rate)
+        short = Tried(one)
+        assert not run._pays_back(short, rate * 2), "1.6 s of 20 s saved: not tried"
+        assert short.verdict == "not tried" and short.reason.startswith(
+            "its workers' start of about 2.0 s would not pay back"), short.reason
+        fewer = Change.of(START, "num_workers", 1)  # the incumbent's workers: not weighed
+        run.pipe.config = START
+        assert run._pays_back(Tried(fewer), rate / 100)
+
+
+def test_more_workers_than_a_loser_added_are_not_tried_where_the_step_waits_little():
+    """A candidate that added loader workers and was not kept rules out still more of
+    them where the incumbent's step is the model's (it waits little for its batches);
+    not where it waits most of its time, nor for another knob's loser."""
+    start = START.replace(num_workers=0)
+    w1, w2, w3 = (Change.of(start, "num_workers", w) for w in (1, 2, 3))
+    sparse = Change.of(start, "aggregation", "sparse")
+    queue = [w2, sparse, w3]
+    assert _candidates.beyond_a_loser(w1, start, queue, 0.15) == [w2, w3]
+    assert _candidates.beyond_a_loser(w2, start, queue, 0.15) == [w3]
+    assert _candidates.beyond_a_loser(w1, start, queue, 0.9) == [], "the loader's step"
+    assert _candidates.beyond_a_loser(w1, start, queue, None) == [], "not ordered yet"
+    assert _candidates.beyond_a_loser(sparse, start, queue, 0.15) == []
+    fewer = Change.of(START, "num_workers", 1)  # 2 -> 1 lost: 0 is fewer, not more
+    assert _candidates.beyond_a_loser(fewer, START, [Change.of(START, "num_workers", 0)],
+                                      0.15) == []

@@ -136,6 +136,32 @@ def loader_first(wait_share: float, cores_taken: float = 0.0) -> bool:
     return wait_share + (1 - wait_share) * cores_taken > 0.5
 
 
+def beyond_a_loser(lost: Change, incumbent: TrialConfig, queue: list[Change],
+                   wait_share: float | None, cores_taken: float = 0.0) -> list[Change]:
+    """The changes of ``queue`` that a candidate ``lost`` (not kept) rules out: where
+    it added loader workers to ``incumbent``'s and the incumbent's step is the
+    model's (:func:`loader_first` false at its ``wait_share``), the changes to still
+    more workers. Workers can gain at most the step's wait, which is small there, and
+    each more takes more of the cores the step computes on; each tried costs its
+    workers' start and their pages copied on write in the training process while they
+    live. None before the queue is ordered (``wait_share`` None)."""
+    if lost.knob != "num_workers" or lost.value <= incumbent.num_workers or \
+            wait_share is None or loader_first(wait_share, cores_taken):
+        return []
+    return [c for c in queue if c.knob == "num_workers" and c.value > lost.value]
+
+
+def workers_gain(wait_share: float, topology: Topology | None = None) -> float:
+    """The most loader workers could gain over a step with none that waits
+    ``wait_share`` of its time for its batch: it samples in-process, on one core, for
+    that share, while its computing spreads over the machine's ``n`` cores; with the
+    sampling beside the computing, the step's work spreads over them all, and the step
+    takes ``1 - w + w / n`` of its time at best (a worker's hand-over of its batch,
+    and its pages copied on write in the training process, only add to that)."""
+    cores = max(len((this_machine() if topology is None else topology).cores), 1)
+    return 1 / (1 - wait_share + wait_share / cores)
+
+
 def cores_taken(config: TrialConfig, topology: Topology | None = None) -> float:
     """The share of the machine's cores ``config``'s loader workers take (a worker a
     core, at most all of them; those pinned to their own cores take those)."""
@@ -169,7 +195,8 @@ def fast_end(config: TrialConfig, queue: list[Change], cores_taken: float = 0.0
     ``fast-end``, its value the knobs it sets; a config this machine cannot run is
     None too."""
     wanted = set(FAST_END_CHANGES) | ({("num_workers", 0)} if cores_taken >= 1 else set())
-    chosen = [c for c in queue if (c.knob, c.value) in wanted] if config.device == "cpu" else []
+    chosen = [c for c in queue if c.knob != FAST_END and (c.knob, c.value) in wanted] \
+        if config.device == "cpu" else []  # (a fast end queued again: its value a dict)
     if len(chosen) < 2:
         return None
     values = {c.knob: c.value for c in chosen}

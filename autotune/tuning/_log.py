@@ -29,7 +29,10 @@ class Tried:
     reason: str = ""
     steps: int = 0
     seconds: float = 0.0
-    compile_s: float | None = None  # what its warm-up window took beyond the incumbent's pace
+    # what its warm-up window (outside its pairs) took beyond the incumbent's pace: its
+    # compile, or (eager) its loader's workers starting
+    compile_s: float | None = None
+    start_s: float | None = None
     decision: Decision | None = None
 
     @property
@@ -66,6 +69,8 @@ class Tried:
         why = f" ({self.reason})" if self.reason else ""
         if self.compile_s is not None:
             why += f" (compiled in {self.compile_s:.1f} s)"
+        elif self.start_s is not None:
+            why += f" (its workers started in {self.start_s:.1f} s)"
         return f"tried {self.label:<34} {figure:>30}  {self.verdict}{why}"
 
 
@@ -133,7 +138,8 @@ class TuneLog:
                            "ratios": t.ratios, "verdict": t.verdict, "reason": t.reason,
                            "speedup": t.ratio, "interval": None if t.decision is None
                            or t.decision.low is None else [t.decision.low, t.decision.high],
-                           "steps": t.steps, "seconds": t.seconds, "compile_s": t.compile_s}
+                           "steps": t.steps, "seconds": t.seconds, "compile_s": t.compile_s,
+                           "start_s": t.start_s}
                           for t in self.tried]}
 
 @dataclass(frozen=True)

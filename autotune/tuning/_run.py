@@ -6,7 +6,8 @@ feature dtypes only where allowed, :attr:`TuneSpec.precision`). Batch size and
 fanout never change in a run. A compile mode (and, compiled, the shapes) is tried
 only where its compile pays back within what is left of the run
 (:meth:`TunedRun._pays_back`), and its first window, which compiles, is a warm-up
-outside its ratios. Every candidate trains real steps on the same model,
+outside its ratios; so is the first window of a candidate whose loader starts worker
+processes, which a run pays once (they persist). Every candidate trains real steps on the same model,
 with the same optimizer and its state: it is built around them
 (:func:`autotune.pipeline.build` with ``model`` and ``optimizer``).
 
@@ -58,8 +59,8 @@ from torch.utils.data import Sampler
 from autotune.config import TrialConfig, short
 from autotune.env import plural
 from autotune.pipeline import Pipeline, Step, Window, build, timed
-from autotune.tuning._candidates import DTYPE_KNOBS, FAST_END, FIRST, Change, by_bottleneck, \
-    candidates, cores_taken, fast_end
+from autotune.tuning._candidates import DTYPE_KNOBS, FAST_END, FIRST, Change, \
+    beyond_a_loser, by_bottleneck, candidates, cores_taken, fast_end, workers_gain
 from autotune.tuning._checks import PROBES, departs, loss_check, numerics_check, \
     precision_notes
 from autotune.tuning._log import Tried, TuneLog, WindowEvent
@@ -134,6 +135,7 @@ class TunedRun:
         self._ordered = queue is not None  # a queue given is tried in its order
         windows = self._fit(epochs, epoch_steps)
         self.compile_s = spec.compile_s  # planned, until this run measures one
+        self.start_s = spec.start_s  # a loader's workers' start: the same
         self.log = TuneLog(start=config, final=config, notes=precision_notes(config, spec))
         self.too_short = self._too_short(epochs, epoch_steps, windows)
         if self.too_short:
@@ -258,18 +260,21 @@ class TunedRun:
         one of the incumbent's just before or after it (the order alternating pair by
         pair), until a verdict (:meth:`_verdict`, or failed) or the end of exploring's
         share; returns what they trained, in all."""
+        self._fast_end_first()
         turn = _Turn(self._next(), pending)
         started, candidate, asked = time.perf_counter(), None, self.edges_asked
         try:
-            # a window to order the queue by runs on past the batches in flight
+            # a window to order the queue by runs on past the batches in flight; the
+            # fast end goes first whatever the order, which waits for its verdict
+            ordering = not self._ordered and turn.tried.knob != FAST_END
             reference = yield from self._train(turn, self.pipe,
-                                               0 if self._ordered else self._in_flight())
-            turn.tried = self._reorder(turn.tried, reference)
+                                               self._in_flight() if ordering else 0)
+            if ordering:
+                turn.tried = self._reorder(turn.tried, reference)
             if self._pays_back(turn.tried, reference.rate):
                 candidate = self._candidate_for(turn.tried)
                 self._check_numerics(turn.tried, candidate)
-                # a compile's warm-up, unless resumed on the pipeline it compiled
-                if turn.tried.config.compile_mode != "none" and turn.tried.compile_s is None:
+                if self._warms_up(turn.tried):
                     reference = yield from self._warm_up(turn, candidate, reference.rate)
                 yield from self._pairs(turn, candidate, reference)
         except _IncumbentFailed as failed:
@@ -370,6 +375,21 @@ class TunedRun:
                 tried.verdict, tried.reason = self._verdict(tried)
             reference = None
 
+    def _fast_end_first(self) -> None:
+        """Before the queue is ordered (the run's first pair, and after each
+        adoption), the fast end (:func:`fast_end`) goes first, where the queue makes
+        one that no candidate holds yet: it goes first in any order, so its turn
+        skips the ordering window's batches in flight (an adoption orders the new
+        incumbent's queue at its own first window)."""
+        if self._ordered:
+            return
+        end = fast_end(self.pipe.config, self.queue, cores_taken(self.pipe.config))
+        if end is None or end.config.key() in self._tried_keys() | \
+                {c.config.key() for c in self.queue}:
+            return
+        self.queue.insert(0, end)
+        self.log.ahead = end.label
+
     def _reorder(self, tried: Tried, window: Window) -> Tried:
         """At the run's first pair (and after each adoption), the queue in the order
         :func:`by_bottleneck` gives for ``window``, the incumbent's; returns the
@@ -411,32 +431,71 @@ class TunedRun:
         self.explore_steps_left -= max(lost, 0.0) / self.batch_size
 
     def _pays_back(self, tried: Tried, rate: float) -> bool:
-        """Whether to try ``tried``: yes, unless it compiles and its compile (as long as
-        this run's last, else :attr:`TuneSpec.compile_s`) would not pay back within
-        what is left of the run (at the incumbent's ``rate``) at a gain of
-        :attr:`TuneSpec.compile_gain`; then it is "not tried", and the log says why."""
-        if tried.config.compile_mode == "none" or not rate:
+        """Whether to try ``tried``: yes, unless what it costs once (:meth:`_once`)
+        would not pay back within what is left of the run (at the incumbent's
+        ``rate``) at its best-case gain; then it is "not tried", and the log says
+        why."""
+        once = self._once(tried)
+        if once is None or not rate:
             return True
+        what, cost_s, gain = once
         left_s = max(self.planned_steps - self.steps, 0) * self.pipe.config.batch_size / rate
-        saved_s = left_s * (1 - 1 / self.spec.compile_gain)
-        if self.compile_s < saved_s:
+        saved_s = left_s * (1 - 1 / gain)
+        if cost_s < saved_s:
             return True
         tried.verdict, tried.reason = "not tried", (
-            f"a compile of about {self.compile_s:.0f} s would not pay back: {left_s:.0f} s of "
-            f"the run left, {saved_s:.0f} s saved at {self.spec.compile_gain:.2f}x")
+            f"{what} of about {cost_s:.1f} s would not pay back: {left_s:.0f} s of the run "
+            f"left, {saved_s:.1f} s saved at {gain:.3g}x")
         return False
+
+    def _once(self, tried: Tried) -> tuple[str, float, float] | None:
+        """What ``tried`` costs once, before its pairs, where that may not pay back:
+        (what, its seconds, the best-case gain it is weighed at), or None.
+
+        - A compile: as long as this run's last, else :attr:`TuneSpec.compile_s`, at
+          :attr:`TuneSpec.compile_gain`.
+        - Loader workers where the incumbent has none: their start, as long as this
+          run's last measured one, else :attr:`TuneSpec.start_s`, at the most they
+          could gain (:func:`workers_gain`) for the incumbent's wait (measured at the
+          queue's ordering; not weighed before)."""
+        config = tried.config
+        if config.compile_mode != "none":
+            return "a compile", self.compile_s, self.spec.compile_gain
+        share = self.log.wait_share
+        if config.num_workers == 0 or self.pipe.config.num_workers > 0 or share is None:
+            return None
+        return "its workers' start", self.start_s, workers_gain(share)
+
+    @staticmethod
+    def _warms_up(tried: Tried) -> bool:
+        """Whether ``tried``'s first window pays what a run that kept it pays once: a
+        compile, or its loader's worker processes starting (persistent: its later
+        windows reuse them). Not where it was warmed up already (resumed in a later
+        epoch on the pipeline it warmed)."""
+        config = tried.config
+        return (config.compile_mode != "none" or config.num_workers > 0) and \
+            tried.compile_s is None and tried.start_s is None
 
     def _warm_up(self, turn: _Turn, candidate: Pipeline,
                  before: float) -> Generator[Any, None, Window]:
-        """A compile candidate's first window, which compiles: trained, outside its
-        pairs; its compile time is what it took beyond the incumbent's pace (``before``,
-        seeds per second). Returns the incumbent's window after it, the reference of
-        the first pair."""
+        """A candidate's first window, which compiles or starts its loader's workers
+        (:meth:`_warms_up`): trained, outside its pairs (its first pair would read a
+        once-only cost as its pace); what it took beyond the incumbent's pace
+        (``before``, seeds per second) is its compile time, or its workers' start. A
+        compile's counts whole against exploring's share (:meth:`_pays_back` weighed
+        it before it was tried). Returns the incumbent's window after it, the
+        reference of the first pair."""
+        tried = turn.tried
+        compiles = tried.config.compile_mode != "none"
         warm = yield from self._train(turn, candidate)
-        self._count(turn.tried, warm, whole=True)
+        self._count(tried, warm, whole=compiles)
         if warm.steps:
             pace_s = warm.seeds / before if before else 0.0
-            turn.tried.compile_s = self.compile_s = max(warm.seconds - pace_s, 0.0)
+            beyond = max(warm.seconds - pace_s, 0.0)
+            if compiles:
+                tried.compile_s = self.compile_s = beyond
+            else:
+                tried.start_s = self.start_s = beyond
         return (yield from self._train(turn, self.pipe))
 
     def _conclude(self, tried: Tried, candidate: Pipeline | None) -> None:
@@ -448,12 +507,28 @@ class TunedRun:
             self._adopt(candidate)
         elif tried.verdict:
             self._close_candidate()
+            self._rule_out(tried)
         if tried.verdict:
             self.on_line(tried.line())
         else:
             self.log.tried.remove(tried)
             self.queue.insert(0, tried.change)
             self._unfinished = tried
+
+    def _rule_out(self, lost: Tried) -> None:
+        """The queued changes a candidate not kept rules out (:func:`beyond_a_loser`):
+        "not tried", and why, in the log."""
+        if lost.verdict not in ("slower", "no faster", "dropped"):  # a failure rules out nothing
+            return
+        for change in beyond_a_loser(lost.change, self.pipe.config, self.queue,
+                                     self.log.wait_share, self.log.cores_taken):
+            self.queue.remove(change)
+            out = Tried(change, verdict="not tried", reason=(
+                f"{lost.label} was {lost.verdict}, and the step waited "
+                f"{100 * self.log.wait_share:.0f}% of its time for its batches: more "
+                "workers take more of its cores"))
+            self.log.tried.append(out)
+            self.on_line(out.line())
 
     def _next(self) -> Tried:
         """The next candidate, as a new entry of the log, or the one the last epoch's

@@ -25,7 +25,11 @@ class TuneSpec:
     modes and shapes may be tried (None: on a GPU only, where a compile pays back
     sooner; benchmarks/knobs.py measures it on a CPU), each only where ``compile_s``
     (the compile time planned for until this run has measured one) pays back within
-    what is left of the run at a gain of ``compile_gain``."""
+    what is left of the run at a gain of ``compile_gain``; ``start_s``: a loader's
+    worker processes' start planned for until this run has measured one (their first
+    window's time beyond the incumbent's pace): where the incumbent has no workers, a
+    candidate with some is tried only where that start pays back at the most they
+    could gain (:meth:`autotune.tuning.TunedRun._once`)."""
 
     share: float = 0.10
     window_steps: int = 8
@@ -36,14 +40,16 @@ class TuneSpec:
     compile: bool | None = None
     compile_s: float = 20.0
     compile_gain: float = 1.25
+    start_s: float = 2.0
     min_pairs: int = MIN_PAIRS
 
     def __post_init__(self) -> None:
         if not 0 < self.share <= 1:
             raise ConfigError(f"the tuning share must be in (0, 1] (got {self.share!r})")
-        if self.compile_s < 0 or self.compile_gain <= 1:
-            raise ConfigError("the tuning compile_s must be >= 0 and compile_gain above 1 "
-                              f"(got {self.compile_s!r}, {self.compile_gain!r})")
+        if self.compile_s < 0 or self.compile_gain <= 1 or self.start_s < 0:
+            raise ConfigError("the tuning compile_s and start_s must be >= 0 and "
+                              f"compile_gain above 1 (got {self.compile_s!r}, "
+                              f"{self.start_s!r}, {self.compile_gain!r})")
         if not 0 <= self.min_gain < 1:
             raise ConfigError(f"the tuning min_gain must be in [0, 1) (got {self.min_gain!r})")
         if self.window_steps < 2 or self.pairs < 1 or self.min_pairs < 2:
