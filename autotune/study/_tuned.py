@@ -38,9 +38,11 @@ PARAMS = {"num_workers": IntDistribution(0, 4096),
           "feature_dtype": CategoricalDistribution(typing.get_args(FeatureDtype))}
 
 
-def check_run_study(name: str, url: str) -> None:
-    """A tuned run records into a new study: ``name`` taken in ``url`` is an error."""
-    if name in [s.study_name for s in optuna.get_all_study_summaries(open_storage(url))]:
+def check_run_study(name: str, url: str, storage=None) -> None:
+    """A tuned run records into a new study: ``name`` taken in ``url`` (``storage``,
+    where open already) is an error. Reads the names alone (the studies' summaries
+    count every study's trials)."""
+    if name in optuna.get_all_study_names(storage or open_storage(url)):
         raise ConfigError(f"study {name!r} already exists in {masked(url)}: a tuned run "
                           "records into a study of its own; pass another --study-name")
 
@@ -53,16 +55,16 @@ class RunRecorder:
     run that fails before it trains leaves no empty study behind."""
 
     def __init__(self, name: str, url: str, **facts: Any) -> None:
-        check_run_study(name, url)
+        self.storage = open_storage(url)
+        check_run_study(name, url, self.storage)
         self.name, self.url, self.facts = name, url, facts
         self._study: optuna.Study | None = None
 
     @property
     def study(self) -> optuna.Study:
         if self._study is None:
-            check_run_study(self.name, self.url)
-            self._study = optuna.create_study(study_name=self.name,
-                                              storage=open_storage(self.url),
+            check_run_study(self.name, self.url, self.storage)  # taken meanwhile?
+            self._study = optuna.create_study(study_name=self.name, storage=self.storage,
                                               direction="maximize")
             rec.store_study(self._study, **self.facts, tuned_run={})
         return self._study
