@@ -58,6 +58,15 @@ def t_quantile(confidence: float, df: int) -> float:
     return float(special.stdtrit(df, 0.5 + confidence / 2))
 
 
+def load_quantiles() -> None:
+    """Imports scipy.special, which the quantiles take, now (over a second on a
+    2-core CPU): a run that decides between its steps calls it before it trains, so
+    that the import lands in no timed window, and not under Ctrl-C: a tuned run
+    interrupted inside it printed its interrupt line, then died of SIGINT (exit -2,
+    not 130) as Python ended."""
+    t_quantile(CONFIDENCE, 1)
+
+
 @lru_cache(maxsize=64)
 def z_quantile(confidence: float) -> float:
     """The two-sided ``confidence`` quantile of the standard normal (scipy.special)."""

@@ -811,3 +811,14 @@ def test_more_workers_than_a_loser_added_are_not_tried_where_the_step_waits_litt
     fewer = Change.of(START, "num_workers", 1)  # 2 -> 1 lost: 0 is fewer, not more
     assert _candidates.beyond_a_loser(fewer, START, [Change.of(START, "num_workers", 0)],
                                       0.15) == []
+
+
+def test_a_run_imports_its_verdicts_scipy_before_it_trains(tiny_synthetic, monkeypatch):
+    """The quantiles' scipy is imported when the run is made, not at its first
+    verdict: Ctrl-C inside that import once left the command dying of SIGINT (-2)
+    after its interrupt line, not exiting 130 (the Ctrl-C test caught it in a suite
+    run); and the import's second stays out of the windows."""
+    calls = []
+    monkeypatch.setattr(_run, "load_quantiles", lambda: calls.append(1))
+    with TunedRun(START, tiny_synthetic, TuneSpec(), epochs=1, num_classes=4):
+        assert calls == [1]

@@ -23,6 +23,7 @@ from typing import Any, Callable
 import optuna
 from optuna.trial import FixedTrial, FrozenTrial, TrialState
 
+from autotune.compare import load_quantiles
 from autotune.config import TrialConfig, renamed_knobs
 from autotune.env import clock as clock_text, plural
 from autotune.errors import GuardError
@@ -129,6 +130,7 @@ class Search:
         knob = self.opts.space.knobs.get("compile_mode")
         modes = {self.baseline.compile_mode, *(knob.choices if knob is not None else ())}
         self.note(self.short_budget())
+        load_quantiles()  # the comparisons' scipy, before any measurement (compare.py)
         self.look_at_load()
         with ForkServer(folder=self.opts.study_dir, compiles=modes != {"none"}) as server:
             self.server = server

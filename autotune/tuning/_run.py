@@ -56,6 +56,7 @@ from typing import Any, Callable, Generator, Iterator
 import torch
 from torch.utils.data import Sampler
 
+from autotune.compare import load_quantiles
 from autotune.config import TrialConfig, short
 from autotune.env import plural
 from autotune.pipeline import Pipeline, Step, Window, build, timed
@@ -120,6 +121,7 @@ class TunedRun:
             cache_file
         self.on_line = on_line or (lambda line: None)
         self.on_window = on_window or (lambda event, log: None)
+        load_quantiles()  # its verdicts' scipy, imported before it trains
         self._epoch = 0
         self.order = SeedOrder()
         self.pipe = self._build(config, model, optimizer)
