@@ -6,8 +6,10 @@ feature dtypes only where allowed, :attr:`TuneSpec.precision`). Batch size and
 fanout never change in a run. A compile mode (and, compiled, the shapes) is tried
 only where its compile pays back within what is left of the run
 (:meth:`TunedRun._pays_back`), and its first window, which compiles, is a warm-up
-outside its ratios; so is the first window of a candidate whose loader starts worker
-processes, which a run pays once (they persist). Every candidate trains real steps on the same model,
+outside its ratios. Loader workers added to an incumbent with none are weighed the
+same way (their start against the most they could gain), and the first window of a
+candidate whose loader starts worker processes, which a run pays once (they
+persist), is a warm-up too. Every candidate trains real steps on the same model,
 with the same optimizer and its state: it is built around them
 (:func:`autotune.pipeline.build` with ``model`` and ``optimizer``).
 
@@ -32,9 +34,12 @@ The candidates are tried in the order of where the incumbent's step spends its t
 more than half of their time, counting the computing its loader workers slow by
 taking its cores, the model's first otherwise; bfloat16 autocast, where the run may
 try it, before either (the largest gain measured on a CPU that computes it); a
-compile always last. Before them all, at each ordering, the fast end
+compile always last; where the step is the model's, a candidate that added loader
+workers and lost rules out more of them (:func:`beyond_a_loser`). Before them all, at
+the run's start and after each adoption, the fast end
 (:func:`~autotune.tuning._candidates.fast_end`): the changes that paid alone where
-measured, together in one candidate, where two or more of them are left. Windows are as
+measured, together in one candidate, where two or more of them are left; it goes
+first in any order, so the queue is ordered after it. Windows are as
 long as :attr:`TuneSpec.window_steps` where the run holds them, shorter where its
 epochs or its share are short (:func:`fit_window`), and timed whole, from the
 loader's start (:func:`autotune.pipeline.timed`).
