@@ -822,3 +822,24 @@ def test_a_run_imports_its_verdicts_scipy_before_it_trains(tiny_synthetic, monke
     monkeypatch.setattr(_run, "load_quantiles", lambda: calls.append(1))
     with TunedRun(START, tiny_synthetic, TuneSpec(), epochs=1, num_classes=4):
         assert calls == [1]
+
+
+def test_a_fast_end_dropped_before_the_ordering_is_still_named_first(tiny_synthetic,
+                                                                     monkeypatch):
+    """The fast end goes before the queue's ordering; dropped, the ordering that
+    follows keeps it as what went first, and the run's closing lines say so."""
+    from autotune.topology import Topology
+
+    two = Topology(cpus=(0, 1), cores=((0,), (1,)), nodes=((0, 1),))
+    monkeypatch.setattr(_candidates, "this_machine", lambda: two)
+    real = TunedRun._verdict
+    monkeypatch.setattr(TunedRun, "_verdict", lambda self, tried: (
+        ("dropped", "as the test asks") if tried.knob == "fast-end" else real(self, tried)))
+    with TunedRun(START, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=4),
+                  epochs=1, num_classes=4) as run:
+        fit(run, tiny_synthetic, TrainSpec(epochs=1))
+    end = run.log.tried[0]
+    assert (end.knob, end.verdict) == ("fast-end", "dropped"), run.log.tried
+    assert run.log.wait_share is not None, "ordered after it"
+    assert run.log.ahead == end.label
+    assert any(f"{end.label} first" in line for line in run.log.lines()), run.log.lines()

@@ -400,18 +400,16 @@ class TunedRun:
     def _reorder(self, tried: Tried, window: Window) -> Tried:
         """At the run's first pair (and after each adoption), the queue in the order
         :func:`by_bottleneck` gives for ``window``, the incumbent's; returns the
-        candidate to try now, ``tried`` or the one the new order puts first."""
+        candidate to try now, ``tried`` or the one the new order puts first. The fast
+        end was put first before it (:meth:`_fast_end_first`)."""
         share = None if self._ordered else window.wait_share(self._in_flight())
         if share is None:
             return tried
         self._ordered = True
         self.log.wait_share, self.log.cores_taken = share, cores_taken(self.pipe.config)
         queue = by_bottleneck([tried.change, *self.queue], share, self.log.cores_taken)
-        end = fast_end(self.pipe.config, queue, self.log.cores_taken)
-        if end is not None and end.config.key() not in self._tried_keys():
-            queue.insert(0, end)
-        self.log.ahead = queue[0].label if (queue[0].knob, queue[0].value) in FIRST or \
-            queue[0].knob == FAST_END else None
+        if self.log.ahead is None and (queue[0].knob, queue[0].value) in FIRST:
+            self.log.ahead = queue[0].label  # (a fast end, tried before, stays named)
         if tried.ratios or queue[0] == tried.change:  # one with pairs goes on first
             self.queue = [change for change in queue if change != tried.change]
             return tried
@@ -582,6 +580,7 @@ class TunedRun:
         self.pipe.close()
         self.pipe = candidate
         self.log.final = candidate.config
+        self.log.ahead = None  # what goes first is the new incumbent's
         self.queue = [change for change in candidates(candidate.config, self.spec,
                                                       masks=self.masks)
                       if change.config.key() not in tried]
