@@ -843,3 +843,34 @@ def test_a_fast_end_dropped_before_the_ordering_is_still_named_first(tiny_synthe
     assert run.log.wait_share is not None, "ordered after it"
     assert run.log.ahead == end.label
     assert any(f"{end.label} first" in line for line in run.log.lines()), run.log.lines()
+
+
+@pytest.mark.parametrize("gain, again", [(1.2, False), (1.6, True)])
+def test_a_loser_is_tried_again_only_where_the_gain_kept_since_could_lift_it(
+        tiny_synthetic, monkeypatch, gain, again):
+    """A change that lost at 0.7x is not tried again after a change kept at 1.2x
+    (0.84x: still under 1), and is after one kept at 1.6x (1.12x); the log says why."""
+    loser, winner = Change.of(START, "aggregation", "sparse"), Change.of(START, "num_workers", 0)
+    monkeypatch.setattr(_run, "candidates", lambda config, spec, topology=None, masks=True: [
+        Change.of(config, "aggregation", "sparse")] if config.num_workers == 0 else [])
+
+    def verdict(self, tried):  # scripted ratios: the loser's 0.7x, the winner's gain
+        tried.ratios[:] = [0.7 if tried.knob == "aggregation" else gain] * len(tried.ratios)
+        tried.compare(self.spec.rule)
+        return ("dropped", "as the test asks") if tried.knob == "aggregation" else \
+            ("kept", "as the test asks")
+
+    monkeypatch.setattr(TunedRun, "_verdict", verdict)
+    lines: list[str] = []
+    with TunedRun(START, tiny_synthetic, TuneSpec(share=1.0, window_steps=3, pairs=2),
+                  epochs=3, num_classes=4, queue=[loser, winner], on_line=lines.append) as run:
+        fit(run, tiny_synthetic, TrainSpec(epochs=3))
+    seen = [(t.knob, t.verdict) for t in run.log.tried]
+    assert seen[:2] == [("aggregation", "dropped"), ("num_workers", "kept")], seen
+    if again:
+        assert seen[2:] == [("aggregation", "dropped")], seen
+    else:
+        assert seen[2:] == [("aggregation", "not tried")], seen
+        reason = run.log.tried[2].reason
+        assert "0.70x" in reason and f"{gain:.2f}x" in reason, reason
+        assert any("not tried" in line for line in lines), lines

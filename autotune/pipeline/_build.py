@@ -42,6 +42,7 @@ same code, so what was measured is what trains.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import warnings
@@ -474,6 +475,14 @@ class Pipeline:
             grads = torch.autograd.grad(loss.float(), params, allow_unused=True)
         return torch.cat([(g if g is not None else torch.zeros_like(p)).float().flatten()
                           for g, p in zip(grads, params)])
+
+    def in_float32(self) -> Pipeline:
+        """This pipeline computing in float32: no autocast, its features as its loader
+        gives them (float32), its eager model (a compiled one would compile again for
+        another autocast); the same parameters, loader and knobs otherwise. The
+        numerics check's reference (:func:`autotune.tuning.numerics_check`)."""
+        return dataclasses.replace(self, model=self.eager_model, config=self.config.replace(
+            amp_dtype="float32", feature_dtype="float32"))
 
     def close(self) -> None:
         """Ends the loader's worker processes now (:func:`end_workers`): 10 s lost

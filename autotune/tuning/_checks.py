@@ -15,7 +15,7 @@ from autotune.tuning._candidates import PRECISION_KNOBS
 from autotune.tuning._spec import TuneSpec
 
 # The numerics check a precision candidate passes before its pairs: on each of the
-# first PROBES batches the incumbent trained, its gradient against the incumbent's
+# first PROBES batches the incumbent trained, its gradient against its own in float32
 # (same parameters, same dropout masks) points the same way (cosine at least
 # GRAD_COSINE) and is as large (norms within GRAD_NORM of each other)
 PROBES = 3
@@ -61,20 +61,23 @@ def departs(incumbent: TrialConfig, candidate: TrialConfig,
 
 
 def numerics_check(incumbent: Pipeline, candidate: Pipeline, probes: list) -> str:
-    """Why ``candidate``'s numerics differ from ``incumbent``'s too much to train on
-    ("" where they do not): on each probe batch, the two gradients of the same
-    parameters (:meth:`Pipeline.gradients`, their dropout masks the incumbent's: a
-    change of the masks' draws is a change of the random numbers, not of the
-    arithmetic) must point the same way (cosine at least
-    :data:`GRAD_COSINE`) and be as large (norms within :data:`GRAD_NORM`). A probe that
-    cannot run (a model the task's loss cannot call) fails it: precision is kept only
-    where it was checked."""
+    """Why ``candidate``'s numerics differ from float32's too much to train on ("" where
+    they do not): on each probe batch, its gradient and the gradient of the same
+    parameters in float32 (:meth:`Pipeline.gradients` of
+    :meth:`~Pipeline.in_float32`: the candidate's own knobs but the dtypes, so that
+    the comparison holds its dtypes alone, and costs a float32 pass of its own step
+    rather than of the incumbent's, which may be slower: scatter aggregation, say),
+    both drawing the incumbent's dropout masks (a change of the masks' draws is a
+    change of the random numbers, not of the arithmetic), must point the same way
+    (cosine at least :data:`GRAD_COSINE`) and be as large (norms within
+    :data:`GRAD_NORM`). A probe that cannot run (a model the task's loss cannot call)
+    fails it: precision is kept only where it was checked."""
     if not probes:
         return "no probe batch trained yet"
-    masks = incumbent.config.dropout_masks
+    masks, reference = incumbent.config.dropout_masks, candidate.in_float32()
     for k, batch in enumerate(probes, start=1):
         try:
-            ours, theirs = incumbent.gradients(batch, seed=k), \
+            ours, theirs = reference.gradients(batch, seed=k, masks=masks), \
                 candidate.gradients(batch, seed=k, masks=masks)
         except Exception as exc:  # the user's model or loss: the check could not run
             return f"its probe could not run ({type(exc).__name__}: {exc})"[:200]

@@ -35,7 +35,9 @@ more than half of their time, counting the computing its loader workers slow by
 taking its cores, the model's first otherwise; bfloat16 autocast, where the run may
 try it, before either (the largest gain measured on a CPU that computes it); a
 compile always last; where the step is the model's, a candidate that added loader
-workers and lost rules out more of them (:func:`beyond_a_loser`). Before them all, at
+workers and lost rules out more of them (:func:`beyond_a_loser`); after an adoption, a
+change that lost to an earlier incumbent is tried again only where the gain kept since
+could lift it over 1x (:meth:`TunedRun._carry_losers`). Before them all, at
 the run's start and after each adoption, the fast end
 (:func:`~autotune.tuning._candidates.fast_end`): the changes that paid alone where
 measured, together in one candidate, where two or more of them are left; it goes
@@ -73,6 +75,11 @@ from autotune.tuning._log import Tried, TuneLog, WindowEvent
 from autotune.tuning._spec import SCREEN_PAIRS, TuneSpec, fit_window, screened
 
 
+def _value_key(change: Change) -> tuple[str, str]:
+    """A change's knob and the value it gives, whatever the incumbent it changes."""
+    return change.knob, repr(change.value)
+
+
 class SeedOrder(Sampler):
     """The positions of the training seeds a loader takes next: set per window."""
 
@@ -102,6 +109,20 @@ class _Turn:
     tried: Tried
     rest: list[int]
     total: Window = dataclasses.field(default_factory=Window)
+
+
+@dataclasses.dataclass
+class _Lost:
+    """A change that lost: its verdict, its ratio against the incumbent it lost to,
+    and the product of the gains of the changes kept since."""
+
+    verdict: str
+    ratio: float
+    since: float = 1.0
+
+    @property
+    def bound(self) -> float:
+        return self.ratio * self.since
 
 
 class TunedRun:
@@ -160,6 +181,9 @@ class TunedRun:
         self.window = Window()  # the one being trained
         self._pace = 0.0  # seeds per second of the incumbent's last window
         self._unfinished: Tried | None = None  # a candidate the last epoch's end cut short
+        # the losers' (knob, value), each with its ratio against the incumbent it lost to
+        # and the gain of the changes kept since (:meth:`_carry_losers`)
+        self._lost: dict[tuple[str, str], _Lost] = {}
         # the pipeline of the one being tried, or of the one cut short, kept for its next
         # epoch: close() ends it too
         self._candidate: Pipeline | None = None
@@ -507,24 +531,27 @@ class TunedRun:
         """A kept candidate becomes the incumbent, another is closed; one without a
         verdict (the epoch's seeds ran out first) goes on in the next epoch, its pairs
         and its pipeline kept."""
-        if tried.verdict == "kept":
-            self._candidate = None
-            self._adopt(candidate)
-        elif tried.verdict:
-            self._close_candidate()
-            self._rule_out(tried)
-        if tried.verdict:
-            self.on_line(tried.line())
-        else:
+        if not tried.verdict:
             self.log.tried.remove(tried)
             self.queue.insert(0, tried.change)
             self._unfinished = tried
+            return
+        self.on_line(tried.line())
+        if tried.verdict == "kept":
+            self._candidate = None
+            self._adopt(candidate)
+            self._carry_losers(tried)
+        else:
+            self._close_candidate()
+            self._rule_out(tried)
 
     def _rule_out(self, lost: Tried) -> None:
         """The queued changes a candidate not kept rules out (:func:`beyond_a_loser`):
         "not tried", and why, in the log."""
         if lost.verdict not in ("slower", "no faster", "dropped"):  # a failure rules out nothing
             return
+        if lost.knob != FAST_END and lost.ratio is not None:
+            self._lost[_value_key(lost.change)] = _Lost(lost.verdict, lost.ratio)
         for change in beyond_a_loser(lost.change, self.pipe.config, self.queue,
                                      self.log.wait_share, self.log.cores_taken):
             self.queue.remove(change)
@@ -585,6 +612,27 @@ class TunedRun:
                                                       masks=self.masks)
                       if change.config.key() not in tried]
         self._ordered = False  # ordered again at the new incumbent's first window
+
+    def _carry_losers(self, kept: Tried) -> None:
+        """After ``kept`` was adopted, the changes that lost to an earlier incumbent
+        are not tried again where their ratio then, times the gains kept since
+        (``kept``'s included), is still under 1: "not tried", and why, in the log.
+        The product lets the kept changes' gain carry over to the loser whole, and as
+        much again through their interplay (it would need the kept changes to speed it
+        up by their gain squared to win); a large gain, such as the fast end's, lets
+        every loser be tried again."""
+        gain = kept.ratio or 1.0
+        for lost in self._lost.values():
+            lost.since *= gain
+        self._lost = {key: lost for key, lost in self._lost.items() if lost.bound < 1}
+        for change in [c for c in self.queue if _value_key(c) in self._lost]:
+            lost = self._lost[_value_key(change)]
+            self.queue.remove(change)
+            out = Tried(change, verdict="not tried", reason=(
+                f"it was {lost.verdict} at {lost.ratio:.2f}x against an earlier incumbent; "
+                f"times the {lost.since:.2f}x kept since, still under 1x"))
+            self.log.tried.append(out)
+            self.on_line(out.line())
 
     def _tried_keys(self) -> set[str]:
         """The configs this run has trained: its incumbent's and every candidate's."""
