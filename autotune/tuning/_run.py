@@ -181,9 +181,7 @@ class TunedRun:
         self.window = Window()  # the one being trained
         self._pace = 0.0  # seeds per second of the incumbent's last window
         self._unfinished: Tried | None = None  # a candidate the last epoch's end cut short
-        # the losers' (knob, value), each with its ratio against the incumbent it lost to
-        # and the gain of the changes kept since (:meth:`_carry_losers`)
-        self._lost: dict[tuple[str, str], _Lost] = {}
+        self._lost: dict[tuple[str, str], _Lost] = {}  # by (knob, value): _carry_losers
         # the pipeline of the one being tried, or of the one cut short, kept for its next
         # epoch: close() ends it too
         self._candidate: Pipeline | None = None
