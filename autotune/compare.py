@@ -237,3 +237,30 @@ def verdict_of(low: float, high: float, margin: float) -> Verdict:
     if high < 1 + margin:
         return "not faster"
     return "undecided"
+
+
+def pair_noise(series: list[list[float]]) -> float | None:
+    """The standard deviation of one pair's log ratio, pooled over ``series`` (each the
+    ratios of one comparison, about its own mean): None before two degrees of freedom."""
+    squares, freedom = 0.0, 0
+    for ratios in series:
+        if len(ratios) < 2:
+            continue
+        logs = [math.log(r) for r in ratios]
+        mean = statistics.fmean(logs)
+        squares += sum((x - mean) ** 2 for x in logs)
+        freedom += len(logs) - 1
+    return math.sqrt(squares / freedom) if freedom >= 2 else None
+
+
+def pairs_to_tell(speedup: float, noise: float, rule: Rule) -> int | None:
+    """The fewest pairs whose interval would lie wholly above 1 for a true ``speedup``
+    measured in pairs of log-ratio deviation ``noise`` (:func:`pair_noise`), at least
+    ``rule.min_pairs``; None where ``rule.max_pairs`` would not: a comparison that
+    could not call it faster even at that speed-up."""
+    if speedup <= 1:
+        return None
+    for n in range(rule.min_pairs, rule.max_pairs + 1):
+        if noise * boundary(n, rule.confidence) < math.log(speedup):
+            return n
+    return None

@@ -64,6 +64,9 @@ def test_an_old_study_resumes(studies, tmp_path):
     args = runpy.run_path(str(FIXTURES / "make_study.py"))["ARGS"]
     at = args.index("--n-trials") + 1
     args = [*args[:at], "6", *args[at + 1:]]  # one more trial than it has
+    # a loose confirmation: what resumes is under test, not how precise 0.5-s windows
+    # of a tiny graph can get (at the default ±10%, 77 pairs and 90 s of the suite)
+    args += ["--confirm-precision", "0.4"]
     resumed = cli("search", *args, "--root", str(tmp_path / "data"), *_args(studies))
     assert resumed.returncode == 0, resumed.stderr
     assert "[  6/6]" in resumed.stdout, resumed.stdout

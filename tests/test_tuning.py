@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import time
 
 import psutil
@@ -793,6 +794,40 @@ def test_workers_are_tried_where_their_start_pays_back_at_the_most_they_gain(
         fewer = Change.of(START, "num_workers", 1)  # the incumbent's workers: not weighed
         run.pipe.config = START
         assert run._pays_back(Tried(fewer), rate / 100)
+
+
+def test_workers_are_not_tried_where_the_runs_pair_noise_could_not_tell_their_best_gain(
+        tiny_synthetic, monkeypatch):
+    """At a wait of 8% on 2 cores workers gain at most 1.04x: tried where this run's
+    pairs so far spread 2% (a handful of pairs tells 1.04x), not where they spread 9%
+    (32 pairs would not), and the log says why; the engine's count of pairs agrees."""
+    from autotune.compare import Rule, pair_noise, pairs_to_tell
+    from autotune.topology import Topology
+    from autotune.tuning import Tried
+
+    two = Topology(cpus=(0, 1), cores=((0,), (1,)), nodes=((0, 1),))
+    monkeypatch.setattr(_candidates, "this_machine", lambda: two)
+    assert pair_noise([[1.0], [1.1, 1.1]]) is None, "one degree of freedom: no estimate"
+    assert pair_noise([[1.0, 1.0, 1.0], [2.0, 2.0]]) == 0.0
+    rule = Rule(max_pairs=32)
+    assert pairs_to_tell(1.04, 0.02, rule) == 5
+    assert pairs_to_tell(1.04, 0.09, rule) is None
+    assert pairs_to_tell(1.0, 0.001, rule) is None
+    start = START.replace(num_workers=0)
+    one = Change.of(start, "num_workers", 1)
+    for spread, tried_it in ((0.02, True), (0.09, False)):
+        with TunedRun(start, tiny_synthetic, TuneSpec(start_s=0.1, pairs=32), epochs=100,
+                      num_classes=4, queue=[one]) as run:
+            run.log.wait_share = 0.08  # at best 1.04x
+            run.log.tried.append(Tried(Change.of(start, "aggregation", "sparse"), ratios=[
+                0.8 * math.exp(spread * z) for z in (1, -1, 1, -1, 1, -1)]))
+            candidate = Tried(one)
+            rate = 32 * run.planned_steps / 400.0  # 400 s of run: its start pays back
+            assert run._pays_back(candidate, rate) == tried_it, candidate.reason
+            if not tried_it:
+                assert candidate.verdict == "not tried" and candidate.reason.startswith(
+                    "at best 1.04x: pairs as noisy as this run's so far (±10% each) would "
+                    "not tell that from 1x in"), candidate.reason
 
 
 def test_more_workers_than_a_loser_added_are_not_tried_where_the_step_waits_little():

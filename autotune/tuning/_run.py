@@ -7,7 +7,8 @@ fanout never change in a run. A compile mode (and, compiled, the shapes) is trie
 only where its compile pays back within what is left of the run
 (:meth:`TunedRun._pays_back`), and its first window, which compiles, is a warm-up
 outside its ratios. Loader workers added to an incumbent with none are weighed the
-same way (their start against the most they could gain), and the first window of a
+same way (their start against the most they could gain, tried only where pairs as
+noisy as the run's so far could tell that gain from 1x), and the first window of a
 candidate whose loader starts worker processes, which a run pays once (they
 persist), is a warm-up too. Every candidate trains real steps on the same model,
 with the same optimizer and its state: it is built around them
@@ -57,13 +58,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import time
 from typing import Any, Callable, Generator, Iterator
 
 import torch
 from torch.utils.data import Sampler
 
-from autotune.compare import load_quantiles
+from autotune.compare import load_quantiles, pair_noise, pairs_to_tell
 from autotune.config import TrialConfig, short
 from autotune.env import plural
 from autotune.pipeline import Pipeline, Step, Window, build, timed
@@ -460,12 +462,22 @@ class TunedRun:
     def _pays_back(self, tried: Tried, rate: float) -> bool:
         """Whether to try ``tried``: yes, unless what it costs once (:meth:`_once`)
         would not pay back within what is left of the run (at the incumbent's
-        ``rate``) at its best-case gain; then it is "not tried", and the log says
-        why."""
+        ``rate``) at its best-case gain, or the comparison could not call even that
+        gain faster in the pairs a candidate may have (:func:`pairs_to_tell`, at the
+        deviation of this run's pairs so far, :func:`pair_noise`); then it is "not
+        tried", and the log says why."""
         once = self._once(tried)
         if once is None or not rate:
             return True
         what, cost_s, gain = once
+        noise = pair_noise([t.ratios for t in self.log.tried])
+        rule = dataclasses.replace(self.spec.rule, max_pairs=self.max_pairs)
+        if noise is not None and pairs_to_tell(gain, noise, rule) is None:
+            tried.verdict, tried.reason = "not tried", (
+                f"at best {gain:.3g}x: pairs as noisy as this run's so far "
+                f"(±{100 * math.expm1(noise):.0f}% each) would not tell that from 1x in "
+                f"{self.max_pairs}")
+            return False
         left_s = max(self.planned_steps - self.steps, 0) * self.pipe.config.batch_size / rate
         saved_s = left_s * (1 - 1 / gain)
         if cost_s < saved_s:
