@@ -557,7 +557,8 @@ class TunedRun:
 
     def _rule_out(self, lost: Tried) -> None:
         """The queued changes a candidate not kept rules out (:func:`beyond_a_loser`):
-        "not tried", and why, in the log."""
+        "not tried", and why, in the log; the loser itself is kept by its knob and value
+        for the adoptions to come (:meth:`_carry_losers`)."""
         if lost.verdict not in ("slower", "no faster", "dropped"):  # a failure rules out nothing
             return
         if lost.knob != FAST_END and lost.ratio is not None:
