@@ -565,13 +565,16 @@ class TunedRun:
             self._lost[_value_key(lost.change)] = _Lost(lost.verdict, lost.ratio)
         for change in beyond_a_loser(lost.change, self.pipe.config, self.queue,
                                      self.log.wait_share, self.log.cores_taken):
-            self.queue.remove(change)
-            out = Tried(change, verdict="not tried", reason=(
-                f"{lost.label} was {lost.verdict}, and the step waited "
-                f"{100 * self.log.wait_share:.0f}% of its time for its batches: more "
-                "workers take more of its cores"))
-            self.log.tried.append(out)
-            self.on_line(out.line())
+            self._not_tried(change, f"{lost.label} was {lost.verdict}, and the step waited "
+                            f"{100 * self.log.wait_share:.0f}% of its time for its batches: "
+                            "more workers take more of its cores")
+
+    def _not_tried(self, change: Change, reason: str) -> None:
+        """``change`` leaves the queue, "not tried" in the log, and ``reason`` why."""
+        self.queue.remove(change)
+        out = Tried(change, verdict="not tried", reason=reason)
+        self.log.tried.append(out)
+        self.on_line(out.line())
 
     def _next(self) -> Tried:
         """The next candidate, as a new entry of the log, or the one the last epoch's
@@ -638,12 +641,9 @@ class TunedRun:
         self._lost = {key: lost for key, lost in self._lost.items() if lost.bound < 1}
         for change in [c for c in self.queue if _value_key(c) in self._lost]:
             lost = self._lost[_value_key(change)]
-            self.queue.remove(change)
-            out = Tried(change, verdict="not tried", reason=(
-                f"it was {lost.verdict} at {lost.ratio:.2f}x against an earlier incumbent; "
-                f"times the {lost.since:.2f}x kept since, still under 1x"))
-            self.log.tried.append(out)
-            self.on_line(out.line())
+            self._not_tried(change, f"it was {lost.verdict} at {lost.ratio:.2f}x against an "
+                            f"earlier incumbent; times the {lost.since:.2f}x kept since, "
+                            "still under 1x")
 
     def _tried_keys(self) -> set[str]:
         """The configs this run has trained: its incumbent's and every candidate's."""
