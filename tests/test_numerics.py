@@ -196,6 +196,14 @@ def test_a_precision_candidate_is_checked_and_built_once_however_many_epochs_its
         return real_build(self, config, *args)
 
     monkeypatch.setattr(TunedRun, "_build", build)
+    # kept (a busy machine's ratios can call it faster), it would remake the queue
+    # around itself, and the next precision candidate would be checked and built too
+    monkeypatch.setattr(_run, "candidates", lambda config, spec, topology=None, masks=True: [])
+    # no verdict before 6 pairs (a busy machine's ratios could decide it within the
+    # first epoch): its pairs span epochs, 2 an epoch here
+    real_verdict = TunedRun._verdict
+    monkeypatch.setattr(TunedRun, "_verdict", lambda self, tried: (
+        ("", "") if len(tried.ratios) < 6 else real_verdict(self, tried)))
     queue = [Change.of(CONFIG, "feature_dtype", "bfloat16")]
     with TunedRun(CONFIG, tiny_synthetic, TuneSpec(share=1.0, window_steps=4, pairs=30,
                                                    precision=True),
