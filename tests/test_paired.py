@@ -257,11 +257,14 @@ def test_a_machine_busy_before_the_search_starts_is_said_once_and_windows_kept(
     from autotune.specs import MeasureSpec
     from autotune.trial import Load
 
-    class Busy:  # the load over the search's first look, as LoadMeter reads it
+    class Busy:  # the load over the search's looks, as LoadMeter reads it
+        looks = 0
+
         def start(self):
             pass
 
         def stop(self):
+            Busy.looks += 1
             return Load(cores=2, wall_s=0.25, others_s=0.25, share=0.5,
                         top=[[4242, "trainer", 0.25]])
 
@@ -287,6 +290,45 @@ def test_a_machine_busy_before_the_search_starts_is_said_once_and_windows_kept(
     assert [s.busy_retries for s in machine.specs[:3]] == [0, 0, 0], machine.specs[:3]
     assert machine.specs[3].busy_retries > 0  # the third call was quiet
     assert sum(n.startswith("the machine is quiet again") for n in notes) == 1, notes
+    assert Busy.looks == 2  # looked again before calling it busy
+
+
+def test_a_one_off_before_the_search_is_not_a_busy_machine(tmp_path, monkeypatch):
+    """A command that takes the cores for a moment as the search starts (the first
+    look busy, the second quiet) is not another training: nothing is said, every
+    trial's threads keep their own wait policy, and disturbed windows are measured
+    again as on any quiet machine."""
+    import autotune
+    from autotune.specs import MeasureSpec
+    from autotune.trial import Load
+
+    looks: list[int] = []
+
+    class Blip:
+        def start(self):
+            pass
+
+        def stop(self):
+            looks.append(1)
+            share = 0.45 if len(looks) == 1 else 0.0
+            return Load(cores=2, wall_s=0.25, others_s=0.5 * share, share=share,
+                        top=[[5606, "python", 0.3]] if share else [])
+
+    monkeypatch.setattr(search_module, "LoadMeter", Blip)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    machine = FakeMachine(drift=0.0)
+    monkeypatch.setattr(search_module, "run_trial", machine)
+    plan = autotune.prepare_search(
+        dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
+        studies_dir=str(tmp_path / "studies"), space=_space(TRUE), priors=False,
+        racing=True, progress=False, optuna_sampler="random", n_trials=2, confirm=0,
+        measure=MeasureSpec(max_busy=0.1))
+    notes: list[str] = []
+    dataclasses.replace(plan, on_note=notes.append).run()
+    assert len(looks) == 2, looks
+    assert not any("busy" in n for n in notes), notes
+    assert machine.envs and all(env == {} for env in machine.envs), machine.envs
+    assert all(spec.busy_retries > 0 for spec in machine.specs), machine.specs
 
 
 def test_confirmed_means_the_speedups_interval_holds(tmp_path, monkeypatch):

@@ -63,6 +63,10 @@ STOP_IDLE = 30  # proposals in a row that measured nothing new (repeats, deferra
 # kept as measured (neither measured again nor screened) until one is quiet again
 BUSY_AFTER = 2
 LOOK_S = 0.25  # how long the search looks at the machine's load before its first trial
+# ... and looks again, where that look found it busy: a machine busy in both looks is
+# busy (another training), one quiet in the second was not (a command that ran for a
+# moment: a one-off would otherwise set the whole search's trials waiting passively)
+LOOK_AGAIN_S = 1.0
 # A trial's OpenMP threads on a machine busy before the search starts: they sleep at a
 # barrier rather than spin, so that they do not spin against the other process's
 # threads for the same cores (docs/measurement.md, "A busy machine", has the figures).
@@ -207,29 +211,32 @@ class Search:
 
     def look_at_load(self) -> None:
         """Before the first trial: where other processes already take more of the
-        cores than ``--max-busy`` (over :data:`LOOK_S`), the machine is busy from the
-        start, which is said once, and windows are kept as measured from the first
-        trial on, as :meth:`watch_busy` keeps them (its first quiet trial ends it).
+        cores than ``--max-busy`` over :data:`LOOK_S` and again over
+        :data:`LOOK_AGAIN_S` (a one-off is not a busy machine), the machine is busy
+        from the start, which is said once, and windows are kept as measured from the
+        first trial on, as :meth:`watch_busy` keeps them (its first quiet trial ends it).
         Measuring each window three times beside another training would only triple
         the search's time."""
         max_busy = self.opts.measure.max_busy
         if max_busy >= 1:  # --max-busy 1: never busy
             return
-        meter = LoadMeter()
-        meter.start()
-        time.sleep(LOOK_S)
-        load = meter.stop()
-        if busy_over(load.share, load.others_s, max_busy):
-            self.outcome.busy = load.named()
-            passive = "OMP_WAIT_POLICY" not in os.environ
-            self.trial_env = dict(BUSY_ENV) if passive else {}
-            self.note(f"the machine is busy before the search starts ({self.outcome.busy}; "
-                      f"{100 * load.share:.0f}% of its {load.cores} cores): windows are kept "
-                      "as measured, marked DISTURBED, neither measured again nor screened; "
-                      "the confirmation's pairs, disturbed alike on both sides, decide the "
-                      "speed-ups" + ("; trials' threads wait passively "
-                                     "(OMP_WAIT_POLICY=PASSIVE), not spinning against its "
-                                     "threads" if passive else ""))
+        for look_s in (LOOK_S, LOOK_AGAIN_S):
+            meter = LoadMeter()
+            meter.start()
+            time.sleep(look_s)
+            load = meter.stop()
+            if not busy_over(load.share, load.others_s, max_busy):
+                return
+        self.outcome.busy = load.named()
+        passive = "OMP_WAIT_POLICY" not in os.environ
+        self.trial_env = dict(BUSY_ENV) if passive else {}
+        self.note(f"the machine is busy before the search starts ({self.outcome.busy}; "
+                  f"{100 * load.share:.0f}% of its {load.cores} cores): windows are kept "
+                  "as measured, marked DISTURBED, neither measured again nor screened; "
+                  "the confirmation's pairs, disturbed alike on both sides, decide the "
+                  "speed-ups" + ("; trials' threads wait passively "
+                                 "(OMP_WAIT_POLICY=PASSIVE), not spinning against its "
+                                 "threads" if passive else ""))
 
     def busy_spec(self, spec: MeasureSpec) -> MeasureSpec:
         """``spec`` as the search measures while the machine stays busy
