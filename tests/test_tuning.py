@@ -206,7 +206,8 @@ def test_candidates_go_in_the_order_of_the_side_the_step_spends_its_time_on(monk
 
 
 def test_the_fast_end_candidate_makes_together_what_paid_alone(monkeypatch):
-    """The fast end: bfloat16 autocast (where tried) and the sparse aggregation, with
+    """The fast end: bfloat16 autocast and features and bit dropout masks (where
+    tried) and the sparse aggregation, with
     no loader workers where the incumbent's take all the cores, in one candidate of
     knob ``fast-end`` whose value names what it sets; nothing else of the config
     changes; fewer than two such changes, or a GPU, make none."""
@@ -217,12 +218,14 @@ def test_the_fast_end_candidate_makes_together_what_paid_alone(monkeypatch):
     precise = candidates(START, TuneSpec(precision=True), two)
     end = _candidates.fast_end(START, precise, cores_taken=1.0)
     assert end.knob == "fast-end"
-    assert end.value == {"num_workers": 0, "amp_dtype": "bfloat16", "aggregation": "sparse",
+    assert end.value == {"num_workers": 0, "amp_dtype": "bfloat16",
+                         "feature_dtype": "bfloat16", "aggregation": "sparse",
                          "dropout_masks": "bits"}
     assert end.config == START.replace(**end.value)
     assert end.label.startswith("fast end: ") and "num_workers 2 -> 0" in end.label
     assert _candidates.fast_end(START, precise, 2 / 16).value == {
-        "amp_dtype": "bfloat16", "aggregation": "sparse", "dropout_masks": "bits"}, \
+        "amp_dtype": "bfloat16", "feature_dtype": "bfloat16", "aggregation": "sparse",
+        "dropout_masks": "bits"}, \
         "2 workers of 16 cores stay"
     plain = candidates(START, TuneSpec(), two)
     assert _candidates.fast_end(START, plain, 1.0).value == {"num_workers": 0,
