@@ -72,7 +72,8 @@ class Screen:
     """Racing: a new config is measured to ``precision`` first, and goes on to the
     full precision only if its optimistic bound (throughput times one plus the
     half-width, memory as measured so far) could join ``front``, the (seed nodes/s,
-    MiB) points of the study's current feasible front, within ``budget_mib``.
+    MiB) points of the study's current feasible front, within ``budget_mib``; a
+    window stops as soon as that bound shows it could not, before either precision.
 
     Memory counts against what the device has (or ``budget_mib``), not against the
     spread between trials: ``best`` is the fastest throughput measured within it, and

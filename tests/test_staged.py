@@ -162,6 +162,27 @@ def test_screen_bounds():
     assert not Screen(front=((28_000.0, 6348.0),)).hopeless(1.0)  # no best known yet
 
 
+@pytest.mark.exclusive
+def test_a_dominated_config_stops_before_its_screening_precision():
+    """Racing drops a loser as soon as it shows: a noisy window (blocks some ±30%
+    apart) whose best case could not join the front stops at its fourth block, its
+    interval still far wider than the screening precision; the same window with a
+    front it could join goes on past it."""
+    def window(front):
+        draws = random.Random(0)
+        spec = MeasureSpec(min_steps=10, min_window_s=0.2, max_window_s=3.0,
+                           precision=0.01, screen=Screen(precision=0.05, front=front))
+        return _window(_FakeStepper(lambda: draws.choice([0.001, 0.002, 0.009])), spec,
+                       [0.004] * 3, lambda: 50.0).stats
+
+    rate = 100 / 0.004  # seeds/s of the fake steps, about
+    stats = window(front=((5 * rate, 10.0),))  # five times as fast, a fifth the memory
+    assert stats.stopped == "screened" and stats.screened_by == "front", stats
+    assert len(stats.blocks) == 4 and stats.precision > 0.05, stats
+    stats = window(front=((rate / 5, 10.0),))
+    assert stats.screened_by != "front" and len(stats.blocks) > 4, stats
+
+
 def test_far_below_the_best_stops_at_the_first_block():
     """A config whose fastest warm-up step is under a third of the best stops at its
     first block, not at a precision; one that shows it only in the window stops at
@@ -236,12 +257,13 @@ def test_payback_epochs_of_a_compiled_config():
 
 
 @pytest.mark.parametrize("machine, expected", [
-    (("cuda", 16, frozenset()), ["gpu-resident-bf16", "gpu-resident", "workers-on-free-cores",
-                                 "in-process-sampling"]),
-    (("cpu", 2, frozenset({"avx512_bf16"})), ["bf16", "sparse-aggregation", "bits-dropout",
-                                              "workers-on-free-cores", "in-process-sampling"]),
-    (("cpu", 2, frozenset({"avx512_vnni"})), ["sparse-aggregation", "bits-dropout",
-                                              "workers-on-free-cores", "in-process-sampling"]),
+    (("cuda", 16, frozenset()), ["gpu-resident-bf16", "gpu-resident", "in-process-sampling",
+                                 "workers-on-free-cores"]),
+    (("cpu", 2, frozenset({"avx512_bf16"})), ["in-process-sampling", "bf16",
+                                              "sparse-aggregation", "bits-dropout",
+                                              "workers-on-free-cores"]),
+    (("cpu", 2, frozenset({"avx512_vnni"})), ["in-process-sampling", "sparse-aggregation",
+                                              "bits-dropout", "workers-on-free-cores"]),
 ])
 def test_priors_follow_the_device(machine, expected):
     from autotune.study._space import load_space

@@ -45,7 +45,7 @@ SEARCH_OPTIONS: tuple[Option, ...] = (
            "config is measured to --screen-precision first)"),
     Option("screen_precision", SCREEN_PRECISION, FRACTION, "racing: a new config is measured "
            "to this precision first, and to --precision only if its best case could join "
-           "the front"),
+           "the front (it stops as soon as its best case shows it could not)"),
     Option("priors", True, SWITCH, "do not queue the prior table (device-aware first "
            "configs) after the baseline"),
     Option("confirm", 3, COUNT, "end with a confirmation: the front's N fastest configs "

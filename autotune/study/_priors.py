@@ -14,6 +14,8 @@ gpu-resident-bf16      device cuda                         gpu_sampling on, bflo
                                                            autocast, no loader workers
 gpu-resident           device cuda                         gpu_sampling on, no loader
                                                            workers
+in-process-sampling    always                              no loader workers (sampling in
+                                                           the training process)
 bf16                   CPU with amx_bf16 or avx512_bf16    bfloat16 autocast
 sparse-aggregation     device cpu, a model that takes it   aggregation sparse (it loses on
                                                            CUDA)
@@ -22,8 +24,6 @@ bits-dropout           device cpu, a built-in model        dropout_masks bits (t
                                                            a CPU step)
 workers-on-free-cores  at least 2 cores                    one loader worker per core but
                                                            one (left to the training step)
-in-process-sampling    always                              no loader workers (sampling in
-                                                           the training process)
 fast-end               after the rows above, whenever the  the fastest measured config
                        fastest config's fast end is not    with the least work the space
                        measured yet                        offers (the fanout that samples
@@ -33,6 +33,12 @@ fast-end               after the rows above, whenever the  the fastest measured 
                                                            apply (autocast dtype,
                                                            aggregation, dropout masks)
 =====================  ==================================  ===============================
+
+No loader workers go first on a CPU: on a few cores the workers take the cores the
+step computes on, and that row usually measures fast and lean, so that the rows after
+it, with the baseline's workers, can be raced against it (a window stops once its
+best case could not join the front: ``autotune.trial._window``) rather than each
+measured to full precision beside nothing to lose to.
 
 The rows above each change one thing of the baseline, so the search learns what each
 pays; but the fastest config usually needs several of them at once, and a search of a
@@ -80,6 +86,7 @@ PRIORS = (
                      "sampling_backend": "builtin"}),
     Prior("gpu-resident", lambda m: m.device == "cuda",
           lambda m: {"gpu_sampling": True, "num_workers": 0, "sampling_backend": "builtin"}),
+    Prior("in-process-sampling", lambda m: True, lambda m: {"num_workers": 0}),
     Prior("bf16", lambda m: m.device == "cpu" and any(f in m.cpu_flags for f in BF16_FLAGS),
           lambda m: {"amp_dtype": "bfloat16"}),
     Prior("sparse-aggregation", lambda m: m.device == "cpu",
@@ -87,7 +94,6 @@ PRIORS = (
     Prior("bits-dropout", lambda m: m.device == "cpu", lambda m: {"dropout_masks": "bits"}),
     Prior("workers-on-free-cores", lambda m: m.cores >= 2,
           lambda m: {"num_workers": m.cores - 1}),
-    Prior("in-process-sampling", lambda m: True, lambda m: {"num_workers": 0}),
 )
 
 

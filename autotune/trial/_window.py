@@ -413,7 +413,11 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
     """Times blocks of steps until the throughput is known to the target precision
     (the screening one first, racing), or until ``spec.max_window_s``. Racing, a
     config far below the best (:meth:`Screen.hopeless`) stops at its first block
-    if its fastest warm-up step showed it, else at the block that does."""
+    if its fastest warm-up step showed it, else at the block that does; one whose
+    best case could not join the front (:meth:`Screen.rules_out`) stops at the
+    first block that shows it, from its :data:`MIN_BLOCKS`-th on, whatever its
+    precision: a loser needs no precise figure to lose (racing, as F-Race drops
+    a candidate as soon as it is known to lose)."""
     out, per_block = _Window(), block_steps(warmup, stepper.pipe.config.num_workers)
     screen = spec.screen
     target = screen.precision if screen is not None else spec.precision
@@ -441,14 +445,17 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
             stopped = "max-seconds"
         elif not at_block or len(out.seeds) < spec.min_steps or \
                 now - start < spec.min_window_s or len(blocks) < MIN_BLOCKS or \
-                precision is None or precision > target:
+                precision is None:
+            continue
+        elif screen is not None and screen.rules_out(
+                sum(b[0] for b in blocks) / sum(b[1] for b in blocks), precision,
+                memory_mib()):
+            stopped, screened_by = "screened", "front"
+        elif precision > target:
             continue
         elif screen is not None and target > spec.precision:
-            rate = sum(b[0] for b in blocks) / sum(b[1] for b in blocks)
-            if screen.rules_out(rate, precision, memory_mib()):
-                stopped, screened_by = "screened", "front"
             target = spec.precision
-            stopped = stopped or ("precise" if precision <= target else "")
+            stopped = "precise" if precision <= target else ""
         else:
             stopped = "precise"
     out.times += clock.flush()
