@@ -443,21 +443,10 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
             screened_by = "warm-up" if hopeless else "window"
         elif now - start >= spec.max_window_s:
             stopped = "max-seconds"
-        elif not at_block or len(out.seeds) < spec.min_steps or \
-                now - start < spec.min_window_s or len(blocks) < MIN_BLOCKS or \
-                precision is None:
-            continue
-        elif screen is not None and screen.rules_out(
-                sum(b[0] for b in blocks) / sum(b[1] for b in blocks), precision,
-                memory_mib()):
-            stopped, screened_by = "screened", "front"
-        elif precision > target:
-            continue
-        elif screen is not None and target > spec.precision:
-            target = spec.precision
-            stopped = "precise" if precision <= target else ""
-        else:
-            stopped = "precise"
+        elif at_block and len(out.seeds) >= spec.min_steps and precision is not None and \
+                now - start >= spec.min_window_s and len(blocks) >= MIN_BLOCKS:
+            stopped, screened_by, target = _at_block(spec, blocks, precision, target,
+                                                     memory_mib)
     out.times += clock.flush()
     out.stats = WindowStats(
         wall_s=time.perf_counter() - start, block_steps=per_block, blocks=blocks,
@@ -465,6 +454,23 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
         screen_precision=screen.precision if screen is not None else None, stopped=stopped,
         screened_by=screened_by, started_at=started_at, ended_at=time.time())
     return out
+
+
+def _at_block(spec: MeasureSpec, blocks: list[list[float]], precision: float,
+              target: float, memory_mib: Callable[[], float]) -> tuple[str, str, float]:
+    """At a block of a window long enough to stop: (why it stops, "" where it goes on;
+    what screened it; its target precision). Racing, it is screened out where its
+    best case could not join the front, whatever its precision; at the screening
+    precision, one that could goes on to the full one."""
+    screen = spec.screen
+    rate = sum(b[0] for b in blocks) / sum(b[1] for b in blocks)
+    if screen is not None and screen.rules_out(rate, precision, memory_mib()):
+        return "screened", "front", target
+    if precision > target:
+        return "", "", target
+    if screen is not None and target > spec.precision:
+        return ("precise" if precision <= spec.precision else ""), "", spec.precision
+    return "precise", "", target
 
 
 def _undisturbed_window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
