@@ -125,8 +125,11 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
                               # 2-core Xeon; [1, 1] stays below 0.1. Three epochs, not two:
                               # accuracy is 0.85 after 8 steps (an epoch), 1.0 after 16, and
                               # with two epochs a bit-cut run scored 0.9476x on a 2-core
-                              # AVX2-only EPYC; with three it reached 1.0 in 20 of 24 steps
-                              guard=GuardOptions(ratio=0.95, epochs=3))
+                              # AVX2-only EPYC; with three it reached 1.0 in 20 of 24 steps,
+                              # but scored 0.927x once on a 2-core EPYC with avx512_bf16 in
+                              # the suite (its warm-up and window count in its budget, so
+                              # it trains fewer steps than the baseline); four give it room
+                              guard=GuardOptions(ratio=0.95, epochs=4))
     study = identity.open_study(opts, dataset_stats=dataset.stats(), env={})
 
     # the baseline, then the two configs, in order, in one run (one fork server); each
