@@ -243,6 +243,36 @@ def test_a_machine_that_stays_busy_is_said_once_and_its_windows_kept(tmp_path, m
     assert result.outcome.busy == ""
 
 
+def _search_after_looks(tmp_path, monkeypatch, machine, n_trials: int,
+                        load_of: Callable) -> tuple[list[str], int]:
+    """A search of ``n_trials`` on ``machine`` whose looks at the load before its first
+    trial read ``load_of(look)`` (look 1, 2, ...), as LoadMeter reads it: its notes,
+    and how many looks it took."""
+    import autotune
+    from autotune.specs import MeasureSpec
+
+    looks = [0]
+
+    class Meter:
+        def start(self):
+            pass
+
+        def stop(self):
+            looks[0] += 1
+            return load_of(looks[0])
+
+    monkeypatch.setattr(search_module, "LoadMeter", Meter)
+    monkeypatch.setattr(search_module, "run_trial", machine)
+    plan = autotune.prepare_search(
+        dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
+        studies_dir=str(tmp_path / "studies"), space=_space(TRUE), priors=False,
+        racing=True, progress=False, optuna_sampler="random", n_trials=n_trials,
+        confirm=0, measure=MeasureSpec(max_busy=0.1))
+    notes: list[str] = []
+    dataclasses.replace(plan, on_note=notes.append).run()
+    return notes, looks[0]
+
+
 @pytest.mark.parametrize("own_policy", [None, "ACTIVE"])
 def test_a_machine_busy_before_the_search_starts_is_said_once_and_windows_kept(
         tmp_path, monkeypatch, own_policy):
@@ -251,37 +281,15 @@ def test_a_machine_busy_before_the_search_starts_is_said_once_and_windows_kept(
     as measured; the first quiet trial says the machine is quiet again. Every trial's
     OpenMP threads wait passively (OMP_WAIT_POLICY=PASSIVE, said in the note), unless
     the user set a policy of their own."""
-    import dataclasses
-
-    import autotune
-    from autotune.specs import MeasureSpec
     from autotune.trial import Load
 
-    class Busy:  # the load over the search's looks, as LoadMeter reads it
-        looks = 0
-
-        def start(self):
-            pass
-
-        def stop(self):
-            Busy.looks += 1
-            return Load(cores=2, wall_s=0.25, others_s=0.25, share=0.5,
-                        top=[[4242, "trainer", 0.25]])
-
-    monkeypatch.setattr(search_module, "LoadMeter", Busy)
     if own_policy is None:
         monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     else:
         monkeypatch.setenv("OMP_WAIT_POLICY", own_policy)
     machine = FakeMachine(drift=0.0, busy=lambda config, nth: len(machine.calls) < 2)
-    monkeypatch.setattr(search_module, "run_trial", machine)
-    plan = autotune.prepare_search(
-        dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
-        studies_dir=str(tmp_path / "studies"), space=_space(TRUE), priors=False,
-        racing=True, progress=False, optuna_sampler="random", n_trials=4, confirm=0,
-        measure=MeasureSpec(max_busy=0.1))
-    notes: list[str] = []
-    dataclasses.replace(plan, on_note=notes.append).run()
+    notes, looks = _search_after_looks(tmp_path, monkeypatch, machine, 4, lambda look: Load(
+        cores=2, wall_s=0.25, others_s=0.25, share=0.5, top=[[4242, "trainer", 0.25]]))
     said = [n for n in notes if n.startswith("the machine is busy before the search starts")]
     assert len(said) == 1 and "pid 4242 (trainer)" in said[0], notes
     passive = {"OMP_WAIT_POLICY": "PASSIVE"} if own_policy is None else {}
@@ -290,7 +298,7 @@ def test_a_machine_busy_before_the_search_starts_is_said_once_and_windows_kept(
     assert [s.busy_retries for s in machine.specs[:3]] == [0, 0, 0], machine.specs[:3]
     assert machine.specs[3].busy_retries > 0  # the third call was quiet
     assert sum(n.startswith("the machine is quiet again") for n in notes) == 1, notes
-    assert Busy.looks == 2  # looked again before calling it busy
+    assert looks == 2  # looked again before calling it busy
 
 
 def test_a_one_off_before_the_search_is_not_a_busy_machine(tmp_path, monkeypatch):
@@ -298,34 +306,17 @@ def test_a_one_off_before_the_search_is_not_a_busy_machine(tmp_path, monkeypatch
     look busy, the second quiet) is not another training: nothing is said, every
     trial's threads keep their own wait policy, and disturbed windows are measured
     again as on any quiet machine."""
-    import autotune
-    from autotune.specs import MeasureSpec
     from autotune.trial import Load
 
-    looks: list[int] = []
+    def blip(look: int) -> Load:  # busy in the first look only
+        share = 0.45 if look == 1 else 0.0
+        return Load(cores=2, wall_s=0.25, others_s=0.5 * share, share=share,
+                    top=[[5606, "python", 0.3]] if share else [])
 
-    class Blip:
-        def start(self):
-            pass
-
-        def stop(self):
-            looks.append(1)
-            share = 0.45 if len(looks) == 1 else 0.0
-            return Load(cores=2, wall_s=0.25, others_s=0.5 * share, share=share,
-                        top=[[5606, "python", 0.3]] if share else [])
-
-    monkeypatch.setattr(search_module, "LoadMeter", Blip)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     machine = FakeMachine(drift=0.0)
-    monkeypatch.setattr(search_module, "run_trial", machine)
-    plan = autotune.prepare_search(
-        dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
-        studies_dir=str(tmp_path / "studies"), space=_space(TRUE), priors=False,
-        racing=True, progress=False, optuna_sampler="random", n_trials=2, confirm=0,
-        measure=MeasureSpec(max_busy=0.1))
-    notes: list[str] = []
-    dataclasses.replace(plan, on_note=notes.append).run()
-    assert len(looks) == 2, looks
+    notes, looks = _search_after_looks(tmp_path, monkeypatch, machine, 2, blip)
+    assert looks == 2, looks
     assert not any("busy" in n for n in notes), notes
     assert machine.envs and all(env == {} for env in machine.envs), machine.envs
     assert all(spec.busy_retries > 0 for spec in machine.specs), machine.specs

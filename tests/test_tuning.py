@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import math
 import time
 
@@ -305,7 +306,8 @@ def test_a_candidates_verdict_is_the_comparison_engines():
     def verdict(ratios, **spec):
         tried = Tried(Change("num_workers", 0, START, "change"), ratios=list(ratios))
         tune = TuneSpec(**spec)
-        run = SimpleNamespace(spec=tune, max_pairs=tune.pairs,
+        run = SimpleNamespace(spec=tune, rule=dataclasses.replace(tune.rule,
+                                                                  max_pairs=tune.pairs),
                               pipe=SimpleNamespace(config=START))
         return TunedRun._verdict(run, tried)[0]
 

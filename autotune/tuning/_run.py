@@ -189,8 +189,9 @@ class TunedRun:
         self._candidate: Pipeline | None = None
 
     def _fit(self, epochs: int, epoch_steps: int) -> int:
-        """Sizes the run's windows (:func:`fit_window`) and a candidate's most pairs;
-        returns how many windows exploring's share holds."""
+        """Sizes the run's windows (:func:`fit_window`) and a candidate's most pairs
+        (:attr:`rule`: :attr:`TuneSpec.rule` with its ``max_pairs``); returns how many
+        windows exploring's share holds."""
         spec = self.spec
         # a candidate keeps its batch size (it changes no knob that learns): so do epochs
         self.window_steps = fit_window(spec.window_steps, epoch_steps, self.explore_steps_left,
@@ -201,7 +202,8 @@ class TunedRun:
         # lost all its steps: the run is too short below a verdict's worth of them
         windows = int(self.explore_steps_left // self.window_steps)
         per_epoch = max(epoch_steps // (2 * self.window_steps), 1)
-        self.max_pairs = max(min(spec.pairs, epochs * per_epoch), spec.rule.min_pairs)
+        self.rule = dataclasses.replace(spec.rule, max_pairs=max(
+            min(spec.pairs, epochs * per_epoch), spec.rule.min_pairs))
         return windows
 
     def _build(self, config: TrialConfig, model: torch.nn.Module | None,
@@ -471,12 +473,11 @@ class TunedRun:
             return True
         what, cost_s, gain = once
         noise = pair_noise([t.ratios for t in self.log.tried])
-        rule = dataclasses.replace(self.spec.rule, max_pairs=self.max_pairs)
-        if noise is not None and pairs_to_tell(gain, noise, rule) is None:
+        if noise is not None and pairs_to_tell(gain, noise, self.rule) is None:
             tried.verdict, tried.reason = "not tried", (
                 f"at best {gain:.3g}x: pairs as noisy as this run's so far "
                 f"(±{100 * math.expm1(noise):.0f}% each) would not tell that from 1x in "
-                f"{self.max_pairs}")
+                f"{self.rule.max_pairs}")
             return False
         left_s = max(self.planned_steps - self.steps, 0) * self.pipe.config.batch_size / rate
         saved_s = left_s * (1 - 1 / gain)
@@ -590,12 +591,10 @@ class TunedRun:
         """The verdict on ``tried``'s pairs and why ("" while it needs more): the
         screen's on its first :data:`SCREEN_PAIRS` pairs (:func:`screened`: dropped
         under ``spec.screen`` each, kept over its inverse each); else the comparison's
-        (:attr:`TuneSpec.rule`, its pairs at most :attr:`max_pairs`): kept where
-        faster, slower where known to be under 1, no faster where known to be under
-        1 + ``spec.min_gain`` or tied within it, and no faster once :attr:`max_pairs`
-        pairs have not decided it."""
-        decision = tried.compare(dataclasses.replace(self.spec.rule,
-                                                     max_pairs=self.max_pairs))
+        (:attr:`rule`): kept where faster, slower where known to be under 1, no
+        faster where known to be under 1 + ``spec.min_gain`` or tied within it, and no
+        faster once the rule's ``max_pairs`` pairs have not decided it."""
+        decision = tried.compare(self.rule)
         screen = screened(tried.ratios, self.spec.screen)
         if screen == "dropped":
             return "dropped", f"under {self.spec.screen:g}x in its first {SCREEN_PAIRS} pairs"
@@ -611,7 +610,7 @@ class TunedRun:
                 ("no faster", f"under the {margin} margin")
         if decision.verdict == "tied":
             return "no faster", f"tied within {margin}"
-        if decision.pairs >= self.max_pairs:
+        if decision.pairs >= self.rule.max_pairs:
             return "no faster", f"undecided after {decision.pairs} pairs"
         return "", ""
 
