@@ -920,3 +920,48 @@ def test_a_loser_is_tried_again_only_where_the_gain_kept_since_could_lift_it(
         reason = run.log.tried[2].reason
         assert "0.70x" in reason and f"{gain:.2f}x" in reason, reason
         assert any("not tried" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("second", [1.3, 0.7])
+def test_a_candidate_that_reads_as_a_tie_steps_aside_for_the_next(tiny_synthetic, monkeypatch,
+                                                                  second):
+    """A candidate whose first 8 pairs read about 1x (±8% a pair: undecided) steps
+    aside for the one queued after it, its pairs kept. A gain behind it is kept before
+    the tie's verdict, and the tie, whose pairs were against the incumbent before,
+    ends unfinished and is tried again against the new one; after a loser, the tie
+    goes on with its pairs to its verdict. Without stepping aside, the tie takes its
+    12 pairs first."""
+    start = START.replace(num_workers=0)
+    tie, other = Change.of(start, "aggregation", "sparse"), \
+        Change.of(start, "sampling_backend", "auto")
+    monkeypatch.setattr(_run, "candidates", lambda config, spec, topology=None, masks=True: [
+        Change.of(config, "aggregation", "sparse")] if config.sampling_backend == "auto" else [])
+    real = TunedRun._verdict
+
+    def verdict(self, tried):  # scripted ratios, decided by the run's own rule
+        n = len(tried.ratios)
+        tried.ratios[:] = [(0.92, 1.08)[i % 2] for i in range(n)] \
+            if tried.knob == "aggregation" else [second] * n
+        return real(self, tried)
+
+    monkeypatch.setattr(TunedRun, "_verdict", verdict)
+    lines: list[str] = []
+    with TunedRun(start, tiny_synthetic, TuneSpec(share=1.0, window_steps=3, pairs=12),
+                  epochs=12, num_classes=4, queue=[tie, other], on_line=lines.append) as run:
+        fit(run, tiny_synthetic, TrainSpec(epochs=12))
+    seen = [(t.knob, t.verdict, t.aside_at, len(t.ratios)) for t in run.log.tried]
+    aside = next(i for i, line in enumerate(lines) if "stepped aside" in line)
+    assert "aggregation" in lines[aside] and "over 8 pairs" in lines[aside], lines
+    decided = next(i for i, line in enumerate(lines) if "sampling_backend" in line)
+    assert aside < decided, lines
+    if second > 1:
+        assert seen[:2] == [("sampling_backend", "kept", None, 2),
+                            ("aggregation", "unfinished", 8, 8)], seen
+        assert "sampling_backend builtin -> auto was kept" in run.log.tried[1].reason
+        again = run.log.tried[2]
+        assert (again.knob, again.config.sampling_backend) == ("aggregation", "auto"), seen
+        assert again.verdict == "no faster" and again.aside_at is None, seen
+    else:
+        assert seen == [("sampling_backend", "dropped", None, 2),
+                        ("aggregation", "no faster", 8, 12)], seen
+        assert "stepped aside after 8 pairs" in run.log.tried[1].line()

@@ -19,8 +19,8 @@ class Tried:
     (``kept``, ``slower``, ``no faster``, ``dropped`` at its first two pairs,
     ``failed`` and why, ``refused`` by the numerics check and why, ``unused`` where a
     loop of the user's never called the aggregation's hook in its windows,
-    ``unfinished`` where the run or exploring's share ended first, ``not tried``), and
-    the steps and seconds it trained."""
+    ``unfinished`` where the run or exploring's share ended first, or an adoption
+    while it stood aside, ``not tried``), and the steps and seconds it trained."""
 
     change: Change
     ratios: list[float] = field(default_factory=list)
@@ -34,6 +34,7 @@ class Tried:
     compile_s: float | None = None
     start_s: float | None = None
     decision: Decision | None = None
+    aside_at: int | None = None  # its pairs when it stepped aside for the others, if it did
 
     @property
     def config(self) -> TrialConfig:
@@ -62,16 +63,21 @@ class Tried:
         self.decision = Comparison(rule, ratios=list(self.ratios)).decision()
         return self.decision
 
-    def line(self) -> str:
+    def line(self, verdict: str | None = None, reason: str | None = None) -> str:
+        """Its line in the run's output: its verdict and why (or ``verdict`` and
+        ``reason``: where it stands before one)."""
         decision = self.decision
         figure = "-" if decision is None or decision.speedup is None else \
             f"{decision.text()} over {decision.pairs} pair{'s' if decision.pairs != 1 else ''}"
-        why = f" ({self.reason})" if self.reason else ""
+        verdict, reason = verdict or self.verdict, self.reason if reason is None else reason
+        why = f" ({reason})" if reason else ""
+        if self.aside_at is not None and verdict != "stepped aside":
+            why += f" (stepped aside after {self.aside_at} pairs for the others)"
         if self.compile_s is not None:
             why += f" (compiled in {self.compile_s:.1f} s)"
         elif self.start_s is not None:
             why += f" (its workers started in {self.start_s:.1f} s)"
-        return f"tried {self.label:<34} {figure:>30}  {self.verdict}{why}"
+        return f"tried {self.label:<34} {figure:>30}  {verdict}{why}"
 
 
 @dataclass
@@ -139,7 +145,7 @@ class TuneLog:
                            "speedup": t.ratio, "interval": None if t.decision is None
                            or t.decision.low is None else [t.decision.low, t.decision.high],
                            "steps": t.steps, "seconds": t.seconds, "compile_s": t.compile_s,
-                           "start_s": t.start_s}
+                           "start_s": t.start_s, "aside_at": t.aside_at}
                           for t in self.tried]}
 
 @dataclass(frozen=True)

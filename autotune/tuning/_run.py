@@ -29,7 +29,12 @@ of it), "no faster" where it lies under 1 + min_gain, "slower" where under 1. A
 candidate whose pairs spread wide gets more pairs, up to :attr:`TuneSpec.pairs`,
 while exploring's share lasts; one under :attr:`TuneSpec.screen` times the incumbent
 in each of its first two pairs is dropped then (it could not pay back the pairs a
-verdict takes).
+verdict takes). One whose first :data:`~autotune.tuning._spec.ASIDE_PAIRS` pairs
+read no better than the margin steps aside for the candidates after it, its pairs
+kept, and goes on once they are decided (a tie takes most of a verdict's pairs, and
+a gain queued behind it would wait for them); an adoption meanwhile ends it
+``unfinished``, its change tried again against the new incumbent where the queue
+holds it.
 The candidates are tried in the order of where the incumbent's step spends its time
 (:func:`by_bottleneck`): the loader's knobs first where its windows waited for batches
 more than half of their time, counting the computing its loader workers slow by
@@ -74,7 +79,7 @@ from autotune.tuning._candidates import DTYPE_KNOBS, FAST_END, FIRST, Change, \
 from autotune.tuning._checks import PROBES, departs, loss_check, numerics_check, \
     precision_notes
 from autotune.tuning._log import Tried, TuneLog, WindowEvent
-from autotune.tuning._spec import SCREEN_PAIRS, TuneSpec, fit_window, screened
+from autotune.tuning._spec import ASIDE_PAIRS, SCREEN_PAIRS, TuneSpec, fit_window, screened
 
 
 def _value_key(change: Change) -> tuple[str, str]:
@@ -111,6 +116,7 @@ class _Turn:
     tried: Tried
     rest: list[int]
     total: Window = dataclasses.field(default_factory=Window)
+    aside: bool = False  # it stepped aside for the others (TunedRun._steps_aside)
 
 
 @dataclasses.dataclass
@@ -183,6 +189,7 @@ class TunedRun:
         self.window = Window()  # the one being trained
         self._pace = 0.0  # seeds per second of the incumbent's last window
         self._unfinished: Tried | None = None  # a candidate the last epoch's end cut short
+        self._aside: dict[str, Tried] = {}  # by config key: those stepped aside, queued last
         self._lost: dict[tuple[str, str], _Lost] = {}  # by (knob, value): _carry_losers
         # the pipeline of the one being tried, or of the one cut short, kept for its next
         # epoch: close() ends it too
@@ -320,7 +327,7 @@ class TunedRun:
                 f"{type(exc).__name__}: {exc}"[:300]
         self._check_hook(turn.tried, asked)
         self.log.explore_s += time.perf_counter() - started
-        self._conclude(turn.tried, candidate)
+        self._conclude(turn, candidate)
         return turn.total
 
     def _candidate_for(self, tried: Tried) -> Pipeline:
@@ -406,7 +413,28 @@ class TunedRun:
                 if own.loss is not None and reference.loss is not None:
                     tried.losses.append((own.loss, reference.loss))
                 tried.verdict, tried.reason = self._verdict(tried)
+                if not tried.verdict and self._steps_aside(tried):
+                    turn.aside = True
+                    return
             reference = None
+
+    def _steps_aside(self, tried: Tried) -> bool:
+        """Whether ``tried``, undecided at :data:`ASIDE_PAIRS` pairs that read no better
+        than the margin, steps aside for the candidates queued after it, its pairs kept
+        for when they are decided: a tie takes most of the pairs a verdict may have
+        (benchmarks/verdicts.py), and a gain queued behind it would wait for them. Once
+        a candidate, and only where another waits that has not stepped aside; never
+        the fast end (what goes first waits for its verdict), nor one whose first
+        window warms up (:meth:`_warms_up`: a compile, or loader workers), which a new
+        pipeline would pay again when it goes on."""
+        decision = tried.decision
+        if tried.aside_at is not None or len(tried.ratios) != ASIDE_PAIRS or \
+                tried.knob == FAST_END or decision is None or decision.speedup is None:
+            return False
+        if decision.speedup >= 1 + self.spec.min_gain or \
+                tried.config.compile_mode != "none" or tried.config.num_workers > 0:
+            return False
+        return any(change.config.key() not in self._aside for change in self.queue)
 
     def _fast_end_first(self) -> None:
         """Before the queue is ordered (the run's first pair, and after each
@@ -538,10 +566,22 @@ class TunedRun:
                 tried.start_s = self.start_s = beyond
         return (yield from self._train(turn, self.pipe))
 
-    def _conclude(self, tried: Tried, candidate: Pipeline | None) -> None:
+    def _conclude(self, turn: _Turn, candidate: Pipeline | None) -> None:
         """A kept candidate becomes the incumbent, another is closed; one without a
-        verdict (the epoch's seeds ran out first) goes on in the next epoch, its pairs
-        and its pipeline kept."""
+        verdict goes on in the next epoch, its pairs and its pipeline kept, where the
+        epoch's seeds ran out first, or after the others, its pairs kept and its
+        pipeline closed, where it stepped aside (:meth:`_steps_aside`)."""
+        tried = turn.tried
+        if turn.aside:
+            self.log.tried.remove(tried)
+            self.queue.append(tried.change)
+            tried.aside_at = len(tried.ratios)
+            self._aside[tried.config.key()] = tried
+            self._close_candidate()
+            self.on_line(tried.line("stepped aside", (
+                f"no better than ±{100 * self.spec.min_gain:g}% so far: the candidates "
+                "after it go first, then it goes on")))
+            return
         if not tried.verdict:
             self.log.tried.remove(tried)
             self.queue.insert(0, tried.change)
@@ -549,6 +589,8 @@ class TunedRun:
             return
         self.on_line(tried.line())
         if tried.verdict == "kept":
+            self._log_unfinished(f"its pairs were against the incumbent before "
+                                 f"{tried.label} was kept")
             self._candidate = None
             self._adopt(candidate)
             self._carry_losers(tried)
@@ -579,11 +621,12 @@ class TunedRun:
 
     def _next(self) -> Tried:
         """The next candidate, as a new entry of the log, or the one the last epoch's
-        end cut short, with the pairs it had."""
+        end cut short, or one that stepped aside, with the pairs it had."""
         change = self.queue.pop(0)
         resumed, self._unfinished = self._unfinished, None
-        tried = resumed if resumed is not None and resumed.change == change else \
-            Tried(change)
+        if resumed is None or resumed.change != change:
+            resumed = self._aside.pop(change.config.key(), None)
+        tried = resumed or Tried(change)
         self.log.tried.append(tried)
         return tried
 
@@ -686,14 +729,16 @@ class TunedRun:
         self.close()
 
     def _log_unfinished(self, reason: str) -> None:
-        """The candidate an epoch's end cut short, if any, goes into the log as
-        ``unfinished`` (with the pairs it had, and ``reason``) and leaves the queue."""
-        if self._unfinished is None:
-            return
-        self._close_candidate()
-        tried, self._unfinished = self._unfinished, None
-        tried.verdict, tried.reason = "unfinished", reason
-        self.log.tried.append(tried)
-        self.queue = [change for change in self.queue
-                      if change.config.key() != tried.config.key()]
-        self.on_line(tried.line())
+        """The candidates without a verdict, the one an epoch's end cut short and those
+        stepped aside, go into the log as ``unfinished`` (with the pairs they had, and
+        ``reason``) and leave the queue."""
+        if self._unfinished is not None:
+            self._close_candidate()
+        waiting = [t for t in (self._unfinished, *self._aside.values()) if t is not None]
+        self._unfinished, self._aside = None, {}
+        keys = {tried.config.key() for tried in waiting}
+        self.queue = [change for change in self.queue if change.config.key() not in keys]
+        for tried in waiting:
+            tried.verdict, tried.reason = "unfinished", reason
+            self.log.tried.append(tried)
+            self.on_line(tried.line())
