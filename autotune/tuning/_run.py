@@ -174,9 +174,8 @@ class TunedRun:
         self.start_s = spec.start_s  # a loader's workers' start: the same
         self.log = TuneLog(start=config, final=config, notes=precision_notes(config, spec))
         self.too_short = self._too_short(epochs, epoch_steps, windows)
-        if self.too_short:
-            self.log.notes.append(f"this run may be too short to decide a candidate: "
-                                  f"{self.too_short}")
+        self.log.notes += [f"this run may be too short to decide a candidate: "
+                           f"{self.too_short}"] if self.too_short else []
         for note in self.log.notes:
             self.on_line(note)
         self._probes: list = []  # the incumbent's first batches: the numerics check's
@@ -572,7 +571,7 @@ class TunedRun:
         epoch's seeds ran out first, or after the others, its pairs kept and its
         pipeline closed, where it stepped aside (:meth:`_steps_aside`)."""
         tried = turn.tried
-        if turn.aside:
+        if turn.aside and not tried.verdict:  # (not where its windows showed it unused)
             self.log.tried.remove(tried)
             self.queue.append(tried.change)
             tried.aside_at = len(tried.ratios)
