@@ -68,6 +68,20 @@ def test_missing_dataset_offline_names_root_and_files(tmp_path):
         load_dataset("Cora", root=tmp_path)
 
 
+def test_a_known_name_is_that_dataset_though_a_folder_of_that_name_is_here(tmp_path,
+                                                                          monkeypatch):
+    """``Cora`` run where ./Cora exists (PyG's own download of it, say) is PyG's Cora,
+    not a folder in TUDataset's format, and a study's identity keeps the name; the
+    folder is reached by its path (./Cora)."""
+    (tmp_path / "Cora" / "raw").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DatasetError, match=r"'Cora' is not under root .*Cora/raw"):
+        load_dataset("Cora", root=tmp_path / "elsewhere")
+    assert DatasetRef("Cora", root=str(tmp_path)).identity()["name"] == "Cora"
+    with pytest.raises(DatasetError, match="TUDataset's format"):
+        load_dataset("./Cora", root=tmp_path / "elsewhere")
+
+
 def test_real_cora_from_a_read_only_copy_of_the_shared_folder(tmp_path, monkeypatch,
                                                               cora_root):
     """Real Cora from a read-only root: processed in a shadow copy, the root left as

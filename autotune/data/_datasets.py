@@ -338,10 +338,10 @@ def _materialise(name: str, root: Path, scale: float, seed: int):
         return synthetic_mag(scale=scale, seed=seed)
     if name == "synthetic-molecules":
         return synthetic_molecules(scale=scale, seed=seed)
+    if name in NAMED:  # before a folder: ./Cora, PyG's own download of it, is not one
+        return _from_pyg(NAMED[name], root)  # in TUDataset's format (pass ./NAME for that)
     if Path(name).is_dir():
         return read_tu_folder(Path(name), seed)
-    if name in NAMED:
-        return _from_pyg(NAMED[name], root)
     if is_import_path(name):
         return _from_function(name, seed)
     return _from_file(Path(name), seed)
@@ -511,7 +511,8 @@ class DatasetRef:
         path), the task, and the scale and seed where they shape it (a generated graph;
         the seed draws a link split too). The root only says where the files lie: a
         study resumed from another folder, or with another ``--root``, is the same."""
-        local = self.name.endswith(".pt") or Path(self.name).is_dir()
+        local = self.name not in DATASET_NAMES and (self.name.endswith(".pt") or
+                                                    Path(self.name).is_dir())
         name = str(Path(self.name).resolve()) if local else self.name
         out: dict[str, Any] = {"name": name, "task": self.task}
         if self.name in SYNTHETIC:
