@@ -922,36 +922,44 @@ def test_a_loser_is_tried_again_only_where_the_gain_kept_since_could_lift_it(
         assert any("not tried" in line for line in lines), lines
 
 
-@pytest.mark.parametrize("second", [1.3, 0.7])
+def _about_1x(n: int) -> list[float]:  # ±8% a pair: undecided at 8 and at 16
+    return [(0.92, 1.08)[i % 2] for i in range(n)]
+
+
+def _late_tie(n: int) -> list[float]:  # 1.05x over its first 8 pairs, 1.00x at 16
+    return [(0.97, 1.13)[i % 2] if i < 8 else (0.88, 1.02)[i % 2] for i in range(n)]
+
+
+@pytest.mark.parametrize("tie, second, aside_at", [(_about_1x, 1.3, 8), (_about_1x, 0.7, 8),
+                                                    (_late_tie, 0.7, 16)])
 def test_a_candidate_that_reads_as_a_tie_steps_aside_for_the_next(tiny_synthetic, monkeypatch,
-                                                                  second):
-    """A candidate whose first 8 pairs read about 1x (±8% a pair: undecided) steps
-    aside for the one queued after it, its pairs kept. A gain behind it is kept before
-    the tie's verdict, and the tie, whose pairs were against the incumbent before,
-    ends unfinished and is tried again against the new one; after a loser, the tie
-    goes on with its pairs to its verdict. Without stepping aside, the tie takes its
-    12 pairs first."""
+                                                                  tie, second, aside_at):
+    """A candidate whose first 8 pairs (or 16) read no better than the margin, undecided,
+    steps aside for the one queued after it, its pairs kept. A gain behind it is kept
+    before the tie's verdict, and the tie, whose pairs were against the incumbent
+    before, ends unfinished and is tried again against the new one; after a loser,
+    the tie goes on with its pairs to its verdict. Without stepping aside, the tie
+    takes its 24 pairs first."""
     start = START.replace(num_workers=0)
-    tie, other = Change.of(start, "aggregation", "sparse"), \
-        Change.of(start, "sampling_backend", "auto")
+    queue = [Change.of(start, "aggregation", "sparse"),
+             Change.of(start, "sampling_backend", "auto")]
     monkeypatch.setattr(_run, "candidates", lambda config, spec, topology=None, masks=True: [
         Change.of(config, "aggregation", "sparse")] if config.sampling_backend == "auto" else [])
     real = TunedRun._verdict
 
     def verdict(self, tried):  # scripted ratios, decided by the run's own rule
         n = len(tried.ratios)
-        tried.ratios[:] = [(0.92, 1.08)[i % 2] for i in range(n)] \
-            if tried.knob == "aggregation" else [second] * n
+        tried.ratios[:] = tie(n) if tried.knob == "aggregation" else [second] * n
         return real(self, tried)
 
     monkeypatch.setattr(TunedRun, "_verdict", verdict)
     lines: list[str] = []
-    with TunedRun(start, tiny_synthetic, TuneSpec(share=1.0, window_steps=3, pairs=12),
-                  epochs=12, num_classes=4, queue=[tie, other], on_line=lines.append) as run:
-        fit(run, tiny_synthetic, TrainSpec(epochs=12))
+    with TunedRun(start, tiny_synthetic, TuneSpec(share=1.0, window_steps=3, pairs=24),
+                  epochs=20, num_classes=4, queue=queue, on_line=lines.append) as run:
+        fit(run, tiny_synthetic, TrainSpec(epochs=20))
     seen = [(t.knob, t.verdict, t.aside_at, len(t.ratios)) for t in run.log.tried]
     aside = next(i for i, line in enumerate(lines) if "stepped aside" in line)
-    assert "aggregation" in lines[aside] and "over 8 pairs" in lines[aside], lines
+    assert "aggregation" in lines[aside] and f"over {aside_at} pairs" in lines[aside], lines
     decided = next(i for i, line in enumerate(lines) if "sampling_backend" in line)
     assert aside < decided, lines
     if second > 1:
@@ -963,5 +971,5 @@ def test_a_candidate_that_reads_as_a_tie_steps_aside_for_the_next(tiny_synthetic
         assert again.verdict == "no faster" and again.aside_at is None, seen
     else:
         assert seen == [("sampling_backend", "dropped", None, 2),
-                        ("aggregation", "no faster", 8, 12)], seen
-        assert "stepped aside after 8 pairs" in run.log.tried[1].line()
+                        ("aggregation", "no faster", aside_at, 24)], seen
+        assert f"stepped aside after {aside_at} pairs" in run.log.tried[1].line()

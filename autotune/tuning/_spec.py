@@ -68,9 +68,10 @@ class TuneSpec:
 
 MIN_WINDOW = 3  # a window's first step waits for its loader's start: three steps or more
 SCREEN_PAIRS = 2  # a candidate's first pairs, which the screen reads (screened)
-# A candidate whose first ASIDE_PAIRS pairs read no better than the margin steps aside
-# for the others, its pairs kept, and goes on once they are decided: at 1.00x the
-# comparison takes most of its pairs (benchmarks/verdicts.py), at 1.07x about half
+# A candidate whose first ASIDE_PAIRS pairs (or a multiple: at 16, 24) read no better
+# than the margin steps aside for the others, once, its pairs kept, and goes on once
+# they are decided: at 1.00x the comparison takes most of its pairs
+# (benchmarks/verdicts.py), at 1.07x about half
 ASIDE_PAIRS = 8
 
 
