@@ -54,8 +54,12 @@ def write_space(space: dict, path: Path) -> Path:
     return path
 
 
-def write(path: str, report: dict) -> None:
-    report["env"] = fingerprint(report.get("device", "cpu"))
+def write(path: str, report: dict, env: bool = True) -> None:
+    """Writes ``report`` to ``path`` (and prints it), with this machine's fingerprint as
+    its ``env``; ``env`` False keeps the report's own (figures of another run's machine
+    kept beside new ones, which carry their machine themselves)."""
+    if env or "env" not in report:
+        report["env"] = fingerprint(report.get("device", "cpu"))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
