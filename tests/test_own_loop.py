@@ -185,11 +185,15 @@ def test_show_names_a_candidate_that_ctrl_c_cut_off_and_the_runs_notes():
               "settled_epoch": None, "final_rate": None, "explore_s": 1.5,
               "interrupted_step": 40, "steps_by_config": {short(config): 40},
               "tried": [{"change": "num_workers 2 -> 0", "ratios": [1.1, 1.2], "verdict": "",
-                         "speedup": 1.15, "interval": [0.9, 1.4], "reason": ""}],
+                         "speedup": 1.15, "interval": [0.9, 1.4], "reason": ""},
+                        {"change": "aggregation scatter -> sparse", "ratios": [1.0] * 9,
+                         "verdict": "no faster", "speedup": 1.0, "interval": [0.99, 1.01],
+                         "reason": "tied within ±2%", "aside_at": 8}],
               "notes": ["precision: not tried (...)"], "windows": []}
     text = "\n".join(run_lines(report))
     assert "num_workers 2 -> 0" in text and \
         "unfinished (the run stopped before its verdict)" in text
+    assert "no faster (tied within ±2%) (stepped aside after 8 pairs for the others)" in text
     assert "  precision: not tried (...)" in text
 
 

@@ -157,6 +157,8 @@ def run_lines(report: dict[str, Any]) -> list[str]:
     lines.append("tried:")
     for t in report["tried"]:
         why = f" ({t['reason']})" if t.get("reason") else ""
+        if t.get("aside_at") is not None:  # absent from runs recorded before it was kept
+            why += f" (stepped aside after {t['aside_at']} pairs for the others)"
         verdict = t["verdict"] or "unfinished (the run stopped before its verdict)"
         lines.append(f"  {t['change']:<40} {_figure(t):>30}  {verdict}{why}")
     lines += [f"  {note}" for note in report.get("notes") or []]
