@@ -30,11 +30,11 @@ candidate whose pairs spread wide gets more pairs, up to :attr:`TuneSpec.pairs`,
 while exploring's share lasts; one under :attr:`TuneSpec.screen` times the incumbent
 in each of its first two pairs is dropped then (it could not pay back the pairs a
 verdict takes). One whose first :data:`~autotune.tuning._spec.ASIDE_PAIRS` pairs
-(or twice, three times as many) read no better than the margin steps aside for the candidates after it, its pairs
-kept, and goes on once they are decided (a tie takes most of a verdict's pairs, and
-a gain queued behind it would wait for them); an adoption meanwhile ends it
-``unfinished``, its change tried again against the new incumbent where the queue
-holds it.
+(or twice, three times as many) read no better than the margin steps aside for the
+candidates after it, its pairs kept, and goes on once they are decided (a tie takes
+most of a verdict's pairs, and a gain queued behind it would wait for them); an
+adoption meanwhile ends it ``unfinished``, its change tried again against the new
+incumbent where the queue holds it.
 The candidates are tried in the order of where the incumbent's step spends its time
 (:func:`by_bottleneck`): the loader's knobs first where its windows waited for batches
 more than half of their time, counting the computing its loader workers slow by
@@ -423,10 +423,10 @@ class TunedRun:
         candidates queued after it, its pairs kept for when they are decided: a tie
         takes most of the pairs a verdict may have (benchmarks/verdicts.py), and a gain
         queued behind it would wait for them. Once a candidate, and only where another
-        waits that has not stepped aside; never
-        the fast end (what goes first waits for its verdict), nor one whose first
-        window warms up (:meth:`_warms_up`: a compile, or loader workers), which a new
-        pipeline would pay again when it goes on."""
+        waits that has not stepped aside; never the fast end (what goes first waits
+        for its verdict), nor one whose first window warms up (:meth:`_warms_up`: a
+        compile, or loader workers), which a new pipeline would pay again when it goes
+        on."""
         decision = tried.decision
         if tried.aside_at is not None or len(tried.ratios) % ASIDE_PAIRS or \
                 tried.knob == FAST_END or decision is None or decision.speedup is None:
