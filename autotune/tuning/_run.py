@@ -82,6 +82,13 @@ from autotune.tuning._log import Tried, TuneLog, WindowEvent
 from autotune.tuning._spec import ASIDE_PAIRS, SCREEN_PAIRS, TuneSpec, fit_window, screened
 
 
+def _starts_once(config: TrialConfig) -> bool:
+    """Whether ``config``'s pipeline pays a cost once, in its first window: a compile,
+    or its loader's worker processes starting (persistent: its later windows reuse
+    them)."""
+    return config.compile_mode != "none" or config.num_workers > 0
+
+
 def _value_key(change: Change) -> tuple[str, str]:
     """A change's knob and the value it gives, whatever the incumbent it changes."""
     return change.knob, repr(change.value)
@@ -424,15 +431,14 @@ class TunedRun:
         takes most of the pairs a verdict may have (benchmarks/verdicts.py), and a gain
         queued behind it would wait for them. Once a candidate, and only where another
         waits that has not stepped aside; never the fast end (what goes first waits
-        for its verdict), nor one whose first window warms up (:meth:`_warms_up`: a
-        compile, or loader workers), which a new pipeline would pay again when it goes
-        on."""
+        for its verdict), nor one whose first window warms up (:func:`_starts_once`:
+        a compile, or loader workers), which a new pipeline would pay again when it
+        goes on."""
         decision = tried.decision
         if tried.aside_at is not None or len(tried.ratios) % ASIDE_PAIRS or \
                 tried.knob == FAST_END or decision is None or decision.speedup is None:
             return False
-        if decision.speedup >= 1 + self.spec.min_gain or \
-                tried.config.compile_mode != "none" or tried.config.num_workers > 0:
+        if decision.speedup >= 1 + self.spec.min_gain or _starts_once(tried.config):
             return False
         return any(change.config.key() not in self._aside for change in self.queue)
 
@@ -540,9 +546,8 @@ class TunedRun:
         compile, or its loader's worker processes starting (persistent: its later
         windows reuse them). Not where it was warmed up already (resumed in a later
         epoch on the pipeline it warmed)."""
-        config = tried.config
-        return (config.compile_mode != "none" or config.num_workers > 0) and \
-            tried.compile_s is None and tried.start_s is None
+        return _starts_once(tried.config) and tried.compile_s is None and \
+            tried.start_s is None
 
     def _warm_up(self, turn: _Turn, candidate: Pipeline,
                  before: float) -> Generator[Any, None, Window]:
