@@ -590,7 +590,8 @@ def test_a_real_confirmation_measures_each_candidate_in_its_own_process(tmp_path
                "--warmup", "1", "--warmup-time", "0", "--max-seconds", "0.5", "--space", "quick",
                "--n-trials", "4",
                "--root", str(tmp_path / "data"), "--studies-dir", str(tmp_path / "studies"),
-               "--study-name", "c", "--confirm", "1", "--no-racing", "--confirm-by", "rounds")
+               "--study-name", "c", "--confirm", "1", "--no-racing", "--confirm-by", "rounds",
+               "--confirm-precision", "50%")
     assert proc.returncode == 0, proc.stderr
     assert "confirmation: 3 interleaved rounds of #0 (baseline)" in proc.stdout
     study = optuna.load_study(study_name="c",
