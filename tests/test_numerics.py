@@ -167,6 +167,22 @@ def test_a_faster_precision_candidate_whose_loss_rises_beyond_the_noise_is_refus
     assert loss_check([(2.0, 1.0)]) == ""  # one pair tells nothing
 
 
+def test_the_loss_check_reads_the_first_epochs_falling_loss_as_the_trend_it_is():
+    """The fast end's pairs (candidate, incumbent) from online.py's tuned run with
+    precision on a 2-core EPYC with AVX2 only, in its first epoch: the loss fell from
+    3.7 to 0.002, the incumbent first in the first pair and second in the next, so
+    the first two pairs read -0.74 and +1.05 and their mean +0.049 refused a
+    candidate whose loss matched the incumbent's in every later pair. Their median
+    passes it; the same pairs with the candidate's loss 3x in each are refused."""
+    pairs = [(2.9155, 3.6595), (1.8341, 0.7822), (0.02027, 0.03662), (0.01304, 0.00904),
+             (0.003985, 0.003054), (0.002630, 0.002277)]
+    assert loss_check(pairs) == ""
+    assert loss_check([(3 * theirs, theirs) for _, theirs in pairs]).startswith(
+        "its training loss +")
+    # a candidate higher in most pairs, not in a trend's one or two, is refused
+    assert loss_check([(theirs + 0.01, theirs) for _, theirs in pairs[2:]]) != ""
+
+
 def test_the_run_says_what_it_left_out_of_precision_and_why(monkeypatch):
     monkeypatch.setattr(_checks, "native_bf16", lambda: False)
     notes = precision_notes(CONFIG, TuneSpec(precision=True))

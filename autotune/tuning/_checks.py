@@ -100,17 +100,21 @@ def numerics_check(incumbent: Pipeline, candidate: Pipeline, probes: list) -> st
 def loss_check(losses: list[tuple[float, float]]) -> str:
     """Why a precision candidate's training loss over its windows lies beyond the
     incumbent's paired noise ("" where it does not, or with under 2 pairs to tell):
-    its mean excess over the incumbent's window in the same pair must not exceed the
+    its median excess over the incumbent's window in the same pair must not exceed the
     median change between the incumbent's own windows of consecutive pairs (what its
     loss moves by anyway, a trend of two windows included), or :data:`LOSS_FLOOR` of
-    the incumbent's mean loss where that is larger (a converged loss barely moves). A
-    lower loss is no harm."""
+    the incumbent's median loss where that is larger (a converged loss barely moves).
+    Medians, not means: in a run's first epoch the loss falls by most of itself from
+    one window to the next, and a pair or two there, whichever of its windows trained
+    first, would outweigh every later pair (the incumbent first in one pair and second
+    in the next cancels a straight trend, not one that flattens). A lower loss is no
+    harm."""
     if len(losses) < 2:
         return ""
-    excess = statistics.fmean(ours - theirs for ours, theirs in losses)
+    excess = statistics.median(ours - theirs for ours, theirs in losses)
     noise = max(statistics.median(abs(b[1] - a[1]) for a, b in zip(losses, losses[1:])),
-                LOSS_FLOOR * statistics.fmean(theirs for _, theirs in losses))
+                LOSS_FLOOR * statistics.median(theirs for _, theirs in losses))
     if excess <= noise:
         return ""
-    return (f"its training loss {excess:+.4g} over the float32 windows beside it, a pair "
-            f"on average, beyond their own noise of {noise:.4g}")
+    return (f"its training loss {excess:+.4g} over the float32 windows beside it, the "
+            f"median pair's, beyond their own noise of {noise:.4g}")
