@@ -158,16 +158,22 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _heaviest_modules_first(items) -> None:
-    """The modules holding ``exclusive`` tests first, those tests first in them, then
+    """The modules holding ``exclusive`` tests first, the smallest of them first (its
+    next module's exclusive tests come sooner), those tests first in them, then
     the modules with the most ``slow`` tests, each module's other tests in their own
-    order: a parallel run hands whole modules to its workers in this order. An
+    order: a parallel run hands whole modules to its workers in this order (with
+    ``--no-loadscope-reorder``, pyproject.toml's addopts: pytest-xdist's default hands
+    out the modules with the most tests first, whatever this order says). An
     exclusive test waits for every running test to end, and its worker idles
     meanwhile: at the start, none is running (in mid-run those waits cost a minute);
     and a worker that started a long module last would finish alone."""
     weight = collections.Counter(item.path for item in items if "slow" in item.keywords)
+    size = collections.Counter(item.path for item in items)
     exclusive = {item.path for item in items if "exclusive" in item.keywords}
     first_seen = {path: i for i, path in enumerate(dict.fromkeys(i.path for i in items))}
-    items.sort(key=lambda item: (item.path not in exclusive, -weight[item.path],
+    items.sort(key=lambda item: (item.path not in exclusive,
+                                 size[item.path] if item.path in exclusive
+                                 else -weight[item.path],
                                  first_seen[item.path], "exclusive" not in item.keywords))
 
 
