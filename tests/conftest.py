@@ -74,36 +74,29 @@ if "PYTEST_XDIST_WORKER" in os.environ:
         prefix=f"autotune-locks-{os.environ['PYTEST_XDIST_WORKER']}-"))
 
 
-@pytest.fixture(autouse=True)
-def _machine_share(request):
-    """In a parallel run (pytest-xdist), tests share the machine, but a test marked
-    ``exclusive`` runs alone: its assertions compare timings, or accuracy after equal
-    wall-clock training, which a test beside it would skew. A readers-writer lock
-    across the workers: each test shares the "room" (LOCK_SH); an exclusive
-    one shuts the "gate", so that no new test comes in, and waits for the room to
-    empty (LOCK_EX). A module fixture runs before the lock is taken: no module
-    fixture's measurements are asserted on as an exclusive test's are."""
-    node = request.node
-    with _share(_exclusive(node), keep=node.stash.get(_NEXT_EXCLUSIVE, False)):
-        yield
-
-
 def _exclusive(item) -> bool:
     return item is not None and item.get_closest_marker("exclusive") is not None
 
 
-_NEXT_EXCLUSIVE = pytest.StashKey[bool]()
 _KEPT: list[int] = []  # the room and gate an exclusive test kept for the next one
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """An exclusive test whose worker runs another next keeps the machine for it, so
-    that the next does not wait again for another worker's test to end (each such wait
-    lasts one of that worker's tests); once a test has ended and the next is not
-    exclusive (or skipped before its fixtures), the machine is given back."""
-    item.stash[_NEXT_EXCLUSIVE] = _exclusive(item) and _exclusive(nextitem)
-    yield
+    """In a parallel run (pytest-xdist), tests share the machine, but a test marked
+    ``exclusive`` runs alone: its assertions compare timings, or accuracy after equal
+    wall-clock training, which a test beside it would skew. A readers-writer lock
+    across the workers: each test shares the "room" (LOCK_SH); an exclusive
+    one shuts the "gate", so that no new test comes in, and waits for the room to
+    empty (LOCK_EX). The lock spans the test's whole protocol, the set-up and
+    tear-down of its fixtures of every scope included: another worker's next module
+    fixture (a fork server, a training) does not start beside an exclusive test.
+    An exclusive test whose worker runs another next keeps the machine for it, so
+    that the next does not wait again for another worker's test to end (each such
+    wait lasts one of that worker's tests); once a test has ended and the next is
+    not exclusive, the machine is given back."""
+    with _share(_exclusive(item), keep=_exclusive(item) and _exclusive(nextitem)):
+        yield
     if _KEPT and not _exclusive(nextitem):
         _give_back(_KEPT)
 
