@@ -220,6 +220,26 @@ class Comparison:
                 verdict = "undecided"
         return Decision(verdict, speedup, low, high, n)
 
+    def out_of_reach(self) -> float | None:
+        """Where the pairs left to the rule could not call the candidate faster: the
+        most speed-up its pairs so far allow (the upper end of a plain 95%
+        t-interval at this many pairs), which, measured over ``rule.max_pairs``
+        pairs as spread as these, would still leave its interval reaching down to
+        1; else None. A comparison at about 1x whose pairs spread wider than the
+        margin is neither tied nor faster after all its pairs, and a caller that
+        pays for each pair ends it here ("futility", as a sequential trial stops for
+        it). Looked at from twice the rule's least pairs on (the spread's estimate
+        is too rough before), and never on a decided comparison."""
+        n = len(self.ratios)
+        if n < 2 * self.rule.min_pairs or n >= self.rule.max_pairs or \
+                self.decision().decided:
+            return None
+        sd = math.sqrt(max(self._m2, 0.0) / (n - 1))
+        best = self._mean + t_quantile(self.rule.confidence, n - 1) * sd / math.sqrt(n)
+        if best > sd * boundary(self.rule.max_pairs, self.rule.confidence):
+            return None
+        return math.exp(best)
+
     @property
     def exhausted(self) -> bool:
         """Whether the rule's pairs are spent."""

@@ -499,14 +499,16 @@ def _online_full(name: str) -> list[tuple[str, str, str, str]]:
 
 def _verdicts() -> list[tuple[str, str, str, str]]:
     """Each rule's replayed detection of a 1.07x gain, keeping of a 1.00x change and
-    mean pairs (verdicts.py)."""
+    mean pairs (at 1.00x too, where the file has them: verdicts.py)."""
     v = _load("verdicts")
     if not v:
         return []
     sources = "; ".join(f"{s['source']}: {s['config']} ({s['pairs']} pairs, log sd "
                         f"{s['log_sd']:.3f}, {s['machine']})" for s in v["series"])
     figures = "; ".join(f"{name} {100 * r['detects_1.07']:.0f}% / {100 * r['keeps_1.00']:.1f}% "
-                        f"/ {r['mean_pairs_1.07']:.1f} pairs" for name, r in v["summary"].items())
+                        f"/ {r['mean_pairs_1.07']:.1f} pairs" +
+                        (f" ({r['mean_pairs_1.00']:.1f} at 1.00x)" if "mean_pairs_1.00" in r
+                         else "") for name, r in v["summary"].items())
     meets = v["meets"]
     return [("verdicts.py", f"recorded series replayed {v['replays']} times with a gain "
              f"injected, each rule looked at as it runs: detects 1.07x / keeps 1.00x / mean "

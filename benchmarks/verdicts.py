@@ -24,7 +24,9 @@ The rules replayed, each as the code ran it:
   in-run tuner asks), looked at after every pair, "detects" where it says faster;
 - tuner: the in-run tuner's whole rule: its screen on the first two pairs
   (:func:`autotune.tuning._spec.screened`: dropped under 0.8x each, kept over 1.25x
-  each), then the engine;
+  each), then the engine, stopped "no faster" where the pairs left could not call
+  it faster (:meth:`autotune.compare.Comparison.out_of_reach`); ``mean_pairs_1.00``
+  shows what that saves;
 - tuner-range: the in-run tuner's old rule: the mean of 2-3 ratios less half their
   range above 1.02 (first pair under 0.8 dropped);
 - confirm-median: the confirmation's old rule: the median of 3 rounds' ratios with
@@ -204,7 +206,12 @@ def tuner(ratios: list[float]) -> tuple[bool, int]:
     screen = screened(ratios[:SCREEN_PAIRS], TuneSpec().screen)
     if screen:
         return screen == "kept", SCREEN_PAIRS
-    return engine(ratios)
+    comparison = Comparison(ENGINE)
+    for ratio in ratios:
+        decision = comparison.add(ratio)
+        if decision.decided or comparison.exhausted or comparison.out_of_reach():
+            return decision.verdict == "faster", decision.pairs
+    return False, len(ratios)
 
 
 def tuner_range(ratios: list[float], pairs: int = 3, min_gain: float = 0.02,
@@ -273,7 +280,9 @@ def summary(rows: list[dict]) -> dict:
         detect = statistics.fmean(r["rules"][name]["1.07"]["faster"] for r in rows)
         keep = statistics.fmean(r["rules"][name]["1.00"]["faster"] for r in rows)
         pairs = statistics.fmean(r["rules"][name]["1.07"]["mean_pairs"] for r in rows)
+        pairs_1 = statistics.fmean(r["rules"][name]["1.00"]["mean_pairs"] for r in rows)
         out[name] = {"detects_1.07": detect, "keeps_1.00": keep, "mean_pairs_1.07": pairs,
+                     "mean_pairs_1.00": pairs_1,
                      "worst_detects_1.07": min(r["rules"][name]["1.07"]["faster"]
                                                for r in rows),
                      "worst_keeps_1.00": max(r["rules"][name]["1.00"]["faster"]

@@ -15,15 +15,33 @@ from autotune.errors import ConfigError
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def sequential(ratios, rule=Rule()):
+def sequential(ratios, rule=Rule(), futility=False):
     """Looks after every pair, stopping at the first verdict (or the rule's last
-    pair), as the tuner and the confirmation do: the verdict and the pairs used."""
+    pair), as the tuner and the confirmation do, and with ``futility`` where the
+    pairs left are out of reach, as the tuner does: the verdict and the pairs used."""
     comparison = Comparison(rule)
     for ratio in ratios:
         decision = comparison.add(ratio)
-        if decision.decided or comparison.exhausted:
+        if decision.decided or comparison.exhausted or \
+                futility and comparison.out_of_reach() is not None:
             break
     return decision.verdict, decision.pairs
+
+
+def test_a_1x_candidate_in_wide_pairs_is_out_of_reach_at_half_its_pairs_and_a_gain_is_not():
+    """At 1.00x in pairs ±8% apart, 32 pairs could not call it faster, and that is
+    known by 16 (never before twice the least pairs, 8); a 1.06x candidate in the same
+    noise stays in reach; a decided one is never out of reach; the figure is the
+    most its pairs allow, over 1."""
+    rule = Rule(max_pairs=32)  # (an odd pair's mean is under 1: it may come from 9 on)
+    about_1x = Comparison(rule)
+    reach = [about_1x.add((0.92, 1.08)[i % 2]) and about_1x.out_of_reach() for i in range(32)]
+    first = next(n for n, r in enumerate(reach, 1) if r is not None)
+    assert 8 <= first <= 16 and 1 < reach[first - 1] < 1.06, reach
+    gain = Comparison(rule, ratios=[(0.98, 1.145)[i % 2] for i in range(10)])  # 1.06x
+    assert gain.out_of_reach() is None and not gain.decision().decided
+    tie = Comparison(rule, ratios=[(0.995, 1.005)[i % 2] for i in range(16)])
+    assert tie.decision().verdict == "tied" and tie.out_of_reach() is None
 
 
 def test_an_interval_says_faster_not_faster_or_tied_as_criterion_reads_one():
@@ -99,13 +117,14 @@ def test_recorded_window_noise_keeps_a_1_08x_candidate_and_not_a_1_00x_one():
     windows, benchmarks/verdicts.py --record), with a gain injected: drawn in blocks
     of 4 pairs from random places, the tuner's rule (its screen on the first two
     pairs, then the engine) keeps a 1.08x candidate in at least 90% of 500 runs of up
-    to 32 pairs (the tuner's) and a 1.00x one in at most 5%."""
+    to 32 pairs (the tuner's) and a 1.00x one in at most 5%, and stops the 1.00x one,
+    on average, at under 20 of them (futility: 29 without it)."""
     series = json.loads((FIXTURES / "window-ratios.json").read_text())
     rng = random.Random(59)
     for s in series:
         logs = [math.log(r) for r in s["ratios"]]
         centre = sum(logs) / len(logs)
-        rates = {}
+        rates, pairs = {}, 0
         for gain in (1.00, 1.08):
             kept = 0
             for _ in range(500):
@@ -114,18 +133,22 @@ def test_recorded_window_noise_keeps_a_1_08x_candidate_and_not_a_1_00x_one():
                     start = rng.randrange(len(logs))
                     drawn += [logs[(start + i) % len(logs)] - centre for i in range(4)]
                 ratios = [math.exp(x) * gain for x in drawn]
-                kept += tuner(ratios) == "faster"
+                verdict, used = tuner(ratios)
+                kept += verdict == "faster"
+                pairs += used if gain == 1.00 else 0
             rates[gain] = kept / 500
         assert rates[1.08] >= 0.90 and rates[1.00] <= 0.05, (s["config"], rates)
+        assert pairs / 500 < 20, (s["config"], pairs / 500)
 
 
 def tuner(ratios):
-    """The in-run tuner's whole rule: its screen on the first pairs, then the engine."""
+    """The in-run tuner's whole rule: its screen on the first pairs, then the engine
+    with futility: the verdict and the pairs used."""
     from autotune.tuning._spec import SCREEN_PAIRS, TuneSpec, screened
 
     screen = screened(ratios[:SCREEN_PAIRS], TuneSpec().screen)
-    return {"kept": "faster", "dropped": "not faster"}[screen] if screen else \
-        sequential(ratios, Rule(max_pairs=32))[0]
+    return ({"kept": "faster", "dropped": "not faster"}[screen], SCREEN_PAIRS) if screen \
+        else sequential(ratios, Rule(max_pairs=32), futility=True)
 
 
 def test_the_tuners_screen_drops_and_keeps_on_two_clear_pairs_only():

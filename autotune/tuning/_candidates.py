@@ -29,6 +29,12 @@ LOADER_KNOBS = ("num_workers", "affinity", "sampling_backend")  # where batches 
 # largest single-knob gain benchmarks/knobs.py measured on a CPU that computes it
 # (and on a GPU), larger than what any other knob gave there
 FIRST = (("amp_dtype", "bfloat16"),)
+# and back to float32 autocast before the other knobs where the incumbent has
+# bfloat16's (a fast end kept it): its gain varies most by machine, 1.45x on an EPYC
+# with avx512_bf16 and 0.70x on a Xeon with avx512_bf16 and no AMX (online.py's runs:
+# there the fast end kept it, 2.2x with its other parts, and the run trained two
+# epochs on it while the aggregation's undo, queued first, took its pairs)
+UNDONE_FIRST = (("amp_dtype", "float32"),)
 COMPILE_KNOBS = ("compile_mode", "shapes")  # tried last: the dearest
 # The one-knob changes that paid alone where they were measured on a CPU (the search's
 # prior table, docs/benchmarks.md): bfloat16 autocast and bit dropout masks where the
@@ -120,12 +126,14 @@ def by_bottleneck(changes: list[Change], wait_share: float,
     can gain at most what the step waits, and what it computes slowed by the workers
     beside it; a model change at most what it computes; so the larger side's knobs go
     first (:func:`loader_first`), after bfloat16 autocast where it is a candidate
-    (:data:`FIRST`); compile modes and shapes stay last (a compile costs seconds
+    (:data:`FIRST`), or float32's where the incumbent has bfloat16's
+    (:data:`UNDONE_FIRST`); compile modes and shapes stay last (a compile costs seconds
     before its first timed step). Stable within a side."""
     first = loader_first(wait_share, cores_taken)
 
     def rank(change: Change) -> tuple[bool, bool, bool]:
-        return change.knob in COMPILE_KNOBS, (change.knob, change.value) not in FIRST, \
+        return change.knob in COMPILE_KNOBS, \
+            (change.knob, change.value) not in FIRST + UNDONE_FIRST, \
             (change.knob in LOADER_KNOBS) != first
 
     return sorted(changes, key=rank)

@@ -34,6 +34,9 @@ class Tried:
     compile_s: float | None = None
     start_s: float | None = None
     decision: Decision | None = None
+    # undecided, the most speed-up its pairs allow where the pairs left could not call
+    # it faster (:meth:`autotune.compare.Comparison.out_of_reach`), else None
+    reach: float | None = None
     aside_at: int | None = None  # its pairs when it stepped aside for the others, if it did
 
     @property
@@ -59,8 +62,10 @@ class Tried:
         return self.decision.speedup if self.decision is not None else None
 
     def compare(self, rule: Rule) -> Decision:
-        """Its pairs decided under ``rule`` (kept in :attr:`decision`)."""
-        self.decision = Comparison(rule, ratios=list(self.ratios)).decision()
+        """Its pairs decided under ``rule`` (kept in :attr:`decision`, and where the
+        pairs left are out of its reach, :attr:`reach`)."""
+        comparison = Comparison(rule, ratios=list(self.ratios))
+        self.decision, self.reach = comparison.decision(), comparison.out_of_reach()
         return self.decision
 
     def line(self, verdict: str | None = None, reason: str | None = None) -> str:

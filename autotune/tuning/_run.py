@@ -27,7 +27,9 @@ engine (:class:`autotune.compare.Comparison`): kept where the speed-up's 95%
 confidence sequence lies above 1 (and not wholly within :attr:`TuneSpec.min_gain`
 of it), "no faster" where it lies under 1 + min_gain, "slower" where under 1. A
 candidate whose pairs spread wide gets more pairs, up to :attr:`TuneSpec.pairs`,
-while exploring's share lasts; one under :attr:`TuneSpec.screen` times the incumbent
+while exploring's share lasts, and "no faster" once the pairs left could not call it
+faster (:meth:`~autotune.compare.Comparison.out_of_reach`: at 1x it takes half the
+pairs, benchmarks/verdicts.py); one under :attr:`TuneSpec.screen` times the incumbent
 in each of its first two pairs is dropped then (it could not pay back the pairs a
 verdict takes). One whose first :data:`~autotune.tuning._spec.ASIDE_PAIRS` pairs
 (or twice, three times as many) read no better than the margin steps aside for the
@@ -641,7 +643,10 @@ class TunedRun:
         under ``spec.screen`` each, kept over its inverse each); else the comparison's
         (:attr:`rule`): kept where faster, slower where known to be under 1, no
         faster where known to be under 1 + ``spec.min_gain`` or tied within it, and no
-        faster once the rule's ``max_pairs`` pairs have not decided it."""
+        faster once the rule's ``max_pairs`` pairs have not decided it, or once they
+        could not call it faster (:meth:`autotune.compare.Comparison.out_of_reach`:
+        about 1x in pairs that spread wider than the margin, which would explore to
+        its last pair in short windows)."""
         decision = tried.compare(self.rule)
         screen = screened(tried.ratios, self.spec.screen)
         if screen == "dropped":
@@ -660,6 +665,9 @@ class TunedRun:
             return "no faster", f"tied within {margin}"
         if decision.pairs >= self.rule.max_pairs:
             return "no faster", f"undecided after {decision.pairs} pairs"
+        if tried.reach is not None:
+            return "no faster", (f"at most {tried.reach:.2f}x over {decision.pairs} pairs: "
+                                 f"{self.rule.max_pairs} could not call it faster")
         return "", ""
 
     def _adopt(self, candidate: Pipeline) -> None:
