@@ -199,12 +199,19 @@ class Comparison:
         n = len(self.ratios)
         if n < 2:
             return None
+        half = self._sd() * boundary(n, self.rule.confidence)
+        return math.exp(self._mean - half), math.exp(self._mean + half)
+
+    def _sd(self) -> float:
+        """The standard deviation of one pair's log ratio, from two pairs on: the
+        pairs' own, and where their windows' precision is known, no less than that
+        pooled in as one pair more."""
+        n = len(self.ratios)
         sd = math.sqrt(max(self._m2, 0.0) / (n - 1))
         if self.floors:  # the pairs' own noise, pooled as one pair more
             prior = statistics.fmean(f * f for f in self.floors)
             sd = max(sd, math.sqrt((max(self._m2, 0.0) + prior) / n))
-        half = sd * boundary(n, self.rule.confidence)
-        return math.exp(self._mean - half), math.exp(self._mean + half)
+        return sd
 
     def decision(self) -> Decision:
         n = len(self.ratios)
@@ -234,7 +241,7 @@ class Comparison:
         if n < 2 * self.rule.min_pairs or n >= self.rule.max_pairs or \
                 self.decision().decided:
             return None
-        sd = math.sqrt(max(self._m2, 0.0) / (n - 1))
+        sd = self._sd()
         best = self._mean + t_quantile(self.rule.confidence, n - 1) * sd / math.sqrt(n)
         if best > sd * boundary(self.rule.max_pairs, self.rule.confidence):
             return None

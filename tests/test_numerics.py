@@ -184,14 +184,41 @@ def test_the_loss_check_reads_the_first_epochs_falling_loss_as_the_trend_it_is()
 
 
 def test_the_run_says_what_it_left_out_of_precision_and_why(monkeypatch):
+    """Emulated bfloat16: autocast not tried, and why. Native: tried where a linear
+    layer measured faster under it on this CPU, the hint without consent citing that
+    figure; where it measured slower (a Xeon with avx512_bf16 and no AMX: 0.58x),
+    not tried, and the hint says it would not pay here; the candidates agree."""
+    from autotune.tuning import _candidates
+    from autotune.tuning._candidates import candidates
+
     monkeypatch.setattr(_checks, "native_bf16", lambda: False)
     notes = precision_notes(CONFIG, TuneSpec(precision=True))
     assert notes and "bfloat16 autocast not tried" in notes[0] and "emulation" in notes[0]
     assert precision_notes(CONFIG, TuneSpec(precision=False)) == []
-    monkeypatch.setattr(_checks, "native_bf16", lambda: True)
-    assert precision_notes(CONFIG, TuneSpec(precision=True)) == []
-    hint = precision_notes(CONFIG, TuneSpec(precision=False))
-    assert hint and "--tune-precision" in hint[0] and "1.45x" in hint[0]
+    for module in (_checks, _candidates):
+        monkeypatch.setattr(module, "native_bf16", lambda: True)
+    for gain in (1.4, 0.58):
+        for module in (_checks, _candidates):
+            monkeypatch.setattr(module, "bf16_matmul_gain", lambda: gain)
+        notes = precision_notes(CONFIG, TuneSpec(precision=True))
+        hint = precision_notes(CONFIG, TuneSpec(precision=False))
+        assert hint and "--tune-precision" in hint[0] and f"{gain:.2f}x" in hint[0], hint
+        amp = [c.value for c in candidates(CONFIG, TuneSpec(precision=True))
+               if c.knob == "amp_dtype"]
+        if gain > 1:
+            assert notes == [] and "1.45x" in hint[0] and amp == ["bfloat16"], (notes, amp)
+        else:
+            assert notes and "bfloat16 autocast not tried" in notes[0] and "0.58x" in notes[0]
+            assert "would not pay here" in hint[0] and amp == [], (hint, amp)
+
+
+def test_the_bfloat16_probe_measures_this_cpu_once():
+    """A real measurement: a positive finite ratio, taken once a process."""
+    from autotune.tuning._candidates import bf16_matmul_gain
+
+    bf16_matmul_gain.cache_clear()
+    gain = bf16_matmul_gain()
+    assert 0 < gain < float("inf") and bf16_matmul_gain() is gain
 
 
 def test_a_precision_candidate_is_checked_and_built_once_however_many_epochs_its_pairs_span(

@@ -200,6 +200,7 @@ def test_candidates_go_in_the_order_of_the_side_the_step_spends_its_time_on(monk
     assert _candidates.by_bottleneck(changes, 0.1, 2 / 16)[0].knob == "aggregation"
     # bfloat16 autocast, where it is a candidate, before either side
     monkeypatch.setattr(_candidates, "native_bf16", lambda: True)  # a CPU that computes it
+    monkeypatch.setattr(_candidates, "bf16_matmul_gain", lambda: 1.4)  # faster than float32
     precise = candidates(START, TuneSpec(precision=True), two)
     for wait in (0.1, 0.9):
         assert _candidates.by_bottleneck(precise, wait)[0].label == "amp_dtype float32 -> bfloat16"
@@ -223,6 +224,7 @@ def test_the_fast_end_candidate_makes_together_what_paid_alone(monkeypatch):
 
     two = Topology(cpus=(0, 1), cores=((0,), (1,)), nodes=((0, 1),))
     monkeypatch.setattr(_candidates, "native_bf16", lambda: True)  # a CPU that computes it
+    monkeypatch.setattr(_candidates, "bf16_matmul_gain", lambda: 1.4)  # faster than float32
     precise = candidates(START, TuneSpec(precision=True), two)
     end = _candidates.fast_end(START, precise, cores_taken=1.0)
     assert end.knob == "fast-end"
@@ -818,7 +820,8 @@ def test_workers_are_not_tried_where_the_runs_pair_noise_could_not_tell_their_be
         tiny_synthetic, monkeypatch):
     """At a wait of 8% on 2 cores workers gain at most 1.04x: tried where this run's
     pairs so far spread 2% (a handful of pairs tells 1.04x), not where they spread 9%
-    (32 pairs would not), and the log says why; the engine's count of pairs agrees."""
+    (32 pairs would not), and the log says why; the engine's count of pairs agrees; a
+    candidate resumed with its pairs is not weighed again."""
     from autotune.compare import Rule, pair_noise, pairs_to_tell
     from autotune.topology import Topology
     from autotune.tuning import Tried
@@ -846,6 +849,11 @@ def test_workers_are_not_tried_where_the_runs_pair_noise_could_not_tell_their_be
                 assert candidate.verdict == "not tried" and candidate.reason.startswith(
                     "at best 1.04x: pairs as noisy as this run's so far (±10% each) would "
                     "not tell that from 1x in"), candidate.reason
+                # one resumed with its pairs (an epoch's end cut it short) was weighed
+                # before its first and goes on to its verdict (online.py's run called
+                # one "not tried" with 3 pairs behind it)
+                resumed = Tried(one, ratios=[0.6, 1.04, 0.62])
+                assert run._pays_back(resumed, rate) and resumed.verdict == "", resumed
 
 
 def test_more_workers_than_a_loser_added_are_not_tried_where_the_step_waits_little():

@@ -3,8 +3,13 @@
 (:func:`by_bottleneck`)."""
 from __future__ import annotations
 
+import statistics
+import time
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
+
+import torch
 
 from autotune.config import TrialConfig
 from autotune.env import native_bf16
@@ -31,7 +36,7 @@ LOADER_KNOBS = ("num_workers", "affinity", "sampling_backend")  # where batches 
 FIRST = (("amp_dtype", "bfloat16"),)
 # and back to float32 autocast before the other knobs where the incumbent has
 # bfloat16's (a fast end kept it): its gain varies most by machine, 1.45x on an EPYC
-# with avx512_bf16 and 0.70x on a Xeon with avx512_bf16 and no AMX (online.py's runs:
+# with avx512_bf16 and 0.70-0.76x on a Xeon with avx512_bf16 and no AMX (online.py:
 # there the fast end kept it, 2.2x with its other parts, and the run trained two
 # epochs on it while the aggregation's undo, queued first, took its pairs)
 UNDONE_FIRST = (("amp_dtype", "float32"),)
@@ -69,13 +74,49 @@ class Change:
         label = f"{knob} -> {value}" if fields else f"{knob} {getattr(config, knob)} -> {value}"
         return cls(knob, value, config.replace(**(fields or {knob: value})), label)
 
+# The linear layer bf16_matmul_gain times: a GNN layer's size (a few thousand nodes
+# of a few hundred features into 256), and the median of this many runs a dtype
+PROBE_SHAPE = (4096, 512, 256)
+PROBE_RUNS = 5
+
+
+@lru_cache(maxsize=1)
+def bf16_matmul_gain() -> float:
+    """How much faster a linear layer runs under bfloat16 autocast than in float32 on
+    this CPU (over 1: faster), measured once, before a run tries precision: the median
+    of :data:`PROBE_RUNS` runs of each, interleaved, after one of each to warm up
+    (about 0.1 s in all). Autocast on a CPU lowers only such layers (linear, matmul,
+    convolution), so where this is under 1 bfloat16 autocast cannot speed up a step:
+    on a 2-core Xeon with avx512_bf16 and no AMX it read 0.58-0.60x, and online.py's
+    steps trained at 0.70-0.76x under it; AMX and the EPYC's avx512_bf16 compute it
+    faster (the step at 1.45x on the EPYC)."""
+    m, k, n = PROBE_SHAPE
+    generator = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(m, k, generator=generator), torch.randn(n, k, generator=generator)
+
+    def seconds(bf16: bool) -> float:
+        start = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            torch.nn.functional.linear(x, weight)
+        return time.perf_counter() - start
+
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for run in range(PROBE_RUNS + 1):
+        for bf16 in (False, True):
+            elapsed = seconds(bf16)
+            if run:  # the first of each warms up
+                times[bf16].append(elapsed)
+    return statistics.median(times[False]) / statistics.median(times[True])
+
+
 def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = None,
                masks: bool = True) -> list[Change]:
     """The one-knob changes of ``config`` a run tries, in order, each a valid config:
     loader workers (0, 1, 2 and all cores but one), the cores' affinity (each
     strategy the machine can build, with workers), the sampling backend, the
     aggregation (an eager model), with ``spec.precision`` the AMP dtype (bfloat16 on
-    a GPU or a CPU that computes it natively), the feature dtype and, with ``masks``
+    a GPU, or on a CPU that computes it natively and faster than float32 where
+    measured, :func:`bf16_matmul_gain`), the feature dtype and, with ``masks``
     (the run trains a built-in model in its own step), an eager model's dropout
     masks, and last, as
     ``spec.compile`` says, the compile mode (reduce-overhead on a GPU only) and,
@@ -100,7 +141,8 @@ def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = 
         if config.compile_mode != "none":
             changes += [("shapes", s, {}) for s in ("dynamic", "padded")]
     if spec.precision:
-        bf16 = ("bfloat16",) if config.device == "cuda" or native_bf16() else ()
+        bf16 = ("bfloat16",) if config.device == "cuda" or \
+            native_bf16() and bf16_matmul_gain() >= 1 else ()
         changes += [("amp_dtype", d, {}) for d in ("float32", *bf16)]
         changes += [("feature_dtype", d, {}) for d in ("float32", "bfloat16")]
         if masks and config.compile_mode == "none":

@@ -11,7 +11,7 @@ import torch
 from autotune.config import TrialConfig
 from autotune.env import native_bf16
 from autotune.pipeline import Pipeline
-from autotune.tuning._candidates import PRECISION_KNOBS
+from autotune.tuning._candidates import PRECISION_KNOBS, bf16_matmul_gain
 from autotune.tuning._spec import TuneSpec
 
 # The numerics check a precision candidate passes before its pairs: on each of the
@@ -34,16 +34,29 @@ PRECISION_GAIN = ("bfloat16 autocast measured 1.45x float32 in benchmarks/knobs.
 
 def precision_notes(config: TrialConfig, spec: TuneSpec) -> list[str]:
     """What the run says of precision before it trains: bfloat16 left out where this
-    CPU emulates it (with consent), or the flag that would try it (without)."""
+    CPU emulates it, or computes it slower than float32 (:func:`bf16_matmul_gain`,
+    measured now) (with consent), or the flag that would try it and what it would
+    likely give here (without)."""
     native = config.device == "cuda" or native_bf16()
     if spec.precision and not native:
         return ["precision: bfloat16 autocast not tried: this CPU has neither avx512_bf16 "
                 "nor AMX, and computes bfloat16 by emulation, slower than float32 "
                 "(docs/knobs.md); the feature dtype and dropout masks are tried"]
-    if not spec.precision and native and config.amp_dtype == "float32":
+    if config.device == "cuda" or config.amp_dtype != "float32" or not native:
+        return []
+    gain = bf16_matmul_gain()
+    slower = (f"a linear layer under bfloat16 autocast ran at {gain:.2f}x float32 on this "
+              "CPU, measured before the run, and autocast lowers only such layers")
+    if spec.precision:
+        return [f"precision: bfloat16 autocast not tried: {slower}; the feature dtype and "
+                "dropout masks are tried"] if gain < 1 else []
+    if gain < 1:
         return ["precision: not tried (it changes the numerics: --tune-precision, or "
-                f"TuneSpec(precision=True), asks for it); {PRECISION_GAIN}"]
-    return []
+                f"TuneSpec(precision=True), asks for it); bfloat16 autocast would not pay "
+                f"here ({slower}), bfloat16 features and bit dropout masks may"]
+    return ["precision: not tried (it changes the numerics: --tune-precision, or "
+            f"TuneSpec(precision=True), asks for it); {PRECISION_GAIN}; a linear layer "
+            f"under it ran at {gain:.2f}x float32 on this CPU, measured before the run"]
 
 
 # the numerics every check compares against: float32, and torch's own dropout masks

@@ -533,8 +533,15 @@ class TunedRun:
         - Loader workers where the incumbent has none: their start, as long as this
           run's last measured one, else :attr:`TuneSpec.start_s`, at the most they
           could gain (:func:`workers_gain`) for the incumbent's wait (measured at the
-          queue's ordering; not weighed before)."""
+          queue's ordering; not weighed before).
+
+        None for a candidate resumed with its pairs (the last epoch's end cut it
+        short): it was weighed before its first, and its pipeline, kept open, paid
+        that cost then (weighed again, one was called "not tried" with 3 pairs
+        behind it)."""
         config = tried.config
+        if tried.ratios:
+            return None
         if config.compile_mode != "none":
             return "a compile", self.compile_s, self.spec.compile_gain
         share = self.log.wait_share
