@@ -433,6 +433,7 @@ def _online() -> list[tuple[str, str, str, str]]:
         _online_full("online-avx512bf16") + _online_full("online-avx2") + \
         _online_partial("online-tuned-oracle") + _online_partial("online-tuned-oracle-amx") + \
         _online_partial("online-tuned-oracle-avx2") + \
+        _online_partial("online-tuned-oracle-xeon") + \
         _online_partial("online-long")
 
 
