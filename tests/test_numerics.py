@@ -210,6 +210,9 @@ def test_the_run_says_what_it_left_out_of_precision_and_why(monkeypatch):
         else:
             assert notes and "bfloat16 autocast not tried" in notes[0] and "0.58x" in notes[0]
             assert "would not pay here" in hint[0] and amp == [], (hint, amp)
+    gpu = CONFIG.replace(device="cuda")  # a GPU computes it: no probe, the hint as before
+    assert precision_notes(gpu, TuneSpec(precision=True)) == []
+    assert "1.45x" in precision_notes(gpu, TuneSpec(precision=False))[0]
 
 
 def test_the_bfloat16_probe_measures_this_cpu_once():

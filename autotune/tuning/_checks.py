@@ -32,6 +32,10 @@ PRECISION_GAIN = ("bfloat16 autocast measured 1.45x float32 in benchmarks/knobs.
                   "candidate checked by its gradients first")
 
 
+UNASKED = ("precision: not tried (it changes the numerics: --tune-precision, or "
+           "TuneSpec(precision=True), asks for it)")
+
+
 def precision_notes(config: TrialConfig, spec: TuneSpec) -> list[str]:
     """What the run says of precision before it trains: bfloat16 left out where this
     CPU emulates it, or computes it slower than float32 (:func:`bf16_matmul_gain`,
@@ -42,8 +46,11 @@ def precision_notes(config: TrialConfig, spec: TuneSpec) -> list[str]:
         return ["precision: bfloat16 autocast not tried: this CPU has neither avx512_bf16 "
                 "nor AMX, and computes bfloat16 by emulation, slower than float32 "
                 "(docs/knobs.md); the feature dtype and dropout masks are tried"]
-    if config.device == "cuda" or config.amp_dtype != "float32" or not native:
+    if config.amp_dtype != "float32" or not native or spec.precision and \
+            config.device == "cuda":
         return []
+    if config.device == "cuda":  # a GPU computes it: no probe
+        return [f"{UNASKED}; {PRECISION_GAIN}"]
     gain = bf16_matmul_gain()
     slower = (f"a linear layer under bfloat16 autocast ran at {gain:.2f}x float32 on this "
               "CPU, measured before the run, and autocast lowers only such layers")
@@ -51,12 +58,10 @@ def precision_notes(config: TrialConfig, spec: TuneSpec) -> list[str]:
         return [f"precision: bfloat16 autocast not tried: {slower}; the feature dtype and "
                 "dropout masks are tried"] if gain < 1 else []
     if gain < 1:
-        return ["precision: not tried (it changes the numerics: --tune-precision, or "
-                f"TuneSpec(precision=True), asks for it); bfloat16 autocast would not pay "
-                f"here ({slower}), bfloat16 features and bit dropout masks may"]
-    return ["precision: not tried (it changes the numerics: --tune-precision, or "
-            f"TuneSpec(precision=True), asks for it); {PRECISION_GAIN}; a linear layer "
-            f"under it ran at {gain:.2f}x float32 on this CPU, measured before the run"]
+        return [f"{UNASKED}; bfloat16 autocast would not pay here ({slower}), bfloat16 "
+                "features and bit dropout masks may"]
+    return [f"{UNASKED}; {PRECISION_GAIN}; a linear layer under it ran at {gain:.2f}x "
+            "float32 on this CPU, measured before the run"]
 
 
 # the numerics every check compares against: float32, and torch's own dropout masks
