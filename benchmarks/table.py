@@ -434,6 +434,7 @@ def _online() -> list[tuple[str, str, str, str]]:
         _online_partial("online-tuned-oracle") + _online_partial("online-tuned-oracle-amx") + \
         _online_partial("online-tuned-oracle-avx2") + \
         _online_partial("online-tuned-oracle-xeon") + \
+        _online_partial("online-tuned-oracle-xeon-again") + \
         _online_partial("online-long")
 
 
