@@ -191,11 +191,14 @@ def draws(logs: list[float], n: int, rng: random.Random) -> list[float]:
     return out[:n]
 
 
-def engine(ratios: list[float]) -> tuple[bool, int]:
+def engine(ratios: list[float], futility: bool = False) -> tuple[bool, int]:
+    """The engine looked at after every pair, and with ``futility`` stopped where the
+    pairs left could not call it faster (the tuner's rule)."""
     comparison = Comparison(ENGINE)
     for ratio in ratios:
         decision = comparison.add(ratio)
-        if decision.decided or comparison.exhausted:
+        if decision.decided or comparison.exhausted or \
+                futility and comparison.out_of_reach() is not None:
             return decision.verdict == "faster", decision.pairs
     return False, len(ratios)
 
@@ -206,12 +209,7 @@ def tuner(ratios: list[float]) -> tuple[bool, int]:
     screen = screened(ratios[:SCREEN_PAIRS], TuneSpec().screen)
     if screen:
         return screen == "kept", SCREEN_PAIRS
-    comparison = Comparison(ENGINE)
-    for ratio in ratios:
-        decision = comparison.add(ratio)
-        if decision.decided or comparison.exhausted or comparison.out_of_reach():
-            return decision.verdict == "faster", decision.pairs
-    return False, len(ratios)
+    return engine(ratios, futility=True)
 
 
 def tuner_range(ratios: list[float], pairs: int = 3, min_gain: float = 0.02,
