@@ -7,6 +7,8 @@ import os
 import platform
 import re
 import socket
+import statistics
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -145,6 +147,50 @@ BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 def native_bf16() -> bool:
     """Whether this CPU computes bfloat16 natively (:data:`BF16_FLAGS`)."""
     return any(flag in cpu_flags() for flag in BF16_FLAGS)
+
+
+# The linear layer bf16_matmul_gain times: a GNN layer's size (a few thousand nodes
+# of a few hundred features into 256), and the median of this many runs a dtype
+PROBE_SHAPE = (4096, 512, 256)
+PROBE_RUNS = 5
+
+
+@lru_cache(maxsize=1)
+def bf16_matmul_gain() -> float:
+    """How much faster a linear layer runs under bfloat16 autocast than in float32 on
+    this CPU (over 1: faster), measured once a process: the median of
+    :data:`PROBE_RUNS` runs of each, interleaved, after one of each to warm up (about
+    0.1 s in all). Autocast on a CPU lowers only such layers (linear, matmul,
+    convolution), so where this is under 1 bfloat16 autocast cannot speed up a step:
+    a CPU with avx512_bf16 may still compute it slower than float32 (a Xeon without
+    AMX: docs/knobs.md). :func:`fast_bf16` asks it; a run that tries precision and a
+    search's prior rows (``autotune.study._priors``) ask that."""
+    import torch  # a machine fact that costs torch: only where asked
+
+    m, k, n = PROBE_SHAPE
+    generator = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(m, k, generator=generator), torch.randn(n, k, generator=generator)
+
+    def seconds(bf16: bool) -> float:
+        start = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            torch.nn.functional.linear(x, weight)
+        return time.perf_counter() - start
+
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for run in range(PROBE_RUNS + 1):
+        for bf16 in (False, True):
+            elapsed = seconds(bf16)
+            if run:  # the first of each warms up
+                times[bf16].append(elapsed)
+    return statistics.median(times[False]) / statistics.median(times[True])
+
+
+def fast_bf16() -> bool:
+    """Whether bfloat16 autocast can pay on this CPU: it computes bfloat16 natively
+    (:func:`native_bf16`) and a linear layer runs faster under it than in float32
+    (:func:`bf16_matmul_gain`, measured only where the first holds)."""
+    return native_bf16() and bf16_matmul_gain() >= 1
 
 
 # The flags that decide the code inductor generates for a CPU: its vector width (AVX2's

@@ -217,7 +217,7 @@ def test_the_run_says_what_it_left_out_of_precision_and_why(monkeypatch):
 
 def test_the_bfloat16_probe_measures_this_cpu_once():
     """A real measurement: a positive finite ratio, taken once a process."""
-    from autotune.tuning._candidates import bf16_matmul_gain
+    from autotune.env import bf16_matmul_gain
 
     bf16_matmul_gain.cache_clear()
     gain = bf16_matmul_gain()

@@ -264,6 +264,10 @@ def test_payback_epochs_of_a_compiled_config():
                                               "workers-on-free-cores"]),
     (("cpu", 2, frozenset({"avx512_vnni"})), ["in-process-sampling", "sparse-aggregation",
                                               "bits-dropout", "workers-on-free-cores"]),
+    # avx512_bf16 where a linear layer ran slower under autocast (a Xeon without AMX)
+    (("cpu", 2, frozenset({"avx512_bf16"}), 0.6), ["in-process-sampling",
+                                                   "sparse-aggregation", "bits-dropout",
+                                                   "workers-on-free-cores"]),
 ])
 def test_priors_follow_the_device(machine, expected):
     from autotune.study._space import load_space
@@ -293,13 +297,34 @@ def test_priors_follow_the_device(machine, expected):
         assert "sparse-aggregation" not in skipped, "gcn refuses sparse aggregation"
 
 
-@pytest.mark.parametrize("flags, dtype", [(frozenset({"avx512_bf16"}), "bfloat16"),
-                                          (frozenset({"avx2"}), "float32")])
-def test_the_fast_end_row_takes_the_least_work_and_the_rows_compute_changes(flags, dtype):
+def test_machine_facts_time_bfloat16_only_where_the_cpu_computes_it(monkeypatch):
+    """The bf16 row's gain is the probe's, read only on a CPU whose flags compute
+    bfloat16 (elsewhere the probe would time emulation, and costs its 0.1 s for
+    nothing); on a GPU never."""
+    from autotune.study import _priors
+
+    def probe():
+        calls.append(1)
+        return 0.6
+
+    calls: list = []
+    monkeypatch.setattr(_priors, "bf16_matmul_gain", probe)
+    monkeypatch.setattr(_priors, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    assert _priors.machine_facts("cpu").bf16_gain == 0.6 and calls == [1]
+    assert _priors.machine_facts("cuda").bf16_gain == 1.0 and calls == [1]
+    monkeypatch.setattr(_priors, "cpu_flags", lambda: frozenset({"avx2"}))
+    assert _priors.machine_facts("cpu").bf16_gain == 1.0 and calls == [1]
+
+
+@pytest.mark.parametrize("flags, gain, dtype", [(frozenset({"avx512_bf16"}), 1.4, "bfloat16"),
+                                                (frozenset({"avx512_bf16"}), 0.6, "float32"),
+                                                (frozenset({"avx2"}), 1.0, "float32")])
+def test_the_fast_end_row_takes_the_least_work_and_the_rows_compute_changes(flags, gain,
+                                                                           dtype):
     """The fast-end row: the fastest config with the fanout that samples fewest nodes a
     seed (not the first listed, nor the smallest first hop), no checkpointing, and
     the compute changes of the rows that apply here (bfloat16 only where the CPU has
-    it); where sampling runs and the batch stay the fastest's; a change the space
+    it and a linear layer ran faster under it); where sampling runs and the batch stay the fastest's; a change the space
     leaves out, or the model refuses, is not made."""
     from autotune.study._priors import Machine, fast_end, sampled_per_seed
     from autotune.study._space import in_space, load_space
@@ -314,7 +339,7 @@ def test_the_fast_end_row_takes_the_least_work_and_the_rows_compute_changes(flag
                        device="cpu", baseline=TrialConfig())
     fastest = TrialConfig(batch_size=512, num_neighbors=(15, 10), num_workers=1,
                           checkpointing=True)
-    machine = Machine("cpu", 2, flags)
+    machine = Machine("cpu", 2, flags, gain)
     end = fast_end(fastest, space, machine)
     assert (end.num_neighbors, end.checkpointing, end.amp_dtype) == ((5, 5), False, dtype)
     assert (end.batch_size, end.num_workers) == (512, 1)

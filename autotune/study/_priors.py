@@ -16,7 +16,9 @@ gpu-resident           device cuda                         gpu_sampling on, no l
                                                            workers
 in-process-sampling    always                              no loader workers (sampling in
                                                            the training process)
-bf16                   CPU with amx_bf16 or avx512_bf16    bfloat16 autocast
+bf16                   CPU with amx_bf16 or avx512_bf16,   bfloat16 autocast
+                       where a linear layer runs faster
+                       under it (``bf16_gain``)
 sparse-aggregation     device cpu, a model that takes it   aggregation sparse (it loses on
                                                            CUDA)
 bits-dropout           device cpu, a built-in model        dropout_masks bits (torch's
@@ -62,7 +64,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from autotune.config import TrialConfig
-from autotune.env import BF16_FLAGS, available_cores, cpu_flags
+from autotune.env import BF16_FLAGS, available_cores, bf16_matmul_gain, cpu_flags
 from autotune.errors import ConfigError
 from autotune.study._space import FITTED_KNOBS, SearchSpace, in_space
 
@@ -71,6 +73,11 @@ class Machine:
     device: str
     cores: int
     cpu_flags: frozenset[str]
+    # a linear layer under bfloat16 autocast over float32 here (measured by
+    # autotune.env.bf16_matmul_gain where the flags compute bfloat16): avx512_bf16
+    # without AMX may compute it slower, and then neither the bf16 row nor the fast
+    # end takes it (the sampler still may, where the space holds it)
+    bf16_gain: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -87,8 +94,8 @@ PRIORS = (
     Prior("gpu-resident", lambda m: m.device == "cuda",
           lambda m: {"gpu_sampling": True, "num_workers": 0, "sampling_backend": "builtin"}),
     Prior("in-process-sampling", lambda m: True, lambda m: {"num_workers": 0}),
-    Prior("bf16", lambda m: m.device == "cpu" and any(f in m.cpu_flags for f in BF16_FLAGS),
-          lambda m: {"amp_dtype": "bfloat16"}),
+    Prior("bf16", lambda m: m.device == "cpu" and any(f in m.cpu_flags for f in BF16_FLAGS)
+          and m.bf16_gain >= 1, lambda m: {"amp_dtype": "bfloat16"}),
     Prior("sparse-aggregation", lambda m: m.device == "cpu",
           lambda m: {"aggregation": "sparse"}),
     Prior("bits-dropout", lambda m: m.device == "cpu", lambda m: {"dropout_masks": "bits"}),
@@ -105,7 +112,12 @@ COMPUTE_KNOBS = ("amp_dtype", "aggregation", "dropout_masks")
 
 
 def machine_facts(device: str) -> Machine:
-    return Machine(device, len(available_cores()), cpu_flags())
+    """This machine's facts for ``device``; on a CPU that computes bfloat16, with its
+    linear layer's gain under it timed (about 0.1 s, once a process)."""
+    flags = cpu_flags()
+    native = device == "cpu" and any(f in flags for f in BF16_FLAGS)
+    return Machine(device, len(available_cores()), flags,
+                   bf16_matmul_gain() if native else 1.0)
 
 
 def prior_configs(baseline: TrialConfig, space: SearchSpace,

@@ -3,16 +3,11 @@
 (:func:`by_bottleneck`)."""
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
-import torch
-
 from autotune.config import TrialConfig
-from autotune.env import native_bf16
+from autotune.env import bf16_matmul_gain, native_bf16
 from autotune.errors import AutotuneError
 from autotune.pipeline import check_config
 from autotune.sampling import resolve_backend
@@ -74,41 +69,6 @@ class Change:
         label = f"{knob} -> {value}" if fields else f"{knob} {getattr(config, knob)} -> {value}"
         return cls(knob, value, config.replace(**(fields or {knob: value})), label)
 
-# The linear layer bf16_matmul_gain times: a GNN layer's size (a few thousand nodes
-# of a few hundred features into 256), and the median of this many runs a dtype
-PROBE_SHAPE = (4096, 512, 256)
-PROBE_RUNS = 5
-
-
-@lru_cache(maxsize=1)
-def bf16_matmul_gain() -> float:
-    """How much faster a linear layer runs under bfloat16 autocast than in float32 on
-    this CPU (over 1: faster), measured once, before a run tries precision: the median
-    of :data:`PROBE_RUNS` runs of each, interleaved, after one of each to warm up
-    (about 0.1 s in all). Autocast on a CPU lowers only such layers (linear, matmul,
-    convolution), so where this is under 1 bfloat16 autocast cannot speed up a step:
-    on a 2-core Xeon with avx512_bf16 and no AMX it read 0.58-0.60x, and online.py's
-    steps trained at 0.70-0.76x under it; AMX and the EPYC's avx512_bf16 compute it
-    faster (the step at 1.45x on the EPYC)."""
-    m, k, n = PROBE_SHAPE
-    generator = torch.Generator().manual_seed(0)
-    x, weight = torch.randn(m, k, generator=generator), torch.randn(n, k, generator=generator)
-
-    def seconds(bf16: bool) -> float:
-        start = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            torch.nn.functional.linear(x, weight)
-        return time.perf_counter() - start
-
-    times: dict[bool, list[float]] = {False: [], True: []}
-    for run in range(PROBE_RUNS + 1):
-        for bf16 in (False, True):
-            elapsed = seconds(bf16)
-            if run:  # the first of each warms up
-                times[bf16].append(elapsed)
-    return statistics.median(times[False]) / statistics.median(times[True])
-
-
 def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = None,
                masks: bool = True) -> list[Change]:
     """The one-knob changes of ``config`` a run tries, in order, each a valid config:
@@ -116,11 +76,10 @@ def candidates(config: TrialConfig, spec: TuneSpec, topology: Topology | None = 
     strategy the machine can build, with workers), the sampling backend, the
     aggregation (an eager model), with ``spec.precision`` the AMP dtype (bfloat16 on
     a GPU, or on a CPU that computes it natively and faster than float32 where
-    measured, :func:`bf16_matmul_gain`), the feature dtype and, with ``masks``
-    (the run trains a built-in model in its own step), an eager model's dropout
-    masks, and last, as
-    ``spec.compile`` says, the compile mode (reduce-overhead on a GPU only) and,
-    compiled, the shapes."""
+    measured, :func:`autotune.env.bf16_matmul_gain`), the feature dtype and, with
+    ``masks`` (the run trains a built-in model in its own step), an eager model's
+    dropout masks, and last, as ``spec.compile`` says, the compile mode
+    (reduce-overhead on a GPU only) and, compiled, the shapes."""
     topology = this_machine() if topology is None else topology
     cores = len(topology.cores)
     changes: list[tuple[str, Any, dict]] = []  # knob, value, and its fields where others

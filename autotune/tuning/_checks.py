@@ -9,9 +9,9 @@ import statistics
 import torch
 
 from autotune.config import TrialConfig
-from autotune.env import native_bf16
+from autotune.env import bf16_matmul_gain, native_bf16
 from autotune.pipeline import Pipeline
-from autotune.tuning._candidates import PRECISION_KNOBS, bf16_matmul_gain
+from autotune.tuning._candidates import PRECISION_KNOBS
 from autotune.tuning._spec import TuneSpec
 
 # The numerics check a precision candidate passes before its pairs: on each of the
