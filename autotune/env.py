@@ -1,4 +1,5 @@
-"""Facts about the machine a trial runs on: cores, CPU model, versions, sizes."""
+"""Facts about the machine a trial runs on: cores, CPU model, versions, sizes, and
+how fast it computes bfloat16 (:func:`bf16_matmul_gain`)."""
 from __future__ import annotations
 
 import contextlib
@@ -163,8 +164,8 @@ def bf16_matmul_gain() -> float:
     0.1 s in all). Autocast on a CPU lowers only such layers (linear, matmul,
     convolution), so where this is under 1 bfloat16 autocast cannot speed up a step:
     a CPU with avx512_bf16 may still compute it slower than float32 (a Xeon without
-    AMX: docs/knobs.md). :func:`fast_bf16` asks it; a run that tries precision and a
-    search's prior rows (``autotune.study._priors``) ask that."""
+    AMX: docs/knobs.md). A run that tries precision asks it, and so do a search's
+    prior rows (``autotune.study._priors``)."""
     import torch  # a machine fact that costs torch: only where asked
 
     m, k, n = PROBE_SHAPE
@@ -184,13 +185,6 @@ def bf16_matmul_gain() -> float:
             if run:  # the first of each warms up
                 times[bf16].append(elapsed)
     return statistics.median(times[False]) / statistics.median(times[True])
-
-
-def fast_bf16() -> bool:
-    """Whether bfloat16 autocast can pay on this CPU: it computes bfloat16 natively
-    (:func:`native_bf16`) and a linear layer runs faster under it than in float32
-    (:func:`bf16_matmul_gain`, measured only where the first holds)."""
-    return native_bf16() and bf16_matmul_gain() >= 1
 
 
 # The flags that decide the code inductor generates for a CPU: its vector width (AVX2's

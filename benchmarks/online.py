@@ -286,9 +286,12 @@ def tuned_and_oracle(data: list[str], base: TrialConfig, epochs: int, oracle: st
 
 def ratios(runs: list[dict]) -> dict:
     """Each target's ratio, run by run (its two ways timed in the same run), their
-    median and range, and whether the median meets the target."""
+    median and range, and whether the median meets the target; the targets whose two
+    ways the runs hold (``--oracle`` runs no baseline or search)."""
     out = {}
     for name, (top, bottom, target) in TARGETS.items():
+        if top not in runs[0] or bottom not in runs[0]:
+            continue
         each = [run[top]["wall_s"] / run[bottom]["wall_s"] for run in runs]
         ratio = statistics.median(each)
         out[name] = {"ratio": ratio, "target": target, "runs": each,
@@ -323,13 +326,16 @@ def partial(args, synthetic: list[str], base: TrialConfig, stats: dict, work: Pa
     """``--oracle``: the tuned ways beside the oracles given, into their own file."""
     ways = tuned_and_oracle(synthetic, base, args.epochs, args.oracle, work / "synthetic",
                             args.oracle_precision, args.runs)
-    over = {f"{way}_over_{way.replace('tuned', 'oracle')}":
-            ways[way]["wall_s"] / ways[way.replace("tuned", "oracle")]["wall_s"]
-            for way in ways if way.startswith("tuned")}
+    # each ratio as the full run's: the median of the runs' own (a tuned way over the
+    # oracle run beside it), not the ratio of the ways' median walls
+    each = ratios([{way: {"wall_s": blob["walls_s"][r]} for way, blob in ways.items()}
+                   for r in range(args.runs)])
+    over = {name: r["ratio"] for name, r in each.items()}
     out = PARTIAL_OUT if args.out == OUT else args.out  # never the full run's file
     write(out, {"benchmark": "online", "partial": "tuned and oracle only (--oracle), "
-                f"median of {args.runs} runs a way", "device": "cpu", **over,
-                "meets": {name: r <= TARGETS[name][2] for name, r in over.items()},
+                f"{args.runs} runs a way, each ratio the median of the runs' own",
+                "device": "cpu", **over, "ratios": each,
+                "meets": {name: r["meets"] for name, r in each.items()},
                 "dataset": stats, "scale": args.scale, "epochs": args.epochs,
                 "runs": args.runs, "time": ways})
 

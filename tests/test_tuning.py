@@ -768,12 +768,16 @@ def test_a_tuned_runs_rate_is_its_winners_seeds_over_their_seconds():
 def test_a_workers_candidate_starts_them_in_a_window_outside_its_pairs(tiny_synthetic):
     """A candidate whose loader starts worker processes (persistent: a run pays their
     start once) trains a first window outside its pairs, and its start is measured
-    from it, as a compile's warm-up is."""
+    from it, as a compile's warm-up is; the incumbent's window right after it, which
+    pays the fork's copies on write, is no pair's either: the first pair is the
+    incumbent's next window and the candidate's after it."""
     start = START.replace(num_workers=0)
     lines: list[str] = []
+    events: list = []
     spec = TuneSpec(share=1.0, window_steps=3, pairs=2, min_gain=0.5)
     run = TunedRun(start, tiny_synthetic, spec, epochs=3, num_classes=4, on_line=lines.append,
-                   queue=[Change.of(start, "num_workers", 1)])
+                   queue=[Change.of(start, "num_workers", 1)],
+                   on_window=lambda event, log: events.append(event))
     try:
         for epoch in (1, 2, 3):
             _one_epoch(run, epoch, None)
@@ -782,6 +786,11 @@ def test_a_workers_candidate_starts_them_in_a_window_outside_its_pairs(tiny_synt
     tried, = run.log.tried
     assert tried.ratios and tried.start_s is not None and tried.compile_s is None, tried
     assert tried.steps == spec.window_steps * (len(tried.ratios) + 1), "a warm-up, unpaired"
+    warm = next(k for k, e in enumerate(events) if e.change is not None)
+    after, reference, own = events[warm + 1:warm + 4]
+    assert after.change is None and reference.change is None and own.change is not None
+    assert tried.ratios[0] == pytest.approx(own.rate / reference.rate), \
+        "the first pair is the incumbent's window after the one the fork slowed"
     assert any("its workers started in" in line for line in lines), lines
     assert run.log.to_dict()["tried"][0]["start_s"] == tried.start_s
 

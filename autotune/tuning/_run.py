@@ -559,14 +559,19 @@ class TunedRun:
             tried.start_s is None
 
     def _warm_up(self, turn: _Turn, candidate: Pipeline,
-                 before: float) -> Generator[Any, None, Window]:
+                 before: float) -> Generator[Any, None, Window | None]:
         """A candidate's first window, which compiles or starts its loader's workers
         (:meth:`_warms_up`): trained, outside its pairs (its first pair would read a
         once-only cost as its pace); what it took beyond the incumbent's pace
         (``before``, seeds per second) is its compile time, or its workers' start. A
         compile's counts whole against exploring's share (:meth:`_pays_back` weighed
-        it before it was tried). Returns the incumbent's window after it, the
-        reference of the first pair."""
+        it before it was tried). Returns the incumbent's window after a compile, the
+        reference of the first pair; after workers started, None: the incumbent's
+        window right after their fork pays that fork's copies on write (each page of
+        the training process it writes first, shared with the workers until then,
+        copied: about half its pace in online.py's runs, which read a losing
+        candidate's first pair as a tie; docs/benchmarks.md), so it trains outside
+        the pairs too, and the first pair begins with the incumbent's next."""
         tried = turn.tried
         compiles = tried.config.compile_mode != "none"
         warm = yield from self._train(turn, candidate)
@@ -578,7 +583,8 @@ class TunedRun:
                 tried.compile_s = self.compile_s = beyond
             else:
                 tried.start_s = self.start_s = beyond
-        return (yield from self._train(turn, self.pipe))
+        after = yield from self._train(turn, self.pipe)
+        return after if compiles else None
 
     def _conclude(self, turn: _Turn, candidate: Pipeline | None) -> None:
         """A kept candidate becomes the incumbent, another is closed; one without a
