@@ -46,11 +46,10 @@ def precision_notes(config: TrialConfig, spec: TuneSpec) -> list[str]:
         return ["precision: bfloat16 autocast not tried: this CPU has neither avx512_bf16 "
                 "nor AMX, and computes bfloat16 by emulation, slower than float32 "
                 "(docs/knobs.md); the feature dtype and dropout masks are tried"]
-    if config.amp_dtype != "float32" or not native or spec.precision and \
-            config.device == "cuda":
+    if config.amp_dtype != "float32" or not native:
         return []
     if config.device == "cuda":  # a GPU computes it: no probe
-        return [f"{UNASKED}; {PRECISION_GAIN}"]
+        return [] if spec.precision else [f"{UNASKED}; {PRECISION_GAIN}"]
     gain = bf16_matmul_gain()
     slower = (f"a linear layer under bfloat16 autocast ran at {gain:.2f}x float32 on this "
               "CPU, measured before the run, and autocast lowers only such layers")
