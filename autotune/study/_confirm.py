@@ -36,7 +36,7 @@ from autotune.compare import CONFIDENCE, MIN_PAIRS, Rule, boundary, z_quantile
 from autotune.trial import PairSpec, TrialResult, WindowStats, rate_half_width
 from autotune.specs import MeasureSpec
 from autotune.study import _records as rec
-from autotune.study._front import front_rows
+from autotune.study._front import FrontRow, front_rows
 from autotune.study._options import SearchOptions
 from autotune.study._paired import MARGIN, Confirmed, baseline_of, confirmed, \
     latest_reference, pair
@@ -294,19 +294,40 @@ def _paired_fixed_s(trials: list[TrialRecord], numbers: list[int]) -> float:
 
 def candidates(opts: SearchOptions, study: optuna.Study) -> list[int]:
     """The trials to confirm: the search front's ``confirm`` fastest besides the
-    baseline, its knee and its default pick, and the baseline first. Empty when
-    there is nothing to compare."""
+    baseline, its knee and its default pick, up to ``confirm`` more that the search
+    could not tell from its fastest (:func:`contenders`), and the baseline first.
+    Empty when there is nothing to compare."""
     s = StudyRecord.from_study(study)
     trials = [t for t in rec.records(study) if t.search_point]  # the search's own figures
     rows = [r for r in front_rows(trials, s.baseline, s.budget_mib, within=s.confirm_within)
             if r.trial != s.baseline]
     picked = [r.trial for r in rows[:opts.confirm]] + \
-        [r.trial for r in rows if "knee" in r.marks or r.default]
+        [r.trial for r in rows if "knee" in r.marks or r.default] + \
+        contenders(trials, rows, s.budget_mib)[:opts.confirm]  # a short budget's first cut
     picked = [n for n in dict.fromkeys(picked) if n != s.baseline]
     if s.baseline is None or not picked or not any(t.number == s.baseline and t.complete
                                                    for t in trials):
         return []
     return [s.baseline, *picked]
+
+
+def contenders(trials: list[TrialRecord], rows: list[FrontRow],
+               budget_mib: float | None) -> list[int]:
+    """The configs off the front (``rows``, fastest first) whose search figures
+    could not tell them from its fastest, fastest first: their throughput's 95%
+    interval reaches the fastest's. A config dominated by a slightly faster, leaner
+    one is off the front by a difference inside its noise; the confirmation's pairs
+    decide which of them is the faster (left out, the one the pairs measured may read
+    slower than the other's search figure, and the default sits below a config
+    nothing confirmed)."""
+    if not rows or rows[0].precision is None:
+        return []
+    floor = rows[0].throughput * (1 - rows[0].precision)
+    on_front = {r.trial for r in rows}
+    near = [t for t in trials if t.on_front_candidate and t.number not in on_front and
+            t.fits(budget_mib) and t.precision is not None and t.throughput and
+            t.throughput * (1 + t.precision) >= floor]
+    return [t.number for t in sorted(near, key=lambda t: -t.throughput)]
 
 
 def moved_knee(study: optuna.Study) -> int | None:

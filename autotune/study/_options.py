@@ -49,9 +49,9 @@ SEARCH_OPTIONS: tuple[Option, ...] = (
     Option("priors", True, SWITCH, "do not queue the prior table (device-aware first "
            "configs) after the baseline"),
     Option("confirm", 3, COUNT, "end with a confirmation: the front's N fastest configs "
-           "besides the baseline, its knee, its default pick and the baseline measured "
-           "again, interleaved in rounds; the front and the export use those paired figures "
-           "(0: off)", metavar="N"),
+           "besides the baseline, its knee, its default pick, up to N more that the search "
+           "could not tell from its fastest, and the baseline measured again, paired; the "
+           "front and the export use those paired figures (0: off)", metavar="N"),
     Option("confirm_rounds", 3, at_least(3), "the confirmation's rounds, at least 3; 5 at "
            "least where every candidate is 3x the baseline or more, whose windows are then "
            "shorter (a paired confirmation: each candidate's pairs, at least)"),
@@ -174,11 +174,12 @@ class SearchOptions:
 
     def confirmation_size(self, front: int | None = None) -> int:
         """The confirmation's measurements at most: rounds x (the fastest ``confirm``
-        of a front of ``front`` configs, the knee, the baseline), and the closing
-        baseline."""
+        of a front of ``front`` configs, the knee, up to ``confirm`` configs off the
+        front that the search could not tell from its fastest, the baseline), and the
+        closing baseline."""
         if self.confirm == 0:
             return 0
-        picked = self.confirm if front is None else min(self.confirm, front)
+        picked = self.confirm + (self.confirm if front is None else min(self.confirm, front))
         knee = front is None or front > self.confirm  # else the knee is among them
         if self.paired_confirmation:  # one paired trial, a figure per config
             return picked + knee + 1
