@@ -143,6 +143,7 @@ def trained(blob: dict, wall: float, **extra) -> dict:
             "final_test_metric": blob["epochs"][-1]["test_metric"],
             "best_val_epoch_test_metric": blob[key], "config": blob["config"],
             "epochs_s": [e["train_s"] for e in blob["epochs"]],
+            "evals_s": [e.get("eval_s", 0.0) for e in blob["epochs"]],  # outside epochs_s
             "losses": [e["loss"] for e in blob["epochs"]],
             **({"tuning": tuning} if tuning else {}), **extra}
 

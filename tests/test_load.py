@@ -33,6 +33,15 @@ def _burner(core: int) -> int:
     return int(out.stdout.strip())
 
 
+def test_a_small_disturbers_cpu_time_is_not_printed_as_nothing():
+    """A 0.5-s window's disturbance may be a few hundredths of a CPU second: the
+    named process reads 0.03 CPU-s, not 0.0 (a quick start's pair once named a
+    ``python`` at 0.0 CPU-s)."""
+    load = Load(cores=2, wall_s=0.5, others_s=0.12, share=0.12,
+                top=[[8119, "python", 0.03], [0, "steal", 0.4]])
+    assert load.named() == "pid 8119 (python) 0.03 CPU-s, the hypervisor (steal) 0.4 CPU-s"
+
+
 @pytest.mark.exclusive
 def test_the_meter_tells_the_trials_own_work_from_another_process():
     cores = sorted(os.sched_getaffinity(0))

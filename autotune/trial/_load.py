@@ -37,6 +37,10 @@ def _busy_s(times) -> float:
                ("user", "nice", "system", "irq", "softirq", "steal"))
 
 
+def _cpu(seconds: float) -> str:
+    return f"{seconds:.2f}" if seconds < 0.1 else f"{seconds:.1f}"
+
+
 def _tree(root: psutil.Process) -> list[psutil.Process]:
     try:
         return [root, *root.children(recursive=True)]
@@ -73,9 +77,11 @@ class Load(_Part):
     top: list[list[Any]] = field(default_factory=list)
 
     def named(self) -> str:
-        """The processes that took the cores, in words: ``pid 812 (stress) 9.8 CPU-s``."""
-        return ", ".join(f"pid {pid} ({name}) {cpu_s:.1f} CPU-s" if pid else
-                         f"the hypervisor (steal) {cpu_s:.1f} CPU-s"
+        """The processes that took the cores, in words: ``pid 812 (stress) 9.8 CPU-s``
+        (under 0.1 CPU-s with two decimals: a 0.5-s window's whole disturbance may be
+        that small)."""
+        return ", ".join(f"pid {pid} ({name}) {_cpu(cpu_s)} CPU-s" if pid else
+                         f"the hypervisor (steal) {_cpu(cpu_s)} CPU-s"
                          for pid, name, cpu_s in self.top) or "no process seen at both ends"
 
     def describe(self) -> str:
