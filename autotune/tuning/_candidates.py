@@ -40,10 +40,9 @@ COMPILE_KNOBS = ("compile_mode", "shapes")  # tried last: the dearest
 # prior table, docs/benchmarks.md): bfloat16 autocast and bit dropout masks where the
 # run may try them, the sparse aggregation, and no loader workers where the
 # incumbent's take the cores its step computes on; and bfloat16 features where the run
-# may try them, which are in the fastest config with precision of online.py's grid on
-# each kind of CPU it ran on (1.17x float32 features where bfloat16 is emulated and
-# float32 computes; beside bfloat16 autocast, a tie: one numerics check for both,
-# where on their own each candidate pays one). The fast-end candidate makes those of
+# may try them: beside bfloat16 autocast about a tie with float32 features
+# (docs/benchmarks.md, online.py's grids), taken with it for one numerics check for
+# both, where on their own each candidate pays one. The fast-end candidate makes those of
 # them the queue holds at once, first (:func:`fast_end`): the corner one verdict a
 # knob reaches only after several, each paid for in windows of the slower incumbent.
 FAST_END_CHANGES = (("amp_dtype", "bfloat16"), ("feature_dtype", "bfloat16"),
