@@ -179,11 +179,12 @@ class SearchOptions:
         closing baseline."""
         if self.confirm == 0:
             return 0
-        picked = self.confirm + (self.confirm if front is None else min(self.confirm, front))
+        picked = self.confirm if front is None else min(self.confirm, front)
         knee = front is None or front > self.confirm  # else the knee is among them
+        configs = picked + knee + self.confirm + 1  # the contenders, the baseline
         if self.paired_confirmation:  # one paired trial, a figure per config
-            return picked + knee + 1
-        return self.confirm_rounds * (picked + knee + 1) + 1
+            return configs
+        return self.confirm_rounds * configs + 1
 
     @property
     def paired_confirmation(self) -> bool:
