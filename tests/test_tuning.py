@@ -330,6 +330,71 @@ def test_a_candidates_verdict_is_the_comparison_engines():
     assert verdict([0.5, 0.9]) == "" and verdict([1.05]) == ""
 
 
+@pytest.mark.parametrize("knob, back", [("feature_dtype", "float32"),
+                                        ("amp_dtype", "float32"),
+                                        ("dropout_masks", "bernoulli")])
+def test_a_change_back_to_full_precision_is_kept_where_it_is_no_slower(knob, back):
+    """A change that gives precision back (float32, torch's dropout masks) is kept
+    where its interval lies over 1 / 1.02, no slower beyond the margin, where one that
+    lowers it, or any other, must be faster: a lower precision stays only where it
+    pays. Known under 1 it is slower; about 1x in wide pairs it is not stopped as out
+    of reach (it could not be faster, but may be no slower) and goes on to its last
+    pair, not kept where its pairs never showed it no slower."""
+    from types import SimpleNamespace
+
+    from autotune.tuning import Tried
+
+    low = {"feature_dtype": "bfloat16", "amp_dtype": "bfloat16", "dropout_masks": "bits"}
+    incumbent = START.replace(num_workers=0, **low)
+
+    def verdict(ratios, to=back):
+        tried = Tried(Change.of(incumbent, knob, to), ratios=list(ratios))
+        run = SimpleNamespace(spec=TuneSpec(), rule=TuneSpec().rule,
+                              pipe=SimpleNamespace(config=incumbent))
+        run._restored = lambda decision, margin: TunedRun._restored(run, decision, margin)
+        return TunedRun._verdict(run, tried)
+
+    tie, kept_tie = [1.005, 0.995, 1.0, 1.002], [0.99, 0.995, 0.99, 0.992]
+    assert verdict(tie) == ("kept", "no slower beyond the ±2% margin: the higher "
+                                    "precision at no cost")
+    assert verdict(kept_tie)[0] == "kept"  # just under 1x, within the margin
+    assert verdict(tie[:3]) == ("", "")  # no verdict before 4 pairs
+    assert verdict([0.90, 0.92, 0.91, 0.90]) == ("slower", "")
+    wide = [(0.92, 1.08)[i % 2] for i in range(16)]
+    assert verdict(wide) == ("", "")  # out of reach for "faster", not for "no slower"
+    assert verdict(wide + [1.0] * 16) == ("no faster", "not shown no slower after 32 pairs")
+    # the same ratios on a change that does not give precision back: no faster
+    other = Tried(Change.of(incumbent, "aggregation", "sparse"), ratios=tie)
+    run = SimpleNamespace(spec=TuneSpec(), rule=TuneSpec().rule,
+                          pipe=SimpleNamespace(config=incumbent))
+    assert TunedRun._verdict(run, other)[0] == "no faster"
+    assert TunedRun._verdict(run, Tried(Change.of(incumbent, "aggregation", "sparse"),
+                                        ratios=wide))[0] == "no faster"
+
+
+def test_a_run_goes_back_to_float32_features_where_they_are_no_slower(tiny_synthetic,
+                                                                      monkeypatch):
+    """Through the run: bfloat16 features (a fast end's part) whose change back to
+    float32 reads as a tie end the run on float32 features, the change kept at its
+    fourth pair, the first that may decide."""
+    start = START.replace(num_workers=0, feature_dtype="bfloat16")
+    monkeypatch.setattr(_run, "candidates", lambda config, spec, topology=None, masks=True: [])
+    real = TunedRun._verdict
+
+    def verdict(self, tried):  # scripted ratios about 1x, decided by the run's own rule
+        tried.ratios[:] = [(0.995, 1.005)[i % 2] for i in range(len(tried.ratios))]
+        return real(self, tried)
+
+    monkeypatch.setattr(TunedRun, "_verdict", verdict)
+    with TunedRun(start, tiny_synthetic, TuneSpec(share=1.0, window_steps=3, precision=True),
+                  epochs=4, num_classes=4,
+                  queue=[Change.of(start, "feature_dtype", "float32")]) as run:
+        fit(run, tiny_synthetic, TrainSpec(epochs=4))
+    tried = run.log.tried[0]
+    assert (tried.verdict, len(tried.ratios)) == ("kept", 4), tried
+    assert run.pipe.config.feature_dtype == run.log.final.feature_dtype == "float32"
+
+
 def test_tune_flags_without_tune_are_one_line_errors(tmp_path):
     from _helpers import cli
 

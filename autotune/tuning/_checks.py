@@ -77,6 +77,16 @@ def departs(incumbent: TrialConfig, candidate: TrialConfig,
                for k in knobs)
 
 
+def restores(incumbent: TrialConfig, candidate: TrialConfig) -> bool:
+    """Whether ``candidate`` moves a knob of precision back to :data:`REFERENCE`'s
+    (float32, torch's masks) and none away from it: it gives back the numerics a
+    lower precision changed, so the run keeps it where it is no slower
+    (:meth:`autotune.tuning.TunedRun._verdict`), not only where it is faster."""
+    back = any(getattr(candidate, k) != getattr(incumbent, k) and
+               getattr(candidate, k) == REFERENCE[k] for k in PRECISION_KNOBS)
+    return back and not departs(incumbent, candidate)
+
+
 def numerics_check(incumbent: Pipeline, candidate: Pipeline, probes: list) -> str:
     """Why ``candidate``'s numerics differ from float32's too much to train on ("" where
     they do not): on each probe batch, its gradient and the gradient of the same

@@ -25,7 +25,10 @@ pair by pair, as in ABBA, so that a steady drift cancels over two pairs), and th
 pair's figure is the ratio of their rates. The verdict comes from the one comparison
 engine (:class:`autotune.compare.Comparison`): kept where the speed-up's 95%
 confidence sequence lies above 1 (and not wholly within :attr:`TuneSpec.min_gain`
-of it), "no faster" where it lies under 1 + min_gain, "slower" where under 1. A
+of it), "no faster" where it lies under 1 + min_gain, "slower" where under 1; a
+change back to float32 (or torch's dropout masks) is kept where it lies over
+1 / (1 + min_gain), no slower than the margin: a lower precision stays only where it
+pays. A
 candidate whose pairs spread wide gets more pairs, up to :attr:`TuneSpec.pairs`,
 while exploring's share lasts, and "no faster" once the pairs left could not call it
 faster (:meth:`~autotune.compare.Comparison.out_of_reach`: at 1x it takes half the
@@ -72,14 +75,14 @@ from typing import Any, Callable, Generator, Iterator
 import torch
 from torch.utils.data import Sampler
 
-from autotune.compare import load_quantiles, pair_noise, pairs_to_tell
+from autotune.compare import Decision, load_quantiles, pair_noise, pairs_to_tell
 from autotune.config import TrialConfig, short
 from autotune.env import plural
 from autotune.pipeline import Pipeline, Step, Window, build, timed
 from autotune.tuning._candidates import DTYPE_KNOBS, FAST_END, FIRST, Change, \
     beyond_a_loser, by_bottleneck, candidates, cores_taken, fast_end, workers_gain
 from autotune.tuning._checks import PROBES, departs, loss_check, numerics_check, \
-    precision_notes
+    precision_notes, restores
 from autotune.tuning._log import Tried, TuneLog, WindowEvent
 from autotune.tuning._spec import ASIDE_PAIRS, SCREEN_PAIRS, TuneSpec, fit_window, screened
 
@@ -659,7 +662,8 @@ class TunedRun:
         faster once the rule's ``max_pairs`` pairs have not decided it, or once they
         could not call it faster (:meth:`autotune.compare.Comparison.out_of_reach`:
         about 1x in pairs that spread wider than the margin, which would explore to
-        its last pair in short windows)."""
+        its last pair in short windows). A candidate that gives precision back is kept
+        where it is no slower (:meth:`_restored`)."""
         decision = tried.compare(self.rule)
         screen = screened(tried.ratios, self.spec.screen)
         if screen == "dropped":
@@ -671,6 +675,8 @@ class TunedRun:
             return ("refused", f"loss check: {why}") if why else \
                 ("kept", "" if decision.verdict == "faster" else
                  f"over {1 / self.spec.screen:.3g}x in its first {SCREEN_PAIRS} pairs")
+        if restores(self.pipe.config, tried.config):
+            return self._restored(decision, margin)
         if decision.verdict == "not faster":
             return ("slower", "") if decision.high < 1 else \
                 ("no faster", f"under the {margin} margin")
@@ -681,6 +687,23 @@ class TunedRun:
         if tried.reach is not None:
             return "no faster", (f"at most {tried.reach:.2f}x over {decision.pairs} pairs: "
                                  f"{self.rule.max_pairs} could not call it faster")
+        return "", ""
+
+    def _restored(self, decision: Decision, margin: str) -> tuple[str, str]:
+        """The verdict on a candidate that gives precision back (:func:`restores`) and
+        is not faster: kept where known to be no slower beyond the margin (its
+        interval's low end at least 1 / (1 + ``min_gain``)), so that a lower precision
+        stays only where it pays; slower where known to be under 1; else undecided
+        until its pairs run out. Not stopped as out of reach: that asks whether it
+        could be faster, which is not its question."""
+        if decision.pairs >= self.rule.min_pairs and decision.low is not None:
+            if decision.low >= 1 / (1 + self.spec.min_gain):
+                return "kept", f"no slower beyond the {margin} margin: the higher precision " \
+                    "at no cost"
+            if decision.high < 1:
+                return "slower", ""
+        if decision.pairs >= self.rule.max_pairs:
+            return "no faster", f"not shown no slower after {decision.pairs} pairs"
         return "", ""
 
     def _adopt(self, candidate: Pipeline) -> None:
