@@ -890,6 +890,38 @@ def test_workers_are_tried_where_their_start_pays_back_at_the_most_they_gain(
         assert run._pays_back(Tried(fewer), rate / 100)
 
 
+def test_a_workers_bound_counts_their_hand_over_of_each_batch(tiny_synthetic, monkeypatch):
+    """A worker hands each batch over through shared memory, work that sampling in the
+    training process never does: the bound spreads it over the cores with the wait
+    (a 12% wait on 2 cores: 1.064x at best, 1.031x where the hand-over is 6% of the
+    step). The run measures it once, on copies of its own first batches, which stay
+    private, as a share of a step at the incumbent's pace; nothing before a batch.
+    Where the hand-over outweighs the wait, workers are not tried."""
+    from autotune.topology import Topology
+    from autotune.tuning import Tried
+
+    two = Topology(cpus=(0, 1), cores=((0,), (1,)), nodes=((0, 1),))
+    monkeypatch.setattr(_candidates, "this_machine", lambda: two)
+    assert _candidates.workers_gain(0.12) == pytest.approx(1 / 0.94)
+    assert _candidates.workers_gain(0.12, handover=0.06) == pytest.approx(1 / 0.97)
+    start = START.replace(num_workers=0)
+    with TunedRun(start, tiny_synthetic, TuneSpec(), epochs=1, num_classes=4, queue=[]) as run:
+        run._pace = 1000.0  # seeds a second
+        assert run._handover() == 0.0, "no batch trained yet"
+        fit(run, tiny_synthetic, TrainSpec(epochs=1))
+        run._pace = 1000.0
+        share = run._handover()
+        assert run._handover_s > 0 and share == pytest.approx(run._handover_s * 1000.0 / 32)
+        tensors = [t for batch in run._probes for store in batch.stores
+                   for t in store.values() if isinstance(t, torch.Tensor)]
+        assert tensors and not any(t.is_shared() for t in tensors)
+        run.log.wait_share, run._handover_s = 0.12, 0.4 * 32 / 1000.0  # 40% of a step
+        one = Tried(Change.of(start, "num_workers", 1))
+        assert not run._pays_back(one, 1000.0) and one.verdict == "not tried"
+        assert one.reason.startswith("at best 0.877x: the step's wait spread over the "
+                                     "cores, its batches' hand-over"), one.reason
+
+
 def test_workers_are_not_tried_where_the_runs_pair_noise_could_not_tell_their_best_gain(
         tiny_synthetic, monkeypatch):
     """At a wait of 8% on 2 cores workers gain at most 1.04x: tried where this run's

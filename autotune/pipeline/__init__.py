@@ -24,6 +24,7 @@ _EXPORTS = {
     "Step": "_source",
     "Window": "_source",
     "timed": "_source",
+    "handover_seconds": "_source",
     "check_dataset": "_tasks",
     "Epoch": "_training",
     "TrainResult": "_training",

@@ -163,15 +163,18 @@ def beyond_a_loser(lost: Change, incumbent: TrialConfig, queue: list[Change],
     return [c for c in queue if c.knob == "num_workers" and c.value > lost.value]
 
 
-def workers_gain(wait_share: float, topology: Topology | None = None) -> float:
+def workers_gain(wait_share: float, topology: Topology | None = None,
+                 handover: float = 0.0) -> float:
     """The most loader workers could gain over a step with none that waits
     ``wait_share`` of its time for its batch: it samples in-process, on one core, for
     that share, while its computing spreads over the machine's ``n`` cores; with the
-    sampling beside the computing, the step's work spreads over them all, and the step
-    takes ``1 - w + w / n`` of its time at best (a worker's hand-over of its batch,
-    and its pages copied on write in the training process, only add to that)."""
+    sampling beside the computing, the step's work spreads over them all, and with it
+    the work a worker adds, its hand-over of each batch (``handover``, as a share of
+    the step: :func:`autotune.pipeline.handover_seconds`), so the step takes
+    ``1 - w + (w + h) / n`` of its time at best (the training process's first touch
+    of the handed-over pages, and its own pages copied on write, only add to that)."""
     cores = max(len((this_machine() if topology is None else topology).cores), 1)
-    return 1 / (1 - wait_share + wait_share / cores)
+    return 1 / (1 - wait_share + (wait_share + handover) / cores)
 
 
 def cores_taken(config: TrialConfig, topology: Topology | None = None) -> float:

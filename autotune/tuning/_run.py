@@ -78,7 +78,7 @@ from torch.utils.data import Sampler
 from autotune.compare import Decision, load_quantiles, pair_noise, pairs_to_tell
 from autotune.config import TrialConfig, short
 from autotune.env import plural
-from autotune.pipeline import Pipeline, Step, Window, build, timed
+from autotune.pipeline import Pipeline, Step, Window, build, handover_seconds, timed
 from autotune.tuning._candidates import DTYPE_KNOBS, FAST_END, FIRST, Change, \
     beyond_a_loser, by_bottleneck, candidates, cores_taken, fast_end, workers_gain
 from autotune.tuning._checks import PROBES, departs, loss_check, numerics_check, \
@@ -154,6 +154,8 @@ class TunedRun:
     :func:`autotune.pipeline.fit`, with the pipeline's own step); ``pipe`` is the
     incumbent's pipeline, ``log`` what the run did. ``close()`` (or the ``with``
     block's end, which notes where Ctrl-C stopped the run) ends every loader."""
+
+    _handover_s: float | None = None  # a worker's hand-over of a batch (_handover), once
 
     def __init__(self, config: TrialConfig, data, spec: TuneSpec, *, epochs: int,
                  num_classes: int | None = None, cache_file=None,
@@ -503,14 +505,19 @@ class TunedRun:
     def _pays_back(self, tried: Tried, rate: float) -> bool:
         """Whether to try ``tried``: yes, unless what it costs once (:meth:`_once`)
         would not pay back within what is left of the run (at the incumbent's
-        ``rate``) at its best-case gain, or the comparison could not call even that
-        gain faster in the pairs a candidate may have (:func:`pairs_to_tell`, at the
+        ``rate``) at its best-case gain (none at 1x or under), or the comparison could
+        not call even that gain faster in the pairs a candidate may have (:func:`pairs_to_tell`, at the
         deviation of this run's pairs so far, :func:`pair_noise`); then it is "not
         tried", and the log says why."""
         once = self._once(tried)
         if once is None or not rate:
             return True
         what, cost_s, gain = once
+        if gain <= 1:  # workers whose hand-over outweighs the wait they could hide
+            tried.verdict, tried.reason = "not tried", (
+                f"at best {gain:.3g}x: the step's wait spread over the cores, its batches' "
+                "hand-over from a worker included, leaves nothing to gain")
+            return False
         noise = pair_noise([t.ratios for t in self.log.tried])
         if noise is not None and pairs_to_tell(gain, noise, self.rule) is None:
             tried.verdict, tried.reason = "not tried", (
@@ -536,7 +543,8 @@ class TunedRun:
         - Loader workers where the incumbent has none: their start, as long as this
           run's last measured one, else :attr:`TuneSpec.start_s`, at the most they
           could gain (:func:`workers_gain`) for the incumbent's wait (measured at the
-          queue's ordering; not weighed before).
+          queue's ordering; not weighed before) and a worker's hand-over of its
+          batch (:meth:`_handover`).
 
         None for a candidate resumed with its pairs (the last epoch's end cut it
         short): it was weighed before its first, and its pipeline, kept open, paid
@@ -550,7 +558,18 @@ class TunedRun:
         share = self.log.wait_share
         if config.num_workers == 0 or self.pipe.config.num_workers > 0 or share is None:
             return None
-        return "its workers' start", self.start_s, workers_gain(share)
+        return "its workers' start", self.start_s, \
+            workers_gain(share, handover=self._handover())
+
+    def _handover(self) -> float:
+        """The share of the incumbent's step that a loader worker's hand-over of its
+        batch would add: the least of the probe batches' hand-overs
+        (:func:`autotune.pipeline.handover_seconds`, measured once: batch size and
+        fanout never change in a run) over a step at the incumbent's last pace; 0
+        before it has trained a batch."""
+        if self._handover_s is None and self._probes:
+            self._handover_s = min(handover_seconds(batch) for batch in self._probes)
+        return (self._handover_s or 0.0) * self._pace / self.batch_size
 
     @staticmethod
     def _warms_up(tried: Tried) -> bool:
