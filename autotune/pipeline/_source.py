@@ -198,11 +198,12 @@ def handover_seconds(batch) -> float:
     """What a loader worker's hand-over of ``batch`` costs that sampling in the
     training process never pays, at least: its tensors moved into shared memory (new
     shared pages, their bytes copied in), as torch's worker does before it queues a
-    batch, timed on private copies (``batch`` itself stays where it is). The training
+    batch, timed on private host copies (``batch`` itself stays where it is, on its
+    device: a worker hands batches over on the host either way). The training
     process's first touch of those pages, on its side, is not counted: a lower
     bound."""
-    tensors = [value.clone() for store in batch.stores for value in store.values()
-               if isinstance(value, Tensor)]
+    tensors = [value.detach().to("cpu", copy=True) for store in batch.stores
+               for value in store.values() if isinstance(value, Tensor)]
     start = time.perf_counter()
     for tensor in tensors:
         tensor.share_memory_()

@@ -506,9 +506,9 @@ class TunedRun:
         """Whether to try ``tried``: yes, unless what it costs once (:meth:`_once`)
         would not pay back within what is left of the run (at the incumbent's
         ``rate``) at its best-case gain (none at 1x or under), or the comparison could
-        not call even that gain faster in the pairs a candidate may have (:func:`pairs_to_tell`, at the
-        deviation of this run's pairs so far, :func:`pair_noise`); then it is "not
-        tried", and the log says why."""
+        not call even that gain faster in the pairs a candidate may have
+        (:func:`pairs_to_tell`, at the deviation of this run's pairs so far,
+        :func:`pair_noise`); then it is "not tried", and the log says why."""
         once = self._once(tried)
         if once is None or not rate:
             return True

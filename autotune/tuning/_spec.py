@@ -19,10 +19,10 @@ class TuneSpec:
     the incumbent in each of its first two pairs is dropped, one over its inverse in
     each kept (:func:`screened`); ``min_gain``: the comparison's margin: a speed-up
     known to lie within it of 1 is a tie, not worth a new pipeline (but a change back
-    to float32's numerics known to lie over 1 / (1 + this) is kept: no slower), and one
-    known to lie under 1 + this is no faster; ``precision``: the AMP and feature dtypes, and a
-    built-in model's bit dropout masks, may be tried too (they change the numbers a
-    step computes, not the batches or the model); ``compile``: compile
+    to float32's numerics known to lie over 1 / (1 + this) is kept: no slower), and
+    one known to lie under 1 + this is no faster; ``precision``: the AMP and feature
+    dtypes, and a built-in model's bit dropout masks, may be tried too (they change
+    the numbers a step computes, not the batches or the model); ``compile``: compile
     modes and shapes may be tried (None: on a GPU only, where a compile pays back
     sooner; benchmarks/knobs.py measures it on a CPU), each only where ``compile_s``
     (the compile time planned for until this run has measured one) pays back within
