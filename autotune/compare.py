@@ -123,13 +123,18 @@ class Rule:
 class Decision:
     """A comparison's state after its pairs: the verdict, the speed-up (geometric
     mean of the ratios; None before a pair), its interval ``low``..``high`` (None
-    before two pairs) and the pairs it used."""
+    before two pairs), the pairs it used, and, one-sided, whether it is known to be
+    no slower than the margin (``no_slower``: from the rule's least pairs, the
+    interval wholly over 1 / (1 + margin), the tie's lower bound, :func:`verdict_of`):
+    the question of a change that gives something back, such as precision, and
+    needs no gain."""
 
     verdict: Verdict
     speedup: float | None
     low: float | None
     high: float | None
     pairs: int
+    no_slower: bool = False
 
     @property
     def half_width(self) -> float | None:
@@ -219,13 +224,15 @@ class Comparison:
         bounds = self.interval()
         low, high = bounds if bounds is not None else (None, None)
         verdict: Verdict = "undecided"
+        no_slower = False
         if bounds is not None and n >= self.rule.min_pairs:
             verdict = verdict_of(low, high, self.rule.margin)
+            no_slower = low >= tie_floor(self.rule.margin)
             wide = self.rule.precision is not None and \
                 max(high / speedup - 1, 1 - low / speedup) > self.rule.precision
             if wide and verdict == "faster":
                 verdict = "undecided"
-        return Decision(verdict, speedup, low, high, n)
+        return Decision(verdict, speedup, low, high, n, no_slower)
 
     def out_of_reach(self) -> float | None:
         """Where the pairs left to the rule could not call the candidate faster: the
@@ -253,11 +260,16 @@ class Comparison:
         return len(self.ratios) >= self.rule.max_pairs
 
 
+def tie_floor(margin: float) -> float:
+    """The lower bound of a tie with ``margin``: 1 / (1 + margin)."""
+    return 1 / (1 + margin)
+
+
 def verdict_of(low: float, high: float, margin: float) -> Verdict:
     """What an interval ``low``..``high`` of a speed-up says, with ``margin``: tied
     where it lies wholly within 1/(1 + margin)..1 + margin, faster where wholly above
     1, not faster where wholly under 1 + margin, else undecided."""
-    if low >= 1 / (1 + margin) and high <= 1 + margin:
+    if low >= tie_floor(margin) and high <= 1 + margin:
         return "tied"
     if low > 1:
         return "faster"

@@ -49,8 +49,21 @@ def test_an_interval_says_faster_not_faster_or_tied_as_criterion_reads_one():
     assert verdict_of(0.99, 1.01, 0.02) == "tied"  # within the margin either way
     assert verdict_of(1.001, 1.019, 0.02) == "tied"  # a real gain, but under the margin
     assert verdict_of(0.80, 1.015, 0.02) == "not faster"  # under 1 + margin
+    assert verdict_of(0.975, 1.015, 0.02) == "not faster"  # under 1 / 1.02: no tie
     assert verdict_of(0.80, 0.95, 0.02) == "not faster"
     assert verdict_of(0.95, 1.10, 0.02) == "undecided"
+
+
+def test_no_slower_is_the_ties_lower_bound_alone_from_the_least_pairs():
+    """One-sided: an interval wholly over 1 / 1.02 is no slower, whether or not it
+    also lies under 1.02 (a tie) or over 1 (faster); one reaching under it is not;
+    nothing before the rule's least pairs."""
+    rule = Rule(margin=0.02)
+    assert Comparison(rule, [1.005, 0.995, 1.0, 1.002]).decision().no_slower  # tied
+    assert Comparison(rule, [1.025, 1.005, 1.025, 1.005]).decision().no_slower  # undecided
+    assert not Comparison(rule, [0.99, 0.95, 1.0, 0.97]).decision().no_slower
+    assert not Comparison(rule, [1.03, 1.0, 1.03, 1.0]).decision().no_slower  # 0.972
+    assert not Comparison(rule, [1.005, 0.995, 1.0]).decision().no_slower  # 3 pairs
 
 
 def test_the_boundary_is_wider_than_a_t_interval_at_every_pair_and_narrows():

@@ -710,17 +710,16 @@ class TunedRun:
 
     def _restored(self, decision: Decision, margin: str) -> tuple[str, str]:
         """The verdict on a candidate that gives precision back (:func:`restores`) and
-        is not faster: kept where known to be no slower beyond the margin (its
-        interval's low end at least 1 / (1 + ``min_gain``)), so that a lower precision
+        is not faster: kept where the comparison knows it no slower beyond the margin
+        (:attr:`autotune.compare.Decision.no_slower`), so that a lower precision
         stays only where it pays; slower where known to be under 1; else undecided
         until its pairs run out. Not stopped as out of reach: that asks whether it
         could be faster, which is not its question."""
-        if decision.pairs >= self.rule.min_pairs and decision.low is not None:
-            if decision.low >= 1 / (1 + self.spec.min_gain):
-                return "kept", f"no slower beyond the {margin} margin: the higher precision " \
-                    "at no cost"
-            if decision.high < 1:
-                return "slower", ""
+        if decision.no_slower:
+            return "kept", f"no slower beyond the {margin} margin: the higher precision " \
+                "at no cost"
+        if decision.decided and decision.high < 1:
+            return "slower", ""
         if decision.pairs >= self.rule.max_pairs:
             return "no faster", f"not shown no slower after {decision.pairs} pairs"
         return "", ""
