@@ -269,3 +269,68 @@ def test_a_precision_candidate_is_checked_and_built_once_however_many_epochs_its
     assert len(checks) == 1, f"checked {len(checks)} times over {len(epochs)} epochs"
     assert builds.count("bfloat16") == 1, f"built {builds.count('bfloat16')} times"
     assert run._candidate is None, "the kept candidate's pipeline outlived the run"
+
+
+class _UsersNet(torch.nn.Module):
+    """A user's own model: two of PyG's SAGEConv layers (docs/python-api.md's)."""
+
+    def __init__(self, in_channels: int, hidden: int, out_channels: int) -> None:
+        from torch_geometric.nn import SAGEConv
+
+        super().__init__()
+        self.conv1, self.conv2 = SAGEConv(in_channels, hidden), SAGEConv(hidden, out_channels)
+
+    def forward(self, x, edge_index):
+        return self.conv2(torch.relu(self.conv1(x, edge_index)), edge_index)
+
+
+@pytest.mark.parametrize("features", ["float32", "bfloat16"])
+def test_a_users_pyg_layers_aggregate_sparse_under_bfloat16(tiny_synthetic, features):
+    """PyG's SAGEConv hands the adjacency to torch.sparse as it is, which refuses a
+    float32 adjacency beside a bfloat16 input (the second layer's, under autocast):
+    where a candidate lowers a dtype the pipeline's adjacency takes its input's
+    dtype, the layers give what scatter aggregation gives within bfloat16's rounding,
+    and the numerics check of such a candidate on the user's model runs (it could
+    not) and passes. Under float32 the adjacency is torch's own."""
+    from torch import Tensor
+
+    from autotune.pipeline._build import sparse_adjacency
+    from autotune.pipeline._models import FollowingAdjacency
+
+    torch.manual_seed(0)
+    model = _UsersNet(tiny_synthetic.num_features, 16, 4)
+    incumbent = build(CONFIG, tiny_synthetic, model, num_classes=4)
+    sparse = build(CONFIG.replace(aggregation="sparse", amp_dtype="bfloat16",
+                                  feature_dtype=features), tiny_synthetic, model,
+                   num_classes=4, optimizer=incumbent.optimizer)
+    batch = next(iter(incumbent.loader))
+    adj = sparse.edges(batch)
+    assert isinstance(adj, FollowingAdjacency) and adj.layout == torch.sparse_csr
+    with sparse.autocast(), torch.no_grad():
+        ours, theirs = model(batch.x, adj), model(batch.x, batch.edge_index)
+        with pytest.raises(RuntimeError, match="scalar type"):
+            model(batch.x, sparse_adjacency(batch.edge_index, batch.num_nodes))  # torch's
+    assert type(ours) is Tensor and ours.dtype == theirs.dtype == torch.bfloat16
+    cosine = torch.nn.functional.cosine_similarity(ours.float().flatten(),
+                                                   theirs.float().flatten(), dim=0)
+    assert float(cosine) > 0.999
+    assert numerics_check(incumbent, sparse, [batch]) == ""
+    plain = build(CONFIG.replace(aggregation="sparse"), tiny_synthetic, model, num_classes=4,
+                  optimizer=incumbent.optimizer)
+    assert type(plain.edges(batch)) is Tensor
+
+
+def test_sum_aggregation_runs_sparse_in_bfloat16_on_a_cpu(tiny_synthetic):
+    """GIN sums its neighbours with torch.sparse's plain product, whose CPU kernel
+    takes float32 and float64 only and which autocast lowers to bfloat16: under
+    bfloat16 autocast the adjacency runs it as a sum reduction (NotImplementedError
+    before), the loss scatter aggregation's within bfloat16's rounding."""
+    losses = []
+    for aggregation in ("scatter", "sparse"):
+        torch.manual_seed(0)
+        pipe = build(CONFIG.replace(model="gin", aggregation=aggregation,
+                                    amp_dtype="bfloat16"), tiny_synthetic, num_classes=4)
+        batch = next(iter(pipe.loader))
+        with pipe.activate():
+            losses.append(float(pipe.train_step(batch)))
+    assert losses[1] == pytest.approx(losses[0], rel=0.02)

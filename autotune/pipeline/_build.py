@@ -57,7 +57,7 @@ from autotune.config import TrialConfig
 from autotune.env import check_cores, format_bytes
 from autotune.errors import ConfigError, DeviceMemoryError
 from autotune.pipeline._allocator import hold_heap
-from autotune.pipeline._models import mask_holders, set_masks
+from autotune.pipeline._models import FollowingAdjacency, mask_holders, set_masks
 from autotune.pipeline._tasks import task_for
 from autotune.sampling import LookaheadNodeLoader, chain, gather_rows, make_sampler, resolve_backend
 
@@ -431,10 +431,17 @@ class Pipeline:
 
     def edges(self, batch):
         """What the conv layers aggregate over: ``edge_index`` (``aggregation: scatter``)
-        or a CSR ``adj_t`` built from it (``sparse``)."""
-        if self.config.aggregation == "sparse":
-            return sparse_adjacency(batch.edge_index, int(batch.num_nodes))
-        return batch.edge_index
+        or a CSR ``adj_t`` built from it (``sparse``): a :class:`FollowingAdjacency`
+        where a layer's input may be of a lower dtype (bfloat16 autocast or features),
+        on a CPU and uncompiled (compiled, or on a GPU, where it has not run, the plain
+        one: a user's layers then fail there as they would without autotune)."""
+        if self.config.aggregation != "sparse":
+            return batch.edge_index
+        adj = sparse_adjacency(batch.edge_index, int(batch.num_nodes))
+        lower = (self.config.amp_dtype, self.config.feature_dtype) != ("float32", "float32")
+        if lower and self.device.type == "cpu" and self.config.compile_mode == "none":
+            return Tensor._make_subclass(FollowingAdjacency, adj)
+        return adj
 
     def train_step(self, batch) -> Tensor:
         """One optimisation step; returns the loss as a tensor (no host sync)."""

@@ -78,10 +78,53 @@ class GNN(nn.Module):
 def _in_dtype_of(edges: Tensor, x: Tensor) -> Tensor:
     """A sparse adjacency (``aggregation: sparse``) with ``x``'s dtype: under autocast
     the second layer's input is bfloat16 while the adjacency holds float32 ones, which
-    torch.sparse refuses to multiply. ``edge_index`` passes through."""
-    if edges.layout == torch.strided or edges.dtype == x.dtype:
+    torch.sparse refuses to multiply. ``edge_index`` and a
+    :class:`FollowingAdjacency` (which follows by itself) pass through."""
+    if edges.layout == torch.strided or edges.dtype == x.dtype or \
+            isinstance(edges, FollowingAdjacency):
         return edges
     return edges.to(x.dtype)
+
+
+class FollowingAdjacency(Tensor):
+    """A sparse adjacency that takes the dtype of the dense matrix it is multiplied
+    with (``torch.sparse.mm``, which PyG's layers aggregate with, and the matmul
+    forms); every other operation sees a plain tensor and returns one. Under bfloat16
+    autocast a layer's input is bfloat16 (every layer's after the first) while the
+    adjacency holds float32 ones, and torch.sparse refuses to multiply the two: a
+    user's PyG layers pass the adjacency on as it is
+    (:meth:`autotune.pipeline.Pipeline.edges` gives them this one where the dtypes
+    may meet). ``torch.sparse.mm`` with no reduction runs as a sum reduction, the
+    same product: torch's CPU kernel of the plain one takes float32 and float64
+    only, and autocast lowers it to bfloat16, so that sum-aggregating layers (GIN's)
+    could not run under bfloat16 autocast; the reduction's kernel takes any dtype,
+    and autocast leaves it alone."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():  # plain tensors from here on
+            if func not in _PRODUCTS:
+                return func(*args, **(kwargs or {}))
+            args = _in_dense_dtype(args)
+            if func is torch.sparse.mm and len(args) == 2 and not kwargs:
+                args = (*args, "sum")
+            return func(*args, **(kwargs or {}))
+
+
+# the products of a sparse matrix and a dense one, as PyG's layers and users call them
+_PRODUCTS = frozenset({torch.sparse.mm, torch.mm, torch.matmul, Tensor.mm, Tensor.matmul,
+                       Tensor.__matmul__, Tensor.__rmatmul__})
+
+
+def _in_dense_dtype(args: tuple) -> tuple:
+    """``args`` with their sparse tensors cast to the floating dtype of the first
+    dense one among them (as they are where there is none)."""
+    dense = next((a for a in args if isinstance(a, Tensor) and a.layout == torch.strided
+                  and a.is_floating_point()), None)
+    if dense is None:
+        return args
+    return tuple(a.to(dense.dtype) if isinstance(a, Tensor) and a.layout != torch.strided
+                 and a.dtype != dense.dtype else a for a in args)
 
 
 class SAGE(GNN):
