@@ -178,8 +178,8 @@ class TrialConfig:
         if self.model in ("gcn", "gat"):
             # GCNConv adds self-loops to a torch.sparse adjacency its own way and GATConv
             # attends per edge: neither gives scatter's loss (1e-4 apart on a test graph).
-            raise ConfigError(f"aggregation 'sparse' is exact for model sage and for a user's "
-                              f"model, not {self.model} (got model {self.model}); use "
+            raise ConfigError(f"aggregation 'sparse' is exact for model sage and gin and for a "
+                              f"user's model, not {self.model} (got model {self.model}); use "
                               "aggregation scatter")
         if self.compile_mode != "none":
             raise ConfigError("aggregation 'sparse' runs eagerly: torch.compile breaks the "

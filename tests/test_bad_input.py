@@ -203,7 +203,7 @@ CASES = {
     "unwritable studies folder": (["search", "--studies-dir", "{tmp}/readonly/studies"],
                                   ["--studies-dir", "not writable"]),
     "sparse aggregation in a gcn space": (["search", "--space", "{tmp}/gcn-sparse.yaml"],
-                                          ["knob 'aggregation'", "exact for model sage"]),
+                                          ["knob 'aggregation'", "exact for model sage and gin"]),
     "sparse aggregation compiled": (["trial", "--config", "{tmp}/sparse-compiled.yaml"],
                                     ["aggregation 'sparse' runs eagerly", "compile_mode none"]),
     "profile folder holding a trace": (["trial", "--profile", "{tmp}/profiled"],

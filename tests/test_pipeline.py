@@ -261,7 +261,7 @@ def test_bits_dropout_refused_where_it_cannot_act():
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"model": "gcn"}, "exact for model sage"), ({"model": "gat"}, "exact for model sage"),
+    ({"model": "gcn"}, "exact for model sage and gin"), ({"model": "gat"}, "exact for model sage and gin"),
     ({"compile_mode": "default"}, "runs eagerly")])
 def test_sparse_aggregation_refuses_what_it_cannot_do_exactly(changes, message):
     with pytest.raises(ConfigError, match=message):
