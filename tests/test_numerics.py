@@ -334,3 +334,9 @@ def test_sum_aggregation_runs_sparse_in_bfloat16_on_a_cpu(tiny_synthetic):
         with pipe.activate():
             losses.append(float(pipe.train_step(batch)))
     assert losses[1] == pytest.approx(losses[0], rel=0.02)
+    from autotune.pipeline._models import _plain_product_runs
+
+    x = torch.ones(2, 2)  # the plain product is left alone where it runs
+    assert _plain_product_runs(x) and not _plain_product_runs(x.bfloat16())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not _plain_product_runs(x)

@@ -95,25 +95,32 @@ class FollowingAdjacency(Tensor):
     user's PyG layers pass the adjacency on as it is
     (:meth:`autotune.pipeline.Pipeline.edges` gives them this one where the dtypes
     may meet). ``torch.sparse.mm`` with no reduction runs as a sum reduction, the
-    same product: torch's CPU kernel of the plain one takes float32 and float64
-    only, and autocast lowers it to bfloat16, so that sum-aggregating layers (GIN's)
-    could not run under bfloat16 autocast; the reduction's kernel takes any dtype,
-    and autocast leaves it alone."""
+    same product, where the plain one cannot run: torch's CPU kernel of the plain one
+    takes float32 and float64 only, and autocast lowers it to bfloat16, so that
+    sum-aggregating layers (GIN's) could not run under bfloat16 autocast; the
+    reduction's kernel takes any dtype, and autocast leaves it alone."""
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         with torch._C.DisableTorchFunctionSubclass():  # plain tensors from here on
-            if func not in _PRODUCTS:
-                return func(*args, **(kwargs or {}))
-            args = _in_dense_dtype(args)
-            if func is torch.sparse.mm and len(args) == 2 and not kwargs:
-                args = (*args, "sum")
+            if func in _PRODUCTS:
+                args = _in_dense_dtype(args)
+                if func is torch.sparse.mm and len(args) == 2 and not kwargs and \
+                        not _plain_product_runs(args[1]):
+                    args = (*args, "sum")
             return func(*args, **(kwargs or {}))
 
 
 # the products of a sparse matrix and a dense one, as PyG's layers and users call them
 _PRODUCTS = frozenset({torch.sparse.mm, torch.mm, torch.matmul, Tensor.mm, Tensor.matmul,
                        Tensor.__matmul__, Tensor.__rmatmul__})
+
+
+def _plain_product_runs(dense: Tensor) -> bool:
+    """Whether torch's CPU kernel of a sparse matrix's plain product with ``dense``
+    runs: in float32 or float64, with no autocast to lower it."""
+    return dense.dtype in (torch.float32, torch.float64) and \
+        not torch.is_autocast_enabled(dense.device.type)
 
 
 def _in_dense_dtype(args: tuple) -> tuple:
