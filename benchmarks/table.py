@@ -429,7 +429,8 @@ def _guard() -> list[tuple[str, str, str, str]]:
 
 
 def _online() -> list[tuple[str, str, str, str]]:
-    return _online_full("online") + _online_full("online-xeon-avx512bf16") + \
+    return _online_full("online") + _online_full("online-amx") + \
+        _online_full("online-xeon-avx512bf16") + \
         _online_full("online-avx512bf16") + _online_full("online-avx2") + \
         _online_partial("online-tuned-oracle") + _online_partial("online-tuned-oracle-amx") + \
         _online_partial("online-tuned-oracle-avx2") + \
