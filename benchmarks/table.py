@@ -437,7 +437,8 @@ def _online() -> list[tuple[str, str, str, str]]:
         _online_partial("online-tuned-oracle-xeon") + \
         _online_partial("online-tuned-oracle-xeon-again") + \
         _online_partial("online-tuned-oracle-amx-again") + \
-        _online_partial("online-tuned-oracle-epyc") + _online_partial("online-long")
+        _online_partial("online-tuned-oracle-epyc") + \
+        _online_partial("online-tuned-oracle-epyc-60") + _online_partial("online-long")
 
 
 def _online_partial(name: str) -> list[tuple[str, str, str, str]]:
