@@ -33,13 +33,15 @@ if not torch.cuda.is_available():
 
 def pytest_configure(config):
     """Where Python writes no bytecode (PYTHONDONTWRITEBYTECODE, as on the CI machines),
-    every process the suite starts (fork servers, commands, trials) would compile
-    autotune's modules from source again: about half a second each. The controller
-    compiles them once, before the workers start; Python still reads what exists."""
-    if sys.dont_write_bytecode and "PYTEST_XDIST_WORKER" not in os.environ:
-        import compileall
-
-        compileall.compile_dir(Path(__file__).resolve().parents[1] / "autotune", quiet=1)
+    every process the suite starts (fork servers, commands, trials) would compile what
+    it imports from source again: autotune's modules, and torch's and PyG's too where
+    the environment was installed without bytecode (the README's test command passes
+    ``--no-compile``: pip's byte-compiling of all of torch was most of its time). The
+    suite writes bytecode, into the environment and the checkout's ``__pycache__``
+    (ignored by git): the first process to import a module compiles it, the rest read
+    it, and a module nothing imports is never compiled."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # the workers and what they start
+    sys.dont_write_bytecode = False
 
 
 def pytest_xdist_auto_num_workers(config):
