@@ -254,6 +254,21 @@ class Comparison:
             return None
         return math.exp(best)
 
+    def pairs_to_precision(self) -> float | None:
+        """How many pairs in all the interval would take to come within the rule's
+        precision, were the pairs to come as spread as these: the fewest ``n`` from
+        this many on with ``n`` pairs' half-width within it (``math.inf`` where
+        ``rule.max_pairs`` would not do); None without a precision, and before twice
+        the rule's least pairs (the spread's estimate is too rough there)."""
+        n = len(self.ratios)
+        if self.rule.precision is None or n < 2 * self.rule.min_pairs:
+            return None
+        sd, target = self._sd(), math.log1p(self.rule.precision)
+        for m in range(n, self.rule.max_pairs + 1):
+            if sd * boundary(m, self.rule.confidence) <= target:
+                return m
+        return math.inf
+
     @property
     def exhausted(self) -> bool:
         """Whether the rule's pairs are spent."""

@@ -213,3 +213,15 @@ def test_the_engine_places_confirmed_configs_against_each_other_and_the_baseline
     assert placed[1] == {2: "tied", 4: "undecided"}, placed[1]
     assert placed[3] == {4: "undecided"}, placed[3]  # decidedly slower than 1 and 2
     assert placed[5][0] == "tied" and placed[0][5] == "tied"
+
+
+def test_pairs_to_precision_is_where_the_interval_would_come_within_it():
+    noisy = [1.6, 2.4, 1.8, 2.2, 2.0, 1.7, 2.3, 1.9]
+    assert Comparison(Rule(), ratios=noisy).pairs_to_precision() is None  # no precision
+    assert Comparison(Rule(precision=0.1), ratios=noisy[:7]).pairs_to_precision() is None
+    c = Comparison(Rule(precision=0.1, max_pairs=60), ratios=noisy)
+    n, sd = c.pairs_to_precision(), c._sd()
+    assert n > len(noisy)  # not there yet: ±14% a pair
+    assert sd * boundary(n) <= math.log(1.1) < sd * boundary(n - 1)
+    assert Comparison(Rule(precision=0.1, max_pairs=10), ratios=noisy).pairs_to_precision() \
+        == math.inf

@@ -101,6 +101,57 @@ def test_pairs_stop_at_their_time_limit(monkeypatch):
     assert ended == "max-seconds" and candidate.stopped == "time"
 
 
+def test_where_time_cannot_confirm_every_candidate_it_goes_to_one_that_it_can(monkeypatch):
+    """Two candidates a pair's noise apart, 60 s of pairs at 2 s a pair: confirming
+    both to ±10% would take about 37 pairs, so once their spread is known the pairs
+    go to the one whose own fit (the faster one, where both would): it is confirmed.
+    Paired in turn to the end, neither is (as without the rule)."""
+    import types
+
+    def run(rule_on: bool):
+        clock = [0.0]
+        wiggle = [0.80, 1.22, 0.92, 1.10, 1.0, 0.86, 1.15, 0.95, 1.05, 1.0]
+        rates = {0: [100.0] * 400, 1: [200.0 * w for w in wiggle] * 20,
+                 2: [190.0 * w for w in reversed(wiggle)] * 20}
+        _scripted(monkeypatch, rates, {})
+        scripted = _pairs.timed_window
+
+        def window(side, others, spec):  # a second of the machine's time a window
+            clock[0] += 1.0
+            return scripted(side, others, spec)
+
+        monkeypatch.setattr(_pairs, "timed_window", window)
+        monkeypatch.setattr(_pairs, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+        if not rule_on:
+            monkeypatch.setattr(_pairs, "focus", lambda open_, left_s, pair_s: open_)
+        both = [Candidate(_side(i), Comparison(Rule(precision=0.10, max_pairs=60)))
+                for i in (1, 2)]
+        ended = _pairs.run_pairs(_side(0), both, MeasureSpec(), _pairs.PairSpec(max_s=60.0))
+        return ended, [(c.stopped, c.comparison.decision()) for c in both]
+
+    ended, (one, two) = run(rule_on=True)
+    assert ended == "max-seconds" and two[0] == "decided" and two[1].verdict == "faster"
+    assert two[1].half_width <= 0.10 and one[0] == "time"
+    assert one[1].pairs < two[1].pairs  # its pairs stopped once the time went to #2
+    ended, results = run(rule_on=False)
+    assert ended == "max-seconds" and [stopped for stopped, _ in results] == ["time", "time"]
+
+
+def test_the_focus_pairs_everyone_while_their_needs_fit_or_their_spread_is_unknown():
+    def candidate(ratios):
+        return Candidate(_side(1), Comparison(Rule(precision=0.10), ratios=ratios))
+
+    noisy = [1.6, 2.4, 1.8, 2.2, 2.0, 1.7, 2.3, 1.9]  # 8 pairs: its spread known
+    early = candidate(noisy[:4])  # before twice the rule's least pairs
+    fast, slow = candidate(noisy), candidate([r * 0.9 for r in noisy])
+    assert _pairs.focus([fast, early], left_s=1.0, pair_s=2.0) == [fast, early]
+    assert _pairs.focus([fast, slow], left_s=1e6, pair_s=2.0) == [fast, slow]
+    assert _pairs.focus([slow, fast], left_s=1.0, pair_s=2.0) == [fast]  # neither fits
+    need = fast.comparison.pairs_to_precision() - fast.comparison.pairs
+    assert _pairs.focus([slow, fast], left_s=need * 2.0, pair_s=2.0) == [fast]
+    assert _pairs.focus([fast], left_s=0.0, pair_s=2.0) == [fast]
+
+
 def test_a_real_search_confirms_its_front_in_one_paired_process(tmp_path):
     """A real search on this CPU: the confirmation is one trial process (not this
     one) holding the baseline and the candidates; each config's figure is stored,

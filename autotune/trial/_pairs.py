@@ -220,7 +220,9 @@ def run_pairs(reference: Side, candidates: list[Candidate], spec: MeasureSpec,
         open_ = [c for c in candidates if not c.stopped]
         if not open_:
             return "decided"
-        for c in open_:
+        spent = time.perf_counter() - started
+        paired = sum(c.comparison.pairs for c in candidates)
+        for c in focus(open_, pairs.max_s - spent, spent / paired if paired else None):
             if time.perf_counter() - started >= pairs.max_s:
                 for each in open_:
                     each.stopped = each.stopped or "time"
@@ -233,6 +235,26 @@ def run_pairs(reference: Side, candidates: list[Candidate], spec: MeasureSpec,
                 c.stopped = "pairs spent"
         _race(candidates)
         round_ += 1
+
+
+def focus(open_: list[Candidate], left_s: float, pair_s: float | None) -> list[Candidate]:
+    """The open candidates to pair this round: all of them while the pairs each still
+    needs for its precision (:meth:`Comparison.pairs_to_precision`, at a pair's
+    seconds so far) fit in the ``left_s`` seconds left; else only the fastest so far
+    whose own fit (else the fastest): where the time cannot confirm them all, it goes
+    to the one the default would be, rather than leaving each short of its
+    precision. The others stay open, and are paired again once it is decided."""
+    if len(open_) < 2 or pair_s is None:
+        return open_
+    need = {id(c): c.comparison.pairs_to_precision() for c in open_}
+    if None in need.values():  # too early to tell
+        return open_
+    short = {id(c): need[id(c)] - c.comparison.pairs for c in open_}
+    if sum(short.values()) * pair_s <= left_s:
+        return open_
+    ranked = sorted(open_, key=lambda c: c.comparison.decision().speedup, reverse=True)
+    fits = [c for c in ranked if short[id(c)] * pair_s <= left_s]
+    return [(fits or ranked)[0]]
 
 
 def _pair(reference: Side, c: Candidate, sides: list[Side], round_: int,
