@@ -263,11 +263,10 @@ class Comparison:
         n = len(self.ratios)
         if self.rule.precision is None or n < 2 * self.rule.min_pairs:
             return None
-        sd, target = self._sd(), math.log1p(self.rule.precision)
-        for m in range(n, self.rule.max_pairs + 1):
-            if sd * boundary(m, self.rule.confidence) <= target:
-                return m
-        return math.inf
+        # the pairs that would tell a speed-up of 1 + precision from 1 are those whose
+        # half-width comes within the precision (the boundary narrows as pairs grow)
+        m = pairs_to_tell(1 + self.rule.precision, self._sd(), self.rule)
+        return math.inf if m is None else max(m, n)
 
     @property
     def exhausted(self) -> bool:

@@ -225,3 +225,5 @@ def test_pairs_to_precision_is_where_the_interval_would_come_within_it():
     assert sd * boundary(n) <= math.log(1.1) < sd * boundary(n - 1)
     assert Comparison(Rule(precision=0.1, max_pairs=10), ratios=noisy).pairs_to_precision() \
         == math.inf
+    tight = Comparison(Rule(precision=0.1), ratios=[2.0, 2.01, 1.99, 2.0] * 2)
+    assert tight.pairs_to_precision() == 8  # within it already: no pairs short

@@ -246,10 +246,10 @@ def focus(open_: list[Candidate], left_s: float, pair_s: float | None) -> list[C
     precision. The others stay open, and are paired again once it is decided."""
     if len(open_) < 2 or pair_s is None:
         return open_
-    need = {id(c): c.comparison.pairs_to_precision() for c in open_}
-    if None in need.values():  # too early to tell
+    need = [c.comparison.pairs_to_precision() for c in open_]
+    if None in need:  # too early to tell
         return open_
-    short = {id(c): need[id(c)] - c.comparison.pairs for c in open_}
+    short = {id(c): n - c.comparison.pairs for c, n in zip(open_, need)}
     if sum(short.values()) * pair_s <= left_s:
         return open_
     ranked = sorted(open_, key=lambda c: c.comparison.decision().speedup, reverse=True)
