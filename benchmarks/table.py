@@ -515,12 +515,19 @@ def _verdicts() -> list[tuple[str, str, str, str]]:
                         (f" ({r['mean_pairs_1.00']:.1f} at 1.00x)" if "mean_pairs_1.00" in r
                          else "") for name, r in v["summary"].items())
     meets = v["meets"]
+    power = v.get("confirm_median_at_power")
+    if power:
+        figures += (f"; confirm-median at {100 * power['power']:.0f}% power: "
+                    f"{', '.join(str(n) for n in power['rounds'])} rounds, fixed")
+    at_power = meets.get("fewer_pairs_than_confirm_median_at_its_power")
     return [("verdicts.py", f"recorded series replayed {v['replays']} times with a gain "
              f"injected, each rule looked at as it runs: detects 1.07x / keeps 1.00x / mean "
              f"pairs at 1.07x (mean over series; {sources})", figures,
              f">= 90% / <= 5% (worst series): {_verdict(meets['detects_1.07'])}, "
              f"{_verdict(meets['keeps_1.00'])}; fewer pairs than confirm-median: "
-             f"{_verdict(meets['fewer_pairs_than_confirm_median'])}")]
+             f"{_verdict(meets['fewer_pairs_than_confirm_median'])}" +
+             (f"; than confirm-median at its power: {_verdict(at_power)}"
+              if at_power is not None else ""))]
 
 
 def knob_rows(name: str = "knobs") -> str:

@@ -680,6 +680,8 @@ def test_a_config_the_search_could_not_tell_from_the_fastest_is_raced_too(
     avx512_bf16 once left bfloat16 out so, and defaulted to float32 under it); its
     pairs find it faster, so it is the default, confirmed, and 640 (850), whose
     interval lies below, is not measured again."""
+    from autotune.study._confirm import off_front
+
     monkeypatch.setitem(TRUE, 768, (1150.0, 720.0))
     machine = FakeMachine(drift=0.0, boost={768: 0.95})
     result, trials, s = _search(tmp_path, monkeypatch, machine,
@@ -689,6 +691,8 @@ def test_a_config_the_search_could_not_tell_from_the_fastest_is_raced_too(
     study = optuna.load_study(study_name=result.study_name, storage=result._url)
     first = study.user_attrs["confirmations"][0]["candidates"]
     assert by_size[768] in first and first[:2] == [s.baseline, by_size[896]], first
+    # a paired confirmation's time, when short, goes to it only as the fastest
+    assert off_front(study, first) == (first.index(by_size[768]) - 1,)
     default = next(r for r in result.front if r.default)
     assert default.trial == by_size[768], result.front
     assert default.speedup == pytest.approx(1.15)

@@ -152,6 +152,33 @@ def test_the_focus_pairs_everyone_while_their_needs_fit_or_their_spread_is_unkno
     assert _pairs.focus([fast], left_s=0.0, pair_s=2.0) == [fast]
 
 
+def test_short_time_goes_to_a_config_off_the_front_only_where_it_is_the_fastest():
+    """A contender (off the search's front, paired to tell it from the fastest)
+    confirmed slower would be no default, so the time the fastest's need does not
+    fit in stays with the fastest rather than going to it; a front config that fits
+    gets it, and so does a contender that reads fastest."""
+    def candidate(ratios, off_front=False):
+        return Candidate(_side(1), Comparison(Rule(precision=0.10), ratios=ratios),
+                         off_front=off_front)
+
+    noisy = [1.6, 2.4, 1.8, 2.2, 2.0, 1.7, 2.3, 1.9]  # about 2x, short of its precision
+    steady = [1.70, 1.80, 1.74, 1.77, 1.72, 1.78, 1.75, 1.76]  # within its precision
+    fast, on_front, off = candidate(noisy), candidate(steady), candidate(steady, True)
+    assert on_front.comparison.pairs_to_precision() == on_front.comparison.pairs
+    assert fast.comparison.pairs_to_precision() > fast.comparison.pairs
+    assert _pairs.focus([fast, on_front], left_s=1.0, pair_s=2.0) == [on_front]
+    assert _pairs.focus([fast, off], left_s=1.0, pair_s=2.0) == [fast]
+    faster_off = candidate([r * 1.3 for r in steady], True)
+    assert _pairs.focus([fast, faster_off], left_s=1.0, pair_s=2.0) == [faster_off]
+
+
+def test_a_pair_spec_keeps_its_configs_off_the_front_through_the_trial_process():
+    spec = _pairs.PairSpec(off_front=(1, 3))
+    assert _pairs.PairSpec.from_dict(spec.to_dict()).off_front == (1, 3)
+    old = {k: v for k, v in spec.to_dict().items() if k != "off_front"}
+    assert _pairs.PairSpec.from_dict(old).off_front == ()
+
+
 def test_a_real_search_confirms_its_front_in_one_paired_process(tmp_path):
     """A real search on this CPU: the confirmation is one trial process (not this
     one) holding the baseline and the candidates; each config's figure is stored,

@@ -298,9 +298,7 @@ def candidates(opts: SearchOptions, study: optuna.Study) -> list[int]:
     could not tell from its fastest (:func:`contenders`), and the baseline first.
     Empty when there is nothing to compare."""
     s = StudyRecord.from_study(study)
-    trials = [t for t in rec.records(study) if t.search_point]  # the search's own figures
-    rows = [r for r in front_rows(trials, s.baseline, s.budget_mib, within=s.confirm_within)
-            if r.trial != s.baseline]
+    trials, rows = _search_front(study)
     picked = [r.trial for r in rows[:opts.confirm]] + \
         [r.trial for r in rows if "knee" in r.marks or r.default] + \
         contenders(trials, rows, s.budget_mib)[:opts.confirm]  # a short budget's first cut
@@ -309,6 +307,22 @@ def candidates(opts: SearchOptions, study: optuna.Study) -> list[int]:
                                                    for t in trials):
         return []
     return [s.baseline, *picked]
+
+
+def _search_front(study: optuna.Study) -> tuple[list[TrialRecord], list[FrontRow]]:
+    """The search's own trials (their figures, not the confirmation's) and the front
+    they make, the baseline left out."""
+    s = StudyRecord.from_study(study)
+    trials = [t for t in rec.records(study) if t.search_point]
+    return trials, [r for r in front_rows(trials, s.baseline, s.budget_mib,
+                                           within=s.confirm_within) if r.trial != s.baseline]
+
+
+def off_front(study: optuna.Study, numbers: list[int]) -> tuple[int, ...]:
+    """The positions among the candidates (``numbers[1:]``, the baseline first) of
+    configs off the search's front: the contenders (:func:`contenders`)."""
+    on_front = {r.trial for r in _search_front(study)[1]}
+    return tuple(i for i, n in enumerate(numbers[1:]) if n not in on_front)
 
 
 def contenders(trials: list[TrialRecord], rows: list[FrontRow],
@@ -638,7 +652,8 @@ class Confirmation:
         trial_dir = opts.study_dir / "trials" / f"confirm-{the_plan.run}-paired"
         result, where, _ = self.search.measure(
             configs[0], trial_dir, f"confirmation of study {study.study_name}",
-            pairs=PairSpec(tuple(configs[1:]), rule, max_s))
+            pairs=PairSpec(tuple(configs[1:]), rule, max_s,
+                           off_front=off_front(study, numbers)))
         for stored in self.store_paired(the_plan, result, where):
             self.search.confirmed(stored)
         if not result.ok:

@@ -54,23 +54,27 @@ class PairSpec:
     """What a paired measurement decides: each of ``candidates`` (TrialConfigs) against
     the reference under ``rule`` (its precision is the confirmation's), within
     ``max_s`` seconds of pairs (warm-ups not counted), in windows of ``window_s``
-    seconds at the warm-up's pace (benchmarks/pair_windows.py measures others)."""
+    seconds at the warm-up's pace (benchmarks/pair_windows.py measures others).
+    ``off_front`` holds the positions in ``candidates`` of configs off the search's
+    front, paired only to tell them from its fastest (:func:`focus`)."""
 
     candidates: tuple = ()
     rule: Rule = field(default_factory=Rule)
     max_s: float = 60.0
     window_s: float = WINDOW_S
+    off_front: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"configs": [c.to_dict() for c in self.candidates],
                 "rule": dataclasses.asdict(self.rule), "max_s": self.max_s,
-                "window_s": self.window_s}
+                "window_s": self.window_s, "off_front": list(self.off_front)}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> PairSpec:
         return cls(tuple(TrialConfig.from_dict(c) for c in values["configs"]),
                    Rule(**values["rule"]), float(values["max_s"]),
-                   float(values.get("window_s", WINDOW_S)))
+                   float(values.get("window_s", WINDOW_S)),
+                   tuple(int(i) for i in values.get("off_front", ())))
 
 
 @dataclass
@@ -192,6 +196,7 @@ class Candidate:
 
     side: Side
     comparison: Comparison
+    off_front: bool = False  # off the search's front: paired to tell it from the fastest
     stopped: str = ""  # why its pairs ended: decided, slower (than another), pairs spent, time
     slower_than: int | None = None  # the config whose interval lies wholly above its own
     busy_pairs: int = 0  # kept though both windows were disturbed (it cancels)
@@ -243,7 +248,9 @@ def focus(open_: list[Candidate], left_s: float, pair_s: float | None) -> list[C
     seconds so far) fit in the ``left_s`` seconds left; else only the fastest so far
     whose own fit (else the fastest): where the time cannot confirm them all, it goes
     to the one the default would be, rather than leaving each short of its
-    precision. The others stay open, and are paired again once it is decided."""
+    precision. A config off the search's front gets it only as the fastest: it is
+    paired to tell it from the fastest, and confirmed slower it would be no default.
+    The others stay open, and are paired again once it is decided."""
     if len(open_) < 2 or pair_s is None:
         return open_
     need = [c.comparison.pairs_to_precision() for c in open_]
@@ -253,7 +260,8 @@ def focus(open_: list[Candidate], left_s: float, pair_s: float | None) -> list[C
     if sum(short.values()) * pair_s <= left_s:
         return open_
     ranked = sorted(open_, key=lambda c: c.comparison.decision().speedup, reverse=True)
-    fits = [c for c in ranked if short[id(c)] * pair_s <= left_s]
+    fits = [c for c in ranked if short[id(c)] * pair_s <= left_s and
+            (c is ranked[0] or not c.off_front)]
     return [(fits or ranked)[0]]
 
 
@@ -328,7 +336,8 @@ def measure_paired(reference, candidates: list, spec: MeasureSpec, pairs: PairSp
             side.steps = window_steps(pairs.window_s, tail[len(tail) // 2],
                                       block_of(pipe.config.num_workers), epoch_steps(pipe.loader))
         memory.phase("pairs")
-        compared = [Candidate(side, Comparison(pairs.rule)) for side in sides[1:]]
+        compared = [Candidate(side, Comparison(pairs.rule), off_front=i in pairs.off_front)
+                    for i, side in enumerate(sides[1:])]
 
         with stopped(quiet):
             ended = run_pairs(sides[0], compared, spec, pairs)
