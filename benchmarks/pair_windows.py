@@ -18,19 +18,27 @@ If the windows' own noise dominated, longer windows would reach ±10% in fewer
 seconds (Kalibera and Jones: spend repetitions where the variance is); if the
 variance between windows does, short windows and many pairs do.
 
+With ``--beside-training`` another training (busy.py's) runs for the whole
+measurement, and the trials' threads wait passively, as a search on a busy machine
+runs them: where the noise lies when the machine stays busy.
+
     python benchmarks/pair_windows.py --out benchmarks/results/pair-windows-amx.json
 """
 from __future__ import annotations
 
 import math
 import statistics
+import subprocess
+import sys
 import tempfile
 
 from _common import parser, prepare, write
+from busy import TRAINING
 
 from autotune.compare import Rule, boundary
 from autotune.specs import MeasureSpec
 from autotune.study._api import default_config
+from autotune.study._search import BUSY_ENV
 from autotune.trial._pairs import PairSpec, block_of
 from autotune.trial._result import t975
 from autotune.trial._runner import ForkServer, run_trial
@@ -84,6 +92,8 @@ def main() -> None:
     p.add_argument("--windows", type=float, nargs="+", default=[0.5, 1.0, 2.0])
     p.add_argument("--pairs", type=int, default=20)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--beside-training", action="store_true",
+                   help="another training (busy.py's) runs beside, threads passive")
     p.set_defaults(scale=0.02)
     args = p.parse_args()
     ref, stats, _ = prepare(args)
@@ -91,17 +101,26 @@ def main() -> None:
     candidate = base.replace(num_neighbors=(10, 5), num_workers=0)
     rule = Rule(margin=0.0, min_pairs=args.pairs, max_pairs=args.pairs)
     got: dict[float, list] = {w: [] for w in args.windows}
-    with ForkServer() as server, tempfile.TemporaryDirectory() as folder:
-        for repeat in range(args.repeats):
-            for window_s in args.windows:
-                result = run_trial(base, dataset=ref, trial_dir=f"{folder}/{repeat}-{window_s}",
-                                   measure=MeasureSpec(), server=server,
-                                   pairs=PairSpec((candidate,), rule, 600.0, window_s))
-                if not result.ok:
-                    raise SystemExit(f"the paired trial failed: {result.status} {result.reason}")
-                got[window_s].append(result)
-                print(f"round {repeat}: windows of {window_s} s: "
-                      f"{result.pairs['candidates'][0]['speedup']:.3f}x", flush=True)
+    other = subprocess.Popen([sys.executable, "-c", TRAINING]) if args.beside_training \
+        else None
+    env = dict(BUSY_ENV) if args.beside_training else None
+    try:
+        with ForkServer() as server, tempfile.TemporaryDirectory() as folder:
+            for repeat in range(args.repeats):
+                for window_s in args.windows:
+                    result = run_trial(base, dataset=ref, env=env, server=server,
+                                       trial_dir=f"{folder}/{repeat}-{window_s}",
+                                       measure=MeasureSpec(),
+                                       pairs=PairSpec((candidate,), rule, 600.0, window_s))
+                    if not result.ok:
+                        raise SystemExit(f"the paired trial failed: {result.status} "
+                                         f"{result.reason}")
+                    got[window_s].append(result)
+                    print(f"round {repeat}: windows of {window_s} s: "
+                          f"{result.pairs['candidates'][0]['speedup']:.3f}x", flush=True)
+    finally:
+        if other is not None:
+            other.kill()
     rows = [summary(w, got[w], (base.num_workers, candidate.num_workers)) for w in args.windows]
     for row in rows:
         print(f"{row['window_s']:>4} s windows: sd_pair {row['sd_pair']:.3f}, within "
@@ -110,7 +129,8 @@ def main() -> None:
               f"{row['seconds_to_10pct'] or float('nan'):.0f} s", flush=True)
     write(args.out, {"benchmark": "pair_windows", "device": "cpu", "dataset": stats,
                      "baseline": base.to_dict(), "candidate": candidate.to_dict(),
-                     "pairs_each": args.pairs, "repeats": args.repeats, "rows": rows})
+                     "pairs_each": args.pairs, "repeats": args.repeats,
+                     "beside_training": args.beside_training, "rows": rows})
 
 
 if __name__ == "__main__":

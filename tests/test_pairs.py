@@ -227,6 +227,7 @@ class PairedFake:
 
     def __init__(self, machine, stop_at_pairs: bool = False) -> None:
         self.machine, self.stop_at_pairs, self.paired = machine, stop_at_pairs, 0
+        self.specs: list = []  # the PairSpecs asked for
 
     def __call__(self, config, **kw):
         from autotune.trial import TrialResult
@@ -235,6 +236,7 @@ class PairedFake:
         if pairs is None:
             return self.machine(config, **kw)
         self.paired += 1
+        self.specs.append(pairs)
         if self.stop_at_pairs and self.paired == 1:
             os.kill(os.getpid(), signal.SIGTERM)
         base = TRUE[config.batch_size][0]
@@ -293,6 +295,43 @@ def test_a_search_stopped_by_sigterm_in_its_paired_confirmation_finishes_it_when
     fast = max(asked[1:], key=lambda n: figures[n].speedup)
     rows = {r.trial: r for r in front_rows(trials, s.baseline, s.budget_mib)}
     assert rows[fast].confirmation.startswith("confirmed in 4 pairs"), rows[fast].marks
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_a_paired_confirmation_where_another_process_takes_the_cores_has_longer_windows(
+        tmp_path, monkeypatch, busy):
+    """Where other processes take the cores in both looks as the confirmation starts
+    (another training), a short window's own noise grows: its windows are
+    BUSY_WINDOW_S, and its line says why; on a quiet machine they stay WINDOW_S."""
+    import dataclasses
+
+    from test_paired import FakeMachine, _space
+
+    import autotune
+    from autotune.specs import MeasureSpec
+    from autotune.study import _search as search_module
+    from autotune.trial import BUSY_WINDOW_S, WINDOW_S, Load
+
+    class Meter:  # LoadMeter's stand-in: the trainer takes half the cores, or nothing
+        def start(self):
+            pass
+
+        def stop(self):
+            return Load(cores=2, wall_s=0.25, others_s=0.25 * busy, share=0.5 * busy,
+                        top=[[4242, "trainer", 0.25]] if busy else [])
+
+    machine, notes = PairedFake(FakeMachine(drift=0.0)), []
+    monkeypatch.setattr(search_module, "LoadMeter", Meter)
+    monkeypatch.setattr(search_module, "run_trial", machine)
+    plan = autotune.prepare_search(
+        dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
+        studies_dir=str(tmp_path / "studies"), space=_space([640, 896, 1024]), priors=False,
+        racing=False, progress=False, optuna_sampler="random", n_trials=3, confirm=1,
+        confirm_by="pairs", measure=MeasureSpec(max_busy=0.1))
+    dataclasses.replace(plan, on_note=notes.append).run()
+    assert [spec.window_s for spec in machine.specs] == [BUSY_WINDOW_S if busy else WINDOW_S]
+    line = next(n for n in notes if n.startswith("confirmation: pairs"))
+    assert ("(1 s each: the machine is busy)" in line) == busy, line
 
 
 def test_a_paired_line_names_what_took_the_cores_in_its_disturbed_pairs():

@@ -33,7 +33,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.compare import CONFIDENCE, MIN_PAIRS, Rule, boundary, z_quantile
-from autotune.trial import PairSpec, TrialResult, WindowStats, rate_half_width
+from autotune.trial import WINDOW_S, PairSpec, TrialResult, WindowStats, rate_half_width
 from autotune.specs import MeasureSpec
 from autotune.study import _records as rec
 from autotune.study._front import FrontRow, front_rows
@@ -148,6 +148,7 @@ class Plan:
     asked: int  # the rounds asked (:func:`rounds_asked`), of which ``rounds`` fit
     resumed: bool = False  # a run stopped before its end, going on
     paired: bool = False  # one paired trial (autotune.trial._pairs), not rounds
+    window_s: float = WINDOW_S  # a paired trial's windows (Searching.pair_window_s)
 
     @property
     def measurements(self) -> int:
@@ -523,6 +524,9 @@ class Searching(Protocol):
     def overhead(self) -> float:
         """What storing a measurement typically takes in this run."""
 
+    def pair_window_s(self) -> float:
+        """A paired confirmation's windows, from a look at the machine's load now."""
+
     def measure(self, config: Any, trial_dir: Any, who: str, reserve_s: float = 0.0,
                 spec: MeasureSpec | None = None, pairs: PairSpec | None = None
                 ) -> tuple[TrialResult, dict, bool]:
@@ -555,10 +559,12 @@ class Confirmation:
         opts, study = self.opts, self.study
         with study_lock(opts.storage, study.study_name):
             first = self.plan(self.left())
+        window_s = self.search.pair_window_s() if first and first.paired else WINDOW_S
         the_plan, cut = first, ""
         for _ in range(FOLLOW_UPS + 1):
             if the_plan is None:
                 break
+            the_plan = dataclasses.replace(the_plan, window_s=window_s)
             if on_plan is not None:
                 on_plan(the_plan)
             try:
@@ -652,8 +658,8 @@ class Confirmation:
         trial_dir = opts.study_dir / "trials" / f"confirm-{the_plan.run}-paired"
         result, where, _ = self.search.measure(
             configs[0], trial_dir, f"confirmation of study {study.study_name}",
-            pairs=PairSpec(tuple(configs[1:]), rule, max_s,
-                           off_front=off_front(study, numbers)))
+            pairs=PairSpec(tuple(configs[1:]), rule, max_s, the_plan.window_s,
+                           off_front(study, numbers)))
         for stored in self.store_paired(the_plan, result, where):
             self.search.confirmed(stored)
         if not result.ok:

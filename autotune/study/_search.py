@@ -50,7 +50,8 @@ from autotune.study._space import (
     random_params,
     suggest_config,
 )
-from autotune.trial import ForkServer, LoadMeter, PairSpec, TrialResult, busy_over, run_trial
+from autotune.trial import BUSY_WINDOW_S, WINDOW_S, ForkServer, Load, LoadMeter, PairSpec, \
+    TrialResult, busy_over, run_trial
 
 log = get_logger(__name__)
 
@@ -217,16 +218,9 @@ class Search:
         first trial on, as :meth:`watch_busy` keeps them (its first quiet trial ends it).
         Measuring each window three times beside another training would only triple
         the search's time."""
-        max_busy = self.opts.measure.max_busy
-        if max_busy >= 1:  # --max-busy 1: never busy
+        load = self.busy_now()
+        if load is None:
             return
-        for look_s in (LOOK_S, LOOK_AGAIN_S):
-            meter = LoadMeter()
-            meter.start()
-            time.sleep(look_s)
-            load = meter.stop()
-            if not busy_over(load.share, load.others_s, max_busy):
-                return
         self.outcome.busy = load.named()
         passive = "OMP_WAIT_POLICY" not in os.environ
         self.trial_env = dict(BUSY_ENV) if passive else {}
@@ -237,6 +231,27 @@ class Search:
                   "speed-ups" + ("; trials' threads wait passively "
                                  "(OMP_WAIT_POLICY=PASSIVE), not spinning against its "
                                  "threads" if passive else ""))
+
+    def busy_now(self) -> Load | None:
+        """Other processes' load on the cores where they take more than ``--max-busy``
+        of them over :data:`LOOK_S` and again over :data:`LOOK_AGAIN_S`; None where
+        either look finds the machine quiet, or under ``--max-busy 1``."""
+        max_busy = self.opts.measure.max_busy
+        if max_busy >= 1:  # --max-busy 1: never busy
+            return None
+        for look_s in (LOOK_S, LOOK_AGAIN_S):
+            meter = LoadMeter()
+            meter.start()
+            time.sleep(look_s)
+            load = meter.stop()
+            if not busy_over(load.share, load.others_s, max_busy):
+                return None
+        return load
+
+    def pair_window_s(self) -> float:
+        """A paired confirmation's windows: :data:`BUSY_WINDOW_S` where another process
+        takes the cores as it starts (:meth:`busy_now`), else :data:`WINDOW_S`."""
+        return WINDOW_S if self.busy_now() is None else BUSY_WINDOW_S
 
     def busy_spec(self, spec: MeasureSpec) -> MeasureSpec:
         """``spec`` as the search measures while the machine stays busy
@@ -705,7 +720,9 @@ class Search:
             "did not measure: " if follow_up else ""
         what = "resumed where it was stopped: " if plan.resumed else what
         fewer = " (all that --budget holds)" if plan.rounds < plan.asked else ""
-        how = "pairs of short windows in one process" if plan.paired else \
+        busy = f" ({plan.window_s:g} s each: the machine is busy)" \
+            if plan.window_s != WINDOW_S else ""
+        how = f"pairs of short windows in one process{busy}" if plan.paired else \
             f"{plural(plan.rounds, 'interleaved round')}{fewer}"
         seconds = confirmation.plan_s(self.opts, self.study, plan, clock.overhead())
         self.note(f"confirmation: {what}{how} of {names}, about {clock_text(seconds)}")

@@ -27,6 +27,8 @@ _EXPORTS = {
     "busy_over": "_result",
     "busy_note": "_load",
     "PairSpec": "_pairs",
+    "BUSY_WINDOW_S": "_pairs",
+    "WINDOW_S": "_pairs",
     "ForkServer": "_forkserver",
     "run_trial": "_runner",
 }

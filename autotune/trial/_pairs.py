@@ -11,8 +11,9 @@ A window starts in steady state: the config that ran before has its loader worke
 drained first (their CPU time no longer grows), and the window's own first steps,
 those its loader prefetched while it was idle, are run untimed.
 
-Windows are short (:data:`WINDOW_S` at the warm-up's pace, four blocks at least) and
-the pairs many: the pairs' own spread, which the engine reads, is what decides.
+Windows are short (:data:`WINDOW_S` at the warm-up's pace, four blocks at least;
+:data:`BUSY_WINDOW_S` on a machine another process keeps busy) and the pairs many:
+the pairs' own spread, which the engine reads, is what decides.
 
 A pair with one of its windows disturbed by another process (more than
 ``MeasureSpec.max_busy`` of the cores) is measured again; one disturbed on both sides
@@ -44,6 +45,10 @@ WINDOW_BLOCKS = 4  # a window's blocks at least, for its own precision (MIN_BLOC
 # ratio, and the machine's speed drifts between windows seconds apart (pairs of
 # longer windows spread wider: docs/measurement.md, "Paired windows")
 WINDOW_S = 0.5
+# ... and where another process keeps the machine busy: its share of the cores moves
+# within a second, so a short window's own noise grows, and longer windows reach a
+# precision in fewer seconds (docs/measurement.md, "Paired windows")
+BUSY_WINDOW_S = 1.0
 # the paired process's peak memory is a diagnostic (each config's figure is its own
 # trial's), so it is sampled slowly: a sampler every 5 ms takes a share of 2 cores
 PEAK_INTERVAL_S = 0.1
