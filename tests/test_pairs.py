@@ -334,6 +334,15 @@ def test_a_paired_confirmation_where_another_process_takes_the_cores_has_longer_
     assert ("(1 s each: the machine is busy)" in line) == busy, line
 
 
+def test_a_busy_confirmations_estimate_counts_its_longer_windows():
+    from autotune.study._confirm import EXPECTED_PAIRS, PAIR_S, paired_s
+    from autotune.study._records import TrialRecord
+
+    trials = [TrialRecord(n, "complete", (1.0, 1.0)) for n in range(2)]  # no warm-ups
+    assert paired_s(trials, [0, 1]) == pytest.approx(EXPECTED_PAIRS * PAIR_S)
+    assert paired_s(trials, [0, 1], window_s=1.0) == pytest.approx(EXPECTED_PAIRS * (PAIR_S + 1))
+
+
 def test_a_paired_line_names_what_took_the_cores_in_its_disturbed_pairs():
     from autotune.study._progress import paired_text
     from autotune.trial import Load

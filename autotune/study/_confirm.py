@@ -272,17 +272,20 @@ def plan_s(opts: SearchOptions, study: optuna.Study, the_plan: Plan,
            overhead_s: float = 0.0) -> float:
     """The seconds ``the_plan`` takes, as :func:`expected_s` counts them."""
     if the_plan.paired:
-        return paired_s(rec.records(study), [t.number for t in the_plan.trials], overhead_s)
+        return paired_s(rec.records(study), [t.number for t in the_plan.trials], overhead_s,
+                        the_plan.window_s)
     per_round, base_s = _seconds(opts, rec.records(study),
                                  [t.number for t in the_plan.trials], overhead_s=overhead_s)
     return the_plan.rounds * per_round + base_s
 
 
-def paired_s(trials: list[TrialRecord], numbers: list[int], overhead_s: float = 0.0) -> float:
+def paired_s(trials: list[TrialRecord], numbers: list[int], overhead_s: float = 0.0,
+             window_s: float = WINDOW_S) -> float:
     """The seconds a paired confirmation of ``numbers`` (the baseline first) takes
     about: :func:`_paired_fixed_s`, and :data:`EXPECTED_PAIRS` pairs of each candidate
-    (:data:`PAIRED_MAX_S` at most)."""
-    pairs = min(EXPECTED_PAIRS * PAIR_S * (len(numbers) - 1), PAIRED_MAX_S)
+    (:data:`PAIRED_MAX_S` at most), each pair two windows of ``window_s``."""
+    pair_s = PAIR_S + 2 * (window_s - WINDOW_S)
+    pairs = min(EXPECTED_PAIRS * pair_s * (len(numbers) - 1), PAIRED_MAX_S)
     return _paired_fixed_s(trials, numbers) + pairs + overhead_s * len(numbers)
 
 
