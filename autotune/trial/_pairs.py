@@ -45,9 +45,9 @@ WINDOW_BLOCKS = 4  # a window's blocks at least, for its own precision (MIN_BLOC
 # ratio, and the machine's speed drifts between windows seconds apart (pairs of
 # longer windows spread wider: docs/measurement.md, "Paired windows")
 WINDOW_S = 0.5
-# ... and where another process keeps the machine busy: its share of the cores moves
-# within a second, so a short window's own noise grows, and longer windows reach a
-# precision in fewer seconds (docs/measurement.md, "Paired windows")
+# ... and where another process keeps the machine busy: a short window's own noise
+# grows (the share of the cores it gets against the other process varies), and longer
+# windows reach a precision in fewer seconds (docs/measurement.md, "Paired windows")
 BUSY_WINDOW_S = 1.0
 # the paired process's peak memory is a diagnostic (each config's figure is its own
 # trial's), so it is sampled slowly: a sampler every 5 ms takes a share of 2 cores
