@@ -243,11 +243,12 @@ def test_a_machine_that_stays_busy_is_said_once_and_its_windows_kept(tmp_path, m
     assert result.outcome.busy == ""
 
 
-def _search_after_looks(tmp_path, monkeypatch, machine, n_trials: int,
-                        load_of: Callable) -> tuple[list[str], int]:
-    """A search of ``n_trials`` on ``machine`` whose looks at the load before its first
-    trial read ``load_of(look)`` (look 1, 2, ...), as LoadMeter reads it: its notes,
-    and how many looks it took."""
+def _search_after_looks(tmp_path, monkeypatch, machine, n_trials: int, load_of: Callable,
+                        sizes=TRUE, **options) -> tuple[list[str], int]:
+    """A search of ``n_trials`` on ``machine`` whose looks at the load (before its
+    first trial, and as a paired confirmation starts) read ``load_of(look)`` (look 1,
+    2, ...), as LoadMeter reads it: its notes, and how many looks it took.
+    ``options`` go to the search (no confirmation unless they ask for one)."""
     import autotune
     from autotune.specs import MeasureSpec
 
@@ -265,9 +266,9 @@ def _search_after_looks(tmp_path, monkeypatch, machine, n_trials: int,
     monkeypatch.setattr(search_module, "run_trial", machine)
     plan = autotune.prepare_search(
         dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
-        studies_dir=str(tmp_path / "studies"), space=_space(TRUE), priors=False,
-        racing=True, progress=False, optuna_sampler="random", n_trials=n_trials,
-        confirm=0, measure=MeasureSpec(max_busy=0.1))
+        studies_dir=str(tmp_path / "studies"), space=_space(sizes), priors=False,
+        progress=False, optuna_sampler="random", n_trials=n_trials,
+        measure=MeasureSpec(max_busy=0.1), **{"racing": True, "confirm": 0, **options})
     notes: list[str] = []
     dataclasses.replace(plan, on_note=notes.append).run()
     return notes, looks[0]
@@ -692,7 +693,7 @@ def test_a_config_the_search_could_not_tell_from_the_fastest_is_raced_too(
     first = study.user_attrs["confirmations"][0]["candidates"]
     assert by_size[768] in first and first[:2] == [s.baseline, by_size[896]], first
     # a paired confirmation's time, when short, goes to it only as the fastest
-    assert off_front(study, first) == (first.index(by_size[768]) - 1,)
+    assert off_front(study, trials, first) == (first.index(by_size[768]) - 1,)
     default = next(r for r in result.front if r.default)
     assert default.trial == by_size[768], result.front
     assert default.speedup == pytest.approx(1.15)

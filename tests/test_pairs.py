@@ -303,32 +303,18 @@ def test_a_paired_confirmation_where_another_process_takes_the_cores_has_longer_
     """Where other processes take the cores in both looks as the confirmation starts
     (another training), a short window's own noise grows: its windows are
     BUSY_WINDOW_S, and its line says why; on a quiet machine they stay WINDOW_S."""
-    import dataclasses
+    from test_paired import FakeMachine, _search_after_looks
 
-    from test_paired import FakeMachine, _space
-
-    import autotune
-    from autotune.specs import MeasureSpec
-    from autotune.study import _search as search_module
     from autotune.trial import BUSY_WINDOW_S, WINDOW_S, Load
 
-    class Meter:  # LoadMeter's stand-in: the trainer takes half the cores, or nothing
-        def start(self):
-            pass
+    def load(look: int) -> Load:  # the trainer takes half the cores, or nothing
+        return Load(cores=2, wall_s=0.25, others_s=0.25 * busy, share=0.5 * busy,
+                    top=[[4242, "trainer", 0.25]] if busy else [])
 
-        def stop(self):
-            return Load(cores=2, wall_s=0.25, others_s=0.25 * busy, share=0.5 * busy,
-                        top=[[4242, "trainer", 0.25]] if busy else [])
-
-    machine, notes = PairedFake(FakeMachine(drift=0.0)), []
-    monkeypatch.setattr(search_module, "LoadMeter", Meter)
-    monkeypatch.setattr(search_module, "run_trial", machine)
-    plan = autotune.prepare_search(
-        dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
-        studies_dir=str(tmp_path / "studies"), space=_space([640, 896, 1024]), priors=False,
-        racing=False, progress=False, optuna_sampler="random", n_trials=3, confirm=1,
-        confirm_by="pairs", measure=MeasureSpec(max_busy=0.1))
-    dataclasses.replace(plan, on_note=notes.append).run()
+    machine = PairedFake(FakeMachine(drift=0.0))
+    notes, _ = _search_after_looks(tmp_path, monkeypatch, machine, 3, load,
+                                   sizes=[640, 896, 1024], racing=False, confirm=1,
+                                   confirm_by="pairs")
     assert [spec.window_s for spec in machine.specs] == [BUSY_WINDOW_S if busy else WINDOW_S]
     line = next(n for n in notes if n.startswith("confirmation: pairs"))
     assert ("(1 s each: the machine is busy)" in line) == busy, line

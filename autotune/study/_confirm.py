@@ -302,7 +302,7 @@ def candidates(opts: SearchOptions, study: optuna.Study) -> list[int]:
     could not tell from its fastest (:func:`contenders`), and the baseline first.
     Empty when there is nothing to compare."""
     s = StudyRecord.from_study(study)
-    trials, rows = _search_front(study)
+    trials, rows = _search_front(study, rec.records(study))
     picked = [r.trial for r in rows[:opts.confirm]] + \
         [r.trial for r in rows if "knee" in r.marks or r.default] + \
         contenders(trials, rows, s.budget_mib)[:opts.confirm]  # a short budget's first cut
@@ -313,19 +313,22 @@ def candidates(opts: SearchOptions, study: optuna.Study) -> list[int]:
     return [s.baseline, *picked]
 
 
-def _search_front(study: optuna.Study) -> tuple[list[TrialRecord], list[FrontRow]]:
-    """The search's own trials (their figures, not the confirmation's) and the front
-    they make, the baseline left out."""
+def _search_front(study: optuna.Study, records: list[TrialRecord]
+                  ) -> tuple[list[TrialRecord], list[FrontRow]]:
+    """The search's own trials among the study's ``records`` (their figures, not the
+    confirmation's) and the front they make, the baseline left out."""
     s = StudyRecord.from_study(study)
-    trials = [t for t in rec.records(study) if t.search_point]
+    trials = [t for t in records if t.search_point]
     return trials, [r for r in front_rows(trials, s.baseline, s.budget_mib,
                                            within=s.confirm_within) if r.trial != s.baseline]
 
 
-def off_front(study: optuna.Study, numbers: list[int]) -> tuple[int, ...]:
+def off_front(study: optuna.Study, records: list[TrialRecord], numbers: list[int]
+              ) -> tuple[int, ...]:
     """The positions among the candidates (``numbers[1:]``, the baseline first) of
-    configs off the search's front: the contenders (:func:`contenders`)."""
-    on_front = {r.trial for r in _search_front(study)[1]}
+    configs off the search's front (of the study's ``records``): the contenders
+    (:func:`contenders`)."""
+    on_front = {r.trial for r in _search_front(study, records)[1]}
     return tuple(i for i, n in enumerate(numbers[1:]) if n not in on_front)
 
 
@@ -662,7 +665,7 @@ class Confirmation:
         result, where, _ = self.search.measure(
             configs[0], trial_dir, f"confirmation of study {study.study_name}",
             pairs=PairSpec(tuple(configs[1:]), rule, max_s, the_plan.window_s,
-                           off_front(study, numbers)))
+                           off_front(study, trials, numbers)))
         for stored in self.store_paired(the_plan, result, where):
             self.search.confirmed(stored)
         if not result.ok:
