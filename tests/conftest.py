@@ -191,7 +191,7 @@ def random_graph():
 
 @pytest.fixture
 def tiny_synthetic():
-    from autotune.data._synthetic import synthetic_reddit
+    from autotune.data import synthetic_reddit
 
     return synthetic_reddit(scale=0.004, seed=0, mean_degree=12, num_features=32,
                             num_classes=4)
@@ -200,7 +200,7 @@ def tiny_synthetic():
 @pytest.fixture(scope="session")
 def prepared(tmp_path_factory):
     """A tiny synthetic dataset, processed once for the whole session."""
-    from autotune.data._datasets import DatasetRef
+    from autotune.data import DatasetRef
 
     ref = DatasetRef("synthetic", root=str(tmp_path_factory.mktemp("data")), scale=0.005)
     ref.prepare()

@@ -67,7 +67,7 @@ def base(tmp_path_factory):
 def _no_training_nodes(path):
     import torch
 
-    from autotune.data._synthetic import synthetic_reddit
+    from autotune.data import synthetic_reddit
 
     data = synthetic_reddit(scale=0.003, seed=0, mean_degree=8, num_features=8, num_classes=2)
     data.train_mask = torch.zeros_like(data.train_mask)
@@ -82,7 +82,7 @@ def _cli(*args):
 
 def _main(args, capsys) -> tuple[int, str, str]:
     """``autotune ARGS`` in this process: its exit code, stdout and stderr."""
-    from autotune.cli._main import main
+    from autotune.cli import main
 
     capsys.readouterr()
     try:
@@ -312,7 +312,7 @@ def test_bad_input(base, case, capsys):
 @pytest.mark.bad_input
 def test_float16_where_the_build_lacks_it(monkeypatch, capsys, tmp_path):
     import autotune.pipeline._build
-    from autotune.cli._main import main
+    from autotune.cli import main
 
     monkeypatch.setattr(autotune.pipeline._build, "amp_supported", lambda device, dtype: False)
     cfg = tmp_path / "fp16.yaml"

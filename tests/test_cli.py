@@ -160,7 +160,7 @@ def test_study_management_lists_picks_the_only_one_and_deletes_on_yes(tmp_path):
 def test_a_datasets_identity_is_what_defines_its_data(tmp_path, monkeypatch):
     """Not where its files lie: a generated graph is the same at any root, a real one
     under any folder, a .pt file by any path to it; its scale and seed define it."""
-    from autotune.data._datasets import DatasetRef
+    from autotune.data import DatasetRef
 
     monkeypatch.chdir(tmp_path)
     relative = DatasetRef("synthetic", root="data", scale=0.5)

@@ -157,7 +157,8 @@ def test_recorded_window_noise_keeps_a_1_08x_candidate_and_not_a_1_00x_one():
 def tuner(ratios):
     """The in-run tuner's whole rule: its screen on the first pairs, then the engine
     with futility: the verdict and the pairs used."""
-    from autotune.tuning._spec import SCREEN_PAIRS, TuneSpec, screened
+    from autotune.tuning import TuneSpec
+    from autotune.tuning._spec import SCREEN_PAIRS, screened
 
     screen = screened(ratios[:SCREEN_PAIRS], TuneSpec().screen)
     return ({"kept": "faster", "dropped": "not faster"}[screen], SCREEN_PAIRS) if screen \

@@ -5,9 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from autotune.data._datasets import DatasetRef, load_dataset
-from autotune.data._synthetic import (REDDIT_CLASSES, REDDIT_FEATURES, REDDIT_NODES,
-                                synthetic_reddit)
+from autotune.data import DatasetRef, load_dataset, synthetic_reddit
+from autotune.data._synthetic import REDDIT_CLASSES, REDDIT_FEATURES, REDDIT_NODES
 from autotune.errors import DatasetError
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from _helpers import cli
 
-from autotune.study._records import TrialRecord
+from autotune.study import TrialRecord
 
 FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
         "--warmup-time", "0",
@@ -33,7 +33,7 @@ def _study(url, name):
 
 def _prepare_data(tmp_path):
     """Builds the dataset once, so that two workers starting together don't both."""
-    from autotune.data._datasets import DatasetRef
+    from autotune.data import DatasetRef
 
     DatasetRef("synthetic", root=str(tmp_path / "data"), scale=0.004).prepare()
 
@@ -205,7 +205,8 @@ def test_an_orphan_trial_is_failed_and_requeued_and_frees_its_slot(tmp_path):
     """A RUNNING trial that no worker claimed (a create_new_trial applied twice by a
     retried storage call) holds a budget slot only until the grace period passes."""
     from autotune.storage import open_storage
-    from autotune.study._records import DIRECTIONS, TrialRecord
+    from autotune.study import TrialRecord
+    from autotune.study._records import DIRECTIONS
     from autotune.study._recovery import fail_orphans
 
     storage = open_storage(f"sqlite:///{tmp_path / 'o.db'}", heartbeat_s=1, grace_s=2)

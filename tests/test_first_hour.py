@@ -114,7 +114,7 @@ def test_a_study_resumes_from_another_folder_and_names_what_differs(tmp_path, mo
 
 
 def test_delete_removes_the_studys_own_file_and_lock(tmp_path):
-    from autotune.cli._main import main
+    from autotune.cli import main
     from autotune.storage import open_storage, study_lock
     from autotune.study._options import default_storage
 
@@ -128,7 +128,7 @@ def test_delete_removes_the_studys_own_file_and_lock(tmp_path):
 
 
 def test_studies_in_an_empty_folder_says_where_it_looked(tmp_path, capsys):
-    from autotune.cli._main import main
+    from autotune.cli import main
 
     assert main(["studies", "--studies-dir", str(tmp_path)]) == 0
     assert f"no studies in '{tmp_path}'" in capsys.readouterr().out
@@ -176,7 +176,7 @@ def test_the_prior_rows_take_the_spaces_values():
     """With --n-trials 4, only the baseline and the prior rows run: they measure the
     user's space, not the baseline's fanout [25, 10] outside it, and a note says so."""
     from autotune.study._space import load_space
-    from autotune.study._api import default_config
+    from autotune.study import default_config
     from autotune.study._priors import machine_facts, prior_configs
 
     base = default_config("cpu")
@@ -241,7 +241,7 @@ def test_train_explains_a_ratio_in_its_own_direction(ratio, word):
 def test_an_unknown_precision_reads_the_same_in_both_tables():
     from autotune.cli._render import front_table, trials_table
     from autotune.study._front import FrontRow
-    from autotune.study._records import TrialRecord
+    from autotune.study import TrialRecord
     from autotune.taskinfo import task_info
 
     config = autotune.TrialConfig()

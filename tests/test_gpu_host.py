@@ -9,8 +9,8 @@ import torch
 
 from autotune.config import TrialConfig
 from autotune.errors import ConfigError, DeviceMemoryError
-from autotune.pipeline._build import batch_working_bytes, build, check_config, gpu_need, \
-    gpu_resident_bytes, gpu_room, limit_gpu_memory
+from autotune.pipeline import build, check_config, gpu_room, limit_gpu_memory
+from autotune.pipeline._build import batch_working_bytes, gpu_need, gpu_resident_bytes
 from fake_cuda import GIB
 
 CUDA = torch.device("cuda")  # as the worker builds it: no index

@@ -14,9 +14,10 @@ import optuna
 import pytest
 
 from autotune.specs import MeasureSpec
-from autotune.trial._result import MIB, MemoryStats, Observed, TrialResult, WindowStats
+from autotune.trial import MIB, MemoryStats, Observed, TrialResult, WindowStats
 from autotune.study import _confirm as confirm_module, _search as search_module
-from autotune.study._records import StudyRecord, records
+from autotune.study import StudyRecord
+from autotune.study._records import records
 from fake_cuda import GIB
 
 BASELINE_RATE = 5_702.0
@@ -206,7 +207,7 @@ def test_the_reserve_counts_each_config_at_its_own_pace():
 
     from autotune.specs import MeasureSpec
     from autotune.study._confirm import _seconds, baseline_precision, fitted
-    from autotune.study._records import TrialRecord
+    from autotune.study import TrialRecord
 
     opts = SimpleNamespace(measure=MeasureSpec(precision=0.03), confirm=3, confirm_rounds=3)
     base = TrialRecord(0, "complete", (5_702.0, 4220.0), role="baseline",
@@ -239,7 +240,7 @@ def test_the_h200s_confirmation_keeps_five_rounds_of_its_fastest_config():
     from types import SimpleNamespace
 
     from autotune.study._confirm import FAR_ROUNDS, _seconds, fitted
-    from autotune.study._records import TrialRecord
+    from autotune.study import TrialRecord
 
     opts = SimpleNamespace(measure=MeasureSpec(precision=0.03), confirm=3, confirm_rounds=3)
     base = TrialRecord(0, "complete", (7_403.0, 3976.0), role="baseline",
@@ -266,7 +267,7 @@ def test_a_control_beside_a_far_faster_front_measures_the_baseline_loosely():
     from types import SimpleNamespace
 
     from autotune.study._confirm import control_spec
-    from autotune.study._records import TrialRecord
+    from autotune.study import TrialRecord
 
     opts = SimpleNamespace(measure=MeasureSpec(precision=0.03, max_window_s=60.0))
     base = TrialRecord(0, "complete", (5_702.0, 4220.0), role="baseline")

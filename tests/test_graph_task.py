@@ -11,9 +11,10 @@ import torch
 import yaml
 
 from autotune.config import TrialConfig
-from autotune.data._datasets import load_dataset
-from autotune.data._graphsets import GraphSet, graph_set, read_tu_folder, synthetic_molecules
-from autotune.pipeline._build import PadToBucket, build
+from autotune.data import GraphSet, load_dataset
+from autotune.data._graphsets import graph_set, read_tu_folder, synthetic_molecules
+from autotune.pipeline import build
+from autotune.pipeline._build import PadToBucket
 
 from _helpers import cli
 
@@ -60,7 +61,7 @@ def test_padded_and_unpadded_give_equal_losses_and_gradients(molecules, model):
 
 
 def test_the_built_in_models_learn_the_classes(molecules):
-    from autotune.pipeline._training import TrainSpec, fit
+    from autotune.pipeline import TrainSpec, fit
 
     config = TrialConfig(task="graph", model="gin", batch_size=32, hidden_channels=32,
                          lr=0.01)
@@ -73,7 +74,7 @@ def test_the_built_in_models_learn_the_classes(molecules):
 def test_the_guard_evaluates_its_last_epoch_only(molecules):
     """A guard run reads one figure, the last epoch's: evaluating every epoch cost the
     baseline's guard more than its training on CiteSeer."""
-    from autotune.pipeline._training import TrainSpec, fit
+    from autotune.pipeline import TrainSpec, fit
 
     config = TrialConfig(task="graph", model="gin", batch_size=32, hidden_channels=16)
     every = fit(build(config, molecules), molecules, TrainSpec(epochs=3))

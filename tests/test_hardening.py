@@ -13,7 +13,7 @@ import pytest
 import yaml
 from _helpers import cli, trial_processes
 
-from autotune.study._records import TrialRecord
+from autotune.study import TrialRecord
 
 # Every trial after the baseline a config of its own (the sampler, seeded by --seed,
 # proposes no repeat before the trial after the faults): each takes one fault.

@@ -56,7 +56,8 @@ def test_every_knob_reaches_a_user_model(tiny_synthetic):
     the loss and gradients exact; bfloat16 reaches the layers; the probe sees them."""
     from autotune.trial._window import probe_model
     from autotune.pipeline._models import make_model
-    from autotune.pipeline._build import PadToBucket, apply_checkpointing, build
+    from autotune.pipeline import build
+    from autotune.pipeline._build import PadToBucket, apply_checkpointing
 
     config = TrialConfig(model=MODEL, hidden_channels=16, batch_size=32, num_neighbors=(5, 5),
                          sampling_backend="builtin", dropout=0.0)
@@ -89,7 +90,7 @@ def test_a_factory_that_returns_no_module_is_refused(tiny_synthetic):
 
 
 def test_a_dataset_function_is_checked(tmp_path):
-    from autotune.data._datasets import load_dataset
+    from autotune.data import load_dataset
 
     data = load_dataset("user_models:tiny_graph", root=tmp_path)
     assert data.stats()["num_features"] == 24 and data.num_classes == 3
@@ -161,7 +162,7 @@ def test_a_space_that_fixes_three_layers_takes_the_baseline(tmp_path):
     """The baseline's 2-layer fanout is fitted to the space's layer count before it is
     compared with the space (it used to be refused: '(25, 10) needs 3 entries')."""
     from autotune.study._space import load_space
-    from autotune.study._api import default_config
+    from autotune.study import default_config
 
     path = tmp_path / "three.yaml"
     path.write_text("knobs:\n  num_neighbors: {choices: [[10, 5, 5], [5, 5, 5]]}\n"
@@ -190,7 +191,7 @@ def test_reading_commands_import_neither_torch_nor_pyg(tmp_path):
 
 
 def test_an_unknown_study_is_a_study_not_found_error(tmp_path):
-    from autotune.study._studies import load_study
+    from autotune.study import load_study
 
     storage = f"sqlite:///{tmp_path / 'r.db'}"
     optuna.create_study(study_name="there", storage=storage)

@@ -13,7 +13,7 @@ import autotune
 from uniformity import star_forest, uniformity_chi_square
 from autotune.errors import ConfigError
 from autotune.pipeline._build import end_workers
-from autotune.sampling._loader import LinkNeighborLoader, NeighborLoader
+from autotune.sampling import LinkNeighborLoader, NeighborLoader
 
 CHI2_39DOF_P001 = 72.05  # chi-square, 39 degrees of freedom, p = 0.001
 
@@ -468,7 +468,7 @@ def test_gpu_sampling_is_refused_only_where_nothing_is_sampled():
 def test_gpu_resident_link_and_hetero_pipelines_train_on_the_gpu(mag, random_graph, placement):
     from autotune.config import TrialConfig
     from autotune.data._splits import link_split
-    from autotune.pipeline._build import build
+    from autotune.pipeline import build
 
     config = TrialConfig(device="cuda", gpu_sampling=True, sampling_backend="builtin", num_workers=0,
                          feature_placement=placement, batch_size=32, num_neighbors=(4, 2),

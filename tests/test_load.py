@@ -14,8 +14,7 @@ import pytest
 
 from autotune.specs import MeasureSpec, Screen
 from autotune.trial import _window
-from autotune.trial._load import Load, LoadMeter, busy_note
-from autotune.trial._result import WindowStats
+from autotune.trial import Load, LoadMeter, WindowStats, busy_note
 
 
 def _spin(seconds: float) -> None:

@@ -11,7 +11,7 @@ from torch_geometric.data import Data, HeteroData
 
 import autotune
 from autotune.errors import ConfigError
-from autotune.sampling._loader import LinkNeighborLoader, NeighborLoader
+from autotune.sampling import LinkNeighborLoader, NeighborLoader
 
 
 def _pairs(edge_index) -> set[tuple[int, int]]:
@@ -260,7 +260,7 @@ def test_a_temporal_search(tmp_path):
 
 def test_the_pipeline_samples_in_time(timed_graph):
     from autotune.config import TrialConfig
-    from autotune.pipeline._build import build
+    from autotune.pipeline import build
 
     data = Data(x=torch.randn(timed_graph.num_nodes, 8), edge_index=timed_graph.edge_index,
                 y=torch.randint(0, 3, (timed_graph.num_nodes,)), time=timed_graph.time,

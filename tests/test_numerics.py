@@ -198,7 +198,7 @@ def test_the_run_says_what_it_left_out_of_precision_and_why(monkeypatch):
     figure; where it measured slower (a Xeon with avx512_bf16 and no AMX: 0.58x),
     not tried, and the hint says it would not pay here; the candidates agree."""
     from autotune.tuning import _candidates
-    from autotune.tuning._candidates import candidates
+    from autotune.tuning import candidates
 
     monkeypatch.setattr(_checks, "native_bf16", lambda: False)
     notes = precision_notes(CONFIG, TuneSpec(precision=True))

@@ -178,7 +178,7 @@ def test_a_loop_that_never_calls_the_edges_hook_leaves_aggregation_unused_and_is
 
 
 def test_show_names_a_candidate_that_ctrl_c_cut_off_and_the_runs_notes():
-    from autotune.study._tuned import run_lines
+    from autotune.study import run_lines
 
     config = TrialConfig().to_dict()
     report = {"unit": "seed nodes/s", "start": config, "final": config, "settled_step": None,

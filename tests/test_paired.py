@@ -19,11 +19,12 @@ from _helpers import cli
 
 from autotune.compare import Comparison
 from autotune.config import TrialConfig
-from autotune.trial._result import MIB, MemoryStats, Observed, TrialResult, WindowStats
+from autotune.trial import MIB, MemoryStats, Observed, TrialResult, WindowStats
 from autotune.study import _confirm as confirm_module, _search as search_module
 from autotune.study._front import front_rows
-from autotune.study._paired import confirmed, drifts
-from autotune.study._records import StudyRecord, TrialRecord, records
+from autotune.study import StudyRecord, TrialRecord, drifts
+from autotune.study._paired import confirmed
+from autotune.study._records import records
 
 WORKERS = min(6, len(os.sched_getaffinity(0)))  # the baseline's loader workers here
 # batch size -> (true seed nodes/s, peak MiB); 1024 is the baseline's, 896 truly 1.10x.
@@ -463,7 +464,7 @@ def _search_cli(tmp_path, monkeypatch, capsys, machine, sizes, *flags):
     and the study's records."""
     import json
 
-    from autotune.cli._main import main
+    from autotune.cli import main
 
     monkeypatch.setattr(search_module, "run_trial", machine)
     space = tmp_path / "space.yaml"
@@ -502,7 +503,7 @@ def test_a_budget_that_holds_only_the_baseline_says_so_and_exits_1(tmp_path, mon
     nothing, left queued by no one (the next run queues it); the stop is said once;
     the exit is 1 with one line of why; and the closing hint is no export, which
     would fail: nothing is on the front."""
-    from autotune.cli._main import main
+    from autotune.cli import main
 
     slow = {1024: 2.0, 896: 12.0, 512: 12.0}
     code, out, err, trials = _search_cli(tmp_path, monkeypatch, capsys, Timed(slow),

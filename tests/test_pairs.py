@@ -322,7 +322,7 @@ def test_a_paired_confirmation_where_another_process_takes_the_cores_has_longer_
 
 def test_a_busy_confirmations_estimate_counts_its_longer_windows():
     from autotune.study._confirm import EXPECTED_PAIRS, PAIR_S, paired_s
-    from autotune.study._records import TrialRecord
+    from autotune.study import TrialRecord
 
     trials = [TrialRecord(n, "complete", (1.0, 1.0)) for n in range(2)]  # no warm-ups
     assert paired_s(trials, [0, 1]) == pytest.approx(EXPECTED_PAIRS * PAIR_S)

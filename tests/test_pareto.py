@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.study._pareto import Point, best_under, default_pick, front, hypervolume, knee, pick
+from autotune.study import Point
+from autotune.study._pareto import best_under, default_pick, front, hypervolume, knee, pick
 
 PTS = [Point(0, 100, 1000, baseline=True), Point(1, 300, 1200), Point(2, 320, 3000),
        Point(3, 90, 500), Point(4, 250, 1500), Point(5, 400, 9000, feasible=False)]

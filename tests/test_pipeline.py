@@ -9,9 +9,9 @@ from _helpers import loss_and_grads as _loss_and_grads
 from autotune.config import TrialConfig
 from autotune.errors import ConfigError, DeviceMemoryError
 from autotune.pipeline._models import BUILT_IN as MODELS, SAGE
-from autotune.pipeline._build import (PadToBucket, apply_checkpointing, bucket, build, check_config,
-                               check_gpu_fit, gpu_resident_bytes,
-                               sparse_adjacency, worker_core_sets)
+from autotune.pipeline import build, check_config
+from autotune.pipeline._build import (PadToBucket, apply_checkpointing, bucket, check_gpu_fit,
+                                      gpu_resident_bytes, sparse_adjacency, worker_core_sets)
 
 
 @pytest.mark.parametrize("n, ladder, expected", [
@@ -25,7 +25,7 @@ def test_bucket_ladders(n, ladder, expected):
 def _a_batch(data, fanout=(5, 5), batch_size=32):
     from torch_geometric.loader import NodeLoader
 
-    from autotune.sampling._neighbor import NeighborSampler
+    from autotune.sampling import NeighborSampler
 
     loader = NodeLoader(data, node_sampler=NeighborSampler(data, list(fanout), seed=0),
                         input_nodes=data.train_mask, batch_size=batch_size)
@@ -356,7 +356,7 @@ def test_host_features_gather_each_batchs_rows_in_the_loader(tiny_synthetic):
     from torch_geometric.loader import NodeLoader
 
     import autotune
-    from autotune.sampling._loader import chain
+    from autotune.sampling import chain
     from autotune.pipeline._build import HostFeatures, PadToBucket
 
     if torch.cuda.is_available():
@@ -379,7 +379,7 @@ def test_pinned_features_train_as_gpu_resident_ones(tiny_synthetic):
     import torch
 
     from autotune.config import TrialConfig
-    from autotune.pipeline._build import build
+    from autotune.pipeline import build
 
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
@@ -404,7 +404,7 @@ def test_feature_dtype_stores_and_gathers_features_in_bfloat16(tiny_synthetic):
     import torch
 
     from autotune.config import TrialConfig
-    from autotune.pipeline._build import build
+    from autotune.pipeline import build
 
     data = tiny_synthetic
     before = data.x.clone()

@@ -8,7 +8,7 @@ from _helpers import assert_window_kept_its_promise, trial_processes
 
 from autotune.config import TrialConfig
 from autotune.pipeline._build import worker_core_sets
-from autotune.trial._runner import ForkServer, run_trial
+from autotune.trial import ForkServer, run_trial
 from autotune.topology import NUMA_STRATEGY, affinity_sets, this_machine
 
 SMALL = dict(batch_size=64, num_neighbors=(5, 5), hidden_channels=32, sampling_backend="builtin")

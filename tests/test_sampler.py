@@ -302,7 +302,7 @@ def test_cuda_kernel_sampling_never_syncs_the_device(random_graph):
 def test_lookahead_loader_gives_node_loaders_batches(random_graph, kernel):
     """One batch launched ahead, the same batches in the same order (the random
     streams are drawn at launch, in batch order), the last, smaller one included."""
-    from autotune.sampling._loader import LookaheadNodeLoader
+    from autotune.sampling import LookaheadNodeLoader
 
     if kernel == "torch":
         with pytest.raises(ConfigError, match="triton kernel"):
@@ -331,7 +331,7 @@ def test_gather_rows_is_exactly_x_of_index(dtype):
     kernel's blocks (602 features, as Reddit's), a negative index a row of zeros."""
     if torch.cuda.is_available():
         pytest.skip("the interpreter runs on machines without CUDA; a cuda test covers it")
-    from autotune.sampling._kernels import gather_rows
+    from autotune.sampling import gather_rows
 
     g = torch.Generator().manual_seed(0)
     x = (torch.randn(300, 602, generator=g) * 100).to(dtype)
@@ -354,7 +354,7 @@ def test_gather_rows_is_exactly_x_of_index(dtype):
 def test_gather_rows_reads_pinned_host_features_from_the_gpu():
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    from autotune.sampling._kernels import gather_rows
+    from autotune.sampling import gather_rows
 
     x = torch.randn(10_000, 602).to(torch.bfloat16).pin_memory()
     index = torch.randint(0, 10_000, (4096,), device="cuda")

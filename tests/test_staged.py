@@ -16,7 +16,7 @@ from _helpers import cli
 from autotune.config import TrialConfig
 from autotune.trial._window import _window
 from autotune.specs import MeasureSpec, Screen
-from autotune.trial._result import WindowStats, rate_half_width
+from autotune.trial import WindowStats, rate_half_width
 
 FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup", "1",
         "--warmup-time", "0",
@@ -220,7 +220,7 @@ def test_a_bursty_config_far_below_the_best_stops_within_seconds():
 
 
 def _record(number, throughput, memory, stopped="precise", config=None, **kw):
-    from autotune.study._records import TrialRecord
+    from autotune.study import TrialRecord
 
     return TrialRecord(number, state="complete", values=(throughput, memory),
                        config=config or TrialConfig(batch_size=number + 1),
@@ -241,7 +241,7 @@ def test_a_screened_trial_never_reaches_the_front():
 
 def test_payback_epochs_of_a_compiled_config():
     from autotune.config import TrialConfig
-    from autotune.trial._result import CompileStats
+    from autotune.trial import CompileStats
     from autotune.study._front import payback_epochs
 
     eager = TrialConfig(batch_size=512)
@@ -271,7 +271,7 @@ def test_payback_epochs_of_a_compiled_config():
 ])
 def test_priors_follow_the_device(machine, expected):
     from autotune.study._space import load_space
-    from autotune.study._api import default_config
+    from autotune.study import default_config
     from autotune.study._priors import Machine, prior_configs
 
     device = machine[0]
@@ -358,7 +358,7 @@ def test_a_compile_variant_waits_for_its_eager_twin(tmp_path):
     from autotune.study._space import load_space, suggest_config
     from autotune.study import _records as rec
     from autotune.study._search import Search
-    from autotune.study._options import SearchOptions
+    from autotune.study import SearchOptions
 
     space = load_space({"knobs": {"batch_size": {"choices": [64, 128]},
                                   "compile_mode": {"choices": ["none", "default"]},
@@ -460,7 +460,9 @@ def test_a_fork_server_whose_children_cannot_use_cuda_gives_way_to_spares(prepar
     import os
 
     from autotune.config import TrialConfig
-    from autotune.trial._runner import SPARE, ForkServer, run_trial
+    from autotune.trial import run_trial
+    from autotune.trial import ForkServer
+    from autotune.trial._forkserver import SPARE
 
     config = TrialConfig(batch_size=64, num_neighbors=(5, 5), hidden_channels=16)
     spec = MeasureSpec(warmup_steps=1, min_warmup_s=0.0, min_steps=3, max_window_s=0.3)
@@ -495,7 +497,9 @@ def test_a_later_search_forks_from_the_server_an_earlier_one_kept(prepared, tmp_
 
     import psutil
 
-    from autotune.trial._runner import FORKED, ForkServer, run_trial
+    from autotune.trial import run_trial
+    from autotune.trial import ForkServer
+    from autotune.trial._forkserver import FORKED
 
     config = TrialConfig(batch_size=64, num_neighbors=(5, 5), hidden_channels=16)
     spec = MeasureSpec(warmup_steps=1, min_warmup_s=0.0, min_steps=3, max_window_s=0.3)
@@ -546,7 +550,9 @@ def test_a_canary_failing_after_pyg_leaves_a_server_that_stops_before_it(prepare
     import sys
 
     from autotune.config import TrialConfig
-    from autotune.trial._runner import FORKED, ForkServer, run_trial
+    from autotune.trial import run_trial
+    from autotune.trial import ForkServer
+    from autotune.trial._forkserver import FORKED
 
     (tmp_path / "pyg_canary.py").write_text(_CANARY_AFTER_PYG)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}

@@ -11,10 +11,11 @@ import yaml
 from _helpers import cli
 
 from autotune.config import TrialConfig
-from autotune.trial._result import WindowStats
+from autotune.trial import WindowStats
 from autotune.storage import open_storage
 from autotune.study import _records as rec
-from autotune.study._records import DIRECTIONS, TrialRecord
+from autotune.study import TrialRecord
+from autotune.study._records import DIRECTIONS
 from autotune.taskinfo import TASKS, task_info
 
 
@@ -69,7 +70,7 @@ def test_every_reading_command_labels_the_study_by_its_task(tmp_path, task):
 @pytest.mark.parametrize("task", list(TASKS))
 def test_the_pareto_plot_and_the_note_name_the_tasks_unit(tmp_path, task, monkeypatch):
     from autotune.cli import _report as report
-    from autotune.study._studies import load_study
+    from autotune.study import load_study
 
     name = _study(tmp_path, task)
     study, _ = load_study(name, storage=f"sqlite:///{tmp_path / f'{name}.db'}")

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from autotune.config import TrialConfig
-from autotune.data._datasets import DatasetRef, load_dataset
-from autotune.data._splits import link_split, mag_from_ogb, target_type
+from autotune.data import DatasetRef, load_dataset, target_type
+from autotune.data._splits import link_split, mag_from_ogb
 from autotune.data._synthetic import MAG_NODES, synthetic_mag
-from autotune.pipeline._build import PadToBucket, apply_checkpointing, build
-from autotune.pipeline import PipelineSource
-from autotune.pipeline._training import TrainSpec, _one_epoch, evaluate, fit
+from autotune.pipeline import PipelineSource, TrainSpec, build, evaluate, fit
+from autotune.pipeline._build import PadToBucket, apply_checkpointing
+from autotune.pipeline._training import _one_epoch
 
 from _helpers import cli
 
@@ -89,7 +89,7 @@ def test_ogbn_mag_becomes_a_hetero_graph_with_features_everywhere():
 def test_link_split_holds_out_edges_and_negatives():
     from torch_geometric.utils import coalesce
 
-    from autotune.data._synthetic import synthetic_reddit
+    from autotune.data import synthetic_reddit
 
     data = synthetic_reddit(scale=0.002, seed=0)
     data.edge_index = coalesce(data.edge_index)  # a multigraph's twin edges would leak
@@ -185,7 +185,7 @@ def test_link_prediction_on_real_cora_reaches_auc_085(cora_root):
 
 
 def test_hetero_link_split_holds_out_both_directions(tmp_path):
-    from autotune.data._splits import LINK_ATTR
+    from autotune.data import LINK_ATTR
 
     writes, reverse = ("author", "writes", "paper"), ("paper", "rev_writes", "author")
     base = load_dataset("synthetic-hetero", root=tmp_path, scale=0.004).data

@@ -36,7 +36,7 @@ def exported(tmp_path_factory):
 @pytest.mark.slow
 def test_export_load_build_one_epoch_lowers_the_loss(exported):
     import autotune
-    from autotune.data._synthetic import synthetic_reddit
+    from autotune.data import synthetic_reddit
 
     _, _, out = exported
     config = autotune.load_config(out)
@@ -99,7 +99,7 @@ def test_the_guard_rejects_fanout_1_1_and_keeps_a_baseline_like_config(tmp_path)
     same masks in law, no slower) learn as well. (bfloat16 was the kept config, until
     a 2-core EPYC ran it at half the baseline's speed here, so that equal wall time
     trained it for half the steps: a machine's speed, not the guard.)"""
-    from autotune.data._datasets import DatasetRef
+    from autotune.data import DatasetRef
     from autotune.study._space import load_space, params_for
     from autotune.study import _identity as identity, _search as search_module, _options as options, _records as records
 
@@ -217,10 +217,10 @@ def test_the_guard_training_goes_on_from_the_window(tmp_path):
     budget, it trains on for the rest; longer, the weights it had when its steps
     reached the budget are the ones evaluated (CiteSeer's guard cost 28% of its
     search when each candidate trained the whole budget again after its window)."""
-    from autotune.data._datasets import DatasetRef
+    from autotune.data import DatasetRef
     from autotune.study._guard import verdict_of
     from autotune.trial._window import measure
-    from autotune.pipeline._build import build
+    from autotune.pipeline import build
     import torch
 
     from autotune.trial._worker import GuardMark, _guard_on

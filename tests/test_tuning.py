@@ -273,7 +273,7 @@ def test_a_run_tries_first_the_knobs_of_what_its_step_waits_on(tiny_synthetic, m
     the run measures the share its incumbent waits for its batches, says it, and
     tries that side's knob first. (On a machine of 16 cores, where its 2 workers
     leave the step its cores: on 2, they take them all, and the loader goes first.)"""
-    from autotune.sampling._neighbor import NeighborSampler
+    from autotune.sampling import NeighborSampler
     from autotune.topology import Topology
 
     sixteen = Topology(cpus=tuple(range(16)), cores=tuple((c,) for c in range(16)),
@@ -772,7 +772,8 @@ def test_a_short_share_tries_its_candidates_in_short_windows():
     """A window is as long as asked where epochs and the share hold it; half an epoch
     at most; and as short as the share needs to hold each candidate's least pairs,
     never under three steps."""
-    from autotune.tuning._spec import MIN_WINDOW, fit_window
+    from autotune.tuning import fit_window
+    from autotune.tuning._spec import MIN_WINDOW
 
     assert fit_window(8, 100) == 8
     assert fit_window(8, 10) == 5

@@ -33,7 +33,7 @@ def not_a_module(in_channels: int, out_channels: int, config):
 
 def tiny_graph():
     """A dataset function: returns a Data with x, y, edge_index and the masks."""
-    from autotune.data._synthetic import synthetic_reddit
+    from autotune.data import synthetic_reddit
 
     return synthetic_reddit(scale=0.003, seed=3, mean_degree=10, num_features=24,
                             num_classes=3)
