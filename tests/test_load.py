@@ -64,6 +64,54 @@ def test_the_meter_tells_the_trials_own_work_from_another_process():
     assert f"pid {pid} (python" in busy.describe()
 
 
+def _short_lived_burners(core: int) -> int:
+    """A shell outside this process's tree that runs, one after another, processes
+    that each burn ``core`` for 0.1 s and exit: each lives inside a window, seen at
+    neither of its ends. The shell's pid."""
+    code = ("import os, time; os.sched_setaffinity(0, {%d}); end = time.perf_counter() + 0.1"
+            "\nwhile time.perf_counter() < end: pass" % core)
+    loop = f'while :; do "{sys.executable}" -S -c "{code}"; done'
+    out = subprocess.run(["sh", "-c", f"sh -c '{loop}' >/dev/null 2>&1 & echo $!"],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+@pytest.mark.exclusive
+def test_processes_that_lived_inside_the_window_are_named_by_their_parent():
+    """A build's compilers or a shell loop's commands start and end inside a window:
+    what they took is counted to the parent that reaped them, which is named."""
+    shell = _short_lived_burners(sorted(os.sched_getaffinity(0))[-1])
+    try:
+        time.sleep(0.3)  # the loop is running
+        meter = LoadMeter()
+        meter.start()
+        _spin(1.0)
+        busy = meter.stop()
+    finally:
+        for proc in [psutil.Process(shell), *psutil.Process(shell).children()]:
+            proc.kill()
+    assert busy.others_s > 0.5, busy
+    pid, name, cpu_s = busy.top[0]
+    assert (pid, name) == (shell, "sh and its exited children"), busy.top
+    assert cpu_s > 0.5, busy.top
+    assert f"pid {shell} (sh and its exited children)" in busy.describe()
+
+
+def test_a_reaped_childs_time_before_the_window_is_not_the_windows():
+    """A child seen at the window's start and reaped inside it adds its whole life to
+    its parent's reaped time: only what it ran after the start is the window's."""
+    from autotune.trial._load import _Seen, _took
+    parent, child, other = (10, 1.0), (11, 2.0), (12, 3.0)
+    before = {parent: _Seen("make", 1, 1.0, 5.0), child: _Seen("cc1", 10, 0.3, 0.1),
+              other: _Seen("python", 1, 2.0, 0.0)}
+    after = {parent: _Seen("make", 1, 1.1, 5.9), other: _Seen("python", 1, 2.2, 0.0)}
+    took = _took(before, after, mine=set())
+    # make: 0.1 of its own, and 0.9 reaped less the child's 0.4 before the window
+    assert took[0] == (pytest.approx(0.6), 10, "make and its exited children")
+    assert took[1] == (pytest.approx(0.2), 12, "python")
+    assert _took(before, after, mine={parent}) == [(pytest.approx(0.2), 12, "python")]
+
+
 class _ScriptedMeter:
     """LoadMeter's stand-in: the shares of successive windows, as scripted."""
 

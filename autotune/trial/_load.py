@@ -8,7 +8,9 @@ other descendant, the reaped ones through their parent's children times). What t
 cores were busy with beyond the tree's own time is what other processes took: as a
 share of the cores' time over the window, it says how disturbed the window was
 (:class:`Load`). A snapshot of every process's CPU time at either end names the
-ones that took it, by pid and name.
+ones that took it, by pid and name. A process that lived only inside the window (a
+build's compilers, a shell loop's commands) is seen at neither end; its parent is, and
+what the parent reaped in the window is counted to it, "and its exited children".
 """
 from __future__ import annotations
 
@@ -48,17 +50,52 @@ def _tree(root: psutil.Process) -> list[psutil.Process]:
         return [root]
 
 
-def _processes() -> dict[tuple[int, float], tuple[str, float]]:
-    """Every process's (pid, start time) -> (name, its own CPU seconds) now."""
+@dataclass(frozen=True)
+class _Seen:
+    """A process at one end of a window: its name, parent, own CPU seconds and those
+    of the children it has reaped (their whole lives, and their own reaped ones)."""
+
+    name: str
+    ppid: int
+    own_s: float
+    reaped_s: float
+
+
+_GONE = _Seen("?", 0, 0.0, 0.0)  # what a process started inside the window had before
+
+
+def _processes() -> dict[tuple[int, float], _Seen]:
+    """Every process's (pid, start time) -> :class:`_Seen` now."""
     out = {}
-    for proc in psutil.process_iter(["name", "cpu_times", "create_time"]):
+    for proc in psutil.process_iter(["name", "ppid", "cpu_times", "create_time"]):
         info = proc.info
-        if info.get("cpu_times") is None or info.get("create_time") is None:
+        times = info.get("cpu_times")
+        if times is None or info.get("create_time") is None:
             continue
-        times = info["cpu_times"]  # its own: a reaped child's lifetime is no window's
-        out[(proc.pid, info["create_time"])] = (info.get("name") or "?",
-                                                times.user + times.system)
+        out[(proc.pid, info["create_time"])] = _Seen(
+            info.get("name") or "?", info.get("ppid") or 0, times.user + times.system,
+            getattr(times, "children_user", 0.0) + getattr(times, "children_system", 0.0))
     return out
+
+
+def _took(before: dict[tuple[int, float], _Seen], after: dict[tuple[int, float], _Seen],
+          mine: set) -> list[tuple[float, int, str]]:
+    """(CPU seconds, pid, name) each process outside ``mine`` took between the two
+    snapshots. A parent's reaped time grew by its children's whole lives: of those
+    seen at the start, what they had run by then is not the window's."""
+    earlier: dict[int, float] = {}
+    for key, seen in before.items():
+        if key not in after:
+            earlier[seen.ppid] = earlier.get(seen.ppid, 0.0) + seen.own_s + seen.reaped_s
+    took = []
+    for key, now in after.items():
+        if key in mine:
+            continue
+        then = before.get(key, _GONE)
+        reaped = max(now.reaped_s - then.reaped_s - earlier.get(key[0], 0.0), 0.0)
+        name = f"{now.name} and its exited children" if reaped > 0.01 else now.name
+        took.append((now.own_s - then.own_s + reaped, key[0], name))
+    return sorted(took, reverse=True)
 
 
 @dataclass(frozen=True)
@@ -99,7 +136,7 @@ class LoadMeter:
         self._at = 0.0
         self._cpu: list = []
         self._own = 0.0
-        self._all: dict[tuple[int, float], tuple[str, float]] = {}
+        self._all: dict[tuple[int, float], _Seen] = {}
 
     def _cores_now(self, tree: list[psutil.Process]) -> list[int]:
         cores: set[int] = set()
@@ -137,11 +174,7 @@ class LoadMeter:
         steal = sum(getattr(cpu[c], STEAL, 0.0) - getattr(self._cpu[c], STEAL, 0.0)
                     for c in cores)
         others = max(busy - own, 0.0)
-        mine = {(p.pid, _start(p)) for p in tree}
-        after = _processes()
-        took = sorted(((cpu_s - self._all.get(key, (name, 0.0))[1], key[0], name)
-                       for key, (name, cpu_s) in after.items() if key not in mine),
-                      reverse=True)
+        took = _took(self._all, _processes(), {(p.pid, _start(p)) for p in tree})
         top = [[pid, name, round(cpu_s, 2)] for cpu_s, pid, name in took[:TOP]
                if cpu_s >= 0.05 * max(others, 1e-9) and cpu_s > 0.01]
         if steal > 0.05 * max(others, 1e-9) and steal > 0.01:
