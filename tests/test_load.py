@@ -41,6 +41,20 @@ def test_a_small_disturbers_cpu_time_is_not_printed_as_nothing():
     assert load.named() == "pid 8119 (python) 0.03 CPU-s, the hypervisor (steal) 0.4 CPU-s"
 
 
+def test_what_no_process_seen_accounts_for_is_said_beside_the_named_ones():
+    """A window that lost 0.68 CPU-s names the process that took 0.1 of it, and says
+    that no process seen here took the rest, rather than leave the 0.1 to stand for
+    the whole; a small remainder is left out, and with nobody seen it says so."""
+    top = [[12286, "beam.smp", 0.1]]
+    load = Load(cores=2, wall_s=1.0, others_s=0.68, share=0.34, top=top, unseen_s=0.58)
+    assert load.named() == ("pid 12286 (beam.smp) 0.1 CPU-s, "
+                            "0.6 CPU-s that no process seen here accounts for")
+    assert Load(cores=2, others_s=0.12, top=top, unseen_s=0.02).named() == \
+        "pid 12286 (beam.smp) 0.1 CPU-s"
+    assert Load(cores=2, others_s=0.68, unseen_s=0.68).named() == "no process seen at both ends"
+    assert Load.from_dict({"cores": 2, "others_s": 0.3, "top": top}).unseen_s == 0.0
+
+
 @pytest.mark.exclusive
 def test_the_meter_tells_the_trials_own_work_from_another_process():
     cores = sorted(os.sched_getaffinity(0))
@@ -95,6 +109,7 @@ def test_processes_that_lived_inside_the_window_are_named_by_their_parent():
     assert (pid, name) == (shell, "sh and its exited children"), busy.top
     assert cpu_s > 0.5, busy.top
     assert f"pid {shell} (sh and its exited children)" in busy.describe()
+    assert busy.unseen_s < 0.25 * busy.others_s, busy  # the children's time is seen
 
 
 def test_a_reaped_childs_time_before_the_window_is_not_the_windows():

@@ -24,6 +24,9 @@ import psutil
 from autotune.trial._result import _Part
 
 TOP = 3  # the processes named for a disturbed window
+# ... and beside them, the time no process seen accounts for, where it is this much of
+# the disturbance and at least this many CPU seconds
+UNSEEN_SHARE, UNSEEN_MIN_S = 0.25, 0.02
 STEAL = "steal"  # the name under which the hypervisor's steal time is reported
 
 
@@ -104,7 +107,10 @@ class Load(_Part):
     process tree took, and ``others_s``, what the rest of the machine took on those
     cores (their busy time beyond the tree's own); ``share``: that over the cores'
     time in the window. ``top``: the processes outside the tree that took most, as
-    [pid, name, CPU seconds] (pid 0, "steal": the hypervisor)."""
+    [pid, name, CPU seconds] (pid 0, "steal": the hypervisor). ``unseen_s``: what
+    of ``others_s`` no process seen here accounts for (interrupts, a process in
+    another container, or one that began and ended inside the window and whose
+    parent ended too)."""
 
     cores: int = 0
     wall_s: float = 0.0
@@ -112,14 +118,20 @@ class Load(_Part):
     others_s: float = 0.0
     share: float = 0.0
     top: list[list[Any]] = field(default_factory=list)
+    unseen_s: float = 0.0
 
     def named(self) -> str:
         """The processes that took the cores, in words: ``pid 812 (stress) 9.8 CPU-s``
         (under 0.1 CPU-s with two decimals: a 0.5-s window's whole disturbance may be
-        that small)."""
-        return ", ".join(f"pid {pid} ({name}) {_cpu(cpu_s)} CPU-s" if pid else
-                         f"the hypervisor (steal) {_cpu(cpu_s)} CPU-s"
-                         for pid, name, cpu_s in self.top) or "no process seen at both ends"
+        that small), and beside them the rest no process seen here accounts for,
+        where that is much of it."""
+        names = [f"pid {pid} ({name}) {_cpu(cpu_s)} CPU-s" if pid else
+                 f"the hypervisor (steal) {_cpu(cpu_s)} CPU-s" for pid, name, cpu_s in self.top]
+        if not names:
+            return "no process seen at both ends"
+        if self.unseen_s > max(UNSEEN_MIN_S, UNSEEN_SHARE * self.others_s):
+            names.append(f"{_cpu(self.unseen_s)} CPU-s that no process seen here accounts for")
+        return ", ".join(names)
 
     def describe(self) -> str:
         return (f"other processes took {100 * self.share:.0f}% of its {self.cores} "
@@ -179,9 +191,10 @@ class LoadMeter:
                if cpu_s >= 0.05 * max(others, 1e-9) and cpu_s > 0.01]
         if steal > 0.05 * max(others, 1e-9) and steal > 0.01:
             top = sorted([*top, [0, STEAL, round(steal, 2)]], key=lambda r: -r[2])[:TOP]
+        seen = steal + sum(max(cpu_s, 0.0) for cpu_s, _, _ in took)
         return Load(cores=len(cores), wall_s=wall, own_s=own, others_s=others,
                     share=others / (wall * len(cores)) if wall > 0 and cores else 0.0,
-                    top=top)
+                    top=top, unseen_s=round(max(others - seen, 0.0), 2))
 
 
 def _start(proc: psutil.Process) -> float | None:
