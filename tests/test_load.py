@@ -4,6 +4,7 @@ processes took more than their share, and a confirmation that leaves out a round
 the machine disturbed."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -110,6 +111,27 @@ def test_processes_that_lived_inside_the_window_are_named_by_their_parent():
     assert cpu_s > 0.5, busy.top
     assert f"pid {shell} (sh and its exited children)" in busy.describe()
     assert busy.unseen_s < 0.25 * busy.others_s, busy  # the children's time is seen
+
+
+@pytest.mark.exclusive
+def test_the_process_that_started_the_measured_one_is_named_as_such():
+    """A search's own process watches its trial and takes a little of the cores: named
+    among a window's disturbers, it says that it started the measured process, so a
+    user does not take it for another program."""
+    code = ("import json, time\nfrom autotune.trial import LoadMeter\n"
+            "meter = LoadMeter()\nmeter.start()\nprint('started', flush=True)\n"
+            "time.sleep(1.0)\nprint(json.dumps(meter.stop().top), flush=True)")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "started"
+        _spin(0.7)  # this process, the measured one's parent, takes a core meanwhile
+        top = json.loads(child.stdout.readline())
+    finally:
+        child.kill()
+        child.wait()
+    ours = [(name, cpu_s) for pid, name, cpu_s in top if pid == os.getpid()]
+    assert ours and ours[0][0].endswith(", which started the measured process"), top
+    assert ours[0][1] > 0.4, top
 
 
 def test_a_reaped_childs_time_before_the_window_is_not_the_windows():

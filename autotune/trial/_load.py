@@ -82,10 +82,11 @@ def _processes() -> dict[tuple[int, float], _Seen]:
 
 
 def _took(before: dict[tuple[int, float], _Seen], after: dict[tuple[int, float], _Seen],
-          mine: set) -> list[tuple[float, int, str]]:
+          mine: set, ancestors: frozenset[int] = frozenset()) -> list[tuple[float, int, str]]:
     """(CPU seconds, pid, name) each process outside ``mine`` took between the two
-    snapshots. A parent's reaped time grew by its children's whole lives: of those
-    seen at the start, what they had run by then is not the window's."""
+    snapshots; those in ``ancestors`` (a search's watcher, its fork server) say so. A
+    parent's reaped time grew by its children's whole lives: of those seen at the
+    start, what they had run by then is not the window's."""
     earlier: dict[int, float] = {}
     for key, seen in before.items():
         if key not in after:
@@ -97,6 +98,8 @@ def _took(before: dict[tuple[int, float], _Seen], after: dict[tuple[int, float],
         then = before.get(key, _GONE)
         reaped = max(now.reaped_s - then.reaped_s - earlier.get(key[0], 0.0), 0.0)
         name = f"{now.name} and its exited children" if reaped > 0.01 else now.name
+        if key[0] in ancestors:
+            name += ", which started the measured process"
         took.append((now.own_s - then.own_s + reaped, key[0], name))
     return sorted(took, reverse=True)
 
@@ -144,6 +147,7 @@ class LoadMeter:
 
     def __init__(self) -> None:
         self._root = psutil.Process(os.getpid())
+        self._ancestors = _ancestors(self._root)
         self._cores: list[int] = []
         self._at = 0.0
         self._cpu: list = []
@@ -186,7 +190,8 @@ class LoadMeter:
         steal = sum(getattr(cpu[c], STEAL, 0.0) - getattr(self._cpu[c], STEAL, 0.0)
                     for c in cores)
         others = max(busy - own, 0.0)
-        took = _took(self._all, _processes(), {(p.pid, _start(p)) for p in tree})
+        took = _took(self._all, _processes(), {(p.pid, _start(p)) for p in tree},
+                     self._ancestors)
         top = [[pid, name, round(cpu_s, 2)] for cpu_s, pid, name in took[:TOP]
                if cpu_s >= 0.05 * max(others, 1e-9) and cpu_s > 0.01]
         if steal > 0.05 * max(others, 1e-9) and steal > 0.01:
@@ -195,6 +200,14 @@ class LoadMeter:
         return Load(cores=len(cores), wall_s=wall, own_s=own, others_s=others,
                     share=others / (wall * len(cores)) if wall > 0 and cores else 0.0,
                     top=top, unseen_s=round(max(others - seen, 0.0), 2))
+
+
+def _ancestors(proc: psutil.Process) -> frozenset[int]:
+    """The pids of the processes that started ``proc`` (pid 1 aside)."""
+    try:
+        return frozenset(p.pid for p in proc.parents() if p.pid != 1)
+    except psutil.Error:
+        return frozenset()
 
 
 def _start(proc: psutil.Process) -> float | None:
