@@ -11,6 +11,8 @@ share of the cores' time over the window, it says how disturbed the window was
 ones that took it, by pid and name. A process that lived only inside the window (a
 build's compilers, a shell loop's commands) is seen at neither end; its parent is, and
 what the parent reaped in the window is counted to it, "and its exited children".
+The processes that started the measured one (a search's watcher) say so, and what no
+process seen accounts for is said beside the named ones (:meth:`Load.named`).
 """
 from __future__ import annotations
 
