@@ -6,11 +6,9 @@ from __future__ import annotations
 import statistics
 import time
 
-import optuna
-
 from autotune.env import clock as clock_text
-from autotune.study._confirm import expected_s
-from autotune.study._options import BUDGET_SHARE, SearchOptions
+from autotune.study._confirm import Schedule
+from autotune.study._options import BUDGET_SHARE
 from autotune.study._records import TrialRecord
 
 
@@ -20,8 +18,9 @@ class Clock:
     the trials' pace (the confirmation's measurements included) and the budget's
     rest."""
 
-    def __init__(self, opts: SearchOptions, done_at_start: int) -> None:
-        self.opts, self.done_at_start, self.start = opts, done_at_start, time.monotonic()
+    def __init__(self, schedule: Schedule, done_at_start: int) -> None:
+        self.schedule, self.opts = schedule, schedule.opts
+        self.done_at_start, self.start = done_at_start, time.monotonic()
         self.durations: list[float] = []  # each measurement's wall time, this run
         self.overheads: list[float] = []  # what storing each took after its result
         self.confirmed = 0  # the confirmation's measurements so far
@@ -50,20 +49,19 @@ class Clock:
         """What storing a measurement typically takes in this run, after its result."""
         return statistics.median_high(self.overheads) if self.overheads else 0.0
 
-    def reserve(self, study: optuna.Study, ahead: int = 0) -> float:
-        """The seconds kept for the confirmation of ``study``'s front, each config
-        measured as long as its own trial took (:func:`expected_s`);
+    def reserve(self, ahead: int = 0) -> float:
+        """The seconds kept for the confirmation of the study's front, each config
+        measured as long as its own trial took (:meth:`Schedule.expected_s`);
         ``ahead=1``: with one more candidate as long as this run's typical
         measurement (the next trial may join the front). At most
         :data:`BUDGET_SHARE` of ``budget``."""
-        seconds = expected_s(self.opts, study,
-                                          self.per_measurement() if ahead else 0.0,
-                                          self.overhead())
+        seconds = self.schedule.expected_s(self.per_measurement() if ahead else 0.0,
+                                           self.overhead())
         if self.opts.budget is not None:
             seconds = min(seconds, BUDGET_SHARE * self.opts.budget)
         return seconds
 
-    def may_start(self, study: optuna.Study) -> bool:
+    def may_start(self) -> bool:
         """Whether a trial may start; if not, ``why`` says why."""
         timeout, left = self.opts.timeout, self.budget_left()
         if timeout is not None and self.elapsed() > timeout:
@@ -71,7 +69,7 @@ class Clock:
             return False
         if left is None:
             return True
-        reserve = self.reserve(study, ahead=1)
+        reserve = self.reserve(ahead=1)
         if left - reserve > 0:
             return True
         if left <= 0:
@@ -83,13 +81,13 @@ class Clock:
                     "budget)")
         return False
 
-    def budget_note(self, study: optuna.Study) -> str | None:
+    def budget_note(self) -> str | None:
         """After the baseline: how the budget will be spent, or a warning that what is
         left is all kept for the confirmation, so that no other trial starts."""
         left, budget = self.budget_left(), self.opts.budget
         if left is None or budget is None:
             return None
-        trial, reserve = self.per_measurement(), self.reserve(study, ahead=1)
+        trial, reserve = self.per_measurement(), self.reserve(ahead=1)
         if left > reserve:
             return (f"budget: {clock_text(left)} of --budget {clock_text(budget)} left after "
                     f"the baseline; trials run while more than the confirmation's reserve is "
@@ -101,10 +99,10 @@ class Clock:
                 f"be measured. Give --budget at least {clock_text(budget - left + trial + reserve)}"
                 ", or measure faster (--precision, --max-seconds)")
 
-    def eta(self, n_total: int, study: optuna.Study) -> float:
+    def eta(self, n_total: int) -> float:
         n_done = n_total - self.done_at_start
         left_trials = max(self.opts.max_trials - n_total, 0)
-        confirmation = self.reserve(study) if not self.confirming else \
+        confirmation = self.reserve() if not self.confirming else \
             max(self.confirming - self.confirmed, 0) * self.per_measurement()  # extra rounds
         eta = (self.elapsed() / n_done * left_trials if n_done > 0 else 0.0) + confirmation
         left = self.budget_left()

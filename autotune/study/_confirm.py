@@ -1,7 +1,8 @@
 """What a search measures beside its trials: controls and the confirmation.
 
 The measuring itself is the search's (:meth:`autotune.study._search.Search.measure`);
-this module decides when and what. A *control* measures the baseline's config again once the search has run
+this module decides when and what (:class:`Schedule`, which the search and its clock
+hold). A *control* measures the baseline's config again once the search has run
 ``control_every`` seconds or ``control_every_trials`` measured trials since the
 last reference, so that every trial's speed-up is paired with a baseline measured
 close in time (:mod:`autotune.study._paired`). The *confirmation* ends a search: the
@@ -89,24 +90,83 @@ EXPECTED_PAIRS = 10  # ... and the pairs a candidate takes, for that estimate
 Left = Callable[[], "float | None"]  # the seconds left of --budget (None: no budget)
 
 
-def control_due(opts: SearchOptions, study: optuna.Study) -> FrozenTrial | None:
-    """Under the study's lock: the baseline trial when a control is due (and then
-    claims it, so no other worker measures one too), else None. Due once the
-    search has run ``control_every`` or measured ``control_every_trials`` trials
-    since the latest reference (or claim)."""
-    baseline_no = StudyRecord.from_study(study).baseline
-    trials = rec.records(study)
-    if baseline_no is None or not trials[baseline_no].complete:
-        return None
-    refs = [t for t in trials if t.reference and t.complete and t.measured_at]
-    since = max([t.measured_at[1] for t in refs] +
-                [StudyRecord.from_study(study).control_claimed_at])
-    measured = sum(1 for t in trials if t.counts and t.measured_at and
-                   t.measured_at[1] > since)
-    if time.time() - since < opts.control_every and measured < opts.control_every_trials:
-        return None
-    rec.store_study(study, control_claimed_at=time.time())
-    return study.get_trials(deepcopy=False)[baseline_no]
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """When and what a search measures beside its trials, read from its ``study``
+    under its options: whether a control is due, the configs a confirmation would
+    take now, and the seconds it and a plan of it take."""
+
+    opts: SearchOptions
+    study: optuna.Study
+
+    def control_due(self) -> FrozenTrial | None:
+        """Under the study's lock: the baseline trial when a control is due (and then
+        claims it, so no other worker measures one too), else None. Due once the
+        search has run ``control_every`` or measured ``control_every_trials`` trials
+        since the latest reference (or claim)."""
+        opts, study = self.opts, self.study
+        baseline_no = StudyRecord.from_study(study).baseline
+        trials = rec.records(study)
+        if baseline_no is None or not trials[baseline_no].complete:
+            return None
+        refs = [t for t in trials if t.reference and t.complete and t.measured_at]
+        since = max([t.measured_at[1] for t in refs] +
+                    [StudyRecord.from_study(study).control_claimed_at])
+        measured = sum(1 for t in trials if t.counts and t.measured_at and
+                       t.measured_at[1] > since)
+        if time.time() - since < opts.control_every and measured < opts.control_every_trials:
+            return None
+        rec.store_study(study, control_claimed_at=time.time())
+        return study.get_trials(deepcopy=False)[baseline_no]
+
+    def candidates(self) -> list[int]:
+        """The trials to confirm: the search front's ``confirm`` fastest besides the
+        baseline, its knee and its default pick, up to ``confirm`` more that the search
+        could not tell from its fastest (:func:`contenders`), and the baseline first.
+        Empty when there is nothing to compare."""
+        opts, study = self.opts, self.study
+        s = StudyRecord.from_study(study)
+        trials, rows = _search_front(study, rec.records(study))
+        picked = [r.trial for r in rows[:opts.confirm]] + \
+            [r.trial for r in rows if "knee" in r.marks or r.default] + \
+            contenders(trials, rows, s.budget_mib)[:opts.confirm]  # a short budget's first cut
+        picked = [n for n in dict.fromkeys(picked) if n != s.baseline]
+        if s.baseline is None or not picked or not any(t.number == s.baseline and t.complete
+                                                       for t in trials):
+            return []
+        return [s.baseline, *picked]
+
+    def expected_s(self, extra_s: float = 0.0, overhead_s: float = 0.0) -> float:
+        """The seconds the confirmation of the study's front as it stands takes, each
+        config measured as long as its own trial took (the baseline at the precision
+        :func:`baseline_precision` asks) and stored in ``overhead_s``; ``extra_s``: a
+        candidate more, of that many seconds, where the front has room for one (a trial
+        about to run may join it)."""
+        opts, study = self.opts, self.study
+        if opts.confirm == 0:
+            return 0.0
+        trials = rec.records(study)
+        numbers = self.candidates()
+        baseline = StudyRecord.from_study(study).baseline
+        if not numbers:
+            if not extra_s or baseline is None or not trials[baseline].complete:
+                return 0.0
+            numbers = [baseline]
+        if opts.paired_confirmation:
+            more = EXPECTED_PAIRS * PAIR_S if extra_s else 0.0
+            return paired_s(trials, numbers, overhead_s) + more
+        room = len(numbers) - 1 < opts.confirm + 2  # the fastest N, the knee, the default
+        extra = extra_s if room else 0.0
+        per_round, base_s = _seconds(opts, trials, numbers, extra, overhead_s)
+        return rounds_asked(opts, trials, numbers) * per_round + base_s
+
+    def plan_s(self, the_plan: Plan, overhead_s: float = 0.0) -> float:
+        """The seconds ``the_plan`` takes, as :meth:`expected_s` counts them."""
+        trials, numbers = rec.records(self.study), [t.number for t in the_plan.trials]
+        if the_plan.paired:
+            return paired_s(trials, numbers, overhead_s, the_plan.window_s)
+        per_round, base_s = _seconds(self.opts, trials, numbers, overhead_s=overhead_s)
+        return the_plan.rounds * per_round + base_s
 
 
 def control_spec(opts: SearchOptions, trials: list[TrialRecord], baseline_no: int
@@ -245,40 +305,6 @@ def _again_s(opts: SearchOptions, record: TrialRecord, precision: float | None,
     return overhead_s + measurement_s(record, precision, opts.measure.min_window_s, startup_s)
 
 
-def expected_s(opts: SearchOptions, study: optuna.Study, extra_s: float = 0.0,
-               overhead_s: float = 0.0) -> float:
-    """The seconds the confirmation of the study's front as it stands takes, each
-    config measured as long as its own trial took (the baseline at the precision
-    :func:`baseline_precision` asks) and stored in ``overhead_s``; ``extra_s``: a
-    candidate more, of that many seconds, where the front has room for one (a trial
-    about to run may join it)."""
-    if opts.confirm == 0:
-        return 0.0
-    trials = rec.records(study)
-    numbers = candidates(opts, study)
-    baseline = StudyRecord.from_study(study).baseline
-    if not numbers:
-        if not extra_s or baseline is None or not trials[baseline].complete:
-            return 0.0
-        numbers = [baseline]
-    if opts.paired_confirmation:
-        return paired_s(trials, numbers, overhead_s) + (EXPECTED_PAIRS * PAIR_S if extra_s else 0)
-    room = len(numbers) - 1 < opts.confirm + 2  # the fastest N, the knee, the default
-    per_round, base_s = _seconds(opts, trials, numbers, extra_s if room else 0.0, overhead_s)
-    return rounds_asked(opts, trials, numbers) * per_round + base_s
-
-
-def plan_s(opts: SearchOptions, study: optuna.Study, the_plan: Plan,
-           overhead_s: float = 0.0) -> float:
-    """The seconds ``the_plan`` takes, as :func:`expected_s` counts them."""
-    if the_plan.paired:
-        return paired_s(rec.records(study), [t.number for t in the_plan.trials], overhead_s,
-                        the_plan.window_s)
-    per_round, base_s = _seconds(opts, rec.records(study),
-                                 [t.number for t in the_plan.trials], overhead_s=overhead_s)
-    return the_plan.rounds * per_round + base_s
-
-
 def paired_s(trials: list[TrialRecord], numbers: list[int], overhead_s: float = 0.0,
              window_s: float = WINDOW_S) -> float:
     """The seconds a paired confirmation of ``numbers`` (the baseline first) takes
@@ -294,23 +320,6 @@ def _paired_fixed_s(trials: list[TrialRecord], numbers: list[int]) -> float:
     and each config's warm-up as its trial took."""
     warm = sum(trials[n].phases_s.get("warmup", 0.0) for n in numbers)
     return (_startup_s(trials) or 0.0) + warm
-
-
-def candidates(opts: SearchOptions, study: optuna.Study) -> list[int]:
-    """The trials to confirm: the search front's ``confirm`` fastest besides the
-    baseline, its knee and its default pick, up to ``confirm`` more that the search
-    could not tell from its fastest (:func:`contenders`), and the baseline first.
-    Empty when there is nothing to compare."""
-    s = StudyRecord.from_study(study)
-    trials, rows = _search_front(study, rec.records(study))
-    picked = [r.trial for r in rows[:opts.confirm]] + \
-        [r.trial for r in rows if "knee" in r.marks or r.default] + \
-        contenders(trials, rows, s.budget_mib)[:opts.confirm]  # a short budget's first cut
-    picked = [n for n in dict.fromkeys(picked) if n != s.baseline]
-    if s.baseline is None or not picked or not any(t.number == s.baseline and t.complete
-                                                   for t in trials):
-        return []
-    return [s.baseline, *picked]
 
 
 def _search_front(study: optuna.Study, records: list[TrialRecord]
@@ -554,6 +563,7 @@ class Confirmation:
 
     def __init__(self, search: Searching) -> None:
         self.search, self.opts, self.study = search, search.opts, search.study
+        self.schedule = Schedule(search.opts, search.study)
         self.left: Left = search.budget_left
         self.overhead_s = search.overhead()
 
@@ -610,7 +620,7 @@ class Confirmation:
         last_end = max((t.measured_at[1] for t in search if t.measured_at), default=0.0)
         if runs and runs[-1]["started"] > last_end:
             return None
-        numbers = candidates(opts, study)
+        numbers = self.schedule.candidates()
         if not numbers:
             return None
         if opts.paired_confirmation:

@@ -121,7 +121,8 @@ class Search:
         self.progress, self.on_trial_done = progress, on_trial_done
         self.on_trial_start, self.on_note = on_trial_start, on_note
         self.outcome = SearchOutcome()
-        self.clock = Clock(opts, self.counted())
+        self.schedule = confirmation.Schedule(opts, study)
+        self.clock = Clock(self.schedule, self.counted())
         self.server: ForkServer | None = None  # while :meth:`run` runs
         self.disturbed_in_row = 0  # measured trials in a row that stayed disturbed
         self.trial_env: dict[str, str] = {}  # over this one's, in every trial's process
@@ -155,7 +156,7 @@ class Search:
         if self.progress is not None:
             n_total = self.counted()
             self.progress(n_total, self.opts.max_trials, record, self.clock.elapsed(),
-                          self.clock.eta(n_total, self.study))
+                          self.clock.eta(n_total))
 
     def note(self, text: str | None) -> None:
         if text and self.on_note is not None:
@@ -268,7 +269,7 @@ class Search:
         reserved, measured and told, while the clock lets one start; stops early once
         :data:`STOP_IDLE` proposals in a row measured nothing new."""
         worker, repeats, idle = recovery.this_worker(), 0, 0
-        while self.clock.may_start(self.study):
+        while self.clock.may_start():
             if self.control():
                 continue
             asked_at = time.monotonic()
@@ -291,7 +292,7 @@ class Search:
             repeats, idle = (repeats + 1, idle + 1) if record.reused_from is not None \
                 else (0, 0)
             if record.baseline and record.complete:
-                self.note(self.clock.budget_note(self.study))
+                self.note(self.clock.budget_note())
             if idle >= STOP_IDLE:
                 self.outcome.stopped = (
                     f"stopped early: {idle} proposals in a row measured nothing new "
@@ -509,8 +510,7 @@ class Search:
         # the confirmation's time is kept from a trial's only where there is something
         # to confirm without it: else cutting it would keep time for a confirmation of
         # nothing
-        reserve = self.clock.reserve(study, ahead=1) \
-            if confirmation.candidates(opts, study) else 0.0
+        reserve = self.clock.reserve(ahead=1) if self.schedule.candidates() else 0.0
         with Heartbeat(_optuna.storage(study), _optuna.trial_id(trial)):
             result, where, budget_bound = self.measure(
                 config, trial_dir, f"trial {trial.number} of study {study.study_name}",
@@ -598,18 +598,18 @@ class Search:
 
     def control(self) -> bool:
         """Measures a control when one is due while trials remain
-        (:func:`autotune.study._confirm.control_due`), stores it; whether it did."""
+        (:meth:`autotune.study._confirm.Schedule.control_due`), stores it; whether it did."""
         opts, study = self.opts, self.study
         if self.counted() >= opts.max_trials:
             return False
         with study_lock(opts.storage, study.study_name):
-            of = confirmation.control_due(opts, study)
+            of = self.schedule.control_due()
         if of is None:
             return False
         trial_dir = opts.study_dir / "trials" / f"control-{int(time.time())}"
         result, where, _ = self.measure(
             self.baseline, trial_dir, f"a control of study {study.study_name}",
-            self.clock.reserve(study, ahead=1),
+            self.clock.reserve(ahead=1),
             self.busy_spec(confirmation.control_spec(opts, rec.records(study), of.number)))
         record = confirmation.record_of(result, where, role="control", paired=(
             confirmation.paired_figure(study, result, where["measured_at"][0])))
@@ -699,7 +699,7 @@ class Search:
         if outcome.confirm_cut:
             self.note(f"confirmation cut short: {outcome.confirm_cut}; the front's figures "
                       "not measured by it are the search's own, unconfirmed")
-        elif first is None and opts.confirm and not confirmation.candidates(opts, self.study):
+        elif first is None and opts.confirm and not self.schedule.candidates():
             self.note("confirmation: none, nothing to confirm (no config beside the baseline "
                       "on the front)")
 
@@ -724,7 +724,7 @@ class Search:
             if plan.window_s != WINDOW_S else ""
         how = f"pairs of short windows in one process{busy}" if plan.paired else \
             f"{plural(plan.rounds, 'interleaved round')}{fewer}"
-        seconds = confirmation.plan_s(self.opts, self.study, plan, clock.overhead())
+        seconds = self.schedule.plan_s(plan, clock.overhead())
         self.note(f"confirmation: {what}{how} of {names}, about {clock_text(seconds)}")
 
 
