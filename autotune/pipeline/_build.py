@@ -69,8 +69,8 @@ GPU_HEADROOM = 0.05
 LOOKAHEAD_BATCHES = 2  # batches on the GPU at once: the one trained, the one sampled ahead
 # float32-sized tensors a layer holds per batch node and output channel at its peak
 # (linear outputs, their sum, the activation, the dropout mask, the gradients as the
-# backward frees them): calibrated so that the H100's GPU-resident bf16 trials at
-# batch 1024, [25, 10] (5.7 to 6.2 GiB reserved, issue 35) count 6.0 GiB
+# backward frees them): calibrated on the GPU-resident bfloat16 trials' reserved
+# memory (docs/gpu.md, "Figures behind the code")
 ACTIVATION_COPIES = 4
 ADAM_COPIES = 4  # a parameter, its gradient and Adam's two moments
 

@@ -11,8 +11,8 @@ with the Triton sampler): it draws batch ``i + 1`` on the GPU before it hands ou
 batch ``i``. Why not PyG's own prefetching: ``NodeLoader`` samples a batch when it is
 asked for it, and a GPU batch's node count is only known once its sampling is done,
 so the host waited for each batch's sampling behind the training step queued before
-it (measured on an H100: 1.2 ms of a 6.2 ms step). One batch ahead, the sampling is
-done by the time it is needed.
+it (a fifth of a step: docs/gpu.md, "Figures behind the code"). One batch ahead, the
+sampling is done by the time it is needed.
 """
 from __future__ import annotations
 

@@ -528,7 +528,8 @@ class NeighborSampler(BaseSampler):
 
     def _upload(self, seeds: Tensor, staging: Tensor) -> Tensor:
         """Seeds to the GPU through pinned ``staging``: a pageable copy waits for the
-        stream, and ``is_pinned()`` alone took ~165 us a call on the H100's host."""
+        stream, and asking ``is_pinned()`` each call was itself slow on a GPU's host
+        (docs/gpu.md, "Figures behind the code")."""
         if seeds.is_cuda:
             return seeds.long()
         if staging.numel() < seeds.numel():
@@ -553,10 +554,10 @@ class NeighborSampler(BaseSampler):
             raise
 
     def _replay(self, seeds: Tensor) -> Slots:
-        """:meth:`_draw` as a CUDA graph, captured once per batch size: the ~150 small
-        kernels of a [25, 10] batch cost ~2.5 ms to launch one by one (measured on an
-        H100), one graph launch a few microseconds. Every shape depends on the seed
-        count alone, so a graph replays any batch of that size."""
+        """:meth:`_draw` as a CUDA graph, captured once per batch size: a batch's many
+        small kernels cost milliseconds to launch one by one, one graph launch a few
+        microseconds (docs/gpu.md, "Figures behind the code"). Every shape depends on
+        the seed count alone, so a graph replays any batch of that size."""
         graphed = self._graphs.get(seeds.numel())
         if graphed is None:
             if len(self._graphs) >= MAX_GRAPHS:

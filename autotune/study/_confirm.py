@@ -174,8 +174,8 @@ def control_spec(opts: SearchOptions, trials: list[TrialRecord], baseline_no: in
     """How a control measures the baseline: as the confirmation does beside the
     fastest config so far (:func:`baseline_precision`), loosely where that one is
     :data:`FAR_AHEAD` of it. A drift of a few percent in a baseline 20 times slower
-    than the front moves no decision, and on an H200 a control at the search's 3%
-    ran its 60 s window out (docs/gpu.md)."""
+    than the front moves no decision, and on a GPU a control at the search's
+    precision ran its whole window out (docs/gpu.md)."""
     fastest = rec.fastest_fitting(trials)
     numbers = [baseline_no] + ([fastest.number] if fastest is not None else [])
     return dataclasses.replace(opts.measure,
@@ -251,10 +251,10 @@ def candidate_precision(opts: SearchOptions, trials: list[TrialRecord],
 
 def rounds_asked(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int]) -> int:
     """The confirmation's rounds: ``--confirm-rounds``, and :data:`FAR_ROUNDS` at least
-    where the candidates are :func:`far_ahead` of the baseline. On an H200 the
-    GPU-resident configs and the CPU-sampling baseline each drifted about 10% between
-    rounds (docs/gpu.md): three rounds (t = 4.3) then leave the speed-up at +-25% or
-    wider, five (t = 2.8) near 15%, and the loose windows pay for the two more."""
+    where the candidates are :func:`far_ahead` of the baseline. On a GPU such configs
+    and a CPU-sampling baseline drift between rounds (docs/gpu.md), and a t-interval
+    on three rounds is twice as wide as one on five (4.3 / √3 against 2.8 / √5): the
+    loose windows pay for the two more."""
     if far_ahead(trials, numbers):
         return max(opts.confirm_rounds, FAR_ROUNDS)
     return opts.confirm_rounds

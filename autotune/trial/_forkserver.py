@@ -23,8 +23,8 @@ it fails is named. A server that fails a check forks no trial.
 
 Where the canary fails after a later step than torch's own, the runner starts a
 second server that stops before that step (``--stop-before STEP``): its children
-import that step and the ones after it themselves (PyG's import is about 2 of the
-12 s on an H200 machine), after the fork, so CUDA still works in them. Where that
+import that step and the ones after it themselves (PyG's import is a small part of
+the server's: docs/gpu.md), after the fork, so CUDA still works in them. Where that
 server fails too (or the first step failed), trials start as *spare interpreters*
 (``--spare``): a fresh interpreter that
 imports everything while the trial before it runs, stopped (SIGSTOP) by that trial
@@ -76,9 +76,10 @@ PRELOAD = ("torch", "triton", "torch._dynamo", "torch_geometric", "torch_geometr
            "torch_geometric.nn", "autotune.trial._worker", "autotune.pipeline._build", "autotune.trial._window",
            "autotune.sampling._neighbor", "autotune.data._datasets", "autotune.pipeline._training", "autotune.env")
 OPTIONAL = ("triton",)  # preloaded when installed
-# What a compiled trial imports besides (about a second, on a 2-core EPYC: 0.9 s of
-# the server's 3.7 s): preloaded too unless the search compiles nothing
-# (``--no-compile``), since importing it neither compiles nor starts a thread.
+# What a compiled trial imports besides (a quarter of the server's imports on a
+# CPU: docs/gpu.md, "Figures behind the code"): preloaded too unless the search
+# compiles nothing (``--no-compile``), since importing it neither compiles nor starts
+# a thread.
 PRELOAD_COMPILE = ("torch._inductor.compile_fx",)
 # The torch.cuda functions that can reach the CUDA driver (lazy initialisation, or a
 # device count through the runtime); the tripwire wraps them while the server imports.

@@ -114,8 +114,8 @@ class GraphRecordings:
     reduce-overhead) while it is entered. A tree records a graph at a compiled
     function's second call for a shape, not at its compile, so a step that compiled
     nothing new can still record; a recording inside the timed window costs a
-    synchronised capture there (35k seed nodes/s ±160% in the one such row measured
-    on an H100). torch._dynamo runs its compilation start callbacks around each
+    synchronised capture there, and that window's rate spreads wide (docs/gpu.md,
+    "Figures behind the code"). torch._dynamo runs its compilation start callbacks around each
     recording with the trigger ``CUDAGRAPH_RECORDING``; ``count`` is None on a torch
     without that trigger, where recordings cannot be seen."""
 

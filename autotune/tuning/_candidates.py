@@ -30,10 +30,10 @@ LOADER_KNOBS = ("num_workers", "affinity", "sampling_backend")  # where batches 
 # (and on a GPU), larger than what any other knob gave there
 FIRST = (("amp_dtype", "bfloat16"),)
 # and back to float32 autocast before the other knobs where the incumbent has
-# bfloat16's (a fast end kept it): its gain varies most by machine, 1.45x on an EPYC
-# with avx512_bf16 and 0.70-0.76x on a Xeon with avx512_bf16 and no AMX (online.py:
-# there the fast end kept it, 2.2x with its other parts, and the run trained two
-# epochs on it while the aggregation's undo, queued first, took its pairs)
+# bfloat16's (a fast end kept it): its gain varies most by machine, over 1x on some
+# CPUs with avx512_bf16 and under on others (docs/benchmarks.md, knobs.py and
+# online.py: where the fast end kept it with its other parts, the run trained on it
+# while the aggregation's undo, queued first, took its pairs)
 UNDONE_FIRST = (("amp_dtype", "float32"),)
 COMPILE_KNOBS = ("compile_mode", "shapes")  # tried last: the dearest
 # The one-knob changes that paid alone where they were measured on a CPU (the search's

@@ -31,9 +31,9 @@ PROBE_MASKS = "bits"
 LOSS_FLOOR = 0.05
 
 
-# what precision gave where it was measured: benchmarks/results/knobs.json
-PRECISION_GAIN = ("bfloat16 autocast measured 1.45x float32 in benchmarks/knobs.py "
-                  "(2-core AMD EPYC with avx512_bf16, scale 0.1; docs/benchmarks.md), each "
+# what precision may give, and where that was measured (the figures stay there)
+PRECISION_GAIN = ("bfloat16 autocast: the largest single-knob gain benchmarks/knobs.py "
+                  "measured where bfloat16 is computed natively (docs/benchmarks.md), each "
                   "candidate checked by its gradients first")
 
 
