@@ -340,3 +340,21 @@ def test_a_paired_line_names_what_took_the_cores_in_its_disturbed_pairs():
     text = paired_text(figure)
     assert "over 3 pairs: faster" in text
     assert text.endswith("the machine was busy in 1 pair (pid 4321 (stress) 0.9 CPU-s)")
+
+
+def test_a_budget_too_short_for_a_paired_confirmation_says_what_starting_one_needs(
+        tmp_path, monkeypatch):
+    """A paired confirmation is not started where --budget leaves less than its
+    warm-ups and MIN_PAIRED_S of pairs: the search's outcome says it was cut short
+    and what starting one needs, and no paired trial runs."""
+    from test_paired import FakeMachine, _search
+
+    from autotune.study._confirm import MIN_PAIRED_S
+
+    machine = PairedFake(FakeMachine(drift=0.0))
+    result, _, _ = _search(tmp_path, monkeypatch, machine, sizes=[640, 896, 1024],
+                           n_trials=3, confirm=1, confirm_by="pairs", budget=MIN_PAIRED_S - 2)
+    assert machine.paired == 0, machine.specs
+    cut = result.outcome.confirm_cut
+    assert cut.startswith("--budget left ") and "needs to start (about " in cut, cut
+    assert f"its warm-ups and {MIN_PAIRED_S:g} s of pairs)" in cut, cut

@@ -667,8 +667,9 @@ class Confirmation:
         rest, fixed = self.left(), _paired_fixed_s(trials, numbers)
         max_s = PAIRED_MAX_S if rest is None else min(PAIRED_MAX_S, rest - fixed)
         if max_s < MIN_PAIRED_S:
-            return (f"--budget left {rest:.0f} s, less than a paired confirmation needs "
-                    f"(about {fixed + MIN_PAIRED_S:.0f} s)")
+            return (f"--budget left {rest:.0f} s, less than a paired confirmation needs to "
+                    f"start (about {fixed + MIN_PAIRED_S:.0f} s: its warm-ups and "
+                    f"{MIN_PAIRED_S:g} s of pairs)")
         rule = Rule(margin=MARGIN, min_pairs=max(opts.confirm_rounds, MIN_PAIRS),
                     max_pairs=MAX_PAIRS, precision=opts.confirm_precision)
         trial_dir = opts.study_dir / "trials" / f"confirm-{the_plan.run}-paired"
