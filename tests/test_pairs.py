@@ -358,3 +358,28 @@ def test_a_budget_too_short_for_a_paired_confirmation_says_what_starting_one_nee
     cut = result.outcome.confirm_cut
     assert cut.startswith("--budget left ") and "needs to start (about " in cut, cut
     assert f"its warm-ups and {MIN_PAIRED_S:g} s of pairs)" in cut, cut
+
+
+@pytest.mark.parametrize("budget, kept", [(40.0, 0.0), (80.0, 20.0)])
+def test_a_budget_whose_share_cannot_start_a_confirmation_keeps_none_for_it(budget, kept):
+    """The confirmation's reserve is at most a quarter of --budget. Where that is less
+    than a paired confirmation needs to start (its warm-ups and MIN_PAIRED_S of
+    pairs), keeping it would stop the trials early for a confirmation that never
+    starts: none is kept, trials may run to the budget's end, and the budget's note
+    says why and what budget would confirm."""
+    from types import SimpleNamespace
+
+    from autotune.study._clock import Clock
+
+    schedule = SimpleNamespace(opts=SimpleNamespace(budget=budget, timeout=None),
+                               expected_s=lambda extra_s=0.0, overhead_s=0.0: 30.0,
+                               start_s=lambda: 15.0)
+    clock = Clock(schedule, done_at_start=0)
+    assert clock.reserve(ahead=1) == kept
+    assert clock.may_start()
+    note = clock.budget_note()
+    if kept:
+        assert "more than the confirmation's reserve is left (about 0:20 now" in note, note
+    else:
+        assert "a confirmation needs about 0:15 to start now" in note, note
+        assert "none is kept" in note and "(--budget 1:00 or more keeps time for one)" in note

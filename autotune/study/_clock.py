@@ -54,12 +54,15 @@ class Clock:
         measured as long as its own trial took (:meth:`Schedule.expected_s`);
         ``ahead=1``: with one more candidate as long as this run's typical
         measurement (the next trial may join the front). At most
-        :data:`BUDGET_SHARE` of ``budget``."""
+        :data:`BUDGET_SHARE` of ``budget``, and none where that share is less than a
+        confirmation needs to start (:meth:`Schedule.start_s`): time kept for one that
+        cannot start would be kept from the trials for nothing."""
         seconds = self.schedule.expected_s(self.per_measurement() if ahead else 0.0,
                                            self.overhead())
-        if self.opts.budget is not None:
-            seconds = min(seconds, BUDGET_SHARE * self.opts.budget)
-        return seconds
+        if self.opts.budget is None or not seconds:
+            return seconds
+        seconds = min(seconds, BUDGET_SHARE * self.opts.budget)
+        return seconds if seconds >= self.schedule.start_s() else 0.0
 
     def may_start(self) -> bool:
         """Whether a trial may start; if not, ``why`` says why."""
@@ -88,6 +91,13 @@ class Clock:
         if left is None or budget is None:
             return None
         trial, reserve = self.per_measurement(), self.reserve(ahead=1)
+        need = self.schedule.start_s()
+        if not reserve and need:
+            return (f"budget: {clock_text(left)} of --budget {clock_text(budget)} left after "
+                    f"the baseline; a confirmation needs about {clock_text(need)} to start "
+                    f"now, more than the {BUDGET_SHARE:.0%} of the budget kept for one, so none "
+                    "is kept: trials run to the budget's end and the front stays unconfirmed "
+                    f"(--budget {clock_text(need / BUDGET_SHARE)} or more keeps time for one)")
         if left > reserve:
             return (f"budget: {clock_text(left)} of --budget {clock_text(budget)} left after "
                     f"the baseline; trials run while more than the confirmation's reserve is "

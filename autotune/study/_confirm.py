@@ -160,6 +160,16 @@ class Schedule:
         per_round, base_s = _seconds(opts, trials, numbers, extra, overhead_s)
         return rounds_asked(opts, trials, numbers) * per_round + base_s
 
+    def start_s(self) -> float:
+        """The least a confirmation of the front as it stands needs to start: a paired
+        one its warm-ups and :data:`MIN_PAIRED_S` of pairs (:meth:`Confirmation.paired`
+        starts none in less); rounds are fitted to any time (:func:`fitted`), 0."""
+        baseline = StudyRecord.from_study(self.study).baseline
+        numbers = self.candidates() or ([] if baseline is None else [baseline])
+        if not (self.opts.confirm and self.opts.paired_confirmation and numbers):
+            return 0.0
+        return _paired_fixed_s(rec.records(self.study), numbers) + MIN_PAIRED_S
+
     def plan_s(self, the_plan: Plan, overhead_s: float = 0.0) -> float:
         """The seconds ``the_plan`` takes, as :meth:`expected_s` counts them."""
         trials, numbers = rec.records(self.study), [t.number for t in the_plan.trials]
@@ -666,9 +676,9 @@ class Confirmation:
         configs = [trials[n].config for n in numbers]
         rest, fixed = self.left(), _paired_fixed_s(trials, numbers)
         max_s = PAIRED_MAX_S if rest is None else min(PAIRED_MAX_S, rest - fixed)
-        if max_s < MIN_PAIRED_S:
-            return (f"--budget left {rest:.0f} s, less than a paired confirmation needs to "
-                    f"start (about {fixed + MIN_PAIRED_S:.0f} s: its warm-ups and "
+        if max_s < MIN_PAIRED_S:  # as Schedule.start_s counts it
+            return (f"--budget left {max(rest, 0.0):.0f} s, less than a paired confirmation "
+                    f"needs to start (about {fixed + MIN_PAIRED_S:.0f} s: its warm-ups and "
                     f"{MIN_PAIRED_S:g} s of pairs)")
         rule = Rule(margin=MARGIN, min_pairs=max(opts.confirm_rounds, MIN_PAIRS),
                     max_pairs=MAX_PAIRS, precision=opts.confirm_precision)
