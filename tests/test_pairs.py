@@ -345,18 +345,25 @@ def test_a_paired_line_names_what_took_the_cores_in_its_disturbed_pairs():
 def test_a_budget_too_short_for_a_paired_confirmation_says_what_starting_one_needs(
         tmp_path, monkeypatch):
     """A paired confirmation is not started where --budget leaves less than its
-    warm-ups and MIN_PAIRED_S of pairs: the search's outcome says it was cut short
-    and what starting one needs, and no paired trial runs."""
-    from test_paired import FakeMachine, _search
+    warm-ups and MIN_PAIRED_S of pairs: it is not announced, the machine's load is not
+    looked at for it, no paired trial runs, and the search says it was cut short and
+    what starting one needs."""
+    from test_paired import FakeMachine, _search_after_looks
 
     from autotune.study._confirm import MIN_PAIRED_S
+    from autotune.trial import Load
+
+    def quiet(look: int) -> Load:
+        return Load(cores=2, wall_s=0.25, own_s=0.0)
 
     machine = PairedFake(FakeMachine(drift=0.0))
-    result, _, _ = _search(tmp_path, monkeypatch, machine, sizes=[640, 896, 1024],
-                           n_trials=3, confirm=1, confirm_by="pairs", budget=MIN_PAIRED_S - 2)
-    assert machine.paired == 0, machine.specs
-    cut = result.outcome.confirm_cut
-    assert cut.startswith("--budget left ") and "needs to start (about " in cut, cut
+    notes, looks = _search_after_looks(tmp_path, monkeypatch, machine, 3, quiet,
+                                       sizes=[640, 896, 1024], confirm=1, confirm_by="pairs",
+                                       budget=MIN_PAIRED_S - 2)
+    assert machine.paired == 0 and looks == 1, (machine.specs, looks)  # the search's own
+    assert not any(n.startswith("confirmation: pairs") for n in notes), notes
+    cut = next(n for n in notes if n.startswith("confirmation cut short: "))
+    assert "--budget left " in cut and "needs to start (about " in cut, cut
     assert f"its warm-ups and {MIN_PAIRED_S:g} s of pairs)" in cut, cut
 
 

@@ -325,6 +325,17 @@ def paired_s(trials: list[TrialRecord], numbers: list[int], overhead_s: float = 
     return _paired_fixed_s(trials, numbers) + pairs + overhead_s * len(numbers)
 
 
+def _too_short(rest: float | None, fixed: float) -> str:
+    """Why a paired confirmation cannot start with ``rest`` seconds of ``--budget``
+    left (None: no budget) and warm-ups of ``fixed`` seconds: it needs those and
+    :data:`MIN_PAIRED_S` of pairs (as :meth:`Schedule.start_s` counts); "" where it can."""
+    if rest is None or rest - fixed >= MIN_PAIRED_S:
+        return ""
+    return (f"--budget left {max(rest, 0.0):.0f} s, less than a paired confirmation needs "
+            f"to start (about {fixed + MIN_PAIRED_S:.0f} s: its warm-ups and "
+            f"{MIN_PAIRED_S:g} s of pairs)")
+
+
 def _paired_fixed_s(trials: list[TrialRecord], numbers: list[int]) -> float:
     """What a paired trial of ``numbers`` takes besides its pairs: a trial's start-up
     and each config's warm-up as its trial took."""
@@ -585,16 +596,19 @@ class Confirmation:
         opts, study = self.opts, self.study
         with study_lock(opts.storage, study.study_name):
             first = self.plan(self.left())
-        window_s = self.search.pair_window_s() if first and first.paired else WINDOW_S
+        window_s = self.search.pair_window_s() if first and first.paired and \
+            not self.cannot_start(first) else WINDOW_S
         the_plan, cut = first, ""
         for _ in range(FOLLOW_UPS + 1):
             if the_plan is None:
                 break
             the_plan = dataclasses.replace(the_plan, window_s=window_s)
-            if on_plan is not None:
+            cut = self.cannot_start(the_plan)  # said as cut short, not announced
+            if on_plan is not None and not cut:
                 on_plan(the_plan)
             try:
-                cut = self.paired(the_plan) if the_plan.paired else self.rounds(the_plan)
+                cut = cut or (self.paired(the_plan) if the_plan.paired else
+                              self.rounds(the_plan))
             except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the next run goes on from here
                 with study_lock(opts.storage, study.study_name):
                     _finish(study, the_plan.run, "", state="stopped")
@@ -662,6 +676,15 @@ class Confirmation:
 
     # -- one paired trial -----------------------------------------------------------
 
+    def cannot_start(self, the_plan: Plan) -> str:
+        """Why a paired ``the_plan`` cannot start in the budget left (:func:`_too_short`);
+        "" where it can, where its trial stored its figures already (a run resumed), and
+        for rounds, which are fitted to any time."""
+        if not the_plan.paired or _done_already(self.study, the_plan.run):
+            return ""
+        numbers = [t.number for t in the_plan.trials]
+        return _too_short(self.left(), _paired_fixed_s(rec.records(self.study), numbers))
+
     def paired(self, the_plan: Plan) -> str:
         """A paired confirmation: the baseline and the candidates in one trial process,
         each candidate's pairs decided by the engine (:mod:`autotune.trial._pairs`),
@@ -675,11 +698,9 @@ class Confirmation:
         numbers = [t.number for t in the_plan.trials]
         configs = [trials[n].config for n in numbers]
         rest, fixed = self.left(), _paired_fixed_s(trials, numbers)
+        if short := _too_short(rest, fixed):
+            return short
         max_s = PAIRED_MAX_S if rest is None else min(PAIRED_MAX_S, rest - fixed)
-        if max_s < MIN_PAIRED_S:  # as Schedule.start_s counts it
-            return (f"--budget left {max(rest, 0.0):.0f} s, less than a paired confirmation "
-                    f"needs to start (about {fixed + MIN_PAIRED_S:.0f} s: its warm-ups and "
-                    f"{MIN_PAIRED_S:g} s of pairs)")
         rule = Rule(margin=MARGIN, min_pairs=max(opts.confirm_rounds, MIN_PAIRS),
                     max_pairs=MAX_PAIRS, precision=opts.confirm_precision)
         trial_dir = opts.study_dir / "trials" / f"confirm-{the_plan.run}-paired"
