@@ -119,14 +119,15 @@ class Schedule:
         rec.store_study(study, control_claimed_at=time.time())
         return study.get_trials(deepcopy=False)[baseline_no]
 
-    def candidates(self) -> list[int]:
+    def candidates(self, records: list[TrialRecord] | None = None) -> list[int]:
         """The trials to confirm: the search front's ``confirm`` fastest besides the
         baseline, its knee and its default pick, up to ``confirm`` more that the search
         could not tell from its fastest (:func:`contenders`), and the baseline first.
-        Empty when there is nothing to compare."""
+        Empty when there is nothing to compare. ``records``: the study's, where the
+        caller has read them."""
         opts, study = self.opts, self.study
         s = StudyRecord.from_study(study)
-        trials, rows = _search_front(study, rec.records(study))
+        trials, rows = _search_front(study, rec.records(study) if records is None else records)
         picked = [r.trial for r in rows[:opts.confirm]] + \
             [r.trial for r in rows if "knee" in r.marks or r.default] + \
             contenders(trials, rows, s.budget_mib)[:opts.confirm]  # a short budget's first cut
@@ -146,7 +147,7 @@ class Schedule:
         if opts.confirm == 0:
             return 0.0
         trials = rec.records(study)
-        numbers = self.candidates()
+        numbers = self.candidates(trials)
         baseline = StudyRecord.from_study(study).baseline
         if not numbers:
             if not extra_s or baseline is None or not trials[baseline].complete:
@@ -164,11 +165,11 @@ class Schedule:
         """The least a confirmation of the front as it stands needs to start: a paired
         one its warm-ups and :data:`MIN_PAIRED_S` of pairs (:meth:`Confirmation.paired`
         starts none in less); rounds are fitted to any time (:func:`fitted`), 0."""
-        baseline = StudyRecord.from_study(self.study).baseline
-        numbers = self.candidates() or ([] if baseline is None else [baseline])
+        trials, baseline = rec.records(self.study), StudyRecord.from_study(self.study).baseline
+        numbers = self.candidates(trials) or ([] if baseline is None else [baseline])
         if not (self.opts.confirm and self.opts.paired_confirmation and numbers):
             return 0.0
-        return _paired_fixed_s(rec.records(self.study), numbers) + MIN_PAIRED_S
+        return _paired_start_s(trials, numbers)
 
     def plan_s(self, the_plan: Plan, overhead_s: float = 0.0) -> float:
         """The seconds ``the_plan`` takes, as :meth:`expected_s` counts them."""
@@ -325,15 +326,20 @@ def paired_s(trials: list[TrialRecord], numbers: list[int], overhead_s: float = 
     return _paired_fixed_s(trials, numbers) + pairs + overhead_s * len(numbers)
 
 
-def _too_short(rest: float | None, fixed: float) -> str:
-    """Why a paired confirmation cannot start with ``rest`` seconds of ``--budget``
-    left (None: no budget) and warm-ups of ``fixed`` seconds: it needs those and
-    :data:`MIN_PAIRED_S` of pairs (as :meth:`Schedule.start_s` counts); "" where it can."""
-    if rest is None or rest - fixed >= MIN_PAIRED_S:
+def _paired_start_s(trials: list[TrialRecord], numbers: list[int]) -> float:
+    """The least a paired confirmation of ``numbers`` needs to start: its warm-ups
+    and :data:`MIN_PAIRED_S` of pairs (:meth:`Confirmation.paired` starts none in less)."""
+    return _paired_fixed_s(trials, numbers) + MIN_PAIRED_S
+
+
+def _too_short(rest: float | None, need: float) -> str:
+    """Why a paired confirmation that needs ``need`` seconds to start
+    (:func:`_paired_start_s`) cannot with ``rest`` seconds of ``--budget`` left (None:
+    no budget); "" where it can."""
+    if rest is None or rest >= need:
         return ""
     return (f"--budget left {max(rest, 0.0):.0f} s, less than a paired confirmation needs "
-            f"to start (about {fixed + MIN_PAIRED_S:.0f} s: its warm-ups and "
-            f"{MIN_PAIRED_S:g} s of pairs)")
+            f"to start (about {need:.0f} s: its warm-ups and {MIN_PAIRED_S:g} s of pairs)")
 
 
 def _paired_fixed_s(trials: list[TrialRecord], numbers: list[int]) -> float:
@@ -596,14 +602,14 @@ class Confirmation:
         opts, study = self.opts, self.study
         with study_lock(opts.storage, study.study_name):
             first = self.plan(self.left())
-        window_s = self.search.pair_window_s() if first and first.paired and \
-            not self.cannot_start(first) else WINDOW_S
-        the_plan, cut = first, ""
+        the_plan, cut, window_s = first, "", None  # the load is looked at once, if needed
         for _ in range(FOLLOW_UPS + 1):
             if the_plan is None:
                 break
-            the_plan = dataclasses.replace(the_plan, window_s=window_s)
             cut = self.cannot_start(the_plan)  # said as cut short, not announced
+            if window_s is None and the_plan.paired and not cut:
+                window_s = self.search.pair_window_s()
+            the_plan = dataclasses.replace(the_plan, window_s=window_s or WINDOW_S)
             if on_plan is not None and not cut:
                 on_plan(the_plan)
             try:
@@ -683,7 +689,7 @@ class Confirmation:
         if not the_plan.paired or _done_already(self.study, the_plan.run):
             return ""
         numbers = [t.number for t in the_plan.trials]
-        return _too_short(self.left(), _paired_fixed_s(rec.records(self.study), numbers))
+        return _too_short(self.left(), _paired_start_s(rec.records(self.study), numbers))
 
     def paired(self, the_plan: Plan) -> str:
         """A paired confirmation: the baseline and the candidates in one trial process,
@@ -698,7 +704,7 @@ class Confirmation:
         numbers = [t.number for t in the_plan.trials]
         configs = [trials[n].config for n in numbers]
         rest, fixed = self.left(), _paired_fixed_s(trials, numbers)
-        if short := _too_short(rest, fixed):
+        if short := _too_short(rest, _paired_start_s(trials, numbers)):
             return short
         max_s = PAIRED_MAX_S if rest is None else min(PAIRED_MAX_S, rest - fixed)
         rule = Rule(margin=MARGIN, min_pairs=max(opts.confirm_rounds, MIN_PAIRS),
