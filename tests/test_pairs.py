@@ -390,3 +390,40 @@ def test_a_budget_whose_share_cannot_start_a_confirmation_keeps_none_for_it(budg
     else:
         assert "a confirmation needs about 0:15 to start now" in note, note
         assert "none is kept" in note and "(--budget 1:00 or more keeps time for one)" in note
+
+
+@pytest.mark.parametrize("budget, said", [
+    (None, "7 more trials like it, then a confirmation of up to 4 measurements take about"),
+    (40.0, "7 more trials like it take about"), (400.0, "then a confirmation of up to 4")])
+def test_the_estimate_counts_a_confirmation_only_where_one_is_to_come(budget, said):
+    """After the baseline, the estimate counts the confirmation's measurements only
+    where one is to come: with --n-trials and a --budget too short to keep time for
+    one (Clock.reserve keeps none), it counts the trials only."""
+    from types import SimpleNamespace
+
+    from autotune.study._clock import Clock
+
+    opts = SimpleNamespace(budget=budget, timeout=None, confirm=1, max_trials=8,
+                           confirmation_size=lambda: 4)
+    schedule = SimpleNamespace(opts=opts, start_s=lambda: 15.0,
+                               expected_s=lambda extra_s=0.0, overhead_s=0.0: 30.0)
+    clock = Clock(schedule, done_at_start=0)
+    clock.durations.append(5.0)  # the baseline, the run's first measurement
+    note = clock.estimate_note(1)
+    assert note.startswith("estimate: the baseline took 0:0") and said in note, note
+    clock.durations.append(5.0)
+    assert clock.estimate_note(2) is None  # said once, after the run's first measurement
+
+
+def test_a_ticker_given_the_confirmation_size_still_works_with_a_warning():
+    """Ticker's third argument, the confirmation's size, which its estimate line once
+    read, is no longer read (the search says the estimate as a note): passing it
+    still works, with a FutureWarning."""
+    import io
+
+    from autotune.study import Ticker
+
+    with pytest.warns(FutureWarning, match="no longer read"):
+        ticker = Ticker(io.StringIO(), None, 8)
+    ticker.note("a note")
+    assert ticker.stream.getvalue() == "a note\n"

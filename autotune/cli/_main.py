@@ -330,8 +330,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                           on_trial_done=save_study_note)
     if args.format == "table":
         print(search_header(plan))
-        ticker = Ticker(sys.stdout, baseline_record(plan.study),
-                        plan.options.confirmation_size())
+        ticker = Ticker(sys.stdout, baseline_record(plan.study))
         plan = dataclasses.replace(plan, progress=ticker.done, on_trial_start=ticker.start,
                                    on_note=ticker.note)
     try:

@@ -313,7 +313,7 @@ def _printed(study: optuna.Study, opts: SearchOptions, progress: Progress | bool
         return progress or None, on_trial_start, None
     import sys
 
-    ticker = Ticker(sys.stderr, baseline_record(study), opts.confirmation_size())
+    ticker = Ticker(sys.stderr, baseline_record(study))
     return ticker.done, on_trial_start or ticker.start, ticker.note
 
 

@@ -3,10 +3,11 @@ running one, less the seconds kept for the confirmation; and the ETA the progres
 lines show."""
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
-from autotune.env import clock as clock_text
+from autotune.env import clock as clock_text, plural
 from autotune.study._confirm import Schedule
 from autotune.study._options import BUDGET_SHARE
 from autotune.study._records import TrialRecord
@@ -83,6 +84,26 @@ class Clock:
                     f"{clock_text(reserve)}, at most {BUDGET_SHARE:.0%} of the "
                     "budget)")
         return False
+
+    def keeps_confirmation(self) -> bool:
+        """Whether a confirmation is to come: one is asked for (``--confirm``), and a
+        ``budget`` keeps time for it (:meth:`reserve`)."""
+        return bool(self.opts.confirm) and (self.opts.budget is None or
+                                            self.reserve(ahead=1) > 0)
+
+    def estimate_note(self, n_total: int) -> str | None:
+        """After the baseline, the run's first measurement: what the trials left take at
+        its pace, and the confirmation, where one is to come and the trials are
+        counted (``--n-trials``)."""
+        left = self.opts.max_trials - n_total
+        if len(self.durations) != 1 or not 0 < left < math.inf:
+            return None
+        size = self.opts.confirmation_size() if self.keeps_confirmation() else 0
+        then = f", then a confirmation of up to {plural(size, 'measurement')}" if size else ""
+        take = "takes" if left == 1 and not size else "take"
+        return (f"estimate: the baseline took {clock_text(self.elapsed())}; "
+                f"{plural(left, 'more trial')} like it{then} {take} about "
+                f"{clock_text(self.eta(n_total))} (compiling and guard training take longer)")
 
     def budget_note(self) -> str | None:
         """After the baseline: how the budget will be spent, or a warning that what is

@@ -4,6 +4,7 @@ formats those lines share with the renderer above (ratios, precisions). Imports
 neither torch nor PyG."""
 from __future__ import annotations
 
+import warnings
 from typing import TextIO
 
 from autotune.config import short
@@ -100,10 +101,13 @@ class Ticker:
 
     CLEAR = "\r\x1b[2K"
 
-    def __init__(self, stream: TextIO, base=None, confirmation: int = 0) -> None:
-        self.stream, self.base, self.estimated = stream, base, False
+    def __init__(self, stream: TextIO, base=None, confirmation: int | None = None) -> None:
+        if confirmation is not None:
+            warnings.warn("Ticker(confirmation=) is no longer read: the search prints its "
+                          "estimate after the baseline as a note (Ticker.note)", FutureWarning,
+                          stacklevel=2)
+        self.stream, self.base = stream, base
         self.terminal = stream.isatty()
-        self.confirmation = confirmation  # the confirmation's measurements at most
 
     def start(self, number: int, config) -> None:
         line = f"  -> #{number:<3} measuring {short(config.to_dict())} ..."
@@ -115,14 +119,6 @@ class Ticker:
         print((self.CLEAR if self.terminal else "") +
               progress_line(n, total, record, elapsed, eta, self.base), file=self.stream,
               flush=True)
-        if record.baseline and not self.estimated and n < total != float("inf"):
-            confirm = f", then a confirmation of up to " \
-                f"{plural(self.confirmation, 'measurement')} " \
-                if self.confirmation else " "
-            print(f"estimate: the baseline took {clock(elapsed)}; {total - n} more trials like "
-                  f"it{confirm}take about {clock(eta)} (compiling and guard training take "
-                  "longer)", file=self.stream, flush=True)
-        self.estimated = True
 
     def note(self, text: str) -> None:
         print(text, file=self.stream, flush=True)

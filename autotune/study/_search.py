@@ -153,10 +153,14 @@ class Search:
         self.clock.measured(record)
         if self.on_trial_done is not None:
             self.on_trial_done(self.study)
+        if self.progress is None and not record.baseline:
+            return
+        n_total = self.counted()
         if self.progress is not None:
-            n_total = self.counted()
             self.progress(n_total, self.opts.max_trials, record, self.clock.elapsed(),
                           self.clock.eta(n_total))
+        if record.baseline and record.complete:
+            self.note(self.clock.estimate_note(n_total))
 
     def note(self, text: str | None) -> None:
         if text and self.on_note is not None:
