@@ -206,10 +206,11 @@ def test_the_reserve_counts_each_config_at_its_own_pace():
     from types import SimpleNamespace
 
     from autotune.specs import MeasureSpec
-    from autotune.study._confirm import _seconds, baseline_precision, fitted
+    from autotune.study._confirm import Schedule
     from autotune.study import TrialRecord
 
     opts = SimpleNamespace(measure=MeasureSpec(precision=0.03), confirm=3, confirm_rounds=3)
+    schedule = Schedule(opts, study=None)  # its policies read the options only
     base = TrialRecord(0, "complete", (5_702.0, 4220.0), role="baseline",
                        measured_at=(0.0, 108.0), window=WindowStats(wall_s=60.0,
                                                                     precision=0.053))
@@ -218,17 +219,17 @@ def test_the_reserve_counts_each_config_at_its_own_pace():
     near = TrialRecord(2, "complete", (7_000.0, 3122.0), measured_at=(120.0, 150.0),
                        window=WindowStats(wall_s=20.0, precision=0.03))
     trials = [base, fast, near]
-    assert baseline_precision(opts, trials, [0, 1]) == 0.20
-    assert baseline_precision(opts, trials, [0, 1, 2]) == 0.03  # a candidate near 1x
-    per_round, base_s = _seconds(opts, trials, [0, 1])
+    assert schedule.baseline_precision(trials, [0, 1]) == 0.20
+    assert schedule.baseline_precision(trials, [0, 1, 2]) == 0.03  # a candidate near 1x
+    per_round, base_s = schedule.seconds(trials, [0, 1])
     assert base_s == pytest.approx(48 + 60 * (0.053 / 0.20) ** 2)
     # the candidate's 2 s window at 3% shrinks at 10% to the 1 s least a window takes
     assert per_round == pytest.approx(base_s + 4 - 2 + 1)
     # what 75 s (a quarter of 5 minutes) holds: one round and the closing baseline
-    assert fitted(opts, trials, [0, 1], 75.0) == ([0, 1], 1)
-    assert fitted(opts, trials, [0, 1], None) == ([0, 1], confirm_module.FAR_ROUNDS)
-    assert fitted(opts, trials, [0, 2], None) == ([0, 2], 3)  # near 1x: the rounds asked
-    assert fitted(opts, trials, [0, 1, 2], 80.0)[0] == [0, 1]  # the last one goes first
+    assert schedule.fitted(trials, [0, 1], 75.0) == ([0, 1], 1)
+    assert schedule.fitted(trials, [0, 1], None) == ([0, 1], confirm_module.FAR_ROUNDS)
+    assert schedule.fitted(trials, [0, 2], None) == ([0, 2], 3)  # near 1x: the rounds asked
+    assert schedule.fitted(trials, [0, 1, 2], 80.0)[0] == [0, 1]  # the last one goes first
 
 
 def test_the_h200s_confirmation_keeps_five_rounds_of_its_fastest_config():
@@ -239,10 +240,11 @@ def test_the_h200s_confirmation_keeps_five_rounds_of_its_fastest_config():
     the fastest alone, which the confirmation keeps."""
     from types import SimpleNamespace
 
-    from autotune.study._confirm import FAR_ROUNDS, _seconds, fitted
+    from autotune.study._confirm import FAR_ROUNDS, Schedule
     from autotune.study import TrialRecord
 
     opts = SimpleNamespace(measure=MeasureSpec(precision=0.03), confirm=3, confirm_rounds=3)
+    schedule = Schedule(opts, study=None)
     base = TrialRecord(0, "complete", (7_403.0, 3976.0), role="baseline",
                        measured_at=(0.0, 84.0), phases_s={"startup": 18.3},
                        window=WindowStats(wall_s=60.1, precision=0.047))
@@ -252,12 +254,12 @@ def test_the_h200s_confirmation_keeps_five_rounds_of_its_fastest_config():
     lean = TrialRecord(2, "complete", (197_621.0, 1416.0), measured_at=(100.0, 104.0),
                        phases_s={"startup": 0.01}, window=WindowStats(wall_s=1.7, precision=0.03))
     trials = [base, fastest, lean]
-    per_round, base_s = _seconds(opts, trials, [0, 1, 2], overhead_s=0.5)
+    per_round, base_s = schedule.seconds(trials, [0, 1, 2], overhead_s=0.5)
     assert base_s == pytest.approx(0.5 + 84 - 18.3 + 0.01 - 60.1 + 60.1 * (0.047 / 0.2) ** 2)
     assert per_round == pytest.approx(base_s + (0.5 + 8 - 6.5 + 1) + (0.5 + 4 - 1.7 + 1))
     assert int((75.0 - base_s) // per_round) == 4
-    assert fitted(opts, trials, [0, 1, 2], 75.0, overhead_s=0.5) == ([0, 1], FAR_ROUNDS)
-    assert fitted(opts, trials, [0, 1, 2], 200.0, overhead_s=0.5) == ([0, 1, 2], FAR_ROUNDS)
+    assert schedule.fitted(trials, [0, 1, 2], 75.0, overhead_s=0.5) == ([0, 1], FAR_ROUNDS)
+    assert schedule.fitted(trials, [0, 1, 2], 200.0, overhead_s=0.5) == ([0, 1, 2], FAR_ROUNDS)
 
 
 def test_a_control_beside_a_far_faster_front_measures_the_baseline_loosely():
@@ -266,17 +268,18 @@ def test_a_control_beside_a_far_faster_front_measures_the_baseline_loosely():
     fastest config so far is FAR_AHEAD of the baseline, a control asks for 20%."""
     from types import SimpleNamespace
 
-    from autotune.study._confirm import control_spec
+    from autotune.study._confirm import Schedule
     from autotune.study import TrialRecord
 
-    opts = SimpleNamespace(measure=MeasureSpec(precision=0.03, max_window_s=60.0))
+    schedule = Schedule(SimpleNamespace(measure=MeasureSpec(precision=0.03, max_window_s=60.0)),
+                        study=None)
     base = TrialRecord(0, "complete", (5_702.0, 4220.0), role="baseline")
     near = TrialRecord(1, "complete", (7_000.0, 3122.0))
     fast = TrialRecord(2, "complete", (28 * 5_702.0, 6348.0))
     failed = TrialRecord(3, "fail")
-    assert control_spec(opts, [base], 0).precision == 0.03
-    assert control_spec(opts, [base, near, failed], 0).precision == 0.03
-    spec = control_spec(opts, [base, near, fast, failed], 0)
+    assert schedule.control_spec([base], 0).precision == 0.03
+    assert schedule.control_spec([base, near, failed], 0).precision == 0.03
+    spec = schedule.control_spec([base, near, fast, failed], 0)
     assert spec.precision == confirm_module.LOOSE_PRECISION
     assert spec.max_window_s == 60.0  # the rest of the search's spec kept
 

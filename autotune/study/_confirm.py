@@ -94,7 +94,10 @@ Left = Callable[[], "float | None"]  # the seconds left of --budget (None: no bu
 class Schedule:
     """When and what a search measures beside its trials, read from its ``study``
     under its options: whether a control is due, the configs a confirmation would
-    take now, and the seconds it and a plan of it take."""
+    take now, and the seconds it and a plan of it take; and how it measures them,
+    which its options alone decide (a control's spec, the precisions and rounds a
+    confirmation asks, the rounds a budget holds: these read the records they are
+    given, not the study)."""
 
     opts: SearchOptions
     study: optuna.Study
@@ -140,7 +143,7 @@ class Schedule:
     def expected_s(self, extra_s: float = 0.0, overhead_s: float = 0.0) -> float:
         """The seconds the confirmation of the study's front as it stands takes, each
         config measured as long as its own trial took (the baseline at the precision
-        :func:`baseline_precision` asks) and stored in ``overhead_s``; ``extra_s``: a
+        :meth:`baseline_precision` asks) and stored in ``overhead_s``; ``extra_s``: a
         candidate more, of that many seconds, where the front has room for one (a trial
         about to run may join it)."""
         opts, study = self.opts, self.study
@@ -158,13 +161,13 @@ class Schedule:
             return paired_s(trials, numbers, overhead_s) + more
         room = len(numbers) - 1 < opts.confirm + 2  # the fastest N, the knee, the default
         extra = extra_s if room else 0.0
-        per_round, base_s = _seconds(opts, trials, numbers, extra, overhead_s)
-        return rounds_asked(opts, trials, numbers) * per_round + base_s
+        per_round, base_s = self.seconds(trials, numbers, extra, overhead_s)
+        return self.rounds_asked(trials, numbers) * per_round + base_s
 
     def start_s(self) -> float:
         """The least a confirmation of the front as it stands needs to start: a paired
         one its warm-ups and :data:`MIN_PAIRED_S` of pairs (:meth:`Confirmation.paired`
-        starts none in less); rounds are fitted to any time (:func:`fitted`), 0."""
+        starts none in less); rounds are fitted to any time (:meth:`fitted`), 0."""
         trials, baseline = rec.records(self.study), StudyRecord.from_study(self.study).baseline
         numbers = self.candidates(trials) or ([] if baseline is None else [baseline])
         if not (self.opts.confirm and self.opts.paired_confirmation and numbers):
@@ -176,21 +179,82 @@ class Schedule:
         trials, numbers = rec.records(self.study), [t.number for t in the_plan.trials]
         if the_plan.paired:
             return paired_s(trials, numbers, overhead_s, the_plan.window_s)
-        per_round, base_s = _seconds(self.opts, trials, numbers, overhead_s=overhead_s)
+        per_round, base_s = self.seconds(trials, numbers, overhead_s=overhead_s)
         return the_plan.rounds * per_round + base_s
 
+    def control_spec(self, trials: list[TrialRecord], baseline_no: int) -> MeasureSpec:
+        """How a control measures the baseline: as the confirmation does beside the
+        fastest config so far (:meth:`baseline_precision`), loosely where that one is
+        :data:`FAR_AHEAD` of it. A drift of a few percent in a baseline 20 times slower
+        than the front moves no decision, and on a GPU a control at the search's
+        precision ran its whole window out (docs/gpu.md)."""
+        fastest = rec.fastest_fitting(trials)
+        numbers = [baseline_no] + ([fastest.number] if fastest is not None else [])
+        return dataclasses.replace(self.opts.measure,
+                                   precision=self.baseline_precision(trials, numbers))
 
-def control_spec(opts: SearchOptions, trials: list[TrialRecord], baseline_no: int
-                 ) -> MeasureSpec:
-    """How a control measures the baseline: as the confirmation does beside the
-    fastest config so far (:func:`baseline_precision`), loosely where that one is
-    :data:`FAR_AHEAD` of it. A drift of a few percent in a baseline 20 times slower
-    than the front moves no decision, and on a GPU a control at the search's
-    precision ran its whole window out (docs/gpu.md)."""
-    fastest = rec.fastest_fitting(trials)
-    numbers = [baseline_no] + ([fastest.number] if fastest is not None else [])
-    return dataclasses.replace(opts.measure,
-                               precision=baseline_precision(opts, trials, numbers))
+    def baseline_precision(self, trials: list[TrialRecord], numbers: list[int]) -> float:
+        """The precision the confirmation asks of the baseline (``numbers[0]``) beside the
+        candidates (``numbers[1:]``): the search's, or :data:`LOOSE_PRECISION` where they
+        are :func:`far_ahead` of it."""
+        if far_ahead(trials, numbers):
+            return max(self.opts.measure.precision, LOOSE_PRECISION)
+        return self.opts.measure.precision
+
+    def candidate_precision(self, trials: list[TrialRecord], numbers: list[int]
+                            ) -> float | None:
+        """The precision the confirmation asks of each candidate: :data:`LOOSE_CANDIDATE`
+        where they are :func:`far_ahead` of the baseline, else None (the search's, each
+        measured as long as its own trial took)."""
+        if far_ahead(trials, numbers):
+            return max(self.opts.measure.precision, LOOSE_CANDIDATE)
+        return None
+
+    def rounds_asked(self, trials: list[TrialRecord], numbers: list[int]) -> int:
+        """The confirmation's rounds: ``--confirm-rounds``, and :data:`FAR_ROUNDS` at least
+        where the candidates are :func:`far_ahead` of the baseline. On a GPU such configs
+        and a CPU-sampling baseline drift between rounds (docs/gpu.md), and a t-interval
+        on three rounds is twice as wide as one on five (4.3 / √3 against 2.8 / √5): the
+        loose windows pay for the two more."""
+        if far_ahead(trials, numbers):
+            return max(self.opts.confirm_rounds, FAR_ROUNDS)
+        return self.opts.confirm_rounds
+
+    def seconds(self, trials: list[TrialRecord], numbers: list[int], extra_s: float = 0.0,
+                overhead_s: float = 0.0) -> tuple[float, float]:
+        """(a round, the baseline's measurement) of a confirmation of ``numbers`` (the
+        baseline first), with ``extra_s`` for one candidate more; ``overhead_s``: what
+        storing a measurement takes beside it, each."""
+        startup, each = _startup_s(trials), self.candidate_precision(trials, numbers)
+        base_s = self.again_s(trials[numbers[0]], self.baseline_precision(trials, numbers),
+                              startup, overhead_s)
+        return base_s + extra_s + sum(self.again_s(trials[n], each, startup, overhead_s)
+                                      for n in numbers[1:]), base_s
+
+    def again_s(self, record: TrialRecord, precision: float | None, startup_s: float | None,
+                overhead_s: float) -> float:
+        """Measuring ``record``'s config again to ``precision`` (:func:`measurement_s`),
+        and storing it."""
+        return overhead_s + measurement_s(record, precision, self.opts.measure.min_window_s,
+                                          startup_s)
+
+    def fitted(self, trials: list[TrialRecord], numbers: list[int], rest: float | None,
+               overhead_s: float = 0.0) -> tuple[list[int], int]:
+        """The candidates (``numbers``, the baseline first) and rounds that ``rest``
+        seconds of the budget hold, closing baseline included: fewer rounds first (one
+        at least; :data:`FAR_ROUNDS` beside candidates :func:`far_ahead` of the
+        baseline, whose interval only rounds narrow), then fewer candidates (the last,
+        the knee or the slowest, first; the fastest stays)."""
+        if rest is None:
+            return numbers, self.rounds_asked(trials, numbers)
+        while True:
+            rounds = self.rounds_asked(trials, numbers)
+            least = FAR_ROUNDS if far_ahead(trials, numbers) else 1
+            per_round, base_s = self.seconds(trials, numbers, overhead_s=overhead_s)
+            fit = int((rest - base_s) // per_round) if per_round > 0 else rounds
+            if fit >= least or len(numbers) <= 2:
+                return numbers, max(1, min(rounds, fit))
+            numbers = numbers[:-1]
 
 
 def paired_figure(study: optuna.Study, result: TrialResult, started: float) -> dict | None:
@@ -216,7 +280,7 @@ class Plan:
     run: int
     trials: tuple[FrozenTrial, ...]
     rounds: int
-    asked: int  # the rounds asked (:func:`rounds_asked`), of which ``rounds`` fit
+    asked: int  # the rounds asked (:meth:`Schedule.rounds_asked`), of which ``rounds`` fit
     resumed: bool = False  # a run stopped before its end, going on
     paired: bool = False  # one paired trial (autotune.trial._pairs), not rounds
     window_s: float = WINDOW_S  # a paired trial's windows (Searching.pair_window_s)
@@ -238,37 +302,6 @@ def far_ahead(trials: list[TrialRecord], numbers: list[int]) -> bool:
     ratios = [trials[n].throughput / base for n in numbers[1:]
               if base and trials[n].throughput]
     return bool(ratios) and min(ratios) >= FAR_AHEAD
-
-
-def baseline_precision(opts: SearchOptions, trials: list[TrialRecord],
-                       numbers: list[int]) -> float:
-    """The precision the confirmation asks of the baseline (``numbers[0]``) beside the
-    candidates (``numbers[1:]``): the search's, or :data:`LOOSE_PRECISION` where they
-    are :func:`far_ahead` of it."""
-    if far_ahead(trials, numbers):
-        return max(opts.measure.precision, LOOSE_PRECISION)
-    return opts.measure.precision
-
-
-def candidate_precision(opts: SearchOptions, trials: list[TrialRecord],
-                        numbers: list[int]) -> float | None:
-    """The precision the confirmation asks of each candidate: :data:`LOOSE_CANDIDATE`
-    where they are :func:`far_ahead` of the baseline, else None (the search's, each
-    measured as long as its own trial took)."""
-    if far_ahead(trials, numbers):
-        return max(opts.measure.precision, LOOSE_CANDIDATE)
-    return None
-
-
-def rounds_asked(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int]) -> int:
-    """The confirmation's rounds: ``--confirm-rounds``, and :data:`FAR_ROUNDS` at least
-    where the candidates are :func:`far_ahead` of the baseline. On a GPU such configs
-    and a CPU-sampling baseline drift between rounds (docs/gpu.md), and a t-interval
-    on three rounds is twice as wide as one on five (4.3 / √3 against 2.8 / √5): the
-    loose windows pay for the two more."""
-    if far_ahead(trials, numbers):
-        return max(opts.confirm_rounds, FAR_ROUNDS)
-    return opts.confirm_rounds
 
 
 def measurement_s(record: TrialRecord, precision: float | None = None,
@@ -295,25 +328,6 @@ def _startup_s(trials: list[TrialRecord]) -> float | None:
     starts = [t.phases_s["startup"] for t in trials[1:]
               if t.measured_at and "startup" in t.phases_s]
     return statistics.median_high(starts) if starts else None
-
-
-def _seconds(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],
-             extra_s: float = 0.0, overhead_s: float = 0.0) -> tuple[float, float]:
-    """(a round, the baseline's measurement) of a confirmation of ``numbers`` (the
-    baseline first), with ``extra_s`` for one candidate more; ``overhead_s``: what
-    storing a measurement takes beside it, each."""
-    startup, each = _startup_s(trials), candidate_precision(opts, trials, numbers)
-    base_s = _again_s(opts, trials[numbers[0]], baseline_precision(opts, trials, numbers),
-                      startup, overhead_s)
-    return base_s + extra_s + sum(_again_s(opts, trials[n], each, startup, overhead_s)
-                                  for n in numbers[1:]), base_s
-
-
-def _again_s(opts: SearchOptions, record: TrialRecord, precision: float | None,
-             startup_s: float | None, overhead_s: float) -> float:
-    """Measuring ``record``'s config again to ``precision`` (:func:`measurement_s`),
-    and storing it."""
-    return overhead_s + measurement_s(record, precision, opts.measure.min_window_s, startup_s)
 
 
 def paired_s(trials: list[TrialRecord], numbers: list[int], overhead_s: float = 0.0,
@@ -397,25 +411,6 @@ def moved_knee(study: optuna.Study) -> int | None:
             not any(m.startswith("unconfirmed") for m in knee.marks):
         return None
     return knee.trial
-
-
-def fitted(opts: SearchOptions, trials: list[TrialRecord], numbers: list[int],
-           rest: float | None, overhead_s: float = 0.0) -> tuple[list[int], int]:
-    """The candidates (``numbers``, the baseline first) and rounds that ``rest``
-    seconds of the budget hold, closing baseline included: fewer rounds first (one
-    at least; :data:`FAR_ROUNDS` beside candidates :func:`far_ahead` of the
-    baseline, whose interval only rounds narrow), then fewer candidates (the last,
-    the knee or the slowest, first; the fastest stays)."""
-    if rest is None:
-        return numbers, rounds_asked(opts, trials, numbers)
-    while True:
-        rounds = rounds_asked(opts, trials, numbers)
-        least = FAR_ROUNDS if far_ahead(trials, numbers) else 1
-        per_round, base_s = _seconds(opts, trials, numbers, overhead_s=overhead_s)
-        fit = int((rest - base_s) // per_round) if per_round > 0 else rounds
-        if fit >= least or len(numbers) <= 2:
-            return numbers, max(1, min(rounds, fit))
-        numbers = numbers[:-1]
 
 
 def unfinished(study: optuna.Study, grace_s: float | None = None) -> dict | None:
@@ -636,7 +631,7 @@ class Confirmation:
         that no other worker runs it too; None when it is off, nothing is to be
         confirmed, search trials are still running elsewhere, or a confirmation
         started after the last search trial ended. ``rest``: the budget's seconds
-        left, which the plan's rounds and candidates are :func:`fitted` to."""
+        left, which the plan's rounds and candidates are :meth:`Schedule.fitted` to."""
         opts, study = self.opts, self.study
         if opts.confirm == 0:
             return None
@@ -658,13 +653,13 @@ class Confirmation:
         return self.claim(numbers, rest)
 
     def claim(self, numbers: list[int], rest: float | None = None, **extra: Any) -> Plan:
-        """Stores a new confirmation run of ``numbers`` (its rounds :func:`fitted` to
+        """Stores a new confirmation run of ``numbers`` (its rounds :meth:`Schedule.fitted` to
         ``rest``; ``extra``: more of its fields, ``paired=True`` for a paired one) and
         returns its plan."""
         opts, study = self.opts, self.study
         trials = rec.records(study)
-        numbers, rounds = fitted(opts, trials, numbers, rest, self.overhead_s)
-        asked = rounds_asked(opts, trials, numbers)
+        numbers, rounds = self.schedule.fitted(trials, numbers, rest, self.overhead_s)
+        asked = self.schedule.rounds_asked(trials, numbers)
         runs = StudyRecord.from_study(study).confirmations
         frozen = study.get_trials(deepcopy=False)
         rec.store_study(study, confirmations=[*runs, {
@@ -744,19 +739,21 @@ class Confirmation:
     def rounds(self, the_plan: Plan) -> str:
         """One confirmation's rounds, then :meth:`more_rounds`; why it stopped early
         ("" when it ran them all). The baseline is measured to
-        :func:`baseline_precision`, the candidates to :func:`candidate_precision`."""
+        :meth:`Schedule.baseline_precision`, the candidates to
+        :meth:`Schedule.candidate_precision`."""
         opts, trials = self.opts, rec.records(self.study)
         numbers = [t.number for t in the_plan.trials]
-        per_round, base_s = _seconds(opts, trials, numbers, overhead_s=self.overhead_s)
+        schedule = self.schedule
+        per_round, base_s = schedule.seconds(trials, numbers, overhead_s=self.overhead_s)
         startup = _startup_s(trials)
-        base_spec = dataclasses.replace(opts.measure, precision=baseline_precision(
-            opts, trials, numbers))
-        each = candidate_precision(opts, trials, numbers)
+        base_spec = dataclasses.replace(opts.measure,
+                                        precision=schedule.baseline_precision(trials, numbers))
+        each = schedule.candidate_precision(trials, numbers)
         spec = opts.measure if each is None else dataclasses.replace(opts.measure,
                                                                      precision=each)
 
         def own(of: FrozenTrial) -> float:
-            return _again_s(opts, trials[of.number], each, startup, self.overhead_s)
+            return schedule.again_s(trials[of.number], each, startup, self.overhead_s)
 
         measured = _done_already(self.study, the_plan.run)  # a resumed run's
         for round_, of in the_plan.schedule():

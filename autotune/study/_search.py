@@ -614,7 +614,7 @@ class Search:
         result, where, _ = self.measure(
             self.baseline, trial_dir, f"a control of study {study.study_name}",
             self.clock.reserve(ahead=1),
-            self.busy_spec(confirmation.control_spec(opts, rec.records(study), of.number)))
+            self.busy_spec(self.schedule.control_spec(rec.records(study), of.number)))
         record = confirmation.record_of(result, where, role="control", paired=(
             confirmation.paired_figure(study, result, where["measured_at"][0])))
         self.outcome.controls += 1
