@@ -427,3 +427,32 @@ def test_a_ticker_given_the_confirmation_size_still_works_with_a_warning():
         ticker = Ticker(io.StringIO(), None, 8)
     ticker.note("a note")
     assert ticker.stream.getvalue() == "a note\n"
+
+
+@pytest.mark.parametrize("stopped, said", [
+    ("time", "±{w}% > ±10% after 24 pairs, when the confirmation's time for pairs ran out; "
+             "about {n} pairs would reach ±10% at their spread"),
+    ("pairs spent", "after 24 pairs, when the pairs it may take were spent; about {n} pairs"),
+    ("decided", "pairs disagree: ±{w}% > ±10%")])
+def test_a_candidate_short_of_its_precision_says_whether_its_pairs_ran_out(stopped, said):
+    """A paired candidate left wider than --confirm-precision because the
+    confirmation's time (or its pairs) ran out says so, and how many pairs at their
+    spread would have confirmed it; its pairs did not disagree, there were too few."""
+    from autotune.compare import pair_noise, pairs_to_tell
+    from autotune.study import TrialRecord
+
+    ratios = [2.0 * f for f in (0.8, 1.25, 0.9, 1.15) * 6]
+    base = TrialRecord(0, "complete", (100.0, 1.0), role="baseline")
+    trials = [base] + [
+        TrialRecord(n, "complete", (rate, 1.0), role="confirmation",
+                    confirm={"run": 0, "round": 0, "of": of, "pairs": figure})
+        for n, of, rate, figure in [
+            (1, 0, 100.0, {"rates": [100.0] * 24, "stopped": "max-seconds"}),
+            (2, 5, 200.0, {"rates": [200.0] * 24, "ratios": ratios, "stopped": stopped,
+                           "half_widths": [0.02] * 24})]]
+    figure = confirmed(trials)[5]
+    need = pairs_to_tell(1.1, pair_noise([ratios]), Rule(min_pairs=24, max_pairs=200))
+    assert need is not None and need > 24
+    why = figure.why_not(0.10)
+    assert said.format(w=f"{100 * figure.interval:.1f}", n=need) in why, why
+    assert ("would reach" in why) == (stopped != "decided"), why

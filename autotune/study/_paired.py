@@ -19,13 +19,17 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
-from autotune.compare import CONFIDENCE, Comparison, Decision, Rule, Verdict, t_quantile, \
-    verdict_of
+from autotune.compare import CONFIDENCE, Comparison, Decision, Rule, Verdict, pair_noise, \
+    pairs_to_tell, t_quantile, verdict_of
 from autotune.env import plural
 from autotune.trial import Load, ratio_half_width
 from autotune.study._records import TrialRecord
 
 MARGIN = 0.02  # a speed-up within this of another's is a tie (autotune.compare.Rule)
+# why a paired candidate's pairs ended short of its precision, where no more were taken
+RAN_OUT = {"time": "the confirmation's time for pairs ran out",
+           "pairs spent": "the pairs it may take were spent"}
+REACH_PAIRS = 200  # the most pairs a "would reach" count looks at
 
 
 def baseline_of(trials: Iterable[TrialRecord]) -> int | None:
@@ -101,6 +105,7 @@ class Confirmed:
     unit: str = "round"  # what ``rounds`` counts: rounds of trials, or a paired trial's pairs
     slower_than: int | None = None  # racing dropped it: its interval lies under this one's
     at: tuple[int, ...] = ()  # the round (or pair) of each of ``ratios``
+    stopped: str = ""  # a paired candidate's: why its pairs ended ("time", "pairs spent", ...)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,10 +122,23 @@ class Confirmed:
         if self.interval > within and self.slower_than is not None:
             return (f"slower than #{self.slower_than}, measured no further after "
                     f"{self.count()} (±{100 * self.interval:.1f}%){busy}")
+        if self.interval > within and self.stopped in RAN_OUT:
+            return (f"±{100 * self.interval:.1f}% > ±{100 * within:g}% after "
+                    f"{self.count()}, when {RAN_OUT[self.stopped]}{self.reach(within)}{busy}")
         if self.interval > within:
             return (f"{self.unit}s disagree: ±{100 * self.interval:.1f}% > "
                     f"±{100 * within:g}%{busy}")
         return ""
+
+    def reach(self, within: float) -> str:
+        """``; about N pairs would reach ±W% at their spread``, the engine's count at
+        its ratios' spread (:func:`autotune.compare.pairs_to_tell`); "" where none
+        would within :data:`REACH_PAIRS`, or the spread is unknown."""
+        noise = pair_noise([list(self.ratios)])
+        n = pairs_to_tell(1 + within, noise, Rule(min_pairs=max(self.rounds, 2),
+                                                  max_pairs=REACH_PAIRS)) if noise else None
+        return "" if n is None else \
+            f"; about {n} {self.unit}s would reach ±{100 * within:g}% at their spread"
 
     def count(self) -> str:
         """Its rounds (or pairs) in words: ``3 rounds``, ``11 pairs``."""
@@ -209,7 +227,8 @@ def _from_pairs(measured: list[TrialRecord], base: int | None,
             number, len(ratios), d.speedup, d.half_width, t.throughput,
             _spread(list(rates)) if len(rates) > 1 else None, t.memory_mib, tuple(ratios),
             (t.number,), low=d.low, high=d.high, unit="pair",
-            slower_than=figure.get("slower_than"), at=tuple(range(len(ratios))))
+            slower_than=figure.get("slower_than"), at=tuple(range(len(ratios))),
+            stopped=figure.get("stopped", ""))
     return out
 
 
