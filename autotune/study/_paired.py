@@ -135,8 +135,9 @@ class Confirmed:
         its ratios' spread (:func:`autotune.compare.pairs_to_tell`); "" where none
         would within :data:`REACH_PAIRS`, or the spread is unknown."""
         noise = pair_noise([list(self.ratios)])
-        n = pairs_to_tell(1 + within, noise, Rule(min_pairs=max(self.rounds, 2),
-                                                  max_pairs=REACH_PAIRS)) if noise else None
+        least = min(max(self.rounds, 2), REACH_PAIRS)
+        n = pairs_to_tell(1 + within, noise, Rule(min_pairs=least, max_pairs=REACH_PAIRS)) \
+            if noise else None
         return "" if n is None else \
             f"; about {n} {self.unit}s would reach ±{100 * within:g}% at their spread"
 
