@@ -56,6 +56,31 @@ def test_what_no_process_seen_accounts_for_is_said_beside_the_named_ones():
     assert Load.from_dict({"cores": 2, "others_s": 0.3, "top": top}).unseen_s == 0.0
 
 
+def test_the_windows_of_a_busy_confirmation_name_each_process_once_with_all_it_took():
+    """A training beside a confirmation took some of every window: its pairs' line
+    named it once per window ("pid 18607 (python) 1.2 CPU-s; pid 18607 (python) 0.6
+    CPU-s; ..."). The windows' loads summed name each process once, with all it took
+    over them, the most first and the three that took most only; what no process
+    seen accounts for is summed too."""
+    from autotune.study._paired import who_took
+
+    windows = [Load(cores=2, wall_s=1.0, others_s=1.3, share=0.65, unseen_s=0.5,
+                    top=[[18607, "python", 1.2], [2956, "erl_child_setup", 0.1]]),
+               Load(cores=2, wall_s=1.0, others_s=0.8, share=0.4, unseen_s=0.3,
+                    top=[[18607, "python", 0.6], [77, "kdamond.0", 0.02],
+                         [0, "steal", 0.01]]),
+               Load(cores=2, wall_s=1.0, others_s=0.2, share=0.1, top=[[9, "sshd", 0.05]])]
+    total = Load.summed(windows)
+    assert total.top == [[18607, "python", 1.8], [2956, "erl_child_setup", 0.1],
+                         [9, "sshd", 0.05]]
+    assert (total.wall_s, total.others_s, total.unseen_s) == pytest.approx((3.0, 2.3, 0.8))
+    assert total.share == pytest.approx(2.3 / 6)
+    assert who_took(w.to_dict() for w in windows) == (
+        "pid 18607 (python) 1.8 CPU-s, pid 2956 (erl_child_setup) 0.1 CPU-s, pid 9 (sshd) "
+        "0.05 CPU-s, 0.8 CPU-s that no process seen here accounts for")
+    assert who_took([]) == ""
+
+
 @pytest.mark.exclusive
 def test_the_meter_tells_the_trials_own_work_from_another_process():
     cores = sorted(os.sched_getaffinity(0))

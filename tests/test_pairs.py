@@ -339,7 +339,9 @@ def test_a_paired_line_names_what_took_the_cores_in_its_disturbed_pairs():
               "stopped": "decided", "busy_pairs": 1, "redone": 0, "taken_by": [load, load]}
     text = paired_text(figure)
     assert "over 3 pairs: faster" in text
-    assert text.endswith("the machine was busy in 1 pair (pid 4321 (stress) 0.9 CPU-s)")
+    assert "over 3 pairs: out of time" in paired_text({**figure, "stopped": "time"})
+    # both windows of the pair lost 0.9 CPU-s to it: named once, with all it took
+    assert text.endswith("the machine was busy in 1 pair (pid 4321 (stress) 1.8 CPU-s)")
 
 
 def test_a_budget_too_short_for_a_paired_confirmation_says_what_starting_one_needs(

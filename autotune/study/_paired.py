@@ -265,8 +265,11 @@ def _who_took(disturbed: Iterable[TrialRecord]) -> str:
 
 
 def who_took(loads: Iterable[dict[str, Any]]) -> str:
-    """The processes that took the cores in these windows' loads (as stored), each once."""
-    return "; ".join(dict.fromkeys(Load.from_dict(load).named() for load in loads))
+    """The processes that took the cores in these windows' loads (as stored), each
+    once, with the CPU seconds it took over them all (:meth:`Load.summed`); "" for
+    no window."""
+    loads = [Load.from_dict(load) for load in loads]
+    return Load.summed(loads).named() if loads else ""
 
 
 def _candidate(number: int, measured: dict[int, TrialRecord],

@@ -69,7 +69,8 @@ def paired_text(figure: dict) -> str:
     if not ratios:
         return f"  reference, {len(figure.get('rates', ()))} windows"
     stopped = figure.get("stopped", "")
-    why = stopped if stopped not in ("decided", "") else figure.get("verdict", "")
+    why = {"time": "out of time"}.get(stopped, stopped) if stopped not in ("decided", "") \
+        else figure.get("verdict", "")
     busy = figure.get("busy_pairs", 0) + figure.get("redone", 0)
     return (f"  {paired_decision(figure).text()} over {plural(len(ratios), 'pair')}: {why}" +
             (f"; the machine was busy in {plural(busy, 'pair')} "

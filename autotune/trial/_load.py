@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import psutil
 
@@ -124,6 +124,26 @@ class Load(_Part):
     share: float = 0.0
     top: list[list[Any]] = field(default_factory=list)
     unseen_s: float = 0.0
+
+    @classmethod
+    def summed(cls, loads: Iterable[Load]) -> Load:
+        """The loads of several windows as one: their seconds added, each process's
+        CPU seconds added over the windows it took them in (the :data:`TOP` that took
+        most kept), so that a process that took every window is named once, with
+        all it took."""
+        loads = list(loads)
+        took: dict[tuple[int, str], float] = {}
+        for load in loads:
+            for pid, name, cpu_s in load.top:
+                took[pid, name] = took.get((pid, name), 0.0) + cpu_s
+        cores = max((load.cores for load in loads), default=0)
+        wall_s, others_s = sum(x.wall_s for x in loads), sum(x.others_s for x in loads)
+        top = sorted(([pid, name, round(cpu_s, 2)] for (pid, name), cpu_s in took.items()),
+                     key=lambda row: -row[2])[:TOP]
+        return cls(cores=cores, wall_s=wall_s, own_s=sum(x.own_s for x in loads),
+                   others_s=others_s,
+                   share=others_s / (cores * wall_s) if cores and wall_s else 0.0, top=top,
+                   unseen_s=round(sum(x.unseen_s for x in loads), 2))
 
     def named(self) -> str:
         """The processes that took the cores, in words: ``pid 812 (stress) 9.8 CPU-s``
