@@ -55,30 +55,6 @@ def test_half_width_of_a_rate():
     assert rate_half_width([[100, 1.0], [300, 3.0], [200, 2.0]]) == 0.0
 
 
-def test_a_window_that_is_already_disturbed_stops_at_its_first_look(monkeypatch):
-    """A window that would be measured again if disturbed looks at the machine's load
-    every LOOK_EVERY_S; one it finds disturbed stops there ("disturbed") rather than
-    run to its precision or --max-seconds (beside a burner on one core, spinning
-    threads ran such windows to 20 s at a twentieth of their rate). Without a look,
-    the same window runs to its end."""
-    import autotune.trial._window as window_module
-
-    monkeypatch.setattr(window_module, "LOOK_EVERY_S", 0.1)
-    spec = MeasureSpec(min_steps=10, min_window_s=0.0, max_window_s=2.0, precision=1e-6)
-    looks = []
-
-    def disturbed() -> bool:
-        looks.append(time.perf_counter())
-        return len(looks) >= 2  # quiet at the first look, disturbed at the second
-
-    cut = _window(_FakeStepper(lambda: 0.004), spec, [0.004] * 3, lambda: 0.0,
-                  disturbed=disturbed)
-    assert cut.stats.stopped == "disturbed" and len(looks) == 2
-    assert 0.15 <= cut.stats.wall_s < 0.6, cut.stats.wall_s
-    whole = _window(_FakeStepper(lambda: 0.004), spec, [0.004] * 3, lambda: 0.0)
-    assert whole.stats.stopped == "max-seconds" and whole.stats.wall_s >= 2.0
-
-
 @pytest.mark.exclusive
 def test_a_steady_workload_stops_early_at_its_precision():
     spec = MeasureSpec(min_steps=10, min_window_s=0.2, max_window_s=10.0, precision=0.05)

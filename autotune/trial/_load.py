@@ -202,17 +202,6 @@ class LoadMeter:
         self._cpu = psutil.cpu_times(percpu=True)
         self._own = self._own_s(tree)
 
-    def share_so_far(self) -> tuple[float, float]:
-        """Since :meth:`start`: what the rest of the machine took of the cores, as
-        (``share``, ``others_s``) of :class:`Load`, without naming anyone (a few
-        system calls, cheap enough to look inside a timed window)."""
-        cpu = psutil.cpu_times(percpu=True)
-        own = self._own_s(_tree(self._root)) - self._own
-        wall = time.perf_counter() - self._at
-        cores = [c for c in self._cores if c < min(len(cpu), len(self._cpu))]
-        others = max(sum(_busy_s(cpu[c]) - _busy_s(self._cpu[c]) for c in cores) - own, 0.0)
-        return (others / (wall * len(cores)) if wall > 0 and cores else 0.0), others
-
     def stop(self) -> Load:
         cpu = psutil.cpu_times(percpu=True)
         tree = _tree(self._root)

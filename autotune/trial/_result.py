@@ -155,11 +155,9 @@ class WindowStats(_Part):
     """The timed window: its wall time (the throughput's denominator), its blocks of
     ``block_steps`` steps as [seeds, seconds], the precision it reached (relative 95%
     half-width of the throughput) against its ``target``, and why it stopped:
-    ``precise`` (target reached), ``max-seconds`` (time ran out first: imprecise),
+    ``precise`` (target reached), ``max-seconds`` (time ran out first: imprecise) or
     ``screened`` (racing: measured to ``screen_precision`` only, since even its
-    optimistic bound could not join the front) or ``disturbed`` (cut short as other
-    processes took its cores, and measured again: such a window is never the one
-    kept)."""
+    optimistic bound could not join the front)."""
 
     wall_s: float = 0.0
     block_steps: int = 0

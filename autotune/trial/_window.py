@@ -377,11 +377,6 @@ def stopped(pids: tuple[int, ...]) -> Iterator[None]:
 
 rate_half_width([(1, 1.0), (1, 1.1)])  # its t quantile (scipy) loads here, not in a window
 MIN_BLOCKS = 4  # as torch.utils.benchmark's adaptive_autorange
-# How often a window that would be measured again if disturbed looks at the machine's
-# load: one already disturbed stops there rather than run to its precision (beside a
-# burner on one core, spinning OpenMP threads ran windows to their 20 s at a
-# twentieth of their rate: docs/measurement.md, "A busy machine")
-LOOK_EVERY_S = 1.0
 BLOCK_S = 0.05  # a block is at least this long, so that one clock read is noise-free
 
 
@@ -414,8 +409,7 @@ def block_steps(warmup_times: list[float], workers: int) -> int:
 
 
 def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
-            memory_mib: Callable[[], float], warm_rate: float = 0.0,
-            disturbed: Callable[[], bool] | None = None) -> _Window:
+            memory_mib: Callable[[], float], warm_rate: float = 0.0) -> _Window:
     """Times blocks of steps until the throughput is known to the target precision
     (the screening one first, racing), or until ``spec.max_window_s``. Racing, a
     config far below the best (:meth:`Screen.hopeless`) stops at its first block
@@ -423,9 +417,7 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
     best case could not join the front (:meth:`Screen.rules_out`) stops at the
     first block that shows it, from its :data:`MIN_BLOCKS`-th on, whatever its
     precision: a loser needs no precise figure to lose (racing, as F-Race drops
-    a candidate as soon as it is known to lose). ``disturbed``: where given, looked
-    at once each :data:`LOOK_EVERY_S` of the window; a window it calls disturbed
-    stops there (``disturbed``), since it is measured again anyway."""
+    a candidate as soon as it is known to lose)."""
     out, per_block = _Window(), block_steps(warmup, stepper.pipe.config.num_workers)
     screen = spec.screen
     target = screen.precision if screen is not None else spec.precision
@@ -434,7 +426,6 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
     start = block_start = clock.start()
     blocks: list[list[float]] = []  # [seeds, seconds] of each block
     block_seeds, stopped, precision, screened_by = 0, "", None, ""
-    look_at = start + LOOK_EVERY_S
     while not stopped:
         batch, loss = stepper.run()
         clock.lap()
@@ -452,9 +443,6 @@ def _window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float],
             screened_by = "warm-up" if hopeless else "window"
         elif now - start >= spec.max_window_s:
             stopped = "max-seconds"
-        elif disturbed is not None and now >= look_at:
-            look_at = now + LOOK_EVERY_S
-            stopped = "disturbed" if disturbed() else ""
         elif at_block and len(out.seeds) >= spec.min_steps and precision is not None and \
                 now - start >= spec.min_window_s and len(blocks) >= MIN_BLOCKS:
             stopped, screened_by, target = _at_block(spec, blocks, precision, target,
@@ -494,19 +482,12 @@ def _undisturbed_window(stepper: _Stepper, spec: MeasureSpec, warmup: list[float
     on a disturbed window); the last is kept, flagged, where none was quiet. The
     window's stats carry its load and those of the windows dropped."""
     meter, dropped = LoadMeter(), []
-
-    def disturbed() -> bool:
-        return busy_over(*meter.share_so_far(), spec.max_busy)
-
     while True:
         meter.start()
-        again = len(dropped) < spec.busy_retries  # a window disturbed now is dropped
-        window = _window(stepper, spec, warmup, memory_mib, warm_rate,
-                         disturbed if again and spec.max_busy < 1 else None)
+        window = _window(stepper, spec, warmup, memory_mib, warm_rate)
         load = meter.stop()
-        cut = window.stats.stopped == "disturbed"  # short: never kept as a figure
-        if not cut and (not busy_over(load.share, load.others_s, spec.max_busy) or
-                        len(dropped) >= spec.busy_retries):
+        if not busy_over(load.share, load.others_s, spec.max_busy) or \
+                len(dropped) >= spec.busy_retries:
             break
         dropped.append(load.to_dict())
         warm_rate, spec = 0.0, dataclasses.replace(spec, screen=None)
