@@ -554,6 +554,7 @@ class Searching(Protocol):
 
     opts: SearchOptions
     study: optuna.Study
+    schedule: Schedule  # when and what it measures beside its trials, and how
 
     def budget_left(self) -> float | None:
         """The seconds left of ``--budget`` (None: no budget)."""
@@ -585,7 +586,7 @@ class Confirmation:
 
     def __init__(self, search: Searching) -> None:
         self.search, self.opts, self.study = search, search.opts, search.study
-        self.schedule = Schedule(search.opts, search.study)
+        self.schedule = search.schedule
         self.left: Left = search.budget_left
         self.overhead_s = search.overhead()
 
