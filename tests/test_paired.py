@@ -217,13 +217,15 @@ def test_a_machine_that_stays_busy_is_said_once_and_its_windows_kept(tmp_path, m
     """Another process takes the cores from the second trial through the sixth: after
     two disturbed trials in a row the search says once that the machine stays busy,
     naming the process, and measures on with windows kept as measured (neither
-    measured again nor screened); once a trial is quiet it says so, and disturbed
-    windows are measured again."""
+    measured again nor screened), their OpenMP threads waiting passively; once a
+    trial is quiet it says so, disturbed windows are measured again and the threads
+    spin again."""
     import dataclasses
 
     def busy(config, nth):
         return 2 <= len(machine.calls) + 1 <= 6
 
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     machine = FakeMachine(drift=0.0, busy=busy)
     monkeypatch.setattr(search_module, "run_trial", machine)
     import autotune
@@ -242,6 +244,11 @@ def test_a_machine_that_stays_busy_is_said_once_and_its_windows_kept(tmp_path, m
     assert all(s.busy_retries == 0 and s.screen is None for s in specs[3:7]), specs[3:7]
     assert specs[7].busy_retries > 0  # the sixth call was quiet: measured again as before
     assert result.outcome.busy == ""
+    passive = {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert machine.envs == [{}] * 3 + [passive] * 4 + [{}] * (len(machine.envs) - 7), \
+        machine.envs
+    assert "OMP_WAIT_POLICY=PASSIVE" in said[0], said[0]
+    assert "threads spin again" in next(n for n in notes if n.startswith("the machine is quiet"))
 
 
 def _search_after_looks(tmp_path, monkeypatch, machine, n_trials: int, load_of: Callable,
@@ -281,8 +288,8 @@ def test_a_machine_busy_before_the_search_starts_is_said_once_and_windows_kept(
     """Another training takes half the cores as the search starts: the search says so
     once, naming it, before its first trial, and its first trials keep their windows
     as measured; the first quiet trial says the machine is quiet again. Every trial's
-    OpenMP threads wait passively (OMP_WAIT_POLICY=PASSIVE, said in the note), unless
-    the user set a policy of their own."""
+    OpenMP threads wait passively (OMP_WAIT_POLICY=PASSIVE, said in the note) until
+    then, unless the user set a policy of their own."""
     from autotune.trial import Load
 
     if own_policy is None:
@@ -295,7 +302,7 @@ def test_a_machine_busy_before_the_search_starts_is_said_once_and_windows_kept(
     said = [n for n in notes if n.startswith("the machine is busy before the search starts")]
     assert len(said) == 1 and "pid 4242 (trainer)" in said[0], notes
     passive = {"OMP_WAIT_POLICY": "PASSIVE"} if own_policy is None else {}
-    assert machine.envs and all(env == passive for env in machine.envs), machine.envs
+    assert machine.envs == [passive] * 3 + [{}] * (len(machine.envs) - 3), machine.envs
     assert ("OMP_WAIT_POLICY=PASSIVE" in said[0]) == (own_policy is None), said[0]
     assert [s.busy_retries for s in machine.specs[:3]] == [0, 0, 0], machine.specs[:3]
     assert machine.specs[3].busy_retries > 0  # the third call was quiet

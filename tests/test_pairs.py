@@ -225,9 +225,13 @@ class PairedFake:
 
     SPREAD = (1.02, 0.98, 1.01, 0.99)
 
-    def __init__(self, machine, stop_at_pairs: bool = False) -> None:
+    def __init__(self, machine, stop_at_pairs: bool = False,
+                 ran_out: dict | None = None) -> None:
         self.machine, self.stop_at_pairs, self.paired = machine, stop_at_pairs, 0
+        # batch size -> its ratios' factors in the first paired trial, whose time ran out
+        self.ran_out = dict(ran_out or {})
         self.specs: list = []  # the PairSpecs asked for
+        self.envs: list = []  # the environment each paired trial's process was given
 
     def __call__(self, config, **kw):
         from autotune.trial import TrialResult
@@ -237,6 +241,7 @@ class PairedFake:
             return self.machine(config, **kw)
         self.paired += 1
         self.specs.append(pairs)
+        self.envs.append(kw.get("env"))
         if self.stop_at_pairs and self.paired == 1:
             os.kill(os.getpid(), signal.SIGTERM)
         base = TRUE[config.batch_size][0]
@@ -244,13 +249,18 @@ class PairedFake:
         candidates = []
         for i, other in enumerate(pairs.candidates, start=1):
             rate = TRUE[other.batch_size][0]
+            spread = self.ran_out.pop(other.batch_size, None) if self.paired == 1 else None
+            factors = spread or self.SPREAD
             windows.append([{"rate": rate * f, "seeds": rate * f, "seconds": 1.0}
-                            for f in self.SPREAD])
-            ratios = [rate * f / base for f in self.SPREAD]
-            candidates.append({"config": i, "ratios": ratios, "half_widths": [0.01] * 4,
-                               "verdict": "faster" if rate > base else "not faster",
-                               "stopped": "decided", "slower_than": None, "busy_pairs": 0,
-                               "redone": 0, "taken_by": [], "pairs": [{}] * 4})
+                            for f in factors])
+            ratios = [rate * f / base for f in factors]
+            candidates.append({"config": i, "ratios": ratios,
+                               "half_widths": [0.01] * len(factors),
+                               "verdict": "undecided" if spread else
+                               "faster" if rate > base else "not faster",
+                               "stopped": "time" if spread else "decided",
+                               "slower_than": None, "busy_pairs": 0, "redone": 0,
+                               "taken_by": [], "pairs": [{}] * len(factors)})
         return TrialResult(status="ok", config=config, phases_s={"startup": 0.0, "warmup": 1.0},
                            pairs={"stopped": "decided", "candidates": candidates,
                                   "windows": windows, "window_steps": [4] * len(windows)})
@@ -297,27 +307,79 @@ def test_a_search_stopped_by_sigterm_in_its_paired_confirmation_finishes_it_when
     assert rows[fast].confirmation.startswith("confirmed in 4 pairs"), rows[fast].marks
 
 
+@pytest.mark.parametrize("busy_before", [False, True])
 @pytest.mark.parametrize("busy", [False, True])
 def test_a_paired_confirmation_where_another_process_takes_the_cores_has_longer_windows(
-        tmp_path, monkeypatch, busy):
+        tmp_path, monkeypatch, busy, busy_before):
     """Where other processes take the cores in both looks as the confirmation starts
-    (another training), a short window's own noise grows: its windows are
-    BUSY_WINDOW_S, and its line says why; on a quiet machine they stay WINDOW_S."""
+    (another training, or a burner that outlasts the trials), a short window's own
+    noise grows: its windows are BUSY_WINDOW_S, its threads wait passively, and its
+    line says why; on a quiet machine they stay WINDOW_S and spin, whatever the
+    trials' were (``busy_before``: the search's own looks found the machine busy, so
+    its trials ran passive)."""
     from test_paired import FakeMachine, _search_after_looks
 
     from autotune.trial import BUSY_WINDOW_S, WINDOW_S, Load
 
     def load(look: int) -> Load:  # the trainer takes half the cores, or nothing
-        return Load(cores=2, wall_s=0.25, others_s=0.25 * busy, share=0.5 * busy,
-                    top=[[4242, "trainer", 0.25]] if busy else [])
+        taken = busy_before if look <= (2 if busy_before else 1) else busy  # the search's
+        return Load(cores=2, wall_s=0.25, others_s=0.25 * taken, share=0.5 * taken,
+                    top=[[4242, "trainer", 0.25]] if taken else [])
 
-    machine = PairedFake(FakeMachine(drift=0.0))
-    notes, _ = _search_after_looks(tmp_path, monkeypatch, machine, 3, load,
-                                   sizes=[640, 896, 1024], racing=False, confirm=1,
-                                   confirm_by="pairs")
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    fake = FakeMachine(drift=0.0, busy=lambda config, nth: busy_before)  # through the trials
+    machine = PairedFake(fake)
+    notes, looks = _search_after_looks(tmp_path, monkeypatch, machine, 3, load,
+                                       sizes=[640, 896, 1024], racing=False, confirm=1,
+                                       confirm_by="pairs")
+    passive = {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert looks == (2 if busy_before else 1) + (2 if busy else 1)
+    assert fake.envs == [passive if busy_before else {}] * 3, fake.envs
     assert [spec.window_s for spec in machine.specs] == [BUSY_WINDOW_S if busy else WINDOW_S]
+    assert machine.envs == [passive if busy else {}], machine.envs
     line = next(n for n in notes if n.startswith("confirmation: pairs"))
-    assert ("(1 s each: the machine is busy)" in line) == busy, line
+    assert ("(1 s each, threads passive: the machine is busy)" in line) == busy, line
+
+
+def test_a_faster_config_whose_pairs_ran_out_is_measured_again_before_a_slower_default(
+        tmp_path, monkeypatch):
+    """The confirmation's time runs out on the fastest config (896, truly 1.10x) while
+    its pairs still spread ±20% (a burner beside them), and the knee (640, 0.85x) is
+    confirmed: the default would fall to 640 only for that. A follow-up measures 896
+    again against the baseline, its line says why, and 896, confirmed there, is the
+    default."""
+    import dataclasses
+
+    import autotune
+    from test_paired import FakeMachine, _space, search_module
+
+    from autotune.study import StudyRecord
+    from autotune.study._records import records
+
+    machine = PairedFake(FakeMachine(drift=0.0),
+                         ran_out={896: (1.3, 0.75, 1.25, 0.8, 1.2, 0.85)})
+    monkeypatch.setattr(search_module, "run_trial", machine)
+    plan = autotune.prepare_search(
+        dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
+        studies_dir=str(tmp_path / "studies"), space=_space((1024, 896, 640, 256)),
+        priors=False, racing=False, progress=False, optuna_sampler="random", n_trials=4,
+        confirm=1, confirm_by="pairs")
+    notes: list[str] = []
+    result = dataclasses.replace(plan, on_note=notes.append).run()
+    study = optuna.load_study(study_name=result.study_name, storage=result._url)
+    trials, s = records(study), StudyRecord.from_study(study)
+    by_size = {t.config.batch_size: t.number for t in trials
+               if t.search_point and t.reused_from is None}
+    runs = s.confirmations
+    assert [r["candidates"] for r in runs] == [
+        [s.baseline, by_size[896], by_size[640]], [s.baseline, by_size[896]]], runs
+    assert runs[1]["follow_up_of"] == 0 and runs[1]["knee"] is None
+    line = [n for n in notes if n.startswith("confirmation:")][1]
+    assert f"#{by_size[896]} ran out of time or pairs before their precision" in line, line
+    default = next(r for r in result.front if r.default)
+    assert default.trial == by_size[896] and default.confirmation.startswith("confirmed"), \
+        result.front
+    assert default.speedup == pytest.approx(1.10, rel=0.02)
 
 
 def test_a_busy_confirmations_estimate_counts_its_longer_windows():

@@ -491,8 +491,11 @@ def test_a_fork_server_whose_children_cannot_use_cuda_gives_way_to_spares(prepar
 def test_a_later_search_forks_from_the_server_an_earlier_one_kept(prepared, tmp_path):
     """A server a search leaves healthy serves the next search of the process whose
     trials' environment matches but for what no import reads (its inductor cache and
-    an autotune setting, here): no imports to wait for. Another environment gets a server of its own, and
-    a search that raised ends the server it had."""
+    an autotune setting, here): no imports to wait for. Another environment gets a
+    server of its own, and a search that raised ends the server it had. Within one
+    search, a trial whose environment changed (as a busy machine's turns passive)
+    forks from a server of that environment, and a trial of the first one again from
+    the server set aside for it."""
     import json
 
     import psutil
@@ -528,6 +531,16 @@ def test_a_later_search_forks_from_the_server_an_earlier_one_kept(prepared, tmp_
         search("d", fail=True)
     assert json.loads((tmp_path / "d" / "forkserver.json").read_text())["pid"] == a["pid"]
     assert not psutil.pid_exists(a["pid"]), "a failed search's server outlived it"
+    pids, envs = [], [{"MALLOC_ARENA_MAX": "2"}, {}, {"MALLOC_ARENA_MAX": "2"}]
+    with ForkServer(folder=tmp_path / "e", compiles=False) as server:
+        for i, env in enumerate(envs):
+            result = run_trial(config, dataset=prepared, trial_dir=tmp_path / "e" / str(i),
+                               server=server, measure=spec,
+                               env={"TEST_KEPT_SERVER": str(tmp_path), **env})
+            assert result.ok and result.observed.trial_start == FORKED, result.stderr_tail
+            pids.append(json.loads((tmp_path / "e" / "forkserver.json").read_text())["pid"])
+    assert pids[0] == c["pid"] and pids[1] not in (a["pid"], c["pid"]) and pids[2] == pids[0], \
+        pids
 
 
 _CANARY_AFTER_PYG = """import sys

@@ -17,7 +17,8 @@ that could get there (:func:`still_open`); each round is a pair of the compariso
 engine (:mod:`autotune.study._paired`), and a run stopped by an interrupt goes on
 where it stopped the next time. Confirmed figures can move the front: where the knee then
 falls on a config the confirmation did not measure, a follow-up confirmation
-measures it against the baseline, in as many rounds (at most :data:`FOLLOW_UPS`).
+measures it against the baseline, in as many rounds (at most :data:`FOLLOW_UPS`),
+with the faster configs whose time or pairs ran out before their precision.
 Both are stored as trials of the study (role ``control`` or ``confirmation``) that count
 against no budget and never join the front themselves.
 """
@@ -39,7 +40,7 @@ from autotune.specs import MeasureSpec
 from autotune.study import _records as rec
 from autotune.study._front import FrontRow, front_rows
 from autotune.study._options import SearchOptions
-from autotune.study._paired import MARGIN, Confirmed, baseline_of, confirmed, \
+from autotune.study._paired import MARGIN, RAN_OUT, Confirmed, baseline_of, confirmed, \
     latest_reference, pair
 from autotune.study._records import StudyRecord, TrialRecord
 from autotune.study._recovery import gone, this_worker
@@ -284,6 +285,7 @@ class Plan:
     resumed: bool = False  # a run stopped before its end, going on
     paired: bool = False  # one paired trial (autotune.trial._pairs), not rounds
     window_s: float = WINDOW_S  # a paired trial's windows (Searching.pair_window_s)
+    knee: int | None = None  # a follow-up's: the knee that moved onto an unmeasured config
 
     @property
     def measurements(self) -> int:
@@ -401,16 +403,28 @@ def contenders(trials: list[TrialRecord], rows: list[FrontRow],
     return [t.number for t in sorted(near, key=lambda t: -t.throughput)]
 
 
-def moved_knee(study: optuna.Study) -> int | None:
-    """The front's knee once confirmed figures are in, where the latest confirmation
-    did not measure it (None: the knee is confirmed, or there is none)."""
+def follow_up(study: optuna.Study) -> tuple[int | None, list[int]]:
+    """What a follow-up confirmation measures against the baseline, once confirmed
+    figures are in: the front's knee, where the latest confirmation did not measure
+    it; and the configs faster than the one the default would fall to (that knee,
+    else the fastest confirmed config) that the confirmation left unconfirmed for
+    want of time or pairs (:data:`RAN_OUT`), not for being slower, so that a stretch
+    of busy pairs that left them too wide does not hand the default to a slower
+    config. (None, []) where there is neither."""
     s = StudyRecord.from_study(study)
-    rows = front_rows(rec.records(study), s.baseline, s.budget_mib, within=s.confirm_within)
-    knee = next((r for r in rows if "knee" in r.marks), None)
-    if knee is None or knee.trial == s.baseline or knee.confirmed is not None or \
-            not any(m.startswith("unconfirmed") for m in knee.marks):
-        return None
-    return knee.trial
+    trials = rec.records(study)
+    rows = [r for r in front_rows(trials, s.baseline, s.budget_mib, within=s.confirm_within)
+            if r.trial != s.baseline]
+    knee = next((r for r in rows if "knee" in r.marks and r.confirmed is None and
+                 any(m.startswith("unconfirmed") for m in r.marks)), None)
+    floor = knee or next((r for r in rows if r.default and r.confirmation and
+                          r.confirmation.startswith("confirmed")), None)
+    if floor is None:
+        return None, []
+    figures = confirmed(trials)
+    short = [r.trial for r in rows if r.throughput > floor.throughput and r.trial in figures
+             and figures[r.trial].stopped in RAN_OUT and figures[r.trial].why_not(s.confirm_within)]
+    return (knee.trial if knee is not None else None), short
 
 
 def unfinished(study: optuna.Study, grace_s: float | None = None) -> dict | None:
@@ -563,7 +577,8 @@ class Searching(Protocol):
         """What storing a measurement typically takes in this run."""
 
     def pair_window_s(self) -> float:
-        """A paired confirmation's windows, from a look at the machine's load now."""
+        """A paired confirmation's windows, from a look at the machine's load now (its
+        threads set for that load too)."""
 
     def measure(self, config: Any, trial_dir: Any, who: str, reserve_s: float = 0.0,
                 spec: MeasureSpec | None = None, pairs: PairSpec | None = None
@@ -617,13 +632,14 @@ class Confirmation:
                 raise
             with study_lock(opts.storage, study.study_name):
                 _finish(study, the_plan.run, cut)
-            knee = None if cut else moved_knee(study)
-            if knee is None:
+            knee, short = (None, []) if cut else follow_up(study)
+            if knee is None and not short:
                 break
             with study_lock(opts.storage, study.study_name):
-                the_plan = self.claim([the_plan.trials[0].number, knee],
+                the_plan = self.claim([the_plan.trials[0].number,
+                                       *([knee] if knee is not None else []), *short],
                                       None if the_plan.paired else self.left(),
-                                      follow_up_of=the_plan.run,
+                                      follow_up_of=the_plan.run, knee=knee,
                                       **({"paired": True} if the_plan.paired else {}))
         return first, cut
 
@@ -668,7 +684,7 @@ class Confirmation:
             "rounds": rounds, "asked": asked, "within": opts.confirm_precision,
             "state": "running", "worker": this_worker(), "beat": time.time(), **extra}])
         return Plan(len(runs), tuple(frozen[n] for n in numbers), rounds, asked,
-                    paired=extra.get("paired", False))
+                    paired=extra.get("paired", False), knee=extra.get("knee"))
 
     def beat(self, run: int) -> None:
         """Confirmation ``run`` is alive: its worker was heard now (another host

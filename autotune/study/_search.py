@@ -199,7 +199,8 @@ class Search:
         """Counts the measured trials in a row that stayed disturbed; at
         :data:`BUSY_AFTER` the machine is taken to stay busy, which is said once (with
         what took its cores), and the next trials keep their windows as measured
-        (:meth:`busy_spec`); a quiet trial ends that, which is said too."""
+        (:meth:`busy_spec`), their threads passive (:meth:`threads_for`); a quiet
+        trial ends that, which is said too."""
         if record.reused_from is not None or not record.complete:
             return
         self.disturbed_in_row = self.disturbed_in_row + 1 if record.disturbed else 0
@@ -209,11 +210,39 @@ class Search:
                       f"{plural(self.disturbed_in_row, 'trial')} in a row): windows are kept "
                       "as measured from now on, marked DISTURBED, neither measured again nor "
                       "screened; the confirmation's pairs, disturbed alike on both sides, "
-                      "decide the speed-ups")
+                      "decide the speed-ups" + self.threads_for(busy=True))
         elif self.disturbed_in_row == 0 and self.outcome.busy:
             self.note(f"the machine is quiet again (it was busy: {self.outcome.busy}): "
-                      "disturbed windows are measured again")
+                      "disturbed windows are measured again" + self.threads_for(busy=False))
             self.outcome.busy = ""
+
+    def threads_for(self, busy: bool) -> str:
+        """The trials' OpenMP threads from now on: waiting passively at a barrier
+        (:data:`BUSY_ENV`) while the machine is ``busy``, spinning as the runtime has
+        them while it is quiet; a user's own ``OMP_WAIT_POLICY`` wins. The runtime reads
+        the policy as it loads, so a change takes a fork server of its own
+        (:class:`ForkServer`; the one before is kept for a change back). What to say of
+        it: "" where nothing changed."""
+        want = dict(BUSY_ENV) if busy and "OMP_WAIT_POLICY" not in os.environ else {}
+        if want == self.trial_env:
+            return ""
+        self.trial_env = want
+        return ("; trials' threads wait passively (OMP_WAIT_POLICY=PASSIVE) from now on, "
+                "not spinning against its threads" if want else
+                "; trials' threads spin again at a barrier, as the runtime has them")
+
+    def passive_on_quiet(self, number: int, result: TrialResult) -> bool:
+        """Whether trial ``number``, its threads passive (the machine was busy), found
+        the machine quiet: passive threads alone read slower (benchmarks/omp_wait.py),
+        so the machine is quiet again, as :meth:`watch_busy` has it, said once, and
+        the trials' threads spin from now on, this one's measured again first."""
+        if not self.trial_env or not result.ok or result.window.disturbed:
+            return False
+        self.note(f"the machine is quiet again (it was busy: {self.outcome.busy or 'yes'}): "
+                  "disturbed windows are measured again" + self.threads_for(busy=False) +
+                  f"; #{number}, measured with passive threads, is measured again")
+        self.outcome.busy, self.disturbed_in_row = "", 0
+        return True
 
     def look_at_load(self) -> None:
         """Before the first trial: where other processes already take more of the
@@ -227,15 +256,11 @@ class Search:
         if load is None:
             return
         self.outcome.busy = load.named()
-        passive = "OMP_WAIT_POLICY" not in os.environ
-        self.trial_env = dict(BUSY_ENV) if passive else {}
         self.note(f"the machine is busy before the search starts ({self.outcome.busy}; "
                   f"{100 * load.share:.0f}% of its {load.cores} cores): windows are kept "
                   "as measured, marked DISTURBED, neither measured again nor screened; "
                   "the confirmation's pairs, disturbed alike on both sides, decide the "
-                  "speed-ups" + ("; trials' threads wait passively "
-                                 "(OMP_WAIT_POLICY=PASSIVE), not spinning against its "
-                                 "threads" if passive else ""))
+                  "speed-ups" + self.threads_for(busy=True))
 
     def busy_now(self) -> Load | None:
         """Other processes' load on the cores where they take more than ``--max-busy``
@@ -254,9 +279,14 @@ class Search:
         return load
 
     def pair_window_s(self) -> float:
-        """A paired confirmation's windows: :data:`BUSY_WINDOW_S` where another process
-        takes the cores as it starts (:meth:`busy_now`), else :data:`WINDOW_S`."""
-        return WINDOW_S if self.busy_now() is None else BUSY_WINDOW_S
+        """A paired confirmation's windows, from a look at the load as it starts
+        (:meth:`busy_now`): :data:`BUSY_WINDOW_S` where another process takes the
+        cores, its threads passive (:meth:`threads_for`: a burner that outlasts the
+        trials would otherwise meet spinning threads in every pair); else
+        :data:`WINDOW_S`, its threads spinning, whatever the trials' were."""
+        busy = self.busy_now() is not None
+        self.threads_for(busy)
+        return BUSY_WINDOW_S if busy else WINDOW_S
 
     def busy_spec(self, spec: MeasureSpec) -> MeasureSpec:
         """``spec`` as the search measures while the machine stays busy
@@ -516,9 +546,12 @@ class Search:
         # nothing
         reserve = self.clock.reserve(ahead=1) if self.schedule.candidates() else 0.0
         with Heartbeat(_optuna.storage(study), _optuna.trial_id(trial)):
-            result, where, budget_bound = self.measure(
-                config, trial_dir, f"trial {trial.number} of study {study.study_name}",
-                reserve, self.measure_spec(trial))
+            for _ in range(2):
+                result, where, budget_bound = self.measure(
+                    config, trial_dir, f"trial {trial.number} of study {study.study_name}",
+                    reserve, self.measure_spec(trial))
+                if not self.passive_on_quiet(trial.number, result):
+                    break
         self.outcome.measured += 1
         record = self.trial_record(trial, result, where, budget_bound)
         try:
@@ -720,16 +753,28 @@ class Search:
         clock.confirming = clock.confirmed + plan.measurements
         names = ", ".join(f"#{t.number}" + (" (baseline)" if rec.is_baseline(t) else "")
                           for t in plan.trials)
-        what = f"the knee moved to #{plan.trials[-1].number}, which the confirmation " \
-            "did not measure: " if follow_up else ""
+        what = self.follow_up_words(plan) if follow_up else ""
         what = "resumed where it was stopped: " if plan.resumed else what
         fewer = " (all that --budget holds)" if plan.rounds < plan.asked else ""
-        busy = f" ({plan.window_s:g} s each: the machine is busy)" \
+        passive = ", threads passive" if self.trial_env else ""
+        busy = f" ({plan.window_s:g} s each{passive}: the machine is busy)" \
             if plan.window_s != WINDOW_S else ""
         how = f"pairs of short windows in one process{busy}" if plan.paired else \
             f"{plural(plan.rounds, 'interleaved round')}{fewer}"
         seconds = self.schedule.plan_s(plan, clock.overhead())
         self.note(f"confirmation: {what}{how} of {names}, about {clock_text(seconds)}")
+
+
+    @staticmethod
+    def follow_up_words(plan: confirmation.Plan) -> str:
+        """Why a follow-up confirmation measures what it does
+        (:func:`autotune.study._confirm.follow_up`)."""
+        short = ", ".join(f"#{t.number}" for t in plan.trials[1:] if t.number != plan.knee)
+        why = [f"the knee moved to #{plan.knee}, which the confirmation did not measure"
+               ] if plan.knee is not None else []
+        why += [f"{short} ran out of time or pairs before their precision, faster than "
+                "the default would be"] if short else []
+        return "; ".join(why) + ": "
 
 
 def measured_configs(study: optuna.Study) -> set[str]:

@@ -574,7 +574,9 @@ class ForkServer:
     a context manager: a server left healthy and idle at its end (no exception) is
     kept for the next search of this process that can fork from it (:data:`_KEPT`);
     ``forkserver.json`` then names the folder of the search that started it, where
-    its log is."""
+    its log is. A trial whose environment differs from the server's in what imports
+    read (:data:`READ_AFTER_IMPORT` aside) gets a server of that environment; the
+    one before is kept the same way, for a trial of its own environment."""
 
     def __init__(self, folder: Path | None = None, *, compiles: bool = True,
                  method: str = "auto", canary: str | None = None) -> None:
@@ -597,6 +599,7 @@ class ForkServer:
         self._taken: subprocess.Popen | None = None  # this trial's, until it is handed
         self.spares_failed: str | None = None
         self._key: tuple | None = None  # what a kept server must match to serve here
+        self._spare_key: tuple | None = None  # the environment the next spare imported in
         self.started_in: Path | None = None  # the search folder that started the server
 
     def __enter__(self) -> ForkServer:
@@ -611,6 +614,12 @@ class ForkServer:
         if self._taken is None:  # not readied already (a spare taken and not used yet)
             if self.proc is not None and self.proc.poll() is not None:
                 self._fail(f"it exited with code {self.proc.returncode} between trials")
+            key = self._key_of(env, device)
+            if self.proc is not None and key != self._key:
+                self._park()  # the trials' environment changed: libraries read it at import
+            if self.spare is not None and key != self._spare_key:
+                _end(self.spare)
+                self.spare = None
             if self.method == "auto" and self.unusable is None and self.proc is None:
                 self._launch(env, device)
             if self.method == "auto" and self.unusable is None:
@@ -620,21 +629,31 @@ class ForkServer:
                 self._taken = self._take_spare(env)
             if self._taken is not None:
                 self.spare = self._spawn(env, ["--spare"])  # imports while this trial runs
+                self._spare_key = key
         why = [] if self.method == "spare" else [f"fork server unusable: {self.unusable}"]
         if self._taken is None:
             return f"fresh interpreter ({'; '.join([*why, self.spares_failed])})"
         return SPARE + "".join(f" ({w})" for w in why)
 
+    def _flags(self, device: str) -> list[str]:
+        flags = ["--cuda-canary"] if device == "cuda" or self.canary else []
+        return flags + (["--canary", self.canary] if self.canary else [])
+
+    def _key_of(self, env: dict[str, str], device: str) -> tuple:
+        """What a server must have been started with to fork a trial of ``env`` on
+        ``device``: the interpreter, its flags and the environment its imports read
+        (the OpenMP runtime reads ``OMP_WAIT_POLICY`` as it loads, for one)."""
+        return (sys.executable, self.compiles, *self._flags(device), *sorted(
+            (k, v) for k, v in env.items() if not k.startswith(READ_AFTER_IMPORT)))
+
     def _launch(self, env: dict[str, str], device: str) -> None:
         """Starts the server; where a canary fails after a later step than the
         first, once more with the server stopping before that step."""
-        flags = ["--cuda-canary"] if device == "cuda" or self.canary else []
-        flags += ["--canary", self.canary] if self.canary else []
-        self._key = (sys.executable, self.compiles, *flags, *sorted(
-            (k, v) for k, v in env.items() if not k.startswith(READ_AFTER_IMPORT)))
+        flags = self._flags(device)
+        self._key = self._key_of(env, device)
         if self._reuse():
             return
-        self.started_in = self.folder
+        self.started_in, self.stop_before = self.folder, None
         reply = self._serve(env, flags)
         ready = (reply or {}).get("ready") or {}
         failed, first = ready.get("canary_step"), None
@@ -668,6 +687,15 @@ class ForkServer:
         self.proc, self._lines, self.ready = proc, lines, ready
         self._describe({**ready, "unusable": None, "reused": True})
         return True
+
+    def _park(self) -> None:
+        """Sets the running server aside for the trials' environment changing: kept
+        for a later start under its own (:meth:`_keep`, a search whose machine turns
+        quiet again forks from it at once), else ended. The next start launches or
+        reuses one under the new environment."""
+        if not self._keep():
+            self._close_server()
+        self.ready = None
 
     def _keep(self) -> bool:
         """Keeps the server for a later search, if it is healthy and idle (no
