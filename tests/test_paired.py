@@ -213,42 +213,71 @@ def test_a_disturbed_confirmation_measurement_is_measured_again_not_kept(tmp_pat
     assert result.default.number == fast
 
 
-def test_a_machine_that_stays_busy_is_said_once_and_its_windows_kept(tmp_path, monkeypatch):
-    """Another process takes the cores from the second trial through the sixth: after
-    two disturbed trials in a row the search says once that the machine stays busy,
-    naming the process, and measures on with windows kept as measured (neither
-    measured again nor screened), their OpenMP threads waiting passively; once a
-    trial is quiet it says so, disturbed windows are measured again and the threads
-    spin again."""
+def _busy_search(tmp_path, monkeypatch, busy_calls: range, n_trials: int = 8):
+    """A racing search of ``n_trials`` on a FakeMachine that another process keeps
+    busy in ``busy_calls`` (its measurements, from 1), OpenMP's policy left to the
+    search: the machine, the notes and the result."""
     import dataclasses
 
-    def busy(config, nth):
-        return 2 <= len(machine.calls) + 1 <= 6
-
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    machine = FakeMachine(drift=0.0, busy=busy)
-    monkeypatch.setattr(search_module, "run_trial", machine)
     import autotune
 
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("AUTOTUNE_MAX_BUSY", "1")  # no look at this machine's own load
+    machine = FakeMachine(drift=0.0, busy=lambda config, nth: len(machine.calls) + 1 in
+                          busy_calls)
+    monkeypatch.setattr(search_module, "run_trial", machine)
     plan = autotune.prepare_search(
         dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
         studies_dir=str(tmp_path / "studies"), space=_space(TRUE), priors=False,
-        racing=True, progress=False, optuna_sampler="random", n_trials=8, confirm=0)
+        racing=True, progress=False, optuna_sampler="random", n_trials=n_trials, confirm=0)
     notes: list[str] = []
     result = dataclasses.replace(plan, on_note=notes.append).run()
+    return machine, notes, result
+
+
+PASSIVE = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def test_a_machine_that_stays_busy_is_said_once_and_its_windows_kept(tmp_path, monkeypatch):
+    """Another process takes the cores from the second trial through the sixth: from
+    the first trial that stayed disturbed, the trials' OpenMP threads wait passively
+    (said); after two in a row the search says once that the machine stays busy,
+    naming the process, and measures on with windows kept as measured (neither
+    measured again nor screened); once a trial is quiet it says so, measures it again
+    with spinning threads (its passive figure alone reads slower), and disturbed
+    windows are measured again."""
+    machine, notes, result = _busy_search(tmp_path, monkeypatch, range(2, 7))
     said = [n for n in notes if n.startswith("the machine stays busy")]
     assert len(said) == 1 and "pid 4321 (stress)" in said[0], notes
-    assert sum(n.startswith("the machine is quiet again") for n in notes) == 1, notes
+    quiet = [n for n in notes if n.startswith("the machine is quiet again")]
+    assert len(quiet) == 1 and "threads spin again" in quiet[0], notes
     specs = machine.specs
     assert all(s.busy_retries > 0 for s in specs[:3]), specs[:3]  # before it is said
     assert all(s.busy_retries == 0 and s.screen is None for s in specs[3:7]), specs[3:7]
-    assert specs[7].busy_retries > 0  # the sixth call was quiet: measured again as before
+    assert specs[7].busy_retries > 0  # the seventh call was quiet: measured again, spinning
     assert result.outcome.busy == ""
-    passive = {"OMP_WAIT_POLICY": "PASSIVE"}
-    assert machine.envs == [{}] * 3 + [passive] * 4 + [{}] * (len(machine.envs) - 7), \
+    assert machine.envs == [{}] * 2 + [PASSIVE] * 5 + [{}] * (len(machine.envs) - 7), \
         machine.envs
-    assert "OMP_WAIT_POLICY=PASSIVE" in said[0], said[0]
-    assert "threads spin again" in next(n for n in notes if n.startswith("the machine is quiet"))
+    passive = [n for n in notes if "OMP_WAIT_POLICY=PASSIVE" in n]
+    assert len(passive) == 1 and "stayed disturbed" in passive[0], notes
+
+
+def test_one_trial_that_stayed_disturbed_turns_the_threads_passive_until_one_is_quiet(
+        tmp_path, monkeypatch):
+    """Only the second trial's windows stay disturbed: the next trial runs with passive
+    threads, finds the machine quiet, and is measured again spinning, as are the
+    trials after it; the machine was never said to stay busy."""
+    machine, notes, result = _busy_search(tmp_path, monkeypatch, range(2, 3), n_trials=5)
+    assert machine.envs[:4] == [{}, {}, PASSIVE, {}], machine.envs
+    assert all(env == {} for env in machine.envs[3:]), machine.envs
+    assert machine.calls[2][0] == machine.calls[3][0]  # the same config, measured again
+    assert not any(n.startswith(("the machine stays busy", "the machine is quiet"))
+                   for n in notes), notes
+    assert any(n.startswith("#1 stayed disturbed however often it was measured again "
+                            "(pid 4321 (stress)") and "OMP_WAIT_POLICY=PASSIVE" in n
+               for n in notes), notes
+    assert any(n.startswith("#2 found the machine quiet, its threads passive: measured "
+                            "again, trials' threads spin again") for n in notes), notes
 
 
 def _search_after_looks(tmp_path, monkeypatch, machine, n_trials: int, load_of: Callable,

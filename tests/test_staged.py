@@ -463,11 +463,12 @@ def test_a_fork_server_whose_children_cannot_use_cuda_gives_way_to_spares(prepar
     from autotune.trial import run_trial
     from autotune.trial import ForkServer
     from autotune.trial._forkserver import SPARE
+    from autotune.trial._runner import trial_env
 
     config = TrialConfig(batch_size=64, num_neighbors=(5, 5), hidden_channels=16)
     spec = MeasureSpec(warmup_steps=1, min_warmup_s=0.0, min_steps=3, max_window_s=0.3)
     with ForkServer(folder=tmp_path) as server:
-        start = server.start(dict(os.environ), "cuda")
+        start = server.start(trial_env("cpu"), "cuda")  # the trials' environment
         assert start.startswith(f"{SPARE} (fork server unusable: a forked child could "
                                 "not use CUDA"), start
         assert "after importing torch (python -m autotune.trial._forkserver --bisect torch" in start

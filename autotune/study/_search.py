@@ -196,25 +196,32 @@ class Search:
             self.note(self.outcome.stopped)
 
     def watch_busy(self, record: TrialRecord) -> None:
-        """Counts the measured trials in a row that stayed disturbed; at
-        :data:`BUSY_AFTER` the machine is taken to stay busy, which is said once (with
-        what took its cores), and the next trials keep their windows as measured
-        (:meth:`busy_spec`), their threads passive (:meth:`threads_for`); a quiet
-        trial ends that, which is said too."""
+        """Counts the measured trials in a row that stayed disturbed. From the first,
+        the trials' threads wait passively (:meth:`threads_for`: a window beside a
+        burner reads a tenth of its rate with spinning threads, and is measured three
+        times); at :data:`BUSY_AFTER` the machine is taken to stay busy, which is said
+        once (with what took its cores), and the next trials keep their windows as
+        measured (:meth:`busy_spec`); a quiet trial ends that, which is said too."""
         if record.reused_from is not None or not record.complete:
             return
         self.disturbed_in_row = self.disturbed_in_row + 1 if record.disturbed else 0
+        if not record.disturbed:
+            if self.outcome.busy:
+                self.note(f"the machine is quiet again (it was busy: {self.outcome.busy}): "
+                          "disturbed windows are measured again" + self.threads_for(False))
+                self.outcome.busy = ""
+            return
+        who, passive = who_took([record.window.load]), self.threads_for(busy=True)
         if self.disturbed_in_row >= BUSY_AFTER and not self.outcome.busy:
-            self.outcome.busy = who_took([record.window.load])
-            self.note(f"the machine stays busy ({self.outcome.busy} took its cores in "
+            self.outcome.busy = who
+            self.note(f"the machine stays busy ({who} took its cores in "
                       f"{plural(self.disturbed_in_row, 'trial')} in a row): windows are kept "
                       "as measured from now on, marked DISTURBED, neither measured again nor "
                       "screened; the confirmation's pairs, disturbed alike on both sides, "
-                      "decide the speed-ups" + self.threads_for(busy=True))
-        elif self.disturbed_in_row == 0 and self.outcome.busy:
-            self.note(f"the machine is quiet again (it was busy: {self.outcome.busy}): "
-                      "disturbed windows are measured again" + self.threads_for(busy=False))
-            self.outcome.busy = ""
+                      "decide the speed-ups" + passive)
+        elif passive:
+            self.note(f"#{record.number} stayed disturbed however often it was measured "
+                      f"again ({who})" + passive)
 
     def threads_for(self, busy: bool) -> str:
         """The trials' OpenMP threads from now on: waiting passively at a barrier
@@ -238,9 +245,14 @@ class Search:
         the trials' threads spin from now on, this one's measured again first."""
         if not self.trial_env or not result.ok or result.window.disturbed:
             return False
-        self.note(f"the machine is quiet again (it was busy: {self.outcome.busy or 'yes'}): "
-                  "disturbed windows are measured again" + self.threads_for(busy=False) +
-                  f"; #{number}, measured with passive threads, is measured again")
+        spin = self.threads_for(busy=False)
+        if self.outcome.busy:
+            self.note(f"the machine is quiet again (it was busy: {self.outcome.busy}): "
+                      f"disturbed windows are measured again{spin}; #{number}, measured "
+                      "with passive threads, is measured again")
+        else:
+            self.note(f"#{number} found the machine quiet, its threads passive: measured "
+                      f"again{spin.replace(';', ',', 1)}")
         self.outcome.busy, self.disturbed_in_row = "", 0
         return True
 

@@ -617,7 +617,7 @@ class ForkServer:
             key = self._key_of(env, device)
             if self.proc is not None and key != self._key:
                 self._park()  # the trials' environment changed: libraries read it at import
-            if self.spare is not None and key != self._spare_key:
+            if self.spare is not None and _imported(env) != self._spare_key:
                 _end(self.spare)
                 self.spare = None
             if self.method == "auto" and self.unusable is None and self.proc is None:
@@ -629,7 +629,7 @@ class ForkServer:
                 self._taken = self._take_spare(env)
             if self._taken is not None:
                 self.spare = self._spawn(env, ["--spare"])  # imports while this trial runs
-                self._spare_key = key
+                self._spare_key = _imported(env)
         why = [] if self.method == "spare" else [f"fork server unusable: {self.unusable}"]
         if self._taken is None:
             return f"fresh interpreter ({'; '.join([*why, self.spares_failed])})"
@@ -643,8 +643,7 @@ class ForkServer:
         """What a server must have been started with to fork a trial of ``env`` on
         ``device``: the interpreter, its flags and the environment its imports read
         (the OpenMP runtime reads ``OMP_WAIT_POLICY`` as it loads, for one)."""
-        return (sys.executable, self.compiles, *self._flags(device), *sorted(
-            (k, v) for k, v in env.items() if not k.startswith(READ_AFTER_IMPORT)))
+        return (sys.executable, self.compiles, *self._flags(device), *_imported(env))
 
     def _launch(self, env: dict[str, str], device: str) -> None:
         """Starts the server; where a canary fails after a later step than the
@@ -814,6 +813,11 @@ class ForkServer:
             return
         proc, self.proc = self.proc, None
         _end(proc)
+
+
+def _imported(env: dict[str, str]) -> tuple:
+    """What of ``env`` a process's imports may read (:data:`READ_AFTER_IMPORT` aside)."""
+    return tuple(sorted((k, v) for k, v in env.items() if not k.startswith(READ_AFTER_IMPORT)))
 
 
 @atexit.register
