@@ -495,8 +495,8 @@ def test_a_later_search_forks_from_the_server_an_earlier_one_kept(prepared, tmp_
     an autotune setting, here): no imports to wait for. Another environment gets a
     server of its own, and a search that raised ends the server it had. Within one
     search, a trial whose environment changed (as a busy machine's turns passive)
-    forks from a server of that environment, and a trial of the first one again from
-    the server set aside for it."""
+    forks from a server of that environment (here the one kept before), and a trial
+    of the first one again from the server set aside for it."""
     import json
 
     import psutil
@@ -528,10 +528,6 @@ def test_a_later_search_forks_from_the_server_an_earlier_one_kept(prepared, tmp_
         (first.phases_s, second.phases_s)  # the imports, waited for once
     _, c = search("c", env={"MALLOC_ARENA_MAX": "2"})
     assert c["pid"] != a["pid"] and "reused" not in c, "another environment at import"
-    with pytest.raises(RuntimeError):
-        search("d", fail=True)
-    assert json.loads((tmp_path / "d" / "forkserver.json").read_text())["pid"] == a["pid"]
-    assert not psutil.pid_exists(a["pid"]), "a failed search's server outlived it"
     pids, envs = [], [{"MALLOC_ARENA_MAX": "2"}, {}, {"MALLOC_ARENA_MAX": "2"}]
     with ForkServer(folder=tmp_path / "e", compiles=False) as server:
         for i, env in enumerate(envs):
@@ -540,8 +536,11 @@ def test_a_later_search_forks_from_the_server_an_earlier_one_kept(prepared, tmp_
                                env={"TEST_KEPT_SERVER": str(tmp_path), **env})
             assert result.ok and result.observed.trial_start == FORKED, result.stderr_tail
             pids.append(json.loads((tmp_path / "e" / "forkserver.json").read_text())["pid"])
-    assert pids[0] == c["pid"] and pids[1] not in (a["pid"], c["pid"]) and pids[2] == pids[0], \
-        pids
+    assert pids == [c["pid"], a["pid"], c["pid"]], (pids, a["pid"], c["pid"])
+    with pytest.raises(RuntimeError):
+        search("d", fail=True)
+    assert json.loads((tmp_path / "d" / "forkserver.json").read_text())["pid"] == a["pid"]
+    assert not psutil.pid_exists(a["pid"]), "a failed search's server outlived it"
 
 
 _CANARY_AFTER_PYG = """import sys
