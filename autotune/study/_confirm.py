@@ -423,7 +423,8 @@ def follow_up(study: optuna.Study) -> tuple[int | None, list[int]]:
         return None, []
     figures = confirmed(trials)
     short = [r.trial for r in rows if r.throughput > floor.throughput and r.trial in figures
-             and figures[r.trial].stopped in RAN_OUT and figures[r.trial].why_not(s.confirm_within)]
+             and figures[r.trial].stopped in RAN_OUT
+             and figures[r.trial].why_not(s.confirm_within)]
     return (knee.trial if knee is not None else None), short
 
 

@@ -197,11 +197,12 @@ class Search:
 
     def watch_busy(self, record: TrialRecord) -> None:
         """Counts the measured trials in a row that stayed disturbed. From the first,
-        the trials' threads wait passively (:meth:`threads_for`: a window beside a
-        burner reads a tenth of its rate with spinning threads, and is measured three
-        times); at :data:`BUSY_AFTER` the machine is taken to stay busy, which is said
-        once (with what took its cores), and the next trials keep their windows as
-        measured (:meth:`busy_spec`); a quiet trial ends that, which is said too."""
+        the trials' threads wait passively (:meth:`threads_for`: spinning threads beside
+        another process's read a fraction of their rate, benchmarks/omp_wait.py, and
+        each window is measured three times); at :data:`BUSY_AFTER` the machine is
+        taken to stay busy, which is said once (with what took its cores), and the next
+        trials keep their windows as measured (:meth:`busy_spec`); a quiet trial ends
+        that, which is said too."""
         if record.reused_from is not None or not record.complete:
             return
         self.disturbed_in_row = self.disturbed_in_row + 1 if record.disturbed else 0
@@ -775,7 +776,6 @@ class Search:
             f"{plural(plan.rounds, 'interleaved round')}{fewer}"
         seconds = self.schedule.plan_s(plan, clock.overhead())
         self.note(f"confirmation: {what}{how} of {names}, about {clock_text(seconds)}")
-
 
     @staticmethod
     def follow_up_words(plan: confirmation.Plan) -> str:
