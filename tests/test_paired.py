@@ -239,22 +239,23 @@ PASSIVE = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def test_a_machine_that_stays_busy_is_said_once_and_its_windows_kept(tmp_path, monkeypatch):
-    """Another process takes the cores from the second trial through the sixth: from
-    the first trial that stayed disturbed, the trials' OpenMP threads wait passively
-    (said); after two in a row the search says once that the machine stays busy,
-    naming the process, and measures on with windows kept as measured (neither
-    measured again nor screened); once a trial is quiet it says so, measures it again
-    with spinning threads (its passive figure alone reads slower), and disturbed
-    windows are measured again."""
+    """Another process takes the cores in the second to sixth measurements: the
+    first trial that stayed disturbed is measured again with passive OpenMP threads,
+    as the trials after it are (said); after two in a row the search says once that
+    the machine stays busy, naming the process, and measures on with windows kept as
+    measured (neither measured again nor screened); once a trial is quiet it says so,
+    measures it again with spinning threads (its passive figure alone reads slower),
+    and disturbed windows are measured again."""
     machine, notes, result = _busy_search(tmp_path, monkeypatch, range(2, 7))
     said = [n for n in notes if n.startswith("the machine stays busy")]
     assert len(said) == 1 and "pid 4321 (stress)" in said[0], notes
     quiet = [n for n in notes if n.startswith("the machine is quiet again")]
     assert len(quiet) == 1 and "threads spin again" in quiet[0], notes
     specs = machine.specs
-    assert all(s.busy_retries > 0 for s in specs[:3]), specs[:3]  # before it is said
-    assert all(s.busy_retries == 0 and s.screen is None for s in specs[3:7]), specs[3:7]
+    assert all(s.busy_retries > 0 for s in specs[:4]), specs[:4]  # before it is said
+    assert all(s.busy_retries == 0 and s.screen is None for s in specs[4:7]), specs[4:7]
     assert specs[7].busy_retries > 0  # the seventh call was quiet: measured again, spinning
+    assert machine.calls[1][0] == machine.calls[2][0]  # the first disturbed, again passive
     assert result.outcome.busy == ""
     assert machine.envs == [{}] * 2 + [PASSIVE] * 5 + [{}] * (len(machine.envs) - 7), \
         machine.envs
@@ -264,19 +265,20 @@ def test_a_machine_that_stays_busy_is_said_once_and_its_windows_kept(tmp_path, m
 
 def test_one_trial_that_stayed_disturbed_turns_the_threads_passive_until_one_is_quiet(
         tmp_path, monkeypatch):
-    """Only the second trial's windows stay disturbed: the next trial runs with passive
-    threads, finds the machine quiet, and is measured again spinning, as are the
-    trials after it; the machine was never said to stay busy."""
+    """Only the second measurement's windows stay disturbed: that trial is measured
+    again with passive threads, finds the machine quiet, and is measured a third
+    time spinning, as the trials after it are; the machine was never said to stay
+    busy."""
     machine, notes, result = _busy_search(tmp_path, monkeypatch, range(2, 3), n_trials=5)
     assert machine.envs[:4] == [{}, {}, PASSIVE, {}], machine.envs
     assert all(env == {} for env in machine.envs[3:]), machine.envs
-    assert machine.calls[2][0] == machine.calls[3][0]  # the same config, measured again
+    assert machine.calls[1][0] == machine.calls[2][0] == machine.calls[3][0]  # one config
     assert not any(n.startswith(("the machine stays busy", "the machine is quiet"))
                    for n in notes), notes
     assert any(n.startswith("#1 stayed disturbed however often it was measured again "
                             "(pid 4321 (stress)") and "OMP_WAIT_POLICY=PASSIVE" in n
                for n in notes), notes
-    assert any(n.startswith("#2 found the machine quiet, its threads passive: measured "
+    assert any(n.startswith("#1 found the machine quiet, its threads passive: measured "
                             "again, trials' threads spin again") for n in notes), notes
 
 

@@ -196,13 +196,11 @@ class Search:
             self.note(self.outcome.stopped)
 
     def watch_busy(self, record: TrialRecord) -> None:
-        """Counts the measured trials in a row that stayed disturbed. From the first,
-        the trials' threads wait passively (:meth:`threads_for`: spinning threads beside
-        another process's read a fraction of their rate, benchmarks/omp_wait.py, and
-        each window is measured three times); at :data:`BUSY_AFTER` the machine is
-        taken to stay busy, which is said once (with what took its cores), and the next
-        trials keep their windows as measured (:meth:`busy_spec`); a quiet trial ends
-        that, which is said too."""
+        """Counts the measured trials in a row that stayed disturbed (their threads
+        passive from the first: :meth:`spinning_on_busy`); at :data:`BUSY_AFTER` the
+        machine is taken to stay busy, which is said once (with what took its cores),
+        and the next trials keep their windows as measured (:meth:`busy_spec`); a
+        quiet trial ends that, which is said too."""
         if record.reused_from is not None or not record.complete:
             return
         self.disturbed_in_row = self.disturbed_in_row + 1 if record.disturbed else 0
@@ -212,17 +210,13 @@ class Search:
                           "disturbed windows are measured again" + self.threads_for(False))
                 self.outcome.busy = ""
             return
-        who, passive = who_took([record.window.load]), self.threads_for(busy=True)
         if self.disturbed_in_row >= BUSY_AFTER and not self.outcome.busy:
-            self.outcome.busy = who
-            self.note(f"the machine stays busy ({who} took its cores in "
+            self.outcome.busy = who_took([record.window.load])
+            self.note(f"the machine stays busy ({self.outcome.busy} took its cores in "
                       f"{plural(self.disturbed_in_row, 'trial')} in a row): windows are kept "
                       "as measured from now on, marked DISTURBED, neither measured again nor "
                       "screened; the confirmation's pairs, disturbed alike on both sides, "
-                      "decide the speed-ups" + passive)
-        elif passive:
-            self.note(f"#{record.number} stayed disturbed however often it was measured "
-                      f"again ({who})" + passive)
+                      "decide the speed-ups" + self.threads_for(busy=True))
 
     def threads_for(self, busy: bool) -> str:
         """The trials' OpenMP threads from now on: waiting passively at a barrier
@@ -238,6 +232,20 @@ class Search:
         return ("; trials' threads wait passively (OMP_WAIT_POLICY=PASSIVE) from now on, "
                 "not spinning against its threads" if want else
                 "; trials' threads spin again at a barrier, as the runtime has them")
+
+    def spinning_on_busy(self, number: int, result: TrialResult) -> bool:
+        """Whether trial ``number``, its threads spinning, stayed disturbed however
+        often it was measured again: spinning threads beside another process's read a
+        fraction of their rate (benchmarks/omp_wait.py), so the trials' threads wait
+        passively from now on (:meth:`threads_for`), this one's measured again first,
+        as said, rather than kept at that fraction."""
+        if not result.ok or not result.window.disturbed or self.trial_env:
+            return False
+        passive = self.threads_for(busy=True)  # "" where the user's own policy holds
+        if passive:
+            self.note(f"#{number} stayed disturbed however often it was measured again "
+                      f"({who_took([result.window.load])}){passive}; it is measured again")
+        return bool(passive)
 
     def passive_on_quiet(self, number: int, result: TrialResult) -> bool:
         """Whether trial ``number``, its threads passive (the machine was busy), found
@@ -559,11 +567,12 @@ class Search:
         # nothing
         reserve = self.clock.reserve(ahead=1) if self.schedule.candidates() else 0.0
         with Heartbeat(_optuna.storage(study), _optuna.trial_id(trial)):
-            for _ in range(2):
+            for _ in range(3):  # spinning and disturbed, passive and quiet, spinning
                 result, where, budget_bound = self.measure(
                     config, trial_dir, f"trial {trial.number} of study {study.study_name}",
                     reserve, self.measure_spec(trial))
-                if not self.passive_on_quiet(trial.number, result):
+                if not (self.spinning_on_busy(trial.number, result) or
+                        self.passive_on_quiet(trial.number, result)):
                     break
         self.outcome.measured += 1
         record = self.trial_record(trial, result, where, budget_bound)
