@@ -633,7 +633,11 @@ def test_a_real_confirmation_measures_each_candidate_in_its_own_process(tmp_path
                "--study-name", "c", "--confirm", "1", "--no-racing", "--confirm-by", "rounds",
                "--confirm-precision", "50%")
     assert proc.returncode == 0, proc.stderr
-    assert "confirmation: 3 interleaved rounds of #0 (baseline)" in proc.stdout
+    # 3 rounds, or FAR_ROUNDS where the fast end reads FAR_AHEAD of a baseline whose two
+    # loader workers other tests slowed (31,144 against 12,262 once, in a full suite)
+    rounds = {3, confirm_module.FAR_ROUNDS}
+    assert any(f"confirmation: {n} interleaved rounds of #0 (baseline)" in proc.stdout
+               for n in rounds), proc.stdout
     study = optuna.load_study(study_name="c",
                               storage=f"sqlite:///{tmp_path / 'studies' / 'c.db'}")
     trials = records(study)

@@ -488,6 +488,43 @@ def test_a_fork_server_whose_children_cannot_use_cuda_gives_way_to_spares(prepar
         os.kill(left, 0)
 
 
+def test_a_spare_that_imported_under_another_environment_is_not_used(monkeypatch, tmp_path):
+    """Spares import while the trial before runs, in that trial's environment: where
+    the next trial's differs in what imports read (the search turned its threads
+    passive), the waiting spare is ended unused and one of the new environment runs
+    the trial. (Stand-in spares: a Python that says it is ready and reads its
+    request; the protocol is ForkServer's own.)"""
+    import os
+    import subprocess
+    import sys
+
+    from autotune.trial import ForkServer
+    from autotune.trial._forkserver import SPARE
+
+    spawned: list[tuple[subprocess.Popen, str | None]] = []
+    ready = "import json, sys; print(json.dumps({'ready': {}}), flush=True); sys.stdin.read()"
+
+    def spawn(self, env, flags):
+        proc = subprocess.Popen([sys.executable, "-c", ready], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env=env)
+        spawned.append((proc, env.get("OMP_WAIT_POLICY")))
+        return proc
+
+    monkeypatch.setattr(ForkServer, "_spawn", spawn)
+    base = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    forked = []
+    with ForkServer(method="spare") as server:
+        for env in (base, base, {**base, "OMP_WAIT_POLICY": "PASSIVE"}):
+            assert server.start(env, "cpu") == SPARE
+            proc = server.fork(["spec", "result"], tmp_path / "out", tmp_path / "err", env)
+            proc.wait()
+            forked.append(next(i for i, (p, _) in enumerate(spawned) if p is proc))
+    # 0 runs the first trial, 1 (spawned during it) the second, 2 waits for the third
+    # but imported without the policy: ended unused, and 3, spawned then, runs it
+    assert forked == [0, 1, 3], (forked, spawned)
+    assert spawned[3][1] == "PASSIVE" and spawned[2][0].poll() is not None
+
+
 @pytest.mark.slow
 def test_a_later_search_forks_from_the_server_an_earlier_one_kept(prepared, tmp_path):
     """A server a search leaves healthy serves the next search of the process whose
