@@ -280,6 +280,10 @@ def test_one_trial_that_stayed_disturbed_turns_the_threads_passive_until_one_is_
                for n in notes), notes
     assert any(n.startswith("#1 found the machine quiet, its threads passive: measured "
                             "again, trials' threads spin again") for n in notes), notes
+    kept = next(t for t in result.trials if t.number == 1)  # its record still names it
+    dropped = kept.window.remeasured
+    assert len(dropped) == 2 and dropped[0]["top"][0][:2] == [4321, "stress"], kept.window
+    assert not kept.disturbed
 
 
 def _search_after_looks(tmp_path, monkeypatch, machine, n_trials: int, load_of: Callable,

@@ -567,13 +567,16 @@ class Search:
         # nothing
         reserve = self.clock.reserve(ahead=1) if self.schedule.candidates() else 0.0
         with Heartbeat(_optuna.storage(study), _optuna.trial_id(trial)):
+            dropped: list[dict] = []  # the loads of the windows measured before
             for _ in range(3):  # spinning and disturbed, passive and quiet, spinning
                 result, where, budget_bound = self.measure(
                     config, trial_dir, f"trial {trial.number} of study {study.study_name}",
                     reserve, self.measure_spec(trial))
+                result = _after(result, dropped)
                 if not (self.spinning_on_busy(trial.number, result) or
                         self.passive_on_quiet(trial.number, result)):
                     break
+                dropped = [*result.window.remeasured, *filter(None, [result.window.load])]
         self.outcome.measured += 1
         record = self.trial_record(trial, result, where, budget_bound)
         try:
@@ -796,6 +799,16 @@ class Search:
         why += [f"{short} ran out of time or pairs before their precision, faster than "
                 "the default would be"] if short else []
         return "; ".join(why) + ": "
+
+
+def _after(result: TrialResult, dropped: list[dict]) -> TrialResult:
+    """``result`` with the loads of the windows this trial measured before it, and
+    dropped, ahead of its own dropped ones (``WindowStats.remeasured``), so that its
+    line and record still name what disturbed them."""
+    if not dropped:
+        return result
+    return dataclasses.replace(result, window=dataclasses.replace(
+        result.window, remeasured=[*dropped, *result.window.remeasured]))
 
 
 def measured_configs(study: optuna.Study) -> set[str]:
