@@ -243,8 +243,9 @@ class Search:
             return False
         passive = self.threads_for(busy=True)  # "" where the user's own policy holds
         if passive:
+            windows = [*result.window.remeasured, result.window.load]
             self.note(f"#{number} stayed disturbed however often it was measured again "
-                      f"({who_took([result.window.load])}){passive}; it is measured again")
+                      f"({who_took(windows)}){passive}; it is measured again")
         return bool(passive)
 
     def passive_on_quiet(self, number: int, result: TrialResult) -> bool:
