@@ -412,19 +412,17 @@ def follow_up(study: optuna.Study) -> tuple[int | None, list[int]]:
     of busy pairs that left them too wide does not hand the default to a slower
     config. (None, []) where there is neither."""
     s = StudyRecord.from_study(study)
-    trials = rec.records(study)
-    rows = [r for r in front_rows(trials, s.baseline, s.budget_mib, within=s.confirm_within)
-            if r.trial != s.baseline]
+    rows = [r for r in front_rows(rec.records(study), s.baseline, s.budget_mib,
+                                  within=s.confirm_within) if r.trial != s.baseline]
     knee = next((r for r in rows if "knee" in r.marks and r.confirmed is None and
                  any(m.startswith("unconfirmed") for m in r.marks)), None)
     floor = knee or next((r for r in rows if r.default and r.confirmation and
                           r.confirmation.startswith("confirmed")), None)
     if floor is None:
         return None, []
-    figures = confirmed(trials)
-    short = [r.trial for r in rows if r.throughput > floor.throughput and r.trial in figures
-             and figures[r.trial].stopped in RAN_OUT
-             and figures[r.trial].why_not(s.confirm_within)]
+    short = [r.trial for r in rows if r.throughput > floor.throughput and r.confirmed
+             and r.confirmed.get("stopped") in RAN_OUT
+             and r.confirmation.startswith("unconfirmed")]
     return (knee.trial if knee is not None else None), short
 
 

@@ -206,9 +206,7 @@ class Search:
         self.disturbed_in_row = self.disturbed_in_row + 1 if record.disturbed else 0
         if not record.disturbed:
             if self.outcome.busy:
-                self.note(f"the machine is quiet again (it was busy: {self.outcome.busy}): "
-                          "disturbed windows are measured again" + self.threads_for(False))
-                self.outcome.busy = ""
+                self.quiet_again()
             return
         if self.disturbed_in_row >= BUSY_AFTER and not self.outcome.busy:
             self.outcome.busy = who_took([record.window.load])
@@ -255,16 +253,21 @@ class Search:
         the trials' threads spin from now on, this one's measured again first."""
         if not self.trial_env or not result.ok or result.window.disturbed:
             return False
-        spin = self.threads_for(busy=False)
         if self.outcome.busy:
-            self.note(f"the machine is quiet again (it was busy: {self.outcome.busy}): "
-                      f"disturbed windows are measured again{spin}; #{number}, measured "
-                      "with passive threads, is measured again")
+            self.quiet_again(f"; #{number}, measured with passive threads, is measured again")
         else:
             self.note(f"#{number} found the machine quiet, its threads passive: measured "
-                      f"again{spin.replace(';', ',', 1)}")
-        self.outcome.busy, self.disturbed_in_row = "", 0
+                      f"again{self.threads_for(busy=False).replace(';', ',', 1)}")
+        self.disturbed_in_row = 0
         return True
+
+    def quiet_again(self, then: str = "") -> None:
+        """The machine said to stay busy is quiet again: said once (with what kept it
+        busy, and ``then``), its disturbed windows measured again from now on, its
+        threads spinning."""
+        self.note(f"the machine is quiet again (it was busy: {self.outcome.busy}): "
+                  f"disturbed windows are measured again{self.threads_for(busy=False)}{then}")
+        self.outcome.busy = ""
 
     def look_at_load(self) -> None:
         """Before the first trial: where other processes already take more of the
@@ -573,7 +576,7 @@ class Search:
                 result, where, budget_bound = self.measure(
                     config, trial_dir, f"trial {trial.number} of study {study.study_name}",
                     reserve, self.measure_spec(trial))
-                result = _after(result, dropped)
+                result = _with_dropped(result, dropped)
                 if not (self.spinning_on_busy(trial.number, result) or
                         self.passive_on_quiet(trial.number, result)):
                     break
@@ -802,7 +805,7 @@ class Search:
         return "; ".join(why) + ": "
 
 
-def _after(result: TrialResult, dropped: list[dict]) -> TrialResult:
+def _with_dropped(result: TrialResult, dropped: list[dict]) -> TrialResult:
     """``result`` with the loads of the windows this trial measured before it, and
     dropped, ahead of its own dropped ones (``WindowStats.remeasured``), so that its
     line and record still name what disturbed them."""
