@@ -4,6 +4,7 @@ processes took more than their share, and a confirmation that leaves out a round
 the machine disturbed."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -128,8 +129,10 @@ def test_processes_that_lived_inside_the_window_are_named_by_their_parent():
         _spin(1.0)
         busy = meter.stop()
     finally:
-        for proc in [psutil.Process(shell), *psutil.Process(shell).children()]:
-            proc.kill()
+        loop = psutil.Process(shell)
+        for proc in [loop, *loop.children()]:
+            with contextlib.suppress(psutil.NoSuchProcess):  # a child that just ended
+                proc.kill()
     assert busy.others_s > 0.5, busy
     pid, name, cpu_s = busy.top[0]
     assert (pid, name) == (shell, "sh and its exited children"), busy.top
