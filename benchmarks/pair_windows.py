@@ -18,6 +18,11 @@ If the windows' own noise dominated, longer windows would reach ±10% in fewer
 seconds (Kalibera and Jones: spend repetitions where the variance is); if the
 variance between windows does, short windows and many pairs do.
 
+- ``split``: that balance read from each pair's inner halves (the second half of
+  the window that ran first and the first half of the other: a pair of windows half
+  as long), and the length it would choose (:func:`split`). Its ``sd_inner`` at one
+  length is its forecast of ``sd_pair`` at half that length, beside the measured one.
+
 With ``--beside-training`` another training (busy.py's) runs for the whole
 measurement, and the trials' threads wait passively, as a search on a busy machine
 runs them: where the noise lies when the machine stays busy.
@@ -44,6 +49,7 @@ from autotune.trial._result import t975
 from autotune.trial._runner import ForkServer, run_trial
 
 TARGET = 0.10  # the confirmation's default precision
+SPLIT_RANGE = (0.125, 8.0)  # the window lengths the split may name
 
 
 def pairs_to(sd: float, precision: float = TARGET, most: int = 1000) -> int | None:
@@ -62,12 +68,41 @@ def window_sd(window: dict, workers: int) -> float | None:
     return math.log1p(window["precision"] / t975(blocks - 1))
 
 
+def split(groups: list[list[dict]], window_s: float, fixed_s: float) -> dict | None:
+    """Kalibera and Jones's split of a pair's variance at windows of ``window_s``
+    timed seconds, each opened by ``fixed_s`` (drain and untimed steps), from the
+    pairs' log ratios and their inner halves' (``inner``: a pair of windows half as
+    long), pooled around each candidate's mean. If a window's noise were its steps'
+    alone (``within``, falling as one over its length) beside a variance from one
+    window to the next (``between``), a precision would take the least time at
+    ``best_s = sqrt(within * window_s * fixed_s / between)``: the measured spreads at
+    each length say whether that holds. None with fewer than two degrees of freedom."""
+    logs = [[(math.log(p["ratio"]), math.log(p["inner"])) for p in pairs
+             if p.get("inner") and p["ratio"] > 0] for pairs in groups]
+    logs = [both for both in logs if len(both) >= 2]
+    dof = sum(len(both) - 1 for both in logs)
+    if dof < 2:
+        return None
+    full, inner = (sum(statistics.pvariance([b[k] for b in both]) * len(both)
+                       for both in logs) / dof for k in (0, 1))
+    within, between = max(inner - full, 0.0), max(2 * full - inner, 0.0)
+    low, high = SPLIT_RANGE
+    best = low if within <= 0 else high if between <= 0 else \
+        min(high, max(low, math.sqrt(within * window_s * fixed_s / between)))
+    return {"window_s": window_s, "fixed_s": fixed_s, "sd_pair": math.sqrt(full),
+            "sd_inner": math.sqrt(inner), "between": between, "within": within, "dof": dof,
+            "best_s": best}
+
+
 def summary(window_s: float, results: list, workers: tuple[int, int]) -> dict:
     """One window length's figures over its paired trials."""
-    logs, within, seconds, speedups = [], [], 0.0, []
+    logs, within, seconds, speedups, groups, timed, fixed = [], [], 0.0, [], [], [], []
     for result in results:
         paired = result.pairs
         c = paired["candidates"][0]
+        groups.append(c["pairs"])
+        timed += [w["seconds"] for side in paired["windows"] for w in side]
+        fixed += [w["fixed_s"] for side in paired["windows"] for w in side]
         logs += [math.log(r) for r in c["ratios"]]
         speedups.append(c["speedup"])
         ref_w, own_w = paired["windows"]
@@ -80,7 +115,7 @@ def summary(window_s: float, results: list, workers: tuple[int, int]) -> dict:
     var_within = statistics.fmean(within)
     pair_s = seconds / len(logs)
     needed = pairs_to(sd_pair)
-    return {"window_s": window_s, "pairs": len(logs), "speedups": speedups,
+    return {"split": split(groups, statistics.fmean(timed), statistics.fmean(fixed)), "window_s": window_s, "pairs": len(logs), "speedups": speedups,
             "sd_pair": sd_pair, "sd_within": math.sqrt(var_within),
             "sd_between": math.sqrt(max(sd_pair ** 2 - var_within, 0.0)),
             "pair_s": pair_s, "pairs_to_10pct": needed,
@@ -127,6 +162,11 @@ def main() -> None:
               f"{row['sd_within']:.3f}, between {row['sd_between']:.3f}; {row['pair_s']:.2f} s "
               f"a pair; ±10% in {row['pairs_to_10pct']} pairs, "
               f"{row['seconds_to_10pct'] or float('nan'):.0f} s", flush=True)
+        if row["split"]:
+            h = row["split"]
+            print(f"      inner halves sd {h['sd_inner']:.3f}: between {h['between'] ** 0.5:.3f}, "
+                  f"within {h['within'] ** 0.5:.3f}, opened in {h['fixed_s']:.2f} s: "
+                  f"best {h['best_s']:.2f} s", flush=True)
     write(args.out, {"benchmark": "pair_windows", "device": "cpu", "dataset": stats,
                      "baseline": base.to_dict(), "candidate": candidate.to_dict(),
                      "pairs_each": args.pairs, "repeats": args.repeats,

@@ -31,6 +31,15 @@ def test_a_window_holds_whole_blocks_and_whole_short_epochs():
     assert window_steps(0.5, 1.0, 3) == 12  # four blocks at least, of a step per worker
 
 
+def test_a_pairs_inner_halves_are_the_two_halves_that_ran_next_to_each_other():
+    assert _pairs.halves([[10, 1.0], [99, 1.0], [20, 1.0]]) == (10.0, 20.0)  # middle left out
+    assert _pairs.halves([[10, 1.0]]) is None
+    ref, own = {"halves": (10.0, 20.0)}, {"halves": (30.0, 40.0)}
+    assert _pairs.inner_ratio(ref, own, ref_first=True) == 30.0 / 20.0
+    assert _pairs.inner_ratio(ref, own, ref_first=False) == 40.0 / 10.0
+    assert _pairs.inner_ratio({"halves": None}, own, ref_first=True) is None
+
+
 class _Stepper:
     def __init__(self, workers: int) -> None:
         self.pipe = type("P", (), {"config": type("C", (), {"num_workers": workers})()})()

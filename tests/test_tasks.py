@@ -234,14 +234,14 @@ def test_search_end_to_end(tmp_path, args, request):
                      if "synthetic-hetero" in args else
                      "knobs:\n  batch_size: {choices: [256, 512]}\n"
                      "  num_neighbors: {choices: [[5, 5], [10, 5]]}\n")
-    proc = cli("search", *args, "--n-trials", "4", "--space", str(space), "--studies-dir",
+    proc = cli("search", *args, "--n-trials", "3", "--space", str(space), "--studies-dir",
                str(tmp_path / "studies"), "--steps", "3", "--warmup", "1",
                "--warmup-time", "0", "--max-seconds",
-               "1", "--no-priors", "--confirm", "0", "-f", "json", env=_env(tmp_path))
+               "0.5", "--no-priors", "--confirm", "0", "-f", "json", env=_env(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     blob = json.loads(proc.stdout)
     done = [t for t in blob["trials"] if t["state"] == "complete" and t["reused_from"] is None]
-    assert len(done) == 4 and all(t["throughput"] > 0 for t in done), blob["trials"]
+    assert len(done) == 3 and all(t["throughput"] > 0 for t in done), blob["trials"]
     for config in (t["config"] for t in done):
         assert config["task"] == ("link" if "link" in args else "node")
         # a per-edge-type fanout is kept only where it differs from the shared one, and

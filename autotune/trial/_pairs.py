@@ -128,6 +128,21 @@ def epoch_steps(loader) -> int | None:
         return None
 
 
+def halves(blocks: list) -> tuple[float, float] | None:
+    """The rates of a window's first and second halves of its blocks (the middle one
+    left out of an odd number); None with fewer than two blocks."""
+    half = len(blocks) // 2
+    if half < 1:
+        return None
+    rates = []
+    for part in (blocks[:half], blocks[len(blocks) - half:]):
+        seconds = sum(s for _, s in part)
+        if seconds <= 0:
+            return None
+        rates.append(sum(c for c, _ in part) / seconds)
+    return rates[0], rates[1]
+
+
 def drain(pids: list[int]) -> float:
     """Waits until these processes' CPU time stops growing (two polls alike), up to
     :data:`DRAIN_MAX_S`; returns the seconds waited."""
@@ -188,7 +203,8 @@ def timed_window(side: Side, others: list[Side], spec: MeasureSpec) -> dict[str,
         load = meter.stop()
     out = {"config": side.index, "steps": side.steps, "seeds": seeds, "seconds": seconds,
            "rate": seeds / seconds if seconds > 0 else 0.0,
-           "precision": rate_half_width(blocks), "fixed_s": start - started,
+           "precision": rate_half_width(blocks), "halves": halves(blocks),
+           "fixed_s": start - started,
            "drain_s": waited, "at": time.time(), "load": load.to_dict(),
            "busy": busy_over(load.share, load.others_s, spec.max_busy)}
     side.windows.append(out)
@@ -293,8 +309,23 @@ def _pair(reference: Side, c: Candidate, sides: list[Side], round_: int,
     c.taken_by += [w["load"] for w in (ref, own) if w["busy"]]
     c.pairs.append({"ratio": own["rate"] / ref["rate"], "half_width": half,
                     "reference_rate": ref["rate"], "rate": own["rate"],
+                    "inner": inner_ratio(ref, own, ref_first=order[0] is reference),
                     "busy": [ref["busy"], own["busy"]]})
     c.comparison.add(own["rate"] / ref["rate"], half)
+
+
+def inner_ratio(ref: dict, own: dict, ref_first: bool) -> float | None:
+    """The pair's ratio from its inner halves: the second half of the window that ran
+    first and the first half of the other, adjacent as a pair of windows half as long
+    would be (the one that ran second opened after the same drain and untimed steps).
+    Beside the pair's own ratio, it tells how a pair's spread would move with the
+    windows' length if only the steps' noise within a window moved with it
+    (benchmarks/pair_windows.py reports that split beside the spreads it measures)."""
+    if ref.get("halves") is None or own.get("halves") is None:
+        return None
+    ref_rate = ref["halves"][1] if ref_first else ref["halves"][0]
+    own_rate = own["halves"][0] if ref_first else own["halves"][1]
+    return own_rate / ref_rate if ref_rate > 0 else None
 
 
 def _race(candidates: list[Candidate]) -> None:
