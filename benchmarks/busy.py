@@ -144,16 +144,15 @@ def judge(quiet_front: list[dict], busy_front: list[dict]) -> dict:
 
 
 def _named(study: dict) -> list[list]:
-    """Every process the run's windows named, with the CPU seconds it took (summed)."""
-    took: dict[tuple[int, str], float] = {}
+    """The processes the run's windows named, as its notes name them: each one's CPU
+    seconds summed over every window it took (:meth:`Load.summed`, the most first)."""
+    from autotune.trial import Load
+
+    loads = []
     for t in study["trials"]:
-        window = t.get("load") or {}
         paired = ((t.get("confirm") or {}).get("pairs") or {}).get("taken_by") or []
-        for load in [window, *(t.get("remeasured") or []), *paired]:
-            for pid, name, cpu_s in load.get("top", []):
-                took[(pid, name)] = took.get((pid, name), 0.0) + cpu_s
-    return sorted(([pid, name, round(s, 1)] for (pid, name), s in took.items()),
-                  key=lambda r: -r[2])
+        loads += [t.get("load") or {}, *(t.get("remeasured") or []), *paired]
+    return [list(row) for row in Load.summed(Load.from_dict(x) for x in loads).top]
 
 
 def main() -> None:
