@@ -5,6 +5,8 @@ pairs decided by the comparison engine. The pair logic runs against scripted win
 whole path, from the trial process to the front."""
 from __future__ import annotations
 
+import json
+import math
 import os
 import signal
 
@@ -15,6 +17,7 @@ from _helpers import cli
 
 from autotune.compare import Comparison, Rule
 from autotune.specs import MeasureSpec
+from autotune.study import _window_length as _lengths
 from autotune.study._front import front_rows
 from autotune.study._paired import confirmed
 from autotune.study._records import records
@@ -225,6 +228,9 @@ def test_a_real_search_confirms_its_front_in_one_paired_process(tmp_path):
         if row["trial"] in figures and row.get("confirmed"):
             assert row["confirmed"]["unit"] == "pair"
             assert row["confirmed"]["rounds"] == figures[row["trial"]].rounds
+    # the real pairs' spread and pace, recorded for this machine's next confirmation
+    added, = _lengths.read(_lengths.history_path(tmp_path / "studies"))
+    assert added["window_s"] == 0.5 and added["pair_s"] > 0.5, added
 
 
 class PairedFake:
@@ -270,7 +276,9 @@ class PairedFake:
                                "stopped": "time" if spread else "decided",
                                "slower_than": None, "busy_pairs": 0, "redone": 0,
                                "taken_by": [], "pairs": [{}] * len(factors)})
-        return TrialResult(status="ok", config=config, phases_s={"startup": 0.0, "warmup": 1.0},
+        return TrialResult(status="ok", config=config,
+                           phases_s={"startup": 0.0, "warmup": 1.0,
+                                     "measure_total": 1.0 + 2 * len(self.SPREAD)},
                            pairs={"stopped": "decided", "candidates": candidates,
                                   "windows": windows, "window_steps": [4] * len(windows)})
 
@@ -348,6 +356,102 @@ def test_a_paired_confirmation_where_another_process_takes_the_cores_has_longer_
     assert machine.envs == [passive if busy else {}], machine.envs
     line = next(n for n in notes if n.startswith("confirmation: pairs"))
     assert ("(1 s each, threads passive: the machine is busy)" in line) == busy, line
+    # a busy machine's pairs are no guide to its quiet ones: not recorded
+    assert _lengths.history_path(tmp_path / "studies").exists() == (not busy)
+
+
+def _known(window_s: float, spread: float, dof: int, pair_s: float) -> dict:
+    """A record entry of a confirmation at ``window_s`` whose pairs spread so."""
+    return {"window_s": window_s, "dof": dof, "squares": spread ** 2 * dof, "pair_s": pair_s}
+
+
+def test_a_quiet_machines_window_length_follows_its_earlier_pairs():
+    """Kalibera and Jones's dry run, one confirmation at a time: 0.5 s until this
+    machine's pairs are known; 1 s tried where 0.5-s pairs spread wide; once both
+    are known, the length that reaches a precision soonest (spread squared times a
+    pair's seconds)."""
+    from autotune.study._window_length import MIN_DOF, TRY_SPREAD, choose, known
+
+    assert choose([]) == _lengths.Choice(0.5)
+    assert choose([_known(0.5, 0.2, MIN_DOF - 1, 1.6)]) == _lengths.Choice(0.5)  # too few
+    assert choose([_known(0.5, TRY_SPREAD - 0.01, 40, 1.6)]) == _lengths.Choice(0.5)
+    tried = choose([_known(0.5, 0.145, 20, 1.6), _known(0.5, 0.145, 20, 1.6)])
+    assert tried.window_s == 1.0 and tried.why.startswith("1 s each, tried: this machine's "
+                                                          "pairs of 0.5 s: spread 0.145"), tried
+    # the AMX Xeon's figures (pair-windows-amx.json): 1-s pairs reach ±10% sooner there
+    noisy = [_known(0.5, 0.145, 40, 1.6), _known(1.0, 0.093, 30, 2.6)]
+    assert choose(noisy).window_s == 1.0 and "soonest" in choose(noisy).why
+    # the AVX2-only EPYC's: 0.5-s ones do
+    assert choose([_known(0.5, 0.082, 40, 1.6), _known(1.0, 0.102, 40, 2.7)]).window_s == 0.5
+    pooled = known([_known(0.5, 0.1, 10, 1.0), _known(0.5, 0.2, 30, 2.0), _known(1.0, 1, 5, 1)],
+                   0.5)
+    assert pooled.dof == 40 and pooled.pair_s == pytest.approx(1.75)
+    assert pooled.spread == pytest.approx(((0.01 * 10 + 0.04 * 30) / 40) ** 0.5)
+
+
+def test_a_confirmations_pairs_are_recorded_for_the_next_and_a_bad_record_is_left_alone(
+        tmp_path):
+    from autotune.config import TrialConfig
+    from autotune.trial import TrialResult
+
+    def result(ratios, busy_pairs=0):
+        return TrialResult(status="ok", config=TrialConfig(),
+                           phases_s={"warmup": 2.0, "measure_total": 8.0},
+                           pairs={"candidates": [{"ratios": ratios, "busy_pairs": busy_pairs}]})
+
+    entry = _lengths.entry_of(result([2.0, 2.2, 1.8, 2.0]), 0.5)
+    logs = [math.log(r) for r in (2.0, 2.2, 1.8, 2.0)]
+    mean = sum(logs) / 4
+    assert entry["dof"] == 3 and entry["pair_s"] == 1.5  # 6 s of pairs over 4 pairs
+    assert entry["squares"] == pytest.approx(sum((x - mean) ** 2 for x in logs))
+    assert _lengths.entry_of(result([2.0, 2.2], busy_pairs=1), 0.5) is None  # disturbed
+    assert _lengths.entry_of(result([2.0]), 0.5) is None  # no spread of its own
+    path = _lengths.history_path(tmp_path)
+    for k in range(_lengths.KEEP + 3):
+        _lengths.record(path, {**entry, "n": k})
+    _lengths.record(path, {**entry, "window_s": 1.0})
+    kept = _lengths.read(path)
+    assert [e.get("n") for e in kept if e["window_s"] == 0.5] == \
+        list(range(3, _lengths.KEEP + 3))  # the latest of a length
+    assert sum(e["window_s"] == 1.0 for e in kept) == 1
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="cannot be read"):
+        _lengths.record(path, entry)
+    assert path.read_text() == "{not json"
+
+
+@pytest.mark.parametrize("before", ["none", "wide", "unreadable"])
+def test_a_search_takes_its_paired_windows_from_this_machines_record_and_adds_to_it(
+        tmp_path, monkeypatch, before):
+    """A quiet search's paired confirmation reads this machine's record of earlier
+    confirmations (under the studies folder): none, its windows are 0.5 s; 0.5-s pairs
+    that spread wide, 1 s is tried, and its line says why; a record that cannot be
+    read is said once and left as it was. Its own pairs are then recorded."""
+    from test_paired import FakeMachine, _search_after_looks
+
+    from autotune.trial import Load
+
+    path = _lengths.history_path(tmp_path / "studies")
+    path.parent.mkdir(parents=True)
+    if before == "wide":
+        path.write_text(json.dumps({"entries": [_known(0.5, 0.15, 40, 1.6)]}))
+    elif before == "unreadable":
+        path.write_text("{not json")
+    machine = PairedFake(FakeMachine(drift=0.0))
+    notes, _ = _search_after_looks(tmp_path, monkeypatch, machine, 3, lambda look: Load(
+        cores=2, wall_s=0.25), sizes=[640, 896, 1024], racing=False, confirm=1,
+        confirm_by="pairs")
+    assert [spec.window_s for spec in machine.specs] == [1.0 if before == "wide" else 0.5]
+    line = next(n for n in notes if n.startswith("confirmation: pairs"))
+    assert ("(1 s each, tried: this machine's pairs of 0.5 s: spread 0.150" in line) == \
+        (before == "wide"), line
+    warned = [n for n in notes if "record of its paired windows" in n]
+    assert len(warned) == (before == "unreadable"), notes
+    if before == "unreadable":
+        assert path.read_text() == "{not json"
+        return
+    added = _lengths.read(path)[-1]
+    assert added["window_s"] == machine.specs[0].window_s and added["dof"] > 0, added
 
 
 def test_a_faster_config_whose_pairs_ran_out_is_measured_again_before_a_slower_default(

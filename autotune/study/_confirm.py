@@ -591,6 +591,9 @@ class Searching(Protocol):
     def confirmed(self, record: TrialRecord) -> None:
         """A confirmation measurement was stored."""
 
+    def pairs_measured(self, result: TrialResult) -> None:
+        """A paired confirmation's trial ended with ``result``."""
+
 
 class Confirmation:
     """The confirmation of ``search``'s front, with its options, study, clock and
@@ -725,6 +728,7 @@ class Confirmation:
             configs[0], trial_dir, f"confirmation of study {study.study_name}",
             pairs=PairSpec(tuple(configs[1:]), rule, max_s, the_plan.window_s,
                            off_front(study, trials, numbers)))
+        self.search.pairs_measured(result)
         for stored in self.store_paired(the_plan, result, where):
             self.search.confirmed(stored)
         if not result.ok:

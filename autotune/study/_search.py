@@ -32,7 +32,7 @@ from autotune.logging import get_logger
 from autotune.specs import MeasureSpec, Screen, TrialLimits
 from autotune.storage import Heartbeat, measurement_lock, study_lock
 from autotune.study import _confirm as confirmation, _guard as guards, _optuna, \
-    _records as rec, _recovery as recovery
+    _records as rec, _recovery as recovery, _window_length as lengths
 from autotune.study._clock import Clock
 from autotune.study._constraints import constraint_values, set_constraints
 from autotune.study._guard import Verdict
@@ -126,6 +126,8 @@ class Search:
         self.server: ForkServer | None = None  # while :meth:`run` runs
         self.disturbed_in_row = 0  # measured trials in a row that stayed disturbed
         self.trial_env: dict[str, str] = {}  # over this one's, in every trial's process
+        self.record = lengths.MachineRecord(opts.studies_dir, self.note)  # its paired windows
+        self.windows = lengths.Choice(WINDOW_S)  # a paired confirmation's, and why
 
     def run(self) -> SearchOutcome:
         """Reserves, measures and tells until the study holds ``max_trials`` counted
@@ -307,11 +309,23 @@ class Search:
         """A paired confirmation's windows, from a look at the load as it starts
         (:meth:`busy_now`): :data:`BUSY_WINDOW_S` where another process takes the
         cores, its threads passive (:meth:`threads_for`: a burner that outlasts the
-        trials would otherwise meet spinning threads in every pair); else
-        :data:`WINDOW_S`, its threads spinning, whatever the trials' were."""
+        trials would otherwise meet spinning threads in every pair); else this
+        machine's length (:mod:`autotune.study._window_length`: :data:`WINDOW_S`
+        until its earlier confirmations' pairs tell otherwise), its threads spinning,
+        whatever the trials' were. Kept, with why, in :attr:`windows`."""
         busy = self.busy_now() is not None
         self.threads_for(busy)
-        return BUSY_WINDOW_S if busy else WINDOW_S
+        passive = ", threads passive" if self.trial_env else ""
+        self.windows = lengths.Choice(BUSY_WINDOW_S, f"{BUSY_WINDOW_S:g} s each{passive}: "
+                                      "the machine is busy", busy=True) if busy else \
+            self.record.choice()
+        return self.windows.window_s
+
+    def pairs_measured(self, result: TrialResult) -> None:
+        """A paired confirmation's trial ended: a quiet one's pairs go into this
+        machine's record, for the next to choose its windows by."""
+        if not self.windows.busy:
+            self.record.add(result, self.windows.window_s)
 
     def busy_spec(self, spec: MeasureSpec) -> MeasureSpec:
         """``spec`` as the search measures while the machine stays busy
@@ -785,10 +799,8 @@ class Search:
         what = self.follow_up_words(plan) if follow_up else ""
         what = "resumed where it was stopped: " if plan.resumed else what
         fewer = " (all that --budget holds)" if plan.rounds < plan.asked else ""
-        passive = ", threads passive" if self.trial_env else ""
-        busy = f" ({plan.window_s:g} s each{passive}: the machine is busy)" \
-            if plan.window_s != WINDOW_S else ""
-        how = f"pairs of short windows in one process{busy}" if plan.paired else \
+        windows = f" ({self.windows.why})" if self.windows.why else ""
+        how = f"pairs of short windows in one process{windows}" if plan.paired else \
             f"{plural(plan.rounds, 'interleaved round')}{fewer}"
         seconds = self.schedule.plan_s(plan, clock.overhead())
         self.note(f"confirmation: {what}{how} of {names}, about {clock_text(seconds)}")

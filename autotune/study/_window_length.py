@@ -1,0 +1,201 @@
+"""A paired confirmation's window length on this machine, from its earlier pairs.
+
+Kalibera and Jones split a benchmark's repetitions between its levels by the
+variance a dry run measured at each. Within a window the split cannot be read
+(docs/measurement.md, "Why not split it from within a window"): only pairs measured
+at each length tell, and which length reaches a precision soonest differs from one
+machine to the next. So every paired confirmation on a quiet machine records its
+pairs' spread and pace at its length, in a file of this machine's under the studies
+folder (:func:`history_path`, by host and CPU), and the next one chooses from them
+(:func:`choose`):
+
+- until a length has :data:`MIN_DOF` degrees of freedom of pairs: :data:`WINDOW_S`;
+- where :data:`WINDOW_S`'s pairs spread :data:`TRY_SPREAD` or more and
+  :data:`LONGER_S` is not known yet, :data:`LONGER_S` is tried (where 0.5-s pairs
+  spread that wide, 1-s ones reached ±10% as soon or sooner: docs/measurement.md);
+- once both are known, the one whose pairs reach a precision soonest: the least
+  ``spread ** 2 * seconds a pair``.
+
+A busy machine's windows stay :data:`BUSY_WINDOW_S`, and its pairs are not recorded:
+what another process does differs from one confirmation to the next.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import socket
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from autotune.env import isa_key
+from autotune.trial import WINDOW_S, TrialResult
+
+LONGER_S = 1.0  # the other length a quiet machine may take
+LENGTHS = (WINDOW_S, LONGER_S)
+MIN_DOF = 24  # a length's spread is known to about ±15% from this many
+TRY_SPREAD = 0.12  # WINDOW_S's pairs spread this wide: LONGER_S is worth a try
+KEEP = 20  # the confirmations a length keeps (the latest)
+
+
+@dataclass(frozen=True)
+class Known:
+    """What this machine's pairs at one length showed: their log ratios' pooled
+    spread around each candidate's mean, its degrees of freedom, and a pair's
+    seconds (both windows and what opens them)."""
+
+    window_s: float
+    spread: float
+    dof: int
+    pair_s: float
+
+    @property
+    def cost(self) -> float:
+        """Seconds to a given precision, up to a constant: pairs needed (as the
+        spread squared) times a pair's seconds."""
+        return self.spread ** 2 * self.pair_s
+
+    def words(self) -> str:
+        return f"{self.window_s:g} s: spread {self.spread:.3f}, {self.pair_s:.1f} s a pair"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A confirmation's window length, and why, in words ("" where this machine's
+    pairs are not known yet); ``busy``: chosen for a busy machine (its pairs are not
+    recorded)."""
+
+    window_s: float
+    why: str = ""
+    busy: bool = False
+
+
+def history_path(studies_dir: str | os.PathLike) -> Path:
+    """This machine's record of its paired confirmations:
+    ``STUDIES_DIR/.cache/pairs/HOST-ISA.json`` (:func:`autotune.env.isa_key`): a
+    studies folder that several hosts share keeps one each."""
+    return Path(studies_dir) / ".cache" / "pairs" / f"{socket.gethostname()}-{isa_key()}.json"
+
+
+def read(path: Path) -> list[dict]:
+    """The entries recorded in ``path`` ([] where it does not exist); raises
+    ValueError where it cannot be read as such."""
+    try:
+        blob = json.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} cannot be read ({err})") from err
+    if not isinstance(blob, dict) or not isinstance(blob.get("entries"), list):
+        raise ValueError(f"{path} holds no list of entries")
+    return blob["entries"]
+
+
+def known(entries: list[dict], window_s: float) -> Known | None:
+    """The pooled figures of ``entries`` at ``window_s`` (None: none at it)."""
+    mine = [e for e in entries if e.get("window_s") == window_s]
+    dof = sum(int(e["dof"]) for e in mine)
+    if not dof:
+        return None
+    spread = math.sqrt(sum(float(e["squares"]) for e in mine) / dof)
+    pair_s = sum(float(e["pair_s"]) * int(e["dof"]) for e in mine) / dof
+    return Known(window_s, spread, dof, pair_s)
+
+
+def choose(entries: list[dict]) -> Choice:
+    """The window length for this machine's next quiet confirmation (the module's
+    rule), and why."""
+    short, longer = (known(entries, w) for w in LENGTHS)
+    if short is None or short.dof < MIN_DOF:
+        return Choice(WINDOW_S)
+    if longer is None or longer.dof < MIN_DOF:
+        if short.spread < TRY_SPREAD:
+            return Choice(WINDOW_S)
+        return Choice(LONGER_S, f"{LONGER_S:g} s each, tried: this machine's pairs of "
+                                f"{short.words()} ({short.dof} degrees of freedom)")
+    best = min((short, longer), key=lambda k: k.cost)
+    return Choice(best.window_s, f"{best.window_s:g} s each, this machine's soonest to a "
+                                 f"precision: {short.words()}; {longer.words()}")
+
+
+def entry_of(result: TrialResult, window_s: float) -> dict | None:
+    """What a quiet paired trial adds to the record: its candidates' log ratios'
+    squared deviations around each one's mean, their degrees of freedom and a pair's
+    seconds; None where it has none to add (failed, a disturbed pair kept, fewer than
+    two pairs of any candidate)."""
+    if not result.ok or not result.pairs:
+        return None
+    candidates = result.pairs.get("candidates", [])
+    if any(c.get("busy_pairs") for c in candidates):
+        return None
+    logs = [[math.log(r) for r in c.get("ratios", []) if r > 0] for c in candidates]
+    logs = [each for each in logs if len(each) >= 2]
+    pairs = sum(len(c.get("ratios", [])) for c in candidates)
+    seconds = result.phases_s.get("measure_total", 0.0) - result.phases_s.get("warmup", 0.0)
+    if not logs or seconds <= 0:
+        return None
+    return {"window_s": window_s, "at": time.time(),
+            "dof": sum(len(each) - 1 for each in logs),
+            "squares": sum(statistics.pvariance(each) * len(each) for each in logs),
+            "pair_s": seconds / pairs}
+
+
+def record(path: Path, entry: dict) -> None:
+    """Adds ``entry`` to ``path``'s record (the latest :data:`KEEP` of its length
+    kept), under a lock, replacing the file whole; raises ValueError where the
+    record there cannot be read (it is left as it is)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(path):
+        entries = read(path)
+        same = [e for e in entries if e.get("window_s") == entry["window_s"]]
+        kept = [e for e in entries if e.get("window_s") != entry["window_s"]] + \
+            same[-(KEEP - 1):] + [entry]
+        part = path.with_name(f"{path.name}.{os.getpid()}.part")
+        part.write_text(json.dumps({"entries": kept}, indent=1) + "\n")
+        os.replace(part, path)
+
+
+class MachineRecord:
+    """A search's reading of this machine's record (:func:`history_path` under
+    ``studies_dir``) and its one addition to it. A record that cannot be read is said
+    once through ``note`` and left as it is: the confirmation then takes
+    :data:`WINDOW_S` and adds nothing."""
+
+    def __init__(self, studies_dir: str | os.PathLike, note: Callable[[str], None]) -> None:
+        self.path, self.note, self.readable = history_path(studies_dir), note, True
+
+    def choice(self) -> Choice:
+        """The next quiet confirmation's length (:func:`choose`)."""
+        try:
+            return choose(read(self.path))
+        except ValueError as err:
+            self.unreadable(err)
+            return Choice(WINDOW_S)
+
+    def add(self, result: TrialResult, window_s: float) -> None:
+        """Records a quiet paired trial's pairs (:func:`entry_of`), if it has any."""
+        entry = entry_of(result, window_s)
+        if entry is None or not self.readable:
+            return
+        try:
+            record(self.path, entry)
+        except (ValueError, OSError) as err:
+            self.unreadable(err)
+
+    def unreadable(self, err: Exception) -> None:
+        if self.readable:
+            self.note(f"warning: this machine's record of its paired windows is not used "
+                      f"or added to: {err}")
+        self.readable = False
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[Any]:
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield lock
