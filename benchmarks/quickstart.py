@@ -11,6 +11,11 @@ folder, and reports whether they agree: the same default, or defaults tied withi
 their intervals; confirmed speed-ups whose intervals overlap; and the spread of the
 defaults' speed-ups (max over min, less 1; target <= 5%).
 
+With ``--one-folder`` the runs share one folder, each its own study, as one user's
+searches do: the first prepares the dataset for the rest, and the later ones choose
+their paired windows from the machine's record the earlier ones left (docs/
+measurement.md, "This machine's record"); the record is written out too.
+
     python benchmarks/quickstart.py --runs 3 --out benchmarks/results/quickstart.json
 """
 from __future__ import annotations
@@ -70,15 +75,18 @@ def agreement(runs: list[dict]) -> dict:
             "agree": overlap and spread <= 0.05}  # tied where not the same
 
 
-def quick_start() -> dict:
-    """One quick start in a fresh folder: its output, first line and total seconds."""
-    with tempfile.TemporaryDirectory(prefix="autotune-quickstart-") as folder:
+def quick_start(shared: str | None = None, study: str | None = None) -> dict:
+    """One quick start in a fresh folder (or in ``shared``, as study ``study``): its
+    output, first line and total seconds."""
+    with tempfile.TemporaryDirectory(prefix="autotune-quickstart-") as fresh:
+        folder = shared or fresh
         env = {**os.environ, "AUTOTUNE_CACHE": str(Path(folder) / "cache"),
                "AUTOTUNE_DATA_ROOT": str(Path(folder) / "data")}
+        named = ["--study-name", study] if study else []
         started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "autotune", *COMMAND], cwd=folder,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
+        proc = subprocess.Popen([sys.executable, "-m", "autotune", *COMMAND, *named],
+                                cwd=folder, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
         lines, first = [], None
         for line in proc.stdout:
             at = time.perf_counter() - started
@@ -96,12 +104,30 @@ def quick_start() -> dict:
             total <= TARGET_TOTAL_S and default_confirmed(lines), "output": lines}
 
 
+def machine_record(folder: str) -> dict:
+    """The record of paired windows the runs in ``folder`` left: its entries, what
+    it knows at each length, and the length it would choose next."""
+    from autotune.study import _window_length as lengths
+
+    entries = lengths.read(lengths.history_path(Path(folder) / "studies"))
+    known = {f"{w:g}": lengths.known(entries, w) for w in lengths.LENGTHS}
+    choice = lengths.choose(entries)
+    return {"entries": entries, "known": {w: k and vars(k) for w, k in known.items()},
+            "next": {"window_s": choice.window_s, "why": choice.why}}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="benchmarks/results/quickstart.json")
     p.add_argument("--runs", type=int, default=1, help="quick starts back to back")
+    p.add_argument("--one-folder", action="store_true",
+                   help="the runs share one folder (each its own study), as a user's "
+                        "do: the later ones read this machine's record of paired windows")
     args = p.parse_args()
-    runs = [quick_start() for _ in range(args.runs)]
+    with tempfile.TemporaryDirectory(prefix="autotune-quickstart-shared-") as shared:
+        runs = [quick_start(shared, f"quickstart-{k}") if args.one_folder else quick_start()
+                for k in range(args.runs)]
+        record = machine_record(shared) if args.one_folder else None
     first = runs[0]
     write(args.out, {
         "benchmark": "quickstart", "device": "cpu", "command": "autotune " + " ".join(COMMAND),
@@ -110,6 +136,9 @@ def main() -> None:
         "runs": [{k: v for k, v in r.items() if k != "output"} for r in runs],
         "all_meet": all(r["meets"] for r in runs),
         "agreement": agreement(runs) if len(runs) > 1 else None,
+        "one_folder": args.one_folder, "machine_record": record,
+        "confirmation_lines": [[line for line in r["output"] if line.startswith("confirmation:")]
+                               for r in runs],
         "output": first["output"],
     })
 
