@@ -339,8 +339,9 @@ def _add_study_flags(p: argparse.ArgumentParser, reading: bool = False) -> None:
                    help=f"an Optuna RDB URL (default: ${STORAGE_ENV}, else "
                         "sqlite:///STUDIES_DIR/STUDY.db)")
     p.add_argument("--studies-dir", default=os.environ.get(STUDIES_ENV, STUDIES_DIR),
-                   help="where SQLite studies, trial logs and pareto.yaml go (default: "
-                        f"${STUDIES_ENV}, else studies)")
+                   help="where SQLite studies, trial logs and pareto.yaml go, and this "
+                        "machine's caches (STUDIES_DIR/.cache: inductor's kernels, the "
+                        f"record of its paired windows) (default: ${STUDIES_ENV}, else studies)")
 
 
 def _sub(sub, name: str, help_: str, description: str, example: str, command: str, *,
