@@ -360,9 +360,12 @@ def test_a_paired_confirmation_where_another_process_takes_the_cores_has_longer_
     assert _lengths.history_path(tmp_path / "studies").exists() == (not busy)
 
 
-def _known(window_s: float, spread: float, dof: int, pair_s: float) -> dict:
+def _known(window_s: float, spread: float, dof: int, pair_s: float, age_s: float = 0.0) -> dict:
     """A record entry of a confirmation at ``window_s`` whose pairs spread so."""
-    return {"window_s": window_s, "dof": dof, "squares": spread ** 2 * dof, "pair_s": pair_s}
+    import time
+
+    return {"window_s": window_s, "dof": dof, "squares": spread ** 2 * dof, "pair_s": pair_s,
+            "at": time.time() - age_s}
 
 
 def test_a_quiet_machines_window_length_follows_its_earlier_pairs():
@@ -383,6 +386,8 @@ def test_a_quiet_machines_window_length_follows_its_earlier_pairs():
     assert choose(noisy).window_s == 1.0 and "soonest" in choose(noisy).why
     # the AVX2-only EPYC's: 0.5-s ones do
     assert choose([_known(0.5, 0.082, 40, 1.6), _known(1.0, 0.102, 40, 2.7)]).window_s == 0.5
+    old = _known(1.0, 0.093, 30, 2.6, age_s=_lengths.MAX_AGE_S + 1)  # not read: tried again
+    assert choose([noisy[0], old]).why.startswith("1 s each, tried")
     pooled = known([_known(0.5, 0.1, 10, 1.0), _known(0.5, 0.2, 30, 2.0), _known(1.0, 1, 5, 1)],
                    0.5)
     assert pooled.dof == 40 and pooled.pair_s == pytest.approx(1.75)
@@ -414,10 +419,11 @@ def test_a_confirmations_pairs_are_recorded_for_the_next_and_a_bad_record_is_lef
     assert [e.get("n") for e in kept if e["window_s"] == 0.5] == \
         list(range(3, _lengths.KEEP + 3))  # the latest of a length
     assert sum(e["window_s"] == 1.0 for e in kept) == 1
-    path.write_text("{not json")
-    with pytest.raises(ValueError, match="cannot be read"):
-        _lengths.record(path, entry)
-    assert path.read_text() == "{not json"
+    for bad in ("{not json", '{"entries": [{"window_s": 0.5, "dof": "7"}]}'):
+        path.write_text(bad)
+        with pytest.raises(ValueError, match="cannot be read|not one"):
+            _lengths.record(path, entry)
+        assert path.read_text() == bad
 
 
 @pytest.mark.parametrize("before", ["none", "wide", "unreadable"])

@@ -16,6 +16,9 @@ folder (:func:`history_path`, by host and CPU), and the next one chooses from th
 - once both are known, the one whose pairs reach a precision soonest: the least
   ``spread ** 2 * seconds a pair``.
 
+Each length keeps its latest :data:`KEEP` confirmations, and those older than
+:data:`MAX_AGE_S` are not read.
+
 A busy machine's windows stay :data:`BUSY_WINDOW_S`, and its pairs are not recorded:
 what another process does differs from one confirmation to the next.
 """
@@ -41,6 +44,7 @@ LENGTHS = (WINDOW_S, LONGER_S)
 MIN_DOF = 24  # a length's spread is known to about ±15% from this many
 TRY_SPREAD = 0.12  # WINDOW_S's pairs spread this wide: LONGER_S is worth a try
 KEEP = 20  # the confirmations a length keeps (the latest)
+MAX_AGE_S = 30 * 86400  # older ones are not read: a host's neighbours and load change
 
 
 @dataclass(frozen=True)
@@ -93,12 +97,26 @@ def read(path: Path) -> list[dict]:
         raise ValueError(f"{path} cannot be read ({err})") from err
     if not isinstance(blob, dict) or not isinstance(blob.get("entries"), list):
         raise ValueError(f"{path} holds no list of entries")
+    for entry in blob["entries"]:
+        if not _valid(entry):
+            raise ValueError(f"{path} holds an entry that is not one: {entry!r:.120}")
     return blob["entries"]
 
 
-def known(entries: list[dict], window_s: float) -> Known | None:
-    """The pooled figures of ``entries`` at ``window_s`` (None: none at it)."""
-    mine = [e for e in entries if e.get("window_s") == window_s]
+def _valid(entry: Any) -> bool:
+    """Whether ``entry`` has the fields :func:`entry_of` writes, each a number in range."""
+    if not isinstance(entry, dict):
+        return False
+    fields = [entry.get(k) for k in ("window_s", "at", "dof", "squares", "pair_s")]
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+               for v in fields) and entry["window_s"] > 0 and entry["pair_s"] > 0
+
+
+def known(entries: list[dict], window_s: float, now: float | None = None) -> Known | None:
+    """The pooled figures of ``entries`` at ``window_s`` within :data:`MAX_AGE_S` of
+    ``now`` (None: none)."""
+    since = (time.time() if now is None else now) - MAX_AGE_S
+    mine = [e for e in entries if e.get("window_s") == window_s and e.get("at", 0) >= since]
     dof = sum(int(e["dof"]) for e in mine)
     if not dof:
         return None
@@ -107,10 +125,10 @@ def known(entries: list[dict], window_s: float) -> Known | None:
     return Known(window_s, spread, dof, pair_s)
 
 
-def choose(entries: list[dict]) -> Choice:
+def choose(entries: list[dict], now: float | None = None) -> Choice:
     """The window length for this machine's next quiet confirmation (the module's
     rule), and why."""
-    short, longer = (known(entries, w) for w in LENGTHS)
+    short, longer = (known(entries, w, now) for w in LENGTHS)
     if short is None or short.dof < MIN_DOF:
         return Choice(WINDOW_S)
     if longer is None or longer.dof < MIN_DOF:
@@ -126,8 +144,8 @@ def choose(entries: list[dict]) -> Choice:
 def entry_of(result: TrialResult, window_s: float) -> dict | None:
     """What a quiet paired trial adds to the record: its candidates' log ratios'
     squared deviations around each one's mean, their degrees of freedom and a pair's
-    seconds; None where it has none to add (failed, a disturbed pair kept, fewer than
-    two pairs of any candidate)."""
+    seconds; None where it has none to add (failed, a disturbed pair kept, no
+    candidate with two pairs)."""
     if not result.ok or not result.pairs:
         return None
     candidates = result.pairs.get("candidates", [])
