@@ -39,7 +39,7 @@ def factory(in_channels, out_channels, config):
 '''
 DATA = '''
 def load():
-    from autotune.data._synthetic import synthetic_reddit
+    from autotune.data import synthetic_reddit
 
     return synthetic_reddit(scale=0.003, seed=1, mean_degree=8, num_features=12,
                             num_classes=3)
@@ -116,7 +116,7 @@ def test_a_study_resumes_from_another_folder_and_names_what_differs(tmp_path, mo
 def test_delete_removes_the_studys_own_file_and_lock(tmp_path):
     from autotune.cli import main
     from autotune.storage import open_storage, study_lock
-    from autotune.study._options import default_storage
+    from autotune.study import default_storage
 
     url = default_storage(tmp_path, "gone")
     optuna.create_study(study_name="gone", storage=open_storage(url))

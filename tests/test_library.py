@@ -177,7 +177,7 @@ def test_a_space_that_fixes_three_layers_takes_the_baseline(tmp_path):
 def test_reading_commands_import_neither_torch_nor_pyg(tmp_path):
     storage = f"sqlite:///{tmp_path / 'r.db'}"
     optuna.create_study(study_name="r", storage=storage, directions=["maximize", "minimize"])
-    code = ("import sys\nfrom autotune.cli._main import main\n"
+    code = ("import sys\nfrom autotune.cli import main\n"
             f"for argv in (['show', '--study-name', 'r', '--storage', '{storage}'],\n"
             f"             ['show', '--study-name', 'nosuch', '--storage', '{storage}'],\n"
             f"             ['export', '--study-name', 'r', '--storage', '{storage}', '--out',"
