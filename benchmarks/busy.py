@@ -21,6 +21,9 @@ busy run named as disturbing its windows. busy.json holds:
   once), and whether its default is the quiet run's config or one the quiet run's
   front places tied with it (``judge``, as for the burner).
 
+Each run's ``total_s`` is its search's own time, from its start to its exit (a burner
+that outlasts it is waited for afterwards, not counted).
+
     python benchmarks/busy.py --out benchmarks/results/busy.json
 """
 from __future__ import annotations
@@ -88,6 +91,7 @@ def _run(folder: Path, busy: tuple[float, float] | None, beside: bool = False) -
             timer = threading.Timer(busy[0], start_burner)
             timer.start()
     code = proc.wait()
+    searched = time.perf_counter() - started  # the search's own time: no wait for a burner
     if other is not None:
         other.kill()
         other.wait()
@@ -101,7 +105,7 @@ def _run(folder: Path, busy: tuple[float, float] | None, beside: bool = False) -
     show = subprocess.run([sys.executable, "-m", "autotune", "show", "--format", "json"],
                           cwd=folder, env=env, capture_output=True, text=True, check=True)
     return {"output": lines, "study": json.loads(show.stdout), "burner": burner or None,
-            "total_s": time.perf_counter() - started}
+            "total_s": searched, "wall_s": time.perf_counter() - started}
 
 
 def _row_figures(row: dict) -> dict:
