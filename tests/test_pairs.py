@@ -356,16 +356,18 @@ def test_a_paired_confirmation_where_another_process_takes_the_cores_has_longer_
     assert machine.envs == [passive if busy else {}], machine.envs
     line = next(n for n in notes if n.startswith("confirmation: pairs"))
     assert ("(1 s each, threads passive: the machine is busy)" in line) == busy, line
-    # a busy machine's pairs are no guide to its quiet ones: not recorded
-    assert _lengths.history_path(tmp_path / "studies").exists() == (not busy)
+    # a busy machine's pairs are recorded as such: no guide to its quiet ones
+    added, = _lengths.read(_lengths.history_path(tmp_path / "studies"))
+    assert (added["window_s"], added["busy"]) == ((1.0, True) if busy else (0.5, False))
 
 
-def _known(window_s: float, spread: float, dof: int, pair_s: float, age_s: float = 0.0) -> dict:
+def _known(window_s: float, spread: float, dof: int, pair_s: float, age_s: float = 0.0,
+           busy: bool = False) -> dict:
     """A record entry of a confirmation at ``window_s`` whose pairs spread so."""
     import time
 
-    return {"window_s": window_s, "dof": dof, "squares": spread ** 2 * dof, "pair_s": pair_s,
-            "at": time.time() - age_s}
+    return {"window_s": window_s, "busy": busy, "dof": dof, "squares": spread ** 2 * dof,
+            "pair_s": pair_s, "at": time.time() - age_s}
 
 
 def test_a_quiet_machines_window_length_follows_its_earlier_pairs():
@@ -379,15 +381,24 @@ def test_a_quiet_machines_window_length_follows_its_earlier_pairs():
     assert choose([_known(0.5, 0.2, MIN_DOF - 1, 1.6)]) == _lengths.Choice(0.5)  # too few
     assert choose([_known(0.5, TRY_SPREAD - 0.01, 40, 1.6)]) == _lengths.Choice(0.5)
     tried = choose([_known(0.5, 0.145, 20, 1.6), _known(0.5, 0.145, 20, 1.6)])
-    assert tried.window_s == 1.0 and tried.why.startswith("1 s each, tried: this machine's "
-                                                          "pairs of 0.5 s: spread 0.145"), tried
+    assert tried.window_s == 1.0 and tried.why.startswith("tried, this machine's pairs of "
+                                                          "0.5 s: spread 0.145"), tried
     # the AMX Xeon's figures (pair-windows-amx.json): 1-s pairs reach ±10% sooner there
     noisy = [_known(0.5, 0.145, 40, 1.6), _known(1.0, 0.093, 30, 2.6)]
     assert choose(noisy).window_s == 1.0 and "soonest" in choose(noisy).why
     # the AVX2-only EPYC's: 0.5-s ones do
     assert choose([_known(0.5, 0.082, 40, 1.6), _known(1.0, 0.102, 40, 2.7)]).window_s == 0.5
     old = _known(1.0, 0.093, 30, 2.6, age_s=_lengths.MAX_AGE_S + 1)  # not read: tried again
-    assert choose([noisy[0], old]).why.startswith("1 s each, tried")
+    assert choose([noisy[0], old]).why.startswith("tried")
+    # a busy machine's are its own: 1 s first, then 0.5 s tried whatever the spread,
+    # then the soonest (beside a training: the AVX2-only EPYC's 1 s, an AMX Xeon's 0.5 s)
+    assert choose(noisy, busy=True) == _lengths.Choice(1.0, busy=True)  # quiet ones: not read
+    busy = [_known(1.0, 0.104, 40, 2.8, busy=True)]
+    assert choose(busy, busy=True).window_s == 0.5 and choose(busy, True).why.startswith(
+        "tried, this machine's busy pairs of 1 s")
+    assert choose(busy + [_known(0.5, 0.169, 40, 2.0, busy=True)], busy=True).window_s == 1.0
+    assert choose([_known(1.0, 0.116, 40, 2.8, busy=True),
+                   _known(0.5, 0.116, 40, 1.9, busy=True)], busy=True).window_s == 0.5
     pooled = known([_known(0.5, 0.1, 10, 1.0), _known(0.5, 0.2, 30, 2.0), _known(1.0, 1, 5, 1)],
                    0.5)
     assert pooled.dof == 40 and pooled.pair_s == pytest.approx(1.75)
@@ -410,16 +421,19 @@ def test_a_confirmations_pairs_are_recorded_for_the_next_and_a_bad_record_is_lef
     assert entry["dof"] == 3 and entry["pair_s"] == 1.5  # 6 s of pairs over 4 pairs
     assert entry["squares"] == pytest.approx(sum((x - mean) ** 2 for x in logs))
     assert _lengths.entry_of(result([2.0, 2.2], busy_pairs=1), 0.5) is None  # disturbed
+    assert _lengths.entry_of(result([2.0, 2.2], busy_pairs=1), 1.0, busy=True)["busy"]
     assert _lengths.entry_of(result([2.0]), 0.5) is None  # no spread of its own
     path = _lengths.history_path(tmp_path)
     for k in range(_lengths.KEEP + 3):
         _lengths.record(path, {**entry, "n": k})
     _lengths.record(path, {**entry, "window_s": 1.0})
+    _lengths.record(path, {**entry, "busy": True})
     kept = _lengths.read(path)
-    assert [e.get("n") for e in kept if e["window_s"] == 0.5] == \
-        list(range(3, _lengths.KEEP + 3))  # the latest of a length
-    assert sum(e["window_s"] == 1.0 for e in kept) == 1
-    for bad in ("{not json", '{"entries": [{"window_s": 0.5, "dof": "7"}]}'):
+    assert [e.get("n") for e in kept if e["window_s"] == 0.5 and not e["busy"]] == \
+        list(range(3, _lengths.KEEP + 3))  # the latest of a length and state
+    assert sum(e["window_s"] == 1.0 for e in kept) == sum(e["busy"] for e in kept) == 1
+    for bad in ("{not json", '{"entries": [{"window_s": 0.5, "dof": "7"}]}',
+                json.dumps({"entries": [{**entry, "busy": "no"}]})):
         path.write_text(bad)
         with pytest.raises(ValueError, match="cannot be read|not one"):
             _lengths.record(path, entry)
@@ -449,7 +463,7 @@ def test_a_search_takes_its_paired_windows_from_this_machines_record_and_adds_to
         confirm_by="pairs")
     assert [spec.window_s for spec in machine.specs] == [1.0 if before == "wide" else 0.5]
     line = next(n for n in notes if n.startswith("confirmation: pairs"))
-    assert ("(1 s each, tried: this machine's pairs of 0.5 s: spread 0.150" in line) == \
+    assert ("(1 s each; tried, this machine's pairs of 0.5 s: spread 0.150" in line) == \
         (before == "wide"), line
     warned = [n for n in notes if "record of its paired windows" in n]
     assert len(warned) == (before == "unreadable"), notes

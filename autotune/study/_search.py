@@ -50,7 +50,7 @@ from autotune.study._space import (
     random_params,
     suggest_config,
 )
-from autotune.trial import BUSY_WINDOW_S, WINDOW_S, ForkServer, Load, LoadMeter, PairSpec, \
+from autotune.trial import WINDOW_S, ForkServer, Load, LoadMeter, PairSpec, \
     TrialResult, busy_over, run_trial
 
 log = get_logger(__name__)
@@ -307,25 +307,27 @@ class Search:
 
     def pair_window_s(self) -> float:
         """A paired confirmation's windows, from a look at the load as it starts
-        (:meth:`busy_now`): :data:`BUSY_WINDOW_S` where another process takes the
-        cores, its threads passive (:meth:`threads_for`: a burner that outlasts the
-        trials would otherwise meet spinning threads in every pair); else this
-        machine's length (:mod:`autotune.study._window_length`: :data:`WINDOW_S`
-        until its earlier confirmations' pairs tell otherwise), its threads spinning,
-        whatever the trials' were. Kept, with why, in :attr:`windows`."""
+        (:meth:`busy_now`): where another process takes the cores, a busy machine's
+        (:data:`BUSY_WINDOW_S` at first), its threads passive (:meth:`threads_for`: a
+        burner that outlasts the trials would otherwise meet spinning threads in every
+        pair); else a quiet one's (:data:`WINDOW_S` at first), its threads spinning,
+        whatever the trials' were. Either follows this machine's record of its earlier
+        confirmations in that state (:mod:`autotune.study._window_length`). Kept, with
+        why in words, in :attr:`windows`."""
         busy = self.busy_now() is not None
         self.threads_for(busy)
+        choice = self.record.choice(busy)
         passive = ", threads passive" if self.trial_env else ""
-        self.windows = lengths.Choice(BUSY_WINDOW_S, f"{BUSY_WINDOW_S:g} s each{passive}: "
-                                      "the machine is busy", busy=True) if busy else \
-            self.record.choice()
-        return self.windows.window_s
+        words = f"{choice.window_s:g} s each{passive}: the machine is busy" if busy else ""
+        if choice.why:
+            words = f"{words or f'{choice.window_s:g} s each'}; {choice.why}"
+        self.windows = dataclasses.replace(choice, why=words)
+        return choice.window_s
 
     def pairs_measured(self, result: TrialResult) -> None:
-        """A paired confirmation's trial ended: a quiet one's pairs go into this
-        machine's record, for the next to choose its windows by."""
-        if not self.windows.busy:
-            self.record.add(result, self.windows.window_s)
+        """A paired confirmation's trial ended: its pairs go into this machine's
+        record, for the next in the same state to choose its windows by."""
+        self.record.add(result, self.windows)
 
     def busy_spec(self, spec: MeasureSpec) -> MeasureSpec:
         """``spec`` as the search measures while the machine stays busy

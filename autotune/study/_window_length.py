@@ -4,23 +4,23 @@ Kalibera and Jones split a benchmark's repetitions between its levels by the
 variance a dry run measured at each. Within a window the split cannot be read
 (docs/measurement.md, "Why not split it from within a window"): only pairs measured
 at each length tell, and which length reaches a precision soonest differs from one
-machine to the next. So every paired confirmation on a quiet machine records its
-pairs' spread and pace at its length, in a file of this machine's under the studies
-folder (:func:`history_path`, by host and CPU), and the next one chooses from them
-(:func:`choose`):
+machine to the next, quiet or busy. So every paired confirmation records its pairs'
+spread and pace at its length, quiet or busy, in a file of this machine's under the
+studies folder (:func:`history_path`, by host and CPU), and the next one in the same
+state chooses from them (:func:`choose`, by its :class:`Lengths`):
 
-- until a length has :data:`MIN_DOF` degrees of freedom of pairs: :data:`WINDOW_S`;
-- where :data:`WINDOW_S`'s pairs spread :data:`TRY_SPREAD` or more and
-  :data:`LONGER_S` is not known yet, :data:`LONGER_S` is tried (where 0.5-s pairs
-  spread that wide, 1-s ones reached ±10% as soon or sooner: docs/measurement.md);
+- until its first length has :data:`MIN_DOF` degrees of freedom of pairs: that one
+  (:data:`WINDOW_S` quiet, :data:`BUSY_WINDOW_S` busy);
+- then the other is tried: quiet, where 0.5-s pairs spread :data:`TRY_SPREAD` or more
+  (where they spread that wide, 1-s ones reached ±10% as soon or sooner; where they
+  spread less, 0.5 s was the soonest: docs/measurement.md); busy, always (beside a
+  training 1-s windows were the soonest on the AVX2-only EPYC, 0.5-s ones on an AMX
+  Xeon);
 - once both are known, the one whose pairs reach a precision soonest: the least
   ``spread ** 2 * seconds a pair``.
 
-Each length keeps its latest :data:`KEEP` confirmations, and those older than
-:data:`MAX_AGE_S` are not read.
-
-A busy machine's windows stay :data:`BUSY_WINDOW_S`, and its pairs are not recorded:
-what another process does differs from one confirmation to the next.
+Each length keeps its latest :data:`KEEP` confirmations of each state, and those older
+than :data:`MAX_AGE_S` are not read.
 """
 from __future__ import annotations
 
@@ -37,14 +37,26 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from autotune.env import isa_key
-from autotune.trial import WINDOW_S, TrialResult
+from autotune.trial import BUSY_WINDOW_S, WINDOW_S, TrialResult
 
-LONGER_S = 1.0  # the other length a quiet machine may take
-LENGTHS = (WINDOW_S, LONGER_S)
 MIN_DOF = 24  # a length's spread is known to about ±15% from this many
-TRY_SPREAD = 0.12  # WINDOW_S's pairs spread this wide: LONGER_S is worth a try
-KEEP = 20  # the confirmations a length keeps (the latest)
+TRY_SPREAD = 0.12  # a quiet machine's 0.5-s pairs spread this wide: 1 s is worth a try
+KEEP = 20  # the confirmations a length keeps of each state (the latest)
 MAX_AGE_S = 30 * 86400  # older ones are not read: a host's neighbours and load change
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """The window lengths of one state of the machine: the ``first`` a machine takes,
+    the ``other`` it may try, once the first's pairs spread ``try_spread`` or more."""
+
+    first: float
+    other: float
+    try_spread: float
+
+
+LENGTHS = {False: Lengths(WINDOW_S, 1.0, TRY_SPREAD),  # quiet
+           True: Lengths(BUSY_WINDOW_S, WINDOW_S, 0.0)}  # busy
 
 
 @dataclass(frozen=True)
@@ -71,8 +83,8 @@ class Known:
 @dataclass(frozen=True)
 class Choice:
     """A confirmation's window length, and why, in words ("" where this machine's
-    pairs are not known yet); ``busy``: chosen for a busy machine (its pairs are not
-    recorded)."""
+    pairs are not known yet); ``busy``: chosen for a busy machine (its pairs are
+    recorded as such)."""
 
     window_s: float
     why: str = ""
@@ -105,18 +117,20 @@ def read(path: Path) -> list[dict]:
 
 def _valid(entry: Any) -> bool:
     """Whether ``entry`` has the fields :func:`entry_of` writes, each a number in range."""
-    if not isinstance(entry, dict):
+    if not isinstance(entry, dict) or not isinstance(entry.get("busy", False), bool):
         return False
     fields = [entry.get(k) for k in ("window_s", "at", "dof", "squares", "pair_s")]
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
                for v in fields) and entry["window_s"] > 0 and entry["pair_s"] > 0
 
 
-def known(entries: list[dict], window_s: float, now: float | None = None) -> Known | None:
-    """The pooled figures of ``entries`` at ``window_s`` within :data:`MAX_AGE_S` of
-    ``now`` (None: none)."""
+def known(entries: list[dict], window_s: float, busy: bool = False,
+          now: float | None = None) -> Known | None:
+    """The pooled figures of ``entries`` of this state at ``window_s``, within
+    :data:`MAX_AGE_S` of ``now`` (None: none)."""
     since = (time.time() if now is None else now) - MAX_AGE_S
-    mine = [e for e in entries if e.get("window_s") == window_s and e.get("at", 0) >= since]
+    mine = [e for e in entries if e["window_s"] == window_s and e["at"] >= since
+            and bool(e.get("busy", False)) == busy]
     dof = sum(int(e["dof"]) for e in mine)
     if not dof:
         return None
@@ -125,31 +139,33 @@ def known(entries: list[dict], window_s: float, now: float | None = None) -> Kno
     return Known(window_s, spread, dof, pair_s)
 
 
-def choose(entries: list[dict], now: float | None = None) -> Choice:
-    """The window length for this machine's next quiet confirmation (the module's
-    rule), and why."""
-    short, longer = (known(entries, w, now) for w in LENGTHS)
-    if short is None or short.dof < MIN_DOF:
-        return Choice(WINDOW_S)
-    if longer is None or longer.dof < MIN_DOF:
-        if short.spread < TRY_SPREAD:
-            return Choice(WINDOW_S)
-        return Choice(LONGER_S, f"{LONGER_S:g} s each, tried: this machine's pairs of "
-                                f"{short.words()} ({short.dof} degrees of freedom)")
-    best = min((short, longer), key=lambda k: k.cost)
-    return Choice(best.window_s, f"{best.window_s:g} s each, this machine's soonest to a "
-                                 f"precision: {short.words()}; {longer.words()}")
+def choose(entries: list[dict], busy: bool = False, now: float | None = None) -> Choice:
+    """The window length for this machine's next confirmation in this state (the
+    module's rule), and why."""
+    lengths = LENGTHS[busy]
+    first, other = (known(entries, w, busy, now) for w in (lengths.first, lengths.other))
+    state = " busy" if busy else ""
+    if first is None or first.dof < MIN_DOF:
+        return Choice(lengths.first, busy=busy)
+    if other is None or other.dof < MIN_DOF:
+        if first.spread < lengths.try_spread:
+            return Choice(lengths.first, busy=busy)
+        return Choice(lengths.other, f"tried, this machine's{state} pairs of {first.words()} "
+                                     f"({first.dof} degrees of freedom)", busy)
+    best = min((first, other), key=lambda k: k.cost)
+    return Choice(best.window_s, f"this machine's{state} pairs reach a precision soonest "
+                                 f"there: {first.words()}; {other.words()}", busy)
 
 
-def entry_of(result: TrialResult, window_s: float) -> dict | None:
-    """What a quiet paired trial adds to the record: its candidates' log ratios'
-    squared deviations around each one's mean, their degrees of freedom and a pair's
-    seconds; None where it has none to add (failed, a disturbed pair kept, no
-    candidate with two pairs)."""
+def entry_of(result: TrialResult, window_s: float, busy: bool = False) -> dict | None:
+    """What a paired trial adds to the record: its candidates' log ratios' squared
+    deviations around each one's mean, their degrees of freedom and a pair's seconds;
+    None where it has none to add (failed, no candidate with two pairs, or a quiet
+    machine's that kept a disturbed pair)."""
     if not result.ok or not result.pairs:
         return None
     candidates = result.pairs.get("candidates", [])
-    if any(c.get("busy_pairs") for c in candidates):
+    if not busy and any(c.get("busy_pairs") for c in candidates):
         return None
     logs = [[math.log(r) for r in c.get("ratios", []) if r > 0] for c in candidates]
     logs = [each for each in logs if len(each) >= 2]
@@ -157,7 +173,7 @@ def entry_of(result: TrialResult, window_s: float) -> dict | None:
     seconds = result.phases_s.get("measure_total", 0.0) - result.phases_s.get("warmup", 0.0)
     if not logs or seconds <= 0:
         return None
-    return {"window_s": window_s, "at": time.time(),
+    return {"window_s": window_s, "busy": busy, "at": time.time(),
             "dof": sum(len(each) - 1 for each in logs),
             "squares": sum(statistics.pvariance(each) * len(each) for each in logs),
             "pair_s": seconds / pairs}
@@ -170,8 +186,9 @@ def record(path: Path, entry: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path):
         entries = read(path)
-        same = [e for e in entries if e.get("window_s") == entry["window_s"]]
-        kept = [e for e in entries if e.get("window_s") != entry["window_s"]] + \
+        key = (entry["window_s"], entry["busy"])
+        same = [e for e in entries if (e["window_s"], e.get("busy", False)) == key]
+        kept = [e for e in entries if (e["window_s"], e.get("busy", False)) != key] + \
             same[-(KEEP - 1):] + [entry]
         part = path.with_name(f"{path.name}.{os.getpid()}.part")
         part.write_text(json.dumps({"entries": kept}, indent=1) + "\n")
@@ -181,23 +198,24 @@ def record(path: Path, entry: dict) -> None:
 class MachineRecord:
     """A search's reading of this machine's record (:func:`history_path` under
     ``studies_dir``) and its one addition to it. A record that cannot be read is said
-    once through ``note`` and left as it is: the confirmation then takes
-    :data:`WINDOW_S` and adds nothing."""
+    once through ``note`` and left as it is: the confirmation then takes its state's
+    first length and adds nothing."""
 
     def __init__(self, studies_dir: str | os.PathLike, note: Callable[[str], None]) -> None:
         self.path, self.note, self.readable = history_path(studies_dir), note, True
 
-    def choice(self) -> Choice:
-        """The next quiet confirmation's length (:func:`choose`)."""
+    def choice(self, busy: bool) -> Choice:
+        """The next confirmation's length in this state (:func:`choose`)."""
         try:
-            return choose(read(self.path))
+            return choose(read(self.path), busy)
         except ValueError as err:
             self.unreadable(err)
-            return Choice(WINDOW_S)
+            return Choice(LENGTHS[busy].first, busy=busy)
 
-    def add(self, result: TrialResult, window_s: float) -> None:
-        """Records a quiet paired trial's pairs (:func:`entry_of`), if it has any."""
-        entry = entry_of(result, window_s)
+    def add(self, result: TrialResult, choice: Choice) -> None:
+        """Records the pairs of a paired trial measured in ``choice``'s windows
+        (:func:`entry_of`), if it has any."""
+        entry = entry_of(result, choice.window_s, choice.busy)
         if entry is None or not self.readable:
             return
         try:
