@@ -14,7 +14,9 @@ defaults' speed-ups (max over min, less 1; target <= 5%).
 With ``--one-folder`` the runs share one folder, each its own study, as one user's
 searches do: the first prepares the dataset for the rest, and the later ones choose
 their paired windows from the machine's record the earlier ones left (docs/
-measurement.md, "This machine's record"); the record is written out too.
+measurement.md, "This machine's record"); the record is written out too. With
+``--beside-training`` another training (busy.py's) runs beside every run: the
+searches find the machine busy, and the record's busy lengths are what they choose.
 
     python benchmarks/quickstart.py --runs 3 --out benchmarks/results/quickstart.json
 """
@@ -30,6 +32,7 @@ import time
 from pathlib import Path
 
 from _common import write
+from busy import TRAINING
 
 COMMAND = ["search", "--dataset", "synthetic", "--scale", "0.02", "--space", "quick",
            "--n-trials", "8"]
@@ -106,14 +109,18 @@ def quick_start(shared: str | None = None, study: str | None = None) -> dict:
 
 def machine_record(folder: str) -> dict:
     """The record of paired windows the runs in ``folder`` left: its entries, what
-    it knows at each length, and the length it would choose next."""
+    it knows at each length quiet and busy, and the length each state would take next."""
     from autotune.study import _window_length as lengths
 
     entries = lengths.read(lengths.history_path(Path(folder) / "studies"))
-    known = {f"{w:g}": lengths.known(entries, w) for w in lengths.LENGTHS}
-    choice = lengths.choose(entries)
-    return {"entries": entries, "known": {w: k and vars(k) for w, k in known.items()},
-            "next": {"window_s": choice.window_s, "why": choice.why}}
+    out: dict = {"entries": entries}
+    for busy, state in ((False, "quiet"), (True, "busy")):
+        rule = lengths.LENGTHS[busy]
+        known = {f"{w:g}": lengths.known(entries, w, busy) for w in (rule.first, rule.other)}
+        choice = lengths.choose(entries, busy)
+        out[state] = {"known": {w: k and vars(k) for w, k in known.items()},
+                      "next": {"window_s": choice.window_s, "why": choice.why}}
+    return out
 
 
 def main() -> None:
@@ -123,11 +130,19 @@ def main() -> None:
     p.add_argument("--one-folder", action="store_true",
                    help="the runs share one folder (each its own study), as a user's "
                         "do: the later ones read this machine's record of paired windows")
+    p.add_argument("--beside-training", action="store_true",
+                   help="another training (busy.py's) runs beside every run")
     args = p.parse_args()
-    with tempfile.TemporaryDirectory(prefix="autotune-quickstart-shared-") as shared:
-        runs = [quick_start(shared, f"quickstart-{k}") if args.one_folder else quick_start()
-                for k in range(args.runs)]
-        record = machine_record(shared) if args.one_folder else None
+    other = subprocess.Popen([sys.executable, "-c", TRAINING]) if args.beside_training \
+        else None
+    try:
+        with tempfile.TemporaryDirectory(prefix="autotune-quickstart-shared-") as shared:
+            runs = [quick_start(shared, f"quickstart-{k}") if args.one_folder else
+                    quick_start() for k in range(args.runs)]
+            record = machine_record(shared) if args.one_folder else None
+    finally:
+        if other is not None:
+            other.kill()
     first = runs[0]
     write(args.out, {
         "benchmark": "quickstart", "device": "cpu", "command": "autotune " + " ".join(COMMAND),
@@ -136,7 +151,8 @@ def main() -> None:
         "runs": [{k: v for k, v in r.items() if k != "output"} for r in runs],
         "all_meet": all(r["meets"] for r in runs),
         "agreement": agreement(runs) if len(runs) > 1 else None,
-        "one_folder": args.one_folder, "machine_record": record,
+        "one_folder": args.one_folder, "beside_training": args.beside_training,
+        "machine_record": record,
         "confirmation_lines": [[line for line in r["output"] if line.startswith("confirmation:")]
                                for r in runs],
         "output": first["output"],
