@@ -11,9 +11,11 @@ A window starts in steady state: the config that ran before has its loader worke
 drained first (their CPU time no longer grows), and the window's own first steps,
 those its loader prefetched while it was idle, are run untimed.
 
-Windows are short (:data:`WINDOW_S` at the warm-up's pace, four blocks at least;
-:data:`BUSY_WINDOW_S` on a machine another process keeps busy) and the pairs many:
-the pairs' own spread, which the engine reads, is what decides.
+Windows are short (``PairSpec.window_s`` at the warm-up's pace, four blocks at least:
+:data:`WINDOW_S` on a quiet machine and :data:`BUSY_WINDOW_S` on one another process
+keeps busy, until the machine's record of earlier confirmations chooses another,
+:mod:`autotune.study._window_length`) and the pairs many: the pairs' own spread,
+which the engine reads, is what decides.
 
 A pair with one of its windows disturbed by another process (more than
 ``MeasureSpec.max_busy`` of the cores) is measured again; one disturbed on both sides
@@ -41,13 +43,14 @@ from autotune.trial._window import GraphRecordings, MemoryTracker, _StepClock, _
 DRAIN_POLL_S = 0.01  # how often an idle config's loader workers are looked at
 DRAIN_MAX_S = 1.0  # the longest a window waits for them to go quiet
 WINDOW_BLOCKS = 4  # a window's blocks at least, for its own precision (MIN_BLOCKS)
-# A window's length at the warm-up's pace: short, since what a pair decides is their
-# ratio, and the machine's speed drifts between windows seconds apart (pairs of
-# longer windows spread wider: docs/measurement.md, "Paired windows")
+# A window's first length at the warm-up's pace: short, since what a pair decides is
+# their ratio, and the machine's speed drifts between windows seconds apart (on most
+# machines measured, pairs of longer windows spread as wide or wider:
+# docs/measurement.md, "Paired windows")
 WINDOW_S = 0.5
 # ... and where another process keeps the machine busy: a short window's own noise
-# grows (the share of the cores it gets against the other process varies), and longer
-# windows reach a precision in fewer seconds (docs/measurement.md, "Paired windows")
+# grows (the share of the cores it gets against the other process varies), and on the
+# machine that needs it most longer windows reach a precision in fewer seconds
 BUSY_WINDOW_S = 1.0
 # the paired process's peak memory is a diagnostic (each config's figure is its own
 # trial's), so it is sampled slowly: a sampler every 5 ms takes a share of 2 cores
