@@ -9,6 +9,7 @@ import json
 import math
 import os
 import signal
+import time
 
 import optuna
 import pytest
@@ -364,17 +365,15 @@ def test_a_paired_confirmation_where_another_process_takes_the_cores_has_longer_
 def _known(window_s: float, spread: float, dof: int, pair_s: float, age_s: float = 0.0,
            busy: bool = False) -> dict:
     """A record entry of a confirmation at ``window_s`` whose pairs spread so."""
-    import time
-
     return {"window_s": window_s, "busy": busy, "dof": dof, "squares": spread ** 2 * dof,
             "pair_s": pair_s, "at": time.time() - age_s}
 
 
-def test_a_quiet_machines_window_length_follows_its_earlier_pairs():
-    """Kalibera and Jones's dry run, one confirmation at a time: 0.5 s until this
-    machine's pairs are known; 1 s tried where 0.5-s pairs spread wide; once both
-    are known, the length that reaches a precision soonest (spread squared times a
-    pair's seconds)."""
+def test_a_machines_window_length_follows_its_earlier_pairs_quiet_or_busy():
+    """Kalibera and Jones's dry run, one confirmation at a time. Quiet: 0.5 s until
+    this machine's pairs are known, 1 s tried where 0.5-s pairs spread wide; busy:
+    1 s, then 0.5 s tried; once both are known, the length that reaches a precision
+    soonest (spread squared times a pair's seconds)."""
     from autotune.study._window_length import MIN_DOF, TRY_SPREAD, choose, known
 
     assert choose([]) == _lengths.Choice(0.5)

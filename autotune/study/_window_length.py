@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterator
 from autotune.env import isa_key
 from autotune.trial import BUSY_WINDOW_S, WINDOW_S, TrialResult
 
-MIN_DOF = 24  # a length's spread is known to about ±15% from this many
+MIN_DOF = 24  # a length's spread is known to about ±15% (one standard error) from this many
 TRY_SPREAD = 0.12  # a quiet machine's 0.5-s pairs spread this wide: 1 s is worth a try
 KEEP = 20  # the confirmations a length keeps of each state (the latest)
 MAX_AGE_S = 30 * 86400  # older ones are not read: a host's neighbours and load change
@@ -82,9 +82,9 @@ class Known:
 
 @dataclass(frozen=True)
 class Choice:
-    """A confirmation's window length, and why, in words ("" where this machine's
-    pairs are not known yet); ``busy``: chosen for a busy machine (its pairs are
-    recorded as such)."""
+    """A confirmation's window length, and why, in words ("" where the record keeps
+    the state's first length without a comparison); ``busy``: chosen for a busy
+    machine (its pairs are recorded as such)."""
 
     window_s: float
     why: str = ""
