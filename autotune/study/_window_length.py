@@ -24,8 +24,6 @@ than :data:`MAX_AGE_S` are not read.
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import math
 import os
@@ -34,9 +32,11 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from autotune.env import isa_key
+from autotune.files import atomic_write
+from autotune.storage import file_lock
 from autotune.trial import BUSY_WINDOW_S, WINDOW_S, TrialResult
 
 MIN_DOF = 24  # a length's spread is known to about ±15% (one standard error) from this many
@@ -183,16 +183,13 @@ def record(path: Path, entry: dict) -> None:
     """Adds ``entry`` to ``path``'s record (the latest :data:`KEEP` of its length
     kept), under a lock, replacing the file whole; raises ValueError where the
     record there cannot be read (it is left as it is)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(path):
+    with file_lock(path.with_name(path.name + ".lock")):
         entries = read(path)
         key = (entry["window_s"], entry["busy"])
         same = [e for e in entries if (e["window_s"], e.get("busy", False)) == key]
         kept = [e for e in entries if (e["window_s"], e.get("busy", False)) != key] + \
             same[-(KEEP - 1):] + [entry]
-        part = path.with_name(f"{path.name}.{os.getpid()}.part")
-        part.write_text(json.dumps({"entries": kept}, indent=1) + "\n")
-        os.replace(part, path)
+        atomic_write(path, json.dumps({"entries": kept}, indent=1) + "\n")
 
 
 class MachineRecord:
@@ -215,8 +212,8 @@ class MachineRecord:
     def add(self, result: TrialResult, choice: Choice) -> None:
         """Records the pairs of a paired trial measured in ``choice``'s windows
         (:func:`entry_of`), if it has any."""
-        entry = entry_of(result, choice.window_s, choice.busy)
-        if entry is None or not self.readable:
+        entry = entry_of(result, choice.window_s, choice.busy) if self.readable else None
+        if entry is None:
             return
         try:
             record(self.path, entry)
@@ -228,10 +225,3 @@ class MachineRecord:
             self.note(f"warning: this machine's record of its paired windows is not used "
                       f"or added to: {err}")
         self.readable = False
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[Any]:
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield lock
