@@ -749,6 +749,36 @@ def test_a_config_the_search_could_not_tell_from_the_fastest_is_raced_too(
                                             for r in result.front)  # only as the knee
 
 
+def test_a_config_screened_out_on_a_window_that_read_low_is_raced_too(tmp_path, monkeypatch):
+    """768 is truly 1.15x, but its one window reads 0.85 of that, ±12% (977 at 720
+    MiB): its best case (1,095) is dominated by 896 (1,100 at 700 MiB), so racing
+    screened it out there. Its interval still reaches the fastest's, so the
+    confirmation measures it (an AMX Xeon's quick start once screened out its
+    bfloat16 default so, and confirmed a config 30% slower); its pairs find it
+    faster, and it is the default, confirmed, on the front."""
+    monkeypatch.setitem(TRUE, 768, (1150.0, 720.0))
+    machine = FakeMachine(drift=0.0, boost={768: 0.85})
+
+    def screening(config: TrialConfig, **kw) -> TrialResult:
+        result = machine(config, **kw)
+        if config.batch_size == 768 and len([c for c in machine.calls if c[0] == 768]) == 1:
+            return dataclasses.replace(result, window=dataclasses.replace(
+                result.window, precision=0.12, stopped="screened"))
+        return result
+    result, trials, s = _search(tmp_path, monkeypatch, screening,
+                                sizes=(1024, 896, 768, 640), n_trials=4, confirm=1)
+    screened = next(t for t in trials if t.search_point and t.config.batch_size == 768)
+    assert screened.screened and screened.number not in {
+        r.trial for r in front_rows([t for t in trials if t.search_point], s.baseline,
+                                    None)}  # off the search's own front
+    study = optuna.load_study(study_name=result.study_name, storage=result._url)
+    assert screened.number in study.user_attrs["confirmations"][0]["candidates"]
+    default = next(r for r in result.front if r.default)
+    assert default.trial == screened.number, result.front
+    assert default.speedup == pytest.approx(1.15)
+    assert default.confirmation.startswith("confirmed"), default.marks
+
+
 SMALL = (896, 768, 640, 512)  # leaves out the baseline's batch size, 1024
 
 

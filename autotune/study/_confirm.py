@@ -392,12 +392,15 @@ def contenders(trials: list[TrialRecord], rows: list[FrontRow],
     one is off the front by a difference inside its noise; the confirmation's pairs
     decide which of them is the faster (left out, the one the pairs measured may read
     slower than the other's search figure, and the default sits below a config
-    nothing confirmed)."""
+    nothing confirmed). Screened-out configs count too: racing stops a window once
+    its best case is dominated by any front config, the slower leaner ones
+    included, and one window that read low would drop the fastest config for good
+    (docs/measurement.md, "Who is measured")."""
     if not rows or rows[0].precision is None:
         return []
     floor = rows[0].throughput * (1 - rows[0].precision)
     on_front = {r.trial for r in rows}
-    near = [t for t in trials if t.on_front_candidate and t.number not in on_front and
+    near = [t for t in trials if t.measured_point and t.number not in on_front and
             t.fits(budget_mib) and t.precision is not None and t.throughput and
             t.throughput * (1 + t.precision) >= floor]
     return [t.number for t in sorted(near, key=lambda t: -t.throughput)]

@@ -185,11 +185,13 @@ def reference_row(trials: list[TrialRecord], baseline_no: int | None) -> FrontRo
 def candidate_points(trials: list[TrialRecord], figures: dict[int, Confirmed],
                      explicit: bool = False) -> list[Point]:
     """The points the front is drawn from (``explicit``: every completed trial, for
-    ``--pick trial:N``), each with its confirmed throughput and memory
-    where the confirmation measured it."""
+    ``--pick trial:N``; else those measured to full precision, and those screened
+    out that the confirmation measured), each with its confirmed throughput and
+    memory where the confirmation measured it."""
     out = []
     for t in trials:
-        if not (t.complete if explicit else t.on_front_candidate):
+        if not (t.complete if explicit else t.on_front_candidate or
+                (t.measured_point and t.number in figures)):
             continue
         c = figures.get(t.number)
         out.append(t.point() if c is None else

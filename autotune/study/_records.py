@@ -238,15 +238,26 @@ class TrialRecord:
 
     @property
     def screened(self) -> bool:
-        """Racing measured it to the screening precision only: never on the front."""
+        """Racing measured it to the screening precision only: on the front only where
+        the confirmation measured it (:meth:`measured_point`)."""
         return self.window.screened
 
     @property
+    def measured_point(self) -> bool:
+        """Completed, a search trial in the space, and not a repeat of an earlier trial
+        (whose measurement it shares): screened out or not. A screened one's single
+        window may have read low (windows minutes apart differ by more than each
+        one's interval), so one whose figure the search could not tell from its
+        fastest is confirmed too (:func:`autotune.study._confirm.contenders`), and
+        its confirmed figure puts it on the front."""
+        return self.complete and self.reused_from is None and self.search_point and \
+            self.in_space
+
+    @property
     def on_front_candidate(self) -> bool:
-        """Completed, measured to full precision, and not a repeat of an earlier
-        trial (whose measurement it shares): a point the front may hold."""
-        return self.complete and not self.screened and self.reused_from is None and \
-            self.search_point and self.in_space
+        """A :meth:`measured_point` measured to full precision (not screened out): a
+        point the front may hold."""
+        return self.measured_point and not self.screened
 
     @property
     def in_space(self) -> bool:
