@@ -44,6 +44,7 @@ from autotune.compare import Rule, boundary
 from autotune.specs import MeasureSpec
 from autotune.study._api import default_config
 from autotune.study._search import BUSY_ENV
+from autotune.study._window_length import pooled
 from autotune.trial._pairs import PairSpec, block_of
 from autotune.trial._result import t975
 from autotune.trial._runner import ForkServer, run_trial
@@ -79,12 +80,11 @@ def split(groups: list[list[dict]], window_s: float, fixed_s: float) -> dict | N
     each length say whether that holds. None with fewer than two degrees of freedom."""
     logs = [[(math.log(p["ratio"]), math.log(p["inner"])) for p in pairs
              if p.get("inner") and p["ratio"] > 0] for pairs in groups]
-    logs = [both for both in logs if len(both) >= 2]
-    dof = sum(len(both) - 1 for both in logs)
+    (full, dof), (inner, _) = (pooled([[b[k] for b in both] for both in logs])
+                               for k in (0, 1))
     if dof < 2:
         return None
-    full, inner = (sum(statistics.pvariance([b[k] for b in both]) * len(both)
-                       for both in logs) / dof for k in (0, 1))
+    full, inner = full / dof, inner / dof
     within, between = max(inner - full, 0.0), max(2 * full - inner, 0.0)
     low, high = SPLIT_RANGE
     best = low if within <= 0 else high if between <= 0 else \

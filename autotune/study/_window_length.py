@@ -167,16 +167,23 @@ def entry_of(result: TrialResult, window_s: float, busy: bool = False) -> dict |
     candidates = result.pairs.get("candidates", [])
     if not busy and any(c.get("busy_pairs") for c in candidates):
         return None
-    logs = [[math.log(r) for r in c.get("ratios", []) if r > 0] for c in candidates]
-    logs = [each for each in logs if len(each) >= 2]
+    squares, dof = pooled([[math.log(r) for r in c.get("ratios", []) if r > 0]
+                           for c in candidates])
     pairs = sum(len(c.get("ratios", [])) for c in candidates)
     seconds = result.phases_s.get("measure_total", 0.0) - result.phases_s.get("warmup", 0.0)
-    if not logs or seconds <= 0:
+    if not dof or seconds <= 0:
         return None
-    return {"window_s": window_s, "busy": busy, "at": time.time(),
-            "dof": sum(len(each) - 1 for each in logs),
-            "squares": sum(statistics.pvariance(each) * len(each) for each in logs),
-            "pair_s": seconds / pairs}
+    return {"window_s": window_s, "busy": busy, "at": time.time(), "dof": dof,
+            "squares": squares, "pair_s": seconds / pairs}
+
+
+def pooled(groups: list[list[float]]) -> tuple[float, int]:
+    """The squared deviations of each group's values around its own mean, summed, and
+    their degrees of freedom: a spread pooled over candidates whose means differ
+    (a group of fewer than two values adds nothing)."""
+    groups = [each for each in groups if len(each) >= 2]
+    return (sum(statistics.pvariance(each) * len(each) for each in groups),
+            sum(len(each) - 1 for each in groups))
 
 
 def record(path: Path, entry: dict) -> None:
