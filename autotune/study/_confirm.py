@@ -98,10 +98,14 @@ class Schedule:
     take now, and the seconds it and a plan of it take; and how it measures them,
     which its options alone decide (a control's spec, the precisions and rounds a
     confirmation asks, the rounds a budget holds: these read the records they are
-    given, not the study)."""
+    given, not the study). ``between``: how far the ratio of two windows varies on
+    this machine beyond their own intervals, as a standard deviation of its log (the
+    search's :meth:`Search.between_windows`; 0 where unknown), which widens what the
+    search could not tell apart (:func:`contenders`)."""
 
     opts: SearchOptions
     study: optuna.Study
+    between: Callable[[], float] = lambda: 0.0
 
     def control_due(self) -> FrozenTrial | None:
         """Under the study's lock: the baseline trial when a control is due (and then
@@ -134,7 +138,7 @@ class Schedule:
         trials, rows = _search_front(study, rec.records(study) if records is None else records)
         picked = [r.trial for r in rows[:opts.confirm]] + \
             [r.trial for r in rows if "knee" in r.marks or r.default] + \
-            contenders(trials, rows, s.budget_mib)[:opts.confirm]  # a short budget's first cut
+            contenders(trials, rows, s.budget_mib, self.between())[:opts.confirm]
         picked = [n for n in dict.fromkeys(picked) if n != s.baseline]
         if s.baseline is None or not picked or not any(t.number == s.baseline and t.complete
                                                        for t in trials):
@@ -385,10 +389,12 @@ def off_front(study: optuna.Study, records: list[TrialRecord], numbers: list[int
 
 
 def contenders(trials: list[TrialRecord], rows: list[FrontRow],
-               budget_mib: float | None) -> list[int]:
+               budget_mib: float | None, between: float = 0.0) -> list[int]:
     """The configs off the front (``rows``, fastest first) whose search figures
     could not tell them from its fastest, fastest first: their throughput's 95%
-    interval reaches the fastest's. A config dominated by a slightly faster, leaner
+    interval reaches the fastest's, the gap between the two widened by ``between``
+    (the log spread of two windows' ratio on this machine, beyond their own
+    intervals: :class:`Schedule`) in quadrature. A config dominated by a slightly faster, leaner
     one is off the front by a difference inside its noise; the confirmation's pairs
     decide which of them is the faster (left out, the one the pairs measured may read
     slower than the other's search figure, and the default sits below a config
@@ -398,11 +404,14 @@ def contenders(trials: list[TrialRecord], rows: list[FrontRow],
     (docs/measurement.md, "Who is measured")."""
     if not rows or rows[0].precision is None:
         return []
-    floor = rows[0].throughput * (1 - rows[0].precision)
-    on_front = {r.trial for r in rows}
+    fastest, on_front = rows[0], {r.trial for r in rows}
+
+    def reaches(t: TrialRecord) -> bool:
+        gap = math.log(fastest.throughput / t.throughput)
+        own = math.log1p(t.precision) - math.log1p(-min(fastest.precision, 0.99))
+        return gap <= math.hypot(own, Z95 * between)
     near = [t for t in trials if t.measured_point and t.number not in on_front and
-            t.fits(budget_mib) and t.precision is not None and t.throughput and
-            t.throughput * (1 + t.precision) >= floor]
+            not t.baseline and t.fits(budget_mib) and t.precision is not None and t.throughput and reaches(t)]
     return [t.number for t in sorted(near, key=lambda t: -t.throughput)]
 
 

@@ -121,12 +121,12 @@ class Search:
         self.progress, self.on_trial_done = progress, on_trial_done
         self.on_trial_start, self.on_note = on_trial_start, on_note
         self.outcome = SearchOutcome()
-        self.schedule = confirmation.Schedule(opts, study)
+        self.record = lengths.MachineRecord(opts.studies_dir, self.note)  # its paired windows
+        self.schedule = confirmation.Schedule(opts, study, self.between_windows)
         self.clock = Clock(self.schedule, self.counted())
         self.server: ForkServer | None = None  # while :meth:`run` runs
         self.disturbed_in_row = 0  # measured trials in a row that stayed disturbed
         self.trial_env: dict[str, str] = {}  # over this one's, in every trial's process
-        self.record = lengths.MachineRecord(opts.studies_dir, self.note)  # its paired windows
         self.windows = lengths.Choice(WINDOW_S)  # a paired confirmation's, and why
 
     def run(self) -> SearchOutcome:
@@ -323,6 +323,15 @@ class Search:
             words = f"{words or f'{choice.window_s:g} s each'}; {choice.why}"
         self.windows = dataclasses.replace(choice, why=words)
         return choice.window_s
+
+    def between_windows(self) -> float:
+        """How far the ratio of two of this machine's windows varies, beyond what each
+        window's own interval holds: the least spread of its record's pairs in the
+        state the search is in (busy where it was said to be), 0 where it holds none
+        (:meth:`autotune.study._window_length.MachineRecord.spread`). A search's
+        trials are single windows minutes apart, and their own intervals leave that
+        out (docs/measurement.md, "Who is measured")."""
+        return self.record.spread(bool(self.outcome.busy))
 
     def pairs_measured(self, result: TrialResult) -> None:
         """A paired confirmation's trial ended: its pairs go into this machine's

@@ -157,6 +157,17 @@ def choose(entries: list[dict], busy: bool = False, now: float | None = None) ->
                                  f"there: {first.words()}; {other.words()}", busy)
 
 
+def least_spread(entries: list[dict], busy: bool = False,
+                 now: float | None = None) -> float | None:
+    """The least spread of this state's pairs at either length (None: none known): how
+    far the ratio of two windows measured side by side varies on this machine, the
+    least it was seen to. Two windows minutes apart vary at least as much."""
+    lengths = LENGTHS[busy]
+    spreads = [k.spread for k in (known(entries, w, busy, now)
+                                  for w in (lengths.first, lengths.other)) if k is not None]
+    return min(spreads, default=None)
+
+
 def entry_of(result: TrialResult, window_s: float, busy: bool = False) -> dict | None:
     """What a paired trial adds to the record: its candidates' log ratios' squared
     deviations around each one's mean, their degrees of freedom and a pair's seconds;
@@ -215,6 +226,14 @@ class MachineRecord:
         except ValueError as err:
             self.unreadable(err)
             return Choice(LENGTHS[busy].first, busy=busy)
+
+    def spread(self, busy: bool) -> float:
+        """:func:`least_spread` of this state's pairs; 0 where none are known."""
+        try:
+            return least_spread(read(self.path), busy) or 0.0
+        except ValueError as err:
+            self.unreadable(err)
+            return 0.0
 
     def add(self, result: TrialResult, choice: Choice) -> None:
         """Records the pairs of a paired trial measured in ``choice``'s windows
