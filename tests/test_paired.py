@@ -695,8 +695,10 @@ def test_a_knee_that_moves_onto_an_unmeasured_config_is_confirmed_in_a_follow_up
     memory then reads 1,200 MiB instead of 700, which lets 768 (1.09x, 720 MiB) onto
     the front, as its knee. A follow-up confirmation measures 768 against the
     baseline, so the knee the export picks is confirmed; the first run's figures
-    stay on the other rows. (768's search figure reads 0.95 of its pace, so the
-    first run does not race it as a contender of 896's.)"""
+    stay on the other rows. (768's search figure reads 0.95 of its pace, and this
+    machine's pairs spread 1%, so the first run does not race it as a contender of
+    896's.)"""
+    _pairs_spread(tmp_path, 0.01)
     machine = FakeMachine(drift=0.0, grow={896: 1200.0}, boost={768: 0.95})
     result, trials, s = _search(tmp_path, monkeypatch, machine,
                                 sizes=(1024, 896, 768, 640, 256), n_trials=5, confirm=1)
@@ -718,6 +720,18 @@ def test_a_knee_that_moves_onto_an_unmeasured_config_is_confirmed_in_a_follow_up
     # only the leanest, neither fastest nor knee at any point, was never confirmed
     assert [r.trial for r in result.front if r.confirmation ==
             "unconfirmed: the confirmation did not measure it"] == [by_size[256]]
+
+
+def _pairs_spread(tmp_path, spread: float) -> None:
+    """Gives the machine's record in ``tmp_path/studies`` quiet 0.5-s pairs whose ratio
+    spreads ``spread`` (a log standard deviation), known to 30 degrees of freedom."""
+    import time
+
+    from autotune.study import _window_length as lengths
+
+    lengths.record(lengths.history_path(tmp_path / "studies"), {
+        "window_s": 0.5, "busy": False, "at": time.time(), "dof": 30,
+        "squares": 30 * spread ** 2, "pair_s": 1.5})
 
 
 def _a_faster_768_read_low(tmp_path, monkeypatch, reads: float, wrap=None):
@@ -790,26 +804,23 @@ def test_a_config_screened_out_on_a_window_that_read_low_is_raced_too(tmp_path, 
     assert exported["config"]["batch_size"] == 768
 
 
-@pytest.mark.parametrize("spread", [0.0, 0.1])
+@pytest.mark.parametrize("spread", [0.01, 0.1, None])
 def test_how_far_this_machines_windows_vary_widens_what_the_search_could_not_tell_apart(
         tmp_path, monkeypatch, spread):
     """768 is truly 1.15x, but its window reads 0.80 of that, ±1.5% (920 at 720 MiB,
     against 896's 1,100 at 700): the two windows' own intervals tell them apart. On
     a machine whose record holds pairs that spread 0.1 (the ratio of two windows side
     by side varies that much), they do not: 768 is raced, found faster, and is the
-    default. With no record it is left out, and 896 is."""
-    import time
-
-    from autotune.study import _window_length as lengths
-
-    if spread:
-        lengths.record(lengths.history_path(tmp_path / "studies"), {
-            "window_s": 0.5, "busy": False, "at": time.time(), "dof": 30,
-            "squares": 30 * spread ** 2, "pair_s": 1.5})
+    default; so too on one with no record yet (its spread is guessed at
+    ``UNKNOWN_SPREAD``). On a machine whose pairs spread 0.01 it is left out, and
+    896 is the default."""
+    if spread is not None:
+        _pairs_spread(tmp_path, spread)
     result, _, _, by_size, first = _a_faster_768_read_low(tmp_path, monkeypatch, 0.80)
     default = next(r for r in result.front if r.default)
-    assert (by_size[768] in first) == bool(spread)
-    assert default.trial == by_size[768 if spread else 896], result.front
+    raced = spread != 0.01
+    assert (by_size[768] in first) == raced
+    assert default.trial == by_size[768 if raced else 896], result.front
     assert default.confirmation.startswith("confirmed"), default.marks
 
 

@@ -406,9 +406,10 @@ def test_a_machines_window_length_follows_its_earlier_pairs_quiet_or_busy():
 
 def test_how_far_two_windows_vary_is_the_least_spread_of_this_states_pairs(tmp_path):
     """What the contender rule widens the search's figures by: the least spread of the
-    pairs of the state the search is in, at either length (None, and 0 for a search,
-    where none are known, or the record cannot be read)."""
-    from autotune.study._window_length import MAX_AGE_S, MachineRecord, least_spread, record
+    pairs of the state the search is in, at either length (None where none are known;
+    for a search, then, or where the record cannot be read, a guess)."""
+    from autotune.study._window_length import MAX_AGE_S, UNKNOWN_SPREAD, MachineRecord, \
+        least_spread, record
 
     entries = [_known(0.5, 0.10, 20, 1.5), _known(1.0, 0.07, 20, 2.6),
                _known(1.0, 0.15, 20, 2.7, busy=True), _known(0.5, 0.03, 20, 1.5,
@@ -417,12 +418,13 @@ def test_how_far_two_windows_vary_is_the_least_spread_of_this_states_pairs(tmp_p
     assert least_spread(entries, busy=True) == pytest.approx(0.15)
     assert least_spread([]) is None and least_spread(entries[:2], busy=True) is None
     path, said = _lengths.history_path(tmp_path), []
-    assert MachineRecord(tmp_path, said.append).spread(False) == 0.0  # no record yet
+    assert MachineRecord(tmp_path, said.append).spread(False) == UNKNOWN_SPREAD[False]
     for entry in entries:
         record(path, entry)
     assert MachineRecord(tmp_path, said.append).spread(False) == pytest.approx(0.07)
     path.write_text("{")
-    assert MachineRecord(tmp_path, said.append).spread(True) == 0.0 and len(said) == 1
+    assert MachineRecord(tmp_path, said.append).spread(True) == UNKNOWN_SPREAD[True]
+    assert len(said) == 1
 
 
 def test_a_confirmations_pairs_are_recorded_for_the_next_and_a_bad_record_is_left_alone(

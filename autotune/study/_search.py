@@ -327,8 +327,8 @@ class Search:
     def between_windows(self) -> float:
         """How far the ratio of two of this machine's windows varies, beyond what each
         window's own interval holds: the least spread of its record's pairs in the
-        state the search is in (busy where it was said to be), 0 where it holds none
-        (:meth:`autotune.study._window_length.MachineRecord.spread`). A search's
+        state the search is in (busy where it was said to be), a guess where it holds
+        none (:meth:`autotune.study._window_length.MachineRecord.spread`). A search's
         trials are single windows minutes apart, and their own intervals leave that
         out (docs/measurement.md, "Who is measured")."""
         return self.record.spread(bool(self.outcome.busy))

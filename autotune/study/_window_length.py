@@ -42,6 +42,12 @@ from autotune.trial import BUSY_WINDOW_S, WINDOW_S, TrialResult
 MIN_DOF = 24  # a length's spread is known to about ±15% (one standard error) from this many
 TRY_SPREAD = 0.12  # a quiet machine's 0.5-s pairs spread this wide: 1 s is worth a try
 KEEP = 20  # the confirmations a length keeps of each state (the latest)
+# How far the ratio of two windows is taken to vary (a log spread) until this machine's
+# pairs in that state are known: about the noisier machines' 0.5-s and 1-s pairs,
+# quiet and beside a training (docs/benchmarks.md, pair_windows.py). A guess too wide
+# races a config or two more in the confirmation; one too narrow can leave the
+# fastest out of it
+UNKNOWN_SPREAD = {False: 0.10, True: 0.15}
 MAX_AGE_S = 30 * 86400  # older ones are not read: a host's neighbours and load change
 
 
@@ -228,12 +234,14 @@ class MachineRecord:
             return Choice(LENGTHS[busy].first, busy=busy)
 
     def spread(self, busy: bool) -> float:
-        """:func:`least_spread` of this state's pairs; 0 where none are known."""
+        """:func:`least_spread` of this state's pairs; :data:`UNKNOWN_SPREAD` where
+        none are known."""
         try:
-            return least_spread(read(self.path), busy) or 0.0
+            known_spread = least_spread(read(self.path), busy)
         except ValueError as err:
             self.unreadable(err)
-            return 0.0
+            known_spread = None
+        return UNKNOWN_SPREAD[busy] if known_spread is None else known_spread
 
     def add(self, result: TrialResult, choice: Choice) -> None:
         """Records the pairs of a paired trial measured in ``choice``'s windows
