@@ -44,7 +44,7 @@ from autotune.compare import Rule, boundary
 from autotune.specs import MeasureSpec
 from autotune.study._api import default_config
 from autotune.study._search import BUSY_ENV
-from autotune.study._window_length import pooled
+from autotune.trial import pooled
 from autotune.trial._pairs import PairSpec, block_of
 from autotune.trial._result import t975
 from autotune.trial._runner import ForkServer, run_trial

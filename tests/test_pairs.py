@@ -5,6 +5,7 @@ pairs decided by the comparison engine. The pair logic runs against scripted win
 whole path, from the trial process to the front."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -62,8 +63,9 @@ def _scripted(monkeypatch, rates: dict[int, list[float]], busy: dict[int, list[b
         order.append(side.index)
         disturbed = busy.get(side.index, [])
         out = {"config": side.index, "rate": rates[side.index].pop(0), "precision": 0.01,
-               "busy": disturbed.pop(0) if disturbed else False,
-               "load": {"top": [[4321, "stress", 1.0]], "share": 0.5, "cores": 2}}
+               "busy": disturbed.pop(0) if disturbed else False, "seconds": 0.5,
+               "fixed_s": 0.1, "load": {"top": [[4321, "stress", 1.0]], "share": 0.5,
+                                        "cores": 2}}
         side.windows.append(out)
         return out
 
@@ -116,9 +118,10 @@ def test_pairs_stop_at_their_time_limit(monkeypatch):
 
 def test_where_time_cannot_confirm_every_candidate_it_goes_to_one_that_it_can(monkeypatch):
     """Two candidates a pair's noise apart, 60 s of pairs at 2 s a pair: confirming
-    both to ±10% would take about 37 pairs, so once their spread is known the pairs
-    go to the one whose own fit (the faster one, where both would): it is confirmed.
-    Paired in turn to the end, neither is (as without the rule)."""
+    both to ±10% would take about 37 pairs, so once their spread is known (pooled
+    over both, from five pairs each) the pairs go to the one whose own fit, the
+    faster one where both would: it is confirmed. Paired in turn to the end, neither
+    is (as without the rule)."""
     import types
 
     def run(rule_on: bool):
@@ -143,9 +146,9 @@ def test_where_time_cannot_confirm_every_candidate_it_goes_to_one_that_it_can(mo
         return ended, [(c.stopped, c.comparison.decision()) for c in both]
 
     ended, (one, two) = run(rule_on=True)
-    assert ended == "max-seconds" and two[0] == "decided" and two[1].verdict == "faster"
-    assert two[1].half_width <= 0.10 and one[0] == "time"
-    assert one[1].pairs < two[1].pairs  # its pairs stopped once the time went to #2
+    assert ended == "max-seconds" and one[0] == "decided" and one[1].verdict == "faster"
+    assert one[1].half_width <= 0.10 and two[0] == "time"
+    assert two[1].pairs < one[1].pairs  # its pairs stopped once the time went to #1
     ended, results = run(rule_on=False)
     assert ended == "max-seconds" and [stopped for stopped, _ in results] == ["time", "time"]
 
@@ -155,7 +158,7 @@ def test_the_focus_pairs_everyone_while_their_needs_fit_or_their_spread_is_unkno
         return Candidate(_side(1), Comparison(Rule(precision=0.10), ratios=ratios))
 
     noisy = [1.6, 2.4, 1.8, 2.2, 2.0, 1.7, 2.3, 1.9]  # 8 pairs: its spread known
-    early = candidate(noisy[:4])  # before twice the rule's least pairs
+    early = candidate(noisy[:3])  # before the rule's least pairs
     fast, slow = candidate(noisy), candidate([r * 0.9 for r in noisy])
     assert _pairs.focus([fast, early], left_s=1.0, pair_s=2.0) == [fast, early]
     assert _pairs.focus([fast, slow], left_s=1e6, pair_s=2.0) == [fast, slow]
@@ -163,6 +166,28 @@ def test_the_focus_pairs_everyone_while_their_needs_fit_or_their_spread_is_unkno
     need = fast.comparison.pairs_to_precision() - fast.comparison.pairs
     assert _pairs.focus([slow, fast], left_s=need * 2.0, pair_s=2.0) == [fast]
     assert _pairs.focus([fast], left_s=0.0, pair_s=2.0) == [fast]
+
+
+def test_with_many_candidates_the_focus_reads_their_pairs_spread_pooled_before_their_own():
+    """Five candidates beside a busy machine, four pairs each (before twice the rule's
+    least, where each one's own spread is too rough): their pairs pooled (15 degrees
+    of freedom) already show that the time left cannot confirm them all, so it goes
+    to the fastest; where it can, or where the pairs are too few even pooled,
+    everyone is paired."""
+    wiggle = [0.85, 1.18, 0.9, 1.12]  # a busy machine's pairs: spread about 0.16
+
+    def candidate(speedup, pairs=4):
+        return Candidate(_side(1), Comparison(Rule(precision=0.10),
+                                              ratios=[speedup * w for w in wiggle[:pairs]]))
+
+    five = [candidate(s) for s in (1.6, 2.2, 1.7, 1.3, 1.9)]
+    assert [c.comparison.pairs_to_precision() for c in five] == [None] * 5
+    assert _pairs.pooled_noise(five) == pytest.approx(0.161, abs=0.001)
+    assert _pairs.focus(five, left_s=45.0, pair_s=2.3) == [five[1]]
+    assert _pairs.focus(five, left_s=1e4, pair_s=2.3) == five
+    two = [candidate(2.2, pairs=3), candidate(1.9, pairs=3)]  # 4 degrees of freedom
+    assert _pairs.pooled_noise(two) is None
+    assert _pairs.focus(two, left_s=1.0, pair_s=2.3) == two
 
 
 def test_short_time_goes_to_a_config_off_the_front_only_where_it_is_the_fastest():
@@ -276,7 +301,9 @@ class PairedFake:
                                "faster" if rate > base else "not faster",
                                "stopped": "time" if spread else "decided",
                                "slower_than": None, "busy_pairs": 0, "redone": 0,
-                               "taken_by": [], "pairs": [{}] * len(factors)})
+                               "taken_by": [], "pairs": [
+                                   {"ratio": r, "window_s": pairs.window_s, "seconds": 2.0}
+                                   for r in ratios]})
         return TrialResult(status="ok", config=config,
                            phases_s={"startup": 0.0, "warmup": 1.0,
                                      "measure_total": 1.0 + 2 * len(self.SPREAD)},
@@ -404,6 +431,93 @@ def test_a_machines_window_length_follows_its_earlier_pairs_quiet_or_busy():
     assert pooled.spread == pytest.approx(((0.01 * 10 + 0.04 * 30) / 40) ** 0.5)
 
 
+def test_a_try_is_costlier_where_its_spread_and_pace_take_longer_beyond_the_f_test():
+    """Pairs reach a precision in time spread squared times a pair's seconds; a try is
+    called costlier where that ratio passes the F distribution's 95% quantile on both
+    lengths' degrees of freedom, not where it is merely over 1."""
+    from autotune.trial import Known, costlier
+
+    known = Known(1.0, 0.114, 26, 2.7)  # the busy EPYC's 1-s pairs (2026-12-02)
+    # its 0.5-s pairs: spread 0.203 at 1.8 s a pair, about 2.1 times the cost
+    assert costlier(Known(0.5, 0.203, 20, 1.8), known)
+    assert not costlier(Known(0.5, 0.203, 12, 1.8), known)  # too few to tell
+    assert not costlier(Known(0.5, 0.116, 40, 1.9), Known(1.0, 0.116, 40, 2.8))  # cheaper
+    # 1.3 times the cost over 40 degrees of freedom each: within the test's reach
+    assert not costlier(Known(0.5, 0.14, 40, 1.8), Known(1.0, 0.1, 40, 2.7))
+    assert costlier(Known(0.5, 0.14, 400, 1.8), Known(1.0, 0.1, 400, 2.7))
+    assert not costlier(Known(0.5, 0.3, 10, 1.8), Known(1.0, 0.0, 10, 2.7))
+
+
+def _lengths_run(monkeypatch, tried_factors: list[float]) -> Candidate:
+    """One candidate paired in 0.5-s windows, a try where 1-s pairs are known (spread
+    0.1, 2.2 s a pair): its windows at the try's steps wiggle by ``tried_factors``,
+    those at 1 s by ±1%; a window takes its steps at 50 ms each."""
+    def window(side, others, spec):
+        long = side.steps == window_steps(1.0, 0.05, 2)
+        wiggle = [1.01, 0.99] if long else tried_factors
+        rate = 100.0 * (1.5 * wiggle[len(side.windows) % len(wiggle)] if side.index else 1)
+        out = {"config": side.index, "rate": rate, "precision": 0.01, "busy": False,
+               "seconds": 0.05 * side.steps, "fixed_s": 0.1, "load": {}}
+        side.windows.append(out)
+        return out
+
+    monkeypatch.setattr(_pairs, "timed_window", window)
+    sides = [_side(0), _side(1)]
+    for side in sides:
+        side.step_s = 0.05
+        side.length(0.5)
+    candidate = Candidate(sides[1], Comparison(Rule(precision=0.005, max_pairs=24)))
+    spec = _pairs.PairSpec(window_s=0.5, back_to=_pairs.Known(1.0, 0.1, 40, 2.2))
+    _pairs.run_pairs(sides[0], [candidate], MeasureSpec(), spec)
+    return candidate
+
+
+def test_a_try_of_another_window_length_goes_back_once_its_pairs_show_it_costlier(
+        monkeypatch):
+    """A try whose pairs spread about 0.3 at 1.2 s a pair, where 1-s ones are known at
+    0.1 and 2.2 s (over three times the cost): back to 1 s after a few pairs, each pair
+    saying its length; one whose pairs spread 0.1 too (cheaper) stays to the end."""
+    costly = _lengths_run(monkeypatch, [1.35, 0.74, 1.3, 0.77])
+    lengths = [p["window_s"] for p in costly.pairs]
+    back = lengths.index(1.0)
+    assert _pairs.BACK_MIN_DOF < back <= 12 and set(lengths[back:]) == {1.0}, lengths
+    assert costly.side.steps == window_steps(1.0, 0.05, 2)
+    assert costly.pairs[0]["seconds"] == pytest.approx(2 * (0.5 + 0.1))
+    spec = _pairs.PairSpec(window_s=0.5, back_to=_pairs.Known(1.0, 0.1, 40, 2.2))
+    tried, known = _pairs.back_from([costly], spec)  # what the trial reports of it
+    assert (tried["window_s"], tried["dof"], known) == (0.5, back - 1, spec.back_to.to_dict())
+    assert tried["spread"] > 0.25 and tried["pair_s"] == pytest.approx(1.2)
+    cheap = _lengths_run(monkeypatch, [1.1, 0.9, 1.12, 0.91])
+    assert {p["window_s"] for p in cheap.pairs} == {0.5} and len(cheap.pairs) == 24
+    assert _pairs.back_from([cheap], spec) is None
+    assert _pairs.PairSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+
+
+def test_a_try_recorded_costlier_is_not_tried_again_and_one_not_yet_is():
+    from autotune.study._window_length import choose
+
+    busy = [_known(1.0, 0.114, 26, 2.7, busy=True)]
+    again = choose(busy + [_known(0.5, 0.14, 10, 1.8, busy=True)], busy=True)
+    assert again.window_s == 0.5 and again.back_to.window_s == 1.0
+    assert again.back_to.spread == pytest.approx(0.114)
+    kept = choose(busy + [_known(0.5, 0.203, 20, 1.8, busy=True)], busy=True)
+    assert kept.window_s == 1.0 and kept.back_to is None
+    assert kept.why.startswith("this machine's busy pairs of 0.5 s: spread 0.203, 1.8 s a "
+                               "pair (20 degrees of freedom) were costlier than of 1 s"), kept
+
+
+def test_the_paired_line_of_the_reference_says_where_a_try_went_back():
+    from autotune.study._progress import paired_text
+
+    tried, back = _pairs.Known(0.5, 0.203, 20, 1.8), _pairs.Known(1.0, 0.114, 26, 2.7)
+    figure = {"rates": [1.0] * 50, "went_back": [tried.to_dict(), back.to_dict()]}
+    assert paired_text(figure) == (
+        "  reference, 50 windows; 0.5 s tried, back to 1 s: its pairs costlier than this "
+        "machine's record (0.5 s: spread 0.203, 1.8 s a pair, 20 degrees of freedom; 1 s: "
+        "spread 0.114, 2.7 s a pair, 26)")
+    assert paired_text({"rates": [1.0] * 4}) == "  reference, 4 windows"
+
+
 def test_how_far_two_windows_vary_is_the_least_spread_of_this_states_pairs(tmp_path):
     """What the contender rule widens the search's figures by: the least spread of the
     pairs of the state the search is in, at either length (None where none are known;
@@ -432,19 +546,27 @@ def test_a_confirmations_pairs_are_recorded_for_the_next_and_a_bad_record_is_lef
     from autotune.config import TrialConfig
     from autotune.trial import TrialResult
 
-    def result(ratios, busy_pairs=0):
+    def result(ratios, busy_pairs=0, went_back=0):
+        pairs = [{"ratio": r, "window_s": 1.0 if k < went_back else 0.5, "seconds": 1.5}
+                 for k, r in enumerate(ratios)]
         return TrialResult(status="ok", config=TrialConfig(),
-                           phases_s={"warmup": 2.0, "measure_total": 8.0},
-                           pairs={"candidates": [{"ratios": ratios, "busy_pairs": busy_pairs}]})
+                           pairs={"candidates": [{"ratios": ratios, "busy_pairs": busy_pairs,
+                                                  "pairs": pairs}]})
 
-    entry = _lengths.entry_of(result([2.0, 2.2, 1.8, 2.0]), 0.5)
+    quiet, busy = _lengths.Choice(0.5), _lengths.Choice(1.0, busy=True)
+    entry, = _lengths.entries_of(result([2.0, 2.2, 1.8, 2.0]), quiet)
     logs = [math.log(r) for r in (2.0, 2.2, 1.8, 2.0)]
     mean = sum(logs) / 4
-    assert entry["dof"] == 3 and entry["pair_s"] == 1.5  # 6 s of pairs over 4 pairs
+    assert entry["dof"] == 3 and entry["pair_s"] == 1.5 and entry["window_s"] == 0.5
     assert entry["squares"] == pytest.approx(sum((x - mean) ** 2 for x in logs))
-    assert _lengths.entry_of(result([2.0, 2.2], busy_pairs=1), 0.5) is None  # disturbed
-    assert _lengths.entry_of(result([2.0, 2.2], busy_pairs=1), 1.0, busy=True)["busy"]
-    assert _lengths.entry_of(result([2.0]), 0.5) is None  # no spread of its own
+    assert _lengths.entries_of(result([2.0, 2.2], busy_pairs=1), quiet) == []  # disturbed
+    assert _lengths.entries_of(result([1.0, 1.1], busy_pairs=1), dataclasses.replace(
+        busy, window_s=0.5))[0]["busy"]
+    assert _lengths.entries_of(result([2.0]), quiet) == []  # no spread of its own
+    # a try of 1 s that went back to 0.5 s after three pairs: an entry at each length
+    tried = dataclasses.replace(busy, busy=False, back_to=_pairs.Known(0.5, 0.1, 30, 1.5))
+    both = _lengths.entries_of(result([2.0, 2.4, 1.6, 2.0, 2.1], went_back=3), tried)
+    assert [(e["window_s"], e["dof"]) for e in both] == [(1.0, 2), (0.5, 1)]
     path = _lengths.history_path(tmp_path)
     for k in range(_lengths.KEEP + 3):
         _lengths.record(path, {**entry, "n": k})

@@ -35,7 +35,8 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.compare import CONFIDENCE, MIN_PAIRS, Rule, boundary, z_quantile
-from autotune.trial import WINDOW_S, PairSpec, TrialResult, WindowStats, rate_half_width
+from autotune.trial import WINDOW_S, Known, PairSpec, TrialResult, WindowStats, \
+    rate_half_width
 from autotune.specs import MeasureSpec
 from autotune.study import _records as rec
 from autotune.study._front import FrontRow, front_rows
@@ -44,6 +45,7 @@ from autotune.study._paired import MARGIN, RAN_OUT, Confirmed, baseline_of, conf
     latest_reference, pair
 from autotune.study._records import StudyRecord, TrialRecord
 from autotune.study._recovery import gone, this_worker
+from autotune.study._window_length import Choice
 from autotune.storage import study_lock
 
 FOLLOW_UPS = 1  # confirmations of a knee that moved onto an unconfirmed config
@@ -288,7 +290,8 @@ class Plan:
     asked: int  # the rounds asked (:meth:`Schedule.rounds_asked`), of which ``rounds`` fit
     resumed: bool = False  # a run stopped before its end, going on
     paired: bool = False  # one paired trial (autotune.trial._pairs), not rounds
-    window_s: float = WINDOW_S  # a paired trial's windows (Searching.pair_window_s)
+    window_s: float = WINDOW_S  # a paired trial's windows (Searching.pair_windows)
+    back_to: Known | None = None  # where window_s is a try: the known length's figures
     knee: int | None = None  # a follow-up's: the knee that moved onto an unmeasured config
 
     @property
@@ -587,7 +590,7 @@ class Searching(Protocol):
     def overhead(self) -> float:
         """What storing a measurement typically takes in this run."""
 
-    def pair_window_s(self) -> float:
+    def pair_windows(self) -> Choice:
         """A paired confirmation's windows, from a look at the machine's load now (its
         threads set for that load too)."""
 
@@ -627,14 +630,16 @@ class Confirmation:
         opts, study = self.opts, self.study
         with study_lock(opts.storage, study.study_name):
             first = self.plan(self.left())
-        the_plan, cut, window_s = first, "", None  # the load is looked at once, if needed
+        the_plan, cut, windows = first, "", None  # the load is looked at once, if needed
         for _ in range(FOLLOW_UPS + 1):
             if the_plan is None:
                 break
             cut = self.cannot_start(the_plan)  # said as cut short, not announced
-            if window_s is None and the_plan.paired and not cut:
-                window_s = self.search.pair_window_s()
-            the_plan = dataclasses.replace(the_plan, window_s=window_s or WINDOW_S)
+            if windows is None and the_plan.paired and not cut:
+                windows = self.search.pair_windows()
+            if windows is not None:
+                the_plan = dataclasses.replace(the_plan, window_s=windows.window_s,
+                                               back_to=windows.back_to)
             if on_plan is not None and not cut:
                 on_plan(the_plan)
             try:
@@ -739,7 +744,7 @@ class Confirmation:
         result, where, _ = self.search.measure(
             configs[0], trial_dir, f"confirmation of study {study.study_name}",
             pairs=PairSpec(tuple(configs[1:]), rule, max_s, the_plan.window_s,
-                           off_front(study, trials, numbers)))
+                           off_front(study, trials, numbers), the_plan.back_to))
         self.search.pairs_measured(result)
         for stored in self.store_paired(the_plan, result, where):
             self.search.confirmed(stored)
@@ -881,6 +886,8 @@ def paired_record(the_plan: Plan, i: int, result: TrialResult, where: dict
     figure: dict[str, Any] = {"rates": [w["rate"] for w in windows],
                               "window_steps": paired["window_steps"][i],
                               "memory_from": of.number, "stopped": paired["stopped"]}
+    if not i and paired.get("went_back"):  # a try of another window length went back
+        figure["went_back"] = paired["went_back"]
     if i:
         c = paired["candidates"][i - 1]
         figure.update({k: c[k] for k in ("ratios", "half_widths", "verdict", "stopped",

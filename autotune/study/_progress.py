@@ -10,7 +10,7 @@ from typing import TextIO
 from autotune.config import short
 from autotune.env import clock, plural
 from autotune.taskinfo import task_info
-from autotune.trial import busy_note
+from autotune.trial import Known, busy_note
 from autotune.study._paired import paired_decision, who_took
 
 
@@ -64,10 +64,17 @@ def progress_line(n: int, total: int, record, elapsed: float, eta: float,
 
 def paired_text(figure: dict) -> str:
     """A paired confirmation's figure for a candidate: its speed-up and interval, its
-    pairs and verdict (and pairs the machine's load hit), or the reference's windows."""
+    pairs and verdict (and pairs the machine's load hit), or the reference's windows
+    (and a try of another window length that went back)."""
     ratios = figure.get("ratios")
     if not ratios:
-        return f"  reference, {len(figure.get('rates', ()))} windows"
+        went = ""
+        if figure.get("went_back"):  # a try of another window length went back
+            tried, back = (Known.from_dict(k) for k in figure["went_back"])
+            went = (f"; {tried.window_s:g} s tried, back to {back.window_s:g} s: its pairs "
+                    f"costlier than this machine's record ({tried.words()}, {tried.dof} "
+                    f"degrees of freedom; {back.words()}, {back.dof})")
+        return f"  reference, {len(figure.get('rates', ()))} windows{went}"
     stopped = figure.get("stopped", "")
     why = {"time": "out of time"}.get(stopped, stopped) if stopped not in ("decided", "") \
         else figure.get("verdict", "")

@@ -305,7 +305,7 @@ class Search:
                 return None
         return load
 
-    def pair_window_s(self) -> float:
+    def pair_windows(self) -> lengths.Choice:
         """A paired confirmation's windows, from a look at the load as it starts
         (:meth:`busy_now`): where another process takes the cores, a busy machine's
         (:data:`BUSY_WINDOW_S` at first), its threads passive (:meth:`threads_for`: a
@@ -313,7 +313,7 @@ class Search:
         pair); else a quiet one's (:data:`WINDOW_S` at first), its threads spinning,
         whatever the trials' were. Either follows this machine's record of its earlier
         confirmations in that state (:mod:`autotune.study._window_length`). Kept, with
-        why in words, in :attr:`windows`."""
+        why in words, in :attr:`windows`, and returned."""
         busy = self.busy_now() is not None
         self.threads_for(busy)
         choice = self.record.choice(busy)
@@ -322,7 +322,7 @@ class Search:
         if choice.why:
             words = f"{words or f'{choice.window_s:g} s each'}; {choice.why}"
         self.windows = dataclasses.replace(choice, why=words)
-        return choice.window_s
+        return self.windows
 
     def between_windows(self) -> float:
         """How far the ratio of two of this machine's windows varies, beyond what each

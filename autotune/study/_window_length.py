@@ -15,7 +15,9 @@ state chooses from them (:func:`choose`, by its :class:`Lengths`):
   (where they spread that wide, 1-s ones reached ±10% as soon or sooner; where they
   spread less, 0.5 s was the soonest: docs/measurement.md); busy, always (beside a
   training 1-s windows were the soonest on the AVX2-only EPYC, 0.5-s ones on an AMX
-  Xeon);
+  Xeon). A try goes back to the first length within the confirmation once its own
+  pairs show it costlier (:func:`autotune.trial.costlier`), and is not tried again
+  while its recorded pairs show it so;
 - once both are known, the one whose pairs reach a precision soonest: the least
   ``spread ** 2 * seconds a pair``.
 
@@ -28,7 +30,6 @@ import json
 import math
 import os
 import socket
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ from typing import Any, Callable
 from autotune.env import isa_key
 from autotune.files import atomic_write
 from autotune.storage import file_lock
-from autotune.trial import BUSY_WINDOW_S, WINDOW_S, TrialResult
+from autotune.trial import BUSY_WINDOW_S, WINDOW_S, Known, TrialResult, costlier, known_of
 
 MIN_DOF = 24  # a length's spread is known to about ±15% (one standard error) from this many
 TRY_SPREAD = 0.12  # a quiet machine's 0.5-s pairs spread this wide: 1 s is worth a try
@@ -66,35 +67,17 @@ LENGTHS = {False: Lengths(WINDOW_S, 1.0, TRY_SPREAD),  # quiet
 
 
 @dataclass(frozen=True)
-class Known:
-    """What this machine's pairs at one length showed: their log ratios' pooled
-    spread around each candidate's mean, its degrees of freedom, and a pair's
-    seconds (both windows and what opens them)."""
-
-    window_s: float
-    spread: float
-    dof: int
-    pair_s: float
-
-    @property
-    def cost(self) -> float:
-        """Seconds to a given precision, up to a constant: pairs needed (as the
-        spread squared) times a pair's seconds."""
-        return self.spread ** 2 * self.pair_s
-
-    def words(self) -> str:
-        return f"{self.window_s:g} s: spread {self.spread:.3f}, {self.pair_s:.1f} s a pair"
-
-
-@dataclass(frozen=True)
 class Choice:
     """A confirmation's window length, and why, in words ("" where the record keeps
     the state's first length without a comparison); ``busy``: chosen for a busy
-    machine (its pairs are recorded as such)."""
+    machine (its pairs are recorded as such); ``back_to``: where the length is a try,
+    what the record knows of the state's first length, which the pairs go back to once
+    the try is known costlier."""
 
     window_s: float
     why: str = ""
     busy: bool = False
+    back_to: Known | None = None
 
 
 def history_path(studies_dir: str | os.PathLike) -> Path:
@@ -122,7 +105,7 @@ def read(path: Path) -> list[dict]:
 
 
 def _valid(entry: Any) -> bool:
-    """Whether ``entry`` has the fields :func:`entry_of` writes, each a number in range."""
+    """Whether ``entry`` has the fields :func:`entries_of` writes, each a number in range."""
     if not isinstance(entry, dict) or not isinstance(entry.get("busy", False), bool):
         return False
     fields = [entry.get(k) for k in ("window_s", "at", "dof", "squares", "pair_s")]
@@ -156,8 +139,14 @@ def choose(entries: list[dict], busy: bool = False, now: float | None = None) ->
     if other is None or other.dof < MIN_DOF:
         if first.spread < lengths.try_spread:
             return Choice(lengths.first, busy=busy)
+        if other is not None and costlier(other, first):
+            return Choice(lengths.first, f"this machine's{state} pairs of {other.words()} "
+                                         f"({other.dof} degrees of freedom) were costlier "
+                                         f"than of {first.words()}", busy)
         return Choice(lengths.other, f"tried, this machine's{state} pairs of {first.words()} "
-                                     f"({first.dof} degrees of freedom)", busy)
+                                     f"({first.dof} degrees of freedom); back to "
+                                     f"{first.window_s:g} s once its own pairs show the try "
+                                     f"costlier", busy, back_to=first)
     best = min((first, other), key=lambda k: k.cost)
     return Choice(best.window_s, f"this machine's{state} pairs reach a precision soonest "
                                  f"there: {first.words()}; {other.words()}", busy)
@@ -174,33 +163,27 @@ def least_spread(entries: list[dict], busy: bool = False,
     return min(spreads, default=None)
 
 
-def entry_of(result: TrialResult, window_s: float, busy: bool = False) -> dict | None:
-    """What a paired trial adds to the record: its candidates' log ratios' squared
-    deviations around each one's mean, their degrees of freedom and a pair's seconds;
-    None where it has none to add (failed, no candidate with two pairs, or a quiet
-    machine's that kept a disturbed pair)."""
+def entries_of(result: TrialResult, choice: Choice) -> list[dict]:
+    """What a paired trial measured in ``choice``'s windows adds to the record: for
+    each length its pairs ran in (two where a try went back), its candidates' log
+    ratios' squared deviations around each one's mean, their degrees of freedom and a
+    pair's seconds (:func:`autotune.trial.known_of`); none where it has none to add
+    (failed, no candidate with two pairs at a length, or a quiet machine's that kept a
+    disturbed pair)."""
     if not result.ok or not result.pairs:
-        return None
+        return []
     candidates = result.pairs.get("candidates", [])
-    if not busy and any(c.get("busy_pairs") for c in candidates):
-        return None
-    squares, dof = pooled([[math.log(r) for r in c.get("ratios", []) if r > 0]
-                           for c in candidates])
-    pairs = sum(len(c.get("ratios", [])) for c in candidates)
-    seconds = result.phases_s.get("measure_total", 0.0) - result.phases_s.get("warmup", 0.0)
-    if not dof or seconds <= 0:
-        return None
-    return {"window_s": window_s, "busy": busy, "at": time.time(), "dof": dof,
-            "squares": squares, "pair_s": seconds / pairs}
-
-
-def pooled(groups: list[list[float]]) -> tuple[float, int]:
-    """The squared deviations of each group's values around its own mean, summed, and
-    their degrees of freedom: a spread pooled over candidates whose means differ
-    (a group of fewer than two values adds nothing)."""
-    groups = [each for each in groups if len(each) >= 2]
-    return (sum(statistics.pvariance(each) * len(each) for each in groups),
-            sum(len(each) - 1 for each in groups))
+    if not choice.busy and any(c.get("busy_pairs") for c in candidates):
+        return []
+    used = [choice.window_s] + ([] if choice.back_to is None else [choice.back_to.window_s])
+    out = []
+    for window_s in used:
+        got = known_of([c.get("pairs", []) for c in candidates], window_s)
+        if got is not None:
+            out.append({"window_s": window_s, "busy": choice.busy, "at": time.time(),
+                        "dof": got.dof, "squares": got.spread ** 2 * got.dof,
+                        "pair_s": got.pair_s})
+    return out
 
 
 def record(path: Path, entry: dict) -> None:
@@ -245,14 +228,13 @@ class MachineRecord:
 
     def add(self, result: TrialResult, choice: Choice) -> None:
         """Records the pairs of a paired trial measured in ``choice``'s windows
-        (:func:`entry_of`), if it has any."""
-        entry = entry_of(result, choice.window_s, choice.busy) if self.readable else None
-        if entry is None:
-            return
-        try:
-            record(self.path, entry)
-        except (ValueError, OSError) as err:
-            self.unreadable(err)
+        (:func:`entries_of`), if it has any."""
+        for entry in entries_of(result, choice) if self.readable else []:
+            try:
+                record(self.path, entry)
+            except (ValueError, OSError) as err:
+                self.unreadable(err)
+                return
 
     def unreadable(self, err: Exception) -> None:
         if self.readable:

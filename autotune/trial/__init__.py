@@ -3,7 +3,8 @@ interpreter or a fork of ``_forkserver``'s), ``_worker`` is that process, ``_win
 warms up and times the window, ``_load`` says what else ran on the trial's cores
 meanwhile, ``_result`` is what comes back (:class:`TrialResult`),
 ``_profile`` a ``torch.profiler`` trace of its steps, ``_pairs`` a reference and its
-candidates measured in paired windows in one process (the confirmation's).
+candidates measured in paired windows in one process (the confirmation's), ``_spread``
+what those pairs showed at a window length.
 """
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ _EXPORTS = {
     "busy_over": "_result",
     "busy_note": "_load",
     "PairSpec": "_pairs",
+    "Known": "_spread",
+    "costlier": "_spread",
+    "known_of": "_spread",
+    "pooled": "_spread",
     "BUSY_WINDOW_S": "_pairs",
     "WINDOW_S": "_pairs",
     "ForkServer": "_forkserver",

@@ -15,7 +15,11 @@ Windows are short (``PairSpec.window_s`` at the warm-up's pace, four blocks at l
 :data:`WINDOW_S` on a quiet machine and :data:`BUSY_WINDOW_S` on one another process
 keeps busy, until the machine's record of earlier confirmations chooses another,
 :mod:`autotune.study._window_length`) and the pairs many: the pairs' own spread,
-which the engine reads, is what decides.
+which the engine reads, is what decides. Where the length is a try of another than
+the record knows (``PairSpec.back_to``), the pairs go back to the known one as soon
+as their own spread and pace show the try costlier
+(:func:`autotune.trial._spread.costlier`): a try costs a few pairs, not the
+confirmation.
 
 A pair with one of its windows disturbed by another process (more than
 ``MeasureSpec.max_busy`` of the cores) is measured again; one disturbed on both sides
@@ -36,6 +40,7 @@ from autotune.compare import Comparison, Rule
 from autotune.config import TrialConfig
 from autotune.specs import MeasureSpec
 from autotune.trial._load import LoadMeter
+from autotune.trial._spread import Known, costlier, known_of, pooled
 from autotune.trial._result import busy_over, rate_half_width, ratio_half_width
 from autotune.trial._window import GraphRecordings, MemoryTracker, _StepClock, _Stepper, \
     _warm_up, loader_worker_pids, stopped
@@ -52,6 +57,10 @@ WINDOW_S = 0.5
 # grows (the share of the cores it gets against the other process varies), and on the
 # machine that needs it most longer windows reach a precision in fewer seconds
 BUSY_WINDOW_S = 1.0
+# A try of another window length goes back to the known one once its pairs show it
+# costlier (:func:`autotune.trial._spread.costlier`), not before this many degrees of
+# freedom of its own: the test is looked at after every round
+BACK_MIN_DOF = 6
 # the paired process's peak memory is a diagnostic (each config's figure is its own
 # trial's), so it is sampled slowly: a sampler every 5 ms takes a share of 2 cores
 PEAK_INTERVAL_S = 0.1
@@ -63,6 +72,8 @@ class PairSpec:
     the reference under ``rule`` (its precision is the confirmation's), within
     ``max_s`` seconds of pairs (warm-ups not counted), in windows of ``window_s``
     seconds at the warm-up's pace (benchmarks/pair_windows.py measures others).
+    ``back_to``: where ``window_s`` is a try, what this machine's pairs at the length
+    it knows showed; the pairs go back to that length once theirs are known costlier.
     ``off_front`` holds the positions in ``candidates`` of configs off the search's
     front, paired only to tell them from its fastest (:func:`focus`)."""
 
@@ -71,24 +82,30 @@ class PairSpec:
     max_s: float = 60.0
     window_s: float = WINDOW_S
     off_front: tuple[int, ...] = ()
+    back_to: Known | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"configs": [c.to_dict() for c in self.candidates],
                 "rule": dataclasses.asdict(self.rule), "max_s": self.max_s,
-                "window_s": self.window_s, "off_front": list(self.off_front)}
+                "window_s": self.window_s, "off_front": list(self.off_front),
+                "back_to": None if self.back_to is None else self.back_to.to_dict()}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> PairSpec:
+        back_to = values.get("back_to")
         return cls(tuple(TrialConfig.from_dict(c) for c in values["configs"]),
                    Rule(**values["rule"]), float(values["max_s"]),
                    float(values.get("window_s", WINDOW_S)),
-                   tuple(int(i) for i in values.get("off_front", ())))
+                   tuple(int(i) for i in values.get("off_front", ())),
+                   None if back_to is None else Known.from_dict(back_to))
 
 
 @dataclass
 class Side:
     """One config in the process: its stepper, its steps per window and the untimed
-    steps that open each window (the batches its loader has in flight)."""
+    steps that open each window (the batches its loader has in flight); its pace at
+    the end of its warm-up and its loader's batches an epoch, which set its steps for
+    a window length (:meth:`length`)."""
 
     index: int
     stepper: Any  # autotune.trial._window._Stepper
@@ -96,6 +113,13 @@ class Side:
     settle: int
     worker_pids: Callable[[], list[int]]
     windows: list[dict] = field(default_factory=list)
+    step_s: float = 0.0
+    epoch: int | None = None
+
+    def length(self, window_s: float) -> None:
+        """Its windows from now on: ``window_s`` at its warm-up's pace (:func:`window_steps`)."""
+        self.steps = window_steps(window_s, self.step_s,
+                                  block_of(self.stepper.pipe.config.num_workers), self.epoch)
 
 
 def settle_steps(num_workers: int, prefetch_factor: int) -> int:
@@ -242,9 +266,10 @@ def run_pairs(reference: Side, candidates: list[Candidate], spec: MeasureSpec,
               pairs: PairSpec) -> str:
     """Pairs of each open candidate with the reference, ABBA, until each is decided
     (or known slower than another candidate: racing drops it), its pairs are spent,
-    or ``pairs.max_s`` has run; returns why the pairs ended."""
+    or ``pairs.max_s`` has run; returns why the pairs ended. A try of another window
+    length goes back to ``pairs.back_to``'s once it is known costlier (:func:`went_back`)."""
     sides = [reference] + [c.side for c in candidates]
-    started, round_ = time.perf_counter(), 0
+    started, round_, window_s = time.perf_counter(), 0, pairs.window_s
     while True:
         open_ = [c for c in candidates if not c.stopped]
         if not open_:
@@ -256,28 +281,48 @@ def run_pairs(reference: Side, candidates: list[Candidate], spec: MeasureSpec,
                 for each in open_:
                     each.stopped = each.stopped or "time"
                 return "max-seconds"
-            _pair(reference, c, sides, round_, spec)
+            _pair(reference, c, sides, round_, spec, window_s)
             decision = c.comparison.decision()
             if decision.decided:
                 c.stopped = "decided"
             elif c.comparison.exhausted:
                 c.stopped = "pairs spent"
         _race(candidates)
+        if window_s == pairs.window_s and went_back(candidates, pairs):
+            window_s = pairs.back_to.window_s
+            for side in sides:
+                side.length(window_s)
         round_ += 1
+
+
+def went_back(candidates: list[Candidate], pairs: PairSpec) -> bool:
+    """Whether the pairs so far at ``pairs.window_s``, a try of another length than
+    the one this machine knows (``pairs.back_to``), show it costlier
+    (:func:`autotune.trial._spread.costlier`), with :data:`BACK_MIN_DOF` degrees of
+    freedom at least."""
+    if pairs.back_to is None:
+        return False
+    tried = known_of([c.pairs for c in candidates], pairs.window_s)
+    return tried is not None and tried.dof >= BACK_MIN_DOF and costlier(tried, pairs.back_to)
 
 
 def focus(open_: list[Candidate], left_s: float, pair_s: float | None) -> list[Candidate]:
     """The open candidates to pair this round: all of them while the pairs each still
     needs for its precision (:meth:`Comparison.pairs_to_precision`, at a pair's
-    seconds so far) fit in the ``left_s`` seconds left; else only the fastest so far
-    whose own fit (else the fastest): where the time cannot confirm them all, it goes
-    to the one the default would be, rather than leaving each short of its
-    precision. A config off the search's front gets it only as the fastest: it is
+    seconds so far; while its own spread is too early to tell, at that of all their
+    pairs pooled, :func:`pooled_noise`) fit in the ``left_s`` seconds left; else only
+    the fastest so far whose own fit (else the fastest): where the time cannot
+    confirm them all, it goes to the one the default would be, rather than leaving
+    each short of its precision. A config off the search's front gets it only as the fastest: it is
     paired to tell it from the fastest, and confirmed slower it would be no default.
     The others stay open, and are paired again once it is decided."""
     if len(open_) < 2 or pair_s is None:
         return open_
     need = [c.comparison.pairs_to_precision() for c in open_]
+    if None in need:  # too early for their own spreads: that of all their pairs
+        noise = pooled_noise(open_)
+        need = [c.comparison.pairs_to_precision(noise) if n is None and noise is not None
+                else n for c, n in zip(open_, need)]
     if None in need:  # too early to tell
         return open_
     short = {id(c): n - c.comparison.pairs for c, n in zip(open_, need)}
@@ -289,15 +334,29 @@ def focus(open_: list[Candidate], left_s: float, pair_s: float | None) -> list[C
     return [(fits or ranked)[0]]
 
 
+def pooled_noise(open_: list[Candidate]) -> float | None:
+    """The standard deviation of a pair's log ratio, pooled over the candidates'
+    pairs around each one's mean (:func:`autotune.trial._spread.pooled`): a
+    machine's pairs spread alike whichever config they pair, so with several
+    candidates it is known while each one's own is not yet; None before twice the
+    rules' least pairs of degrees of freedom."""
+    squares, dof = pooled([[math.log(r) for r in c.comparison.ratios] for c in open_])
+    least = max(c.comparison.rule.min_pairs for c in open_)
+    return math.sqrt(squares / dof) if dof >= 2 * least else None
+
+
 def _pair(reference: Side, c: Candidate, sides: list[Side], round_: int,
-          spec: MeasureSpec) -> None:
-    """One pair, the reference first in even rounds; measured again (up to
-    ``spec.busy_retries`` times) where one window only was disturbed."""
+          spec: MeasureSpec, window_s: float) -> None:
+    """One pair in windows of ``window_s``, the reference first in even rounds;
+    measured again (up to ``spec.busy_retries`` times) where one window only was
+    disturbed. Its seconds hold every window it took, and what opened each."""
     order = [reference, c.side] if round_ % 2 == 0 else [c.side, reference]
+    seconds = 0.0
     for again in range(spec.busy_retries + 1):
         got = {}
         for side in order:
             got[side.index] = timed_window(side, [s for s in sides if s is not side], spec)
+            seconds += got[side.index]["fixed_s"] + got[side.index]["seconds"]
         ref, own = got[reference.index], got[c.side.index]
         one_sided = ref["busy"] != own["busy"]
         if one_sided and again < spec.busy_retries:
@@ -313,7 +372,8 @@ def _pair(reference: Side, c: Candidate, sides: list[Side], round_: int,
     c.pairs.append({"ratio": own["rate"] / ref["rate"], "half_width": half,
                     "reference_rate": ref["rate"], "rate": own["rate"],
                     "inner": inner_ratio(ref, own, ref_first=order[0] is reference),
-                    "busy": [ref["busy"], own["busy"]]})
+                    "busy": [ref["busy"], own["busy"]], "window_s": window_s,
+                    "seconds": seconds})
     c.comparison.add(own["rate"] / ref["rate"], half)
 
 
@@ -329,6 +389,16 @@ def inner_ratio(ref: dict, own: dict, ref_first: bool) -> float | None:
     ref_rate = ref["halves"][1] if ref_first else ref["halves"][0]
     own_rate = own["halves"][0] if ref_first else own["halves"][1]
     return own_rate / ref_rate if ref_rate > 0 else None
+
+
+def back_from(candidates: list[Candidate], pairs: PairSpec) -> list[dict] | None:
+    """Where the pairs went back from a try of ``pairs.window_s`` (:func:`went_back`):
+    what the try's pairs showed, and what they were found costlier than
+    (``pairs.back_to``), as :meth:`Known.to_dict`; else None."""
+    back = pairs.back_to is not None and any(
+        p["window_s"] == pairs.back_to.window_s for c in candidates for p in c.pairs)
+    tried = known_of([c.pairs for c in candidates], pairs.window_s) if back else None
+    return None if tried is None else [tried.to_dict(), pairs.back_to.to_dict()]
 
 
 def _race(candidates: list[Candidate]) -> None:
@@ -351,8 +421,10 @@ def measure_paired(reference, candidates: list, spec: MeasureSpec, pairs: PairSp
     """Warms up the ``reference`` pipeline and each of ``candidates`` (as
     :func:`autotune.trial._window.measure` does), then runs their pairs
     (:func:`run_pairs`); returns what the trial reports: each candidate's pairs and
-    decision, the windows of every config, the warm-ups, and the process's peak memory
-    (all configs together: a paired trial measures speed, not memory)."""
+    decision; where a try of a window length went back, what its pairs showed and
+    what they were found costlier than (:class:`Known`, each); the windows of every
+    config, the warm-ups, and the process's peak memory (all configs together: a
+    paired trial measures speed, not memory)."""
     pipes = [reference, *candidates]
     sides = []
     for i, pipe in enumerate(pipes):
@@ -372,8 +444,8 @@ def measure_paired(reference, candidates: list, spec: MeasureSpec, pairs: PairSp
                                        graphs)
             warmups.append(times)
             tail = sorted(times[-3:])
-            side.steps = window_steps(pairs.window_s, tail[len(tail) // 2],
-                                      block_of(pipe.config.num_workers), epoch_steps(pipe.loader))
+            side.step_s, side.epoch = tail[len(tail) // 2], epoch_steps(pipe.loader)
+            side.length(pairs.window_s)
         memory.phase("pairs")
         compared = [Candidate(side, Comparison(pairs.rule), off_front=i in pairs.off_front)
                     for i, side in enumerate(sides[1:])]
@@ -382,6 +454,7 @@ def measure_paired(reference, candidates: list, spec: MeasureSpec, pairs: PairSp
             ended = run_pairs(sides[0], compared, spec, pairs)
         memory.phase("done")
     return {"stopped": ended, "candidates": [c.to_dict() for c in compared],
+            "went_back": back_from(compared, pairs),
             "windows": [s.windows for s in sides], "warmup_step_times_s": warmups,
             "window_steps": [s.steps for s in sides],
             "peak_rss_bytes": max(memory.peaks.values(), default=0)}
