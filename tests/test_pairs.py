@@ -134,7 +134,7 @@ def test_where_time_cannot_confirm_every_candidate_it_goes_to_one_that_it_can(mo
 
         def window(side, others, spec):  # a second of the machine's time a window
             clock[0] += 1.0
-            return scripted(side, others, spec)
+            return {**scripted(side, others, spec), "seconds": 0.9, "fixed_s": 0.1}
 
         monkeypatch.setattr(_pairs, "timed_window", window)
         monkeypatch.setattr(_pairs, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
@@ -483,6 +483,9 @@ def test_a_try_of_another_window_length_goes_back_once_its_pairs_show_it_costlie
     assert _pairs.BACK_MIN_DOF < back <= 12 and set(lengths[back:]) == {1.0}, lengths
     assert costly.side.steps == window_steps(1.0, 0.05, 2)
     assert costly.pairs[0]["seconds"] == pytest.approx(2 * (0.5 + 0.1))
+    # what the focus takes a pair to cost: its length's, not the try's mixed in
+    assert _pairs.pair_seconds([costly], 1.0) == pytest.approx(2 * (1.0 + 0.1))
+    assert _pairs.pair_seconds([costly], 2.0) is None
     spec = _pairs.PairSpec(window_s=0.5, back_to=_pairs.Known(1.0, 0.1, 40, 2.2))
     tried, known = _pairs.back_from([costly], spec)  # what the trial reports of it
     assert (tried["window_s"], tried["dof"], known) == (0.5, back - 1, spec.back_to.to_dict())
@@ -525,12 +528,18 @@ def test_how_far_two_windows_vary_is_the_least_spread_of_this_states_pairs(tmp_p
     from autotune.study._window_length import MAX_AGE_S, UNKNOWN_SPREAD, MachineRecord, \
         least_spread, record
 
-    entries = [_known(0.5, 0.10, 20, 1.5), _known(1.0, 0.07, 20, 2.6),
+    entries = [_known(0.5, 0.10, 30, 1.5), _known(1.0, 0.07, 30, 2.6),
                _known(1.0, 0.15, 20, 2.7, busy=True), _known(0.5, 0.03, 20, 1.5,
                                                             age_s=MAX_AGE_S + 1)]
     assert least_spread(entries) == pytest.approx(0.07)
     assert least_spread(entries, busy=True) == pytest.approx(0.15)
     assert least_spread([]) is None and least_spread(entries[:2], busy=True) is None
+    # a try that went back after a few pairs counts only where no length is known
+    short = _known(0.5, 0.03, 6, 1.4, busy=True)
+    assert least_spread(entries + [short], busy=True) == pytest.approx(0.15)
+    assert least_spread([short, _known(1.0, 0.15, 30, 2.7, busy=True)],
+                        busy=True) == pytest.approx(0.15)
+    assert least_spread([short], busy=True) == pytest.approx(0.03)
     path, said = _lengths.history_path(tmp_path), []
     assert MachineRecord(tmp_path, said.append).spread(False) == UNKNOWN_SPREAD[False]
     for entry in entries:

@@ -156,11 +156,17 @@ def least_spread(entries: list[dict], busy: bool = False,
                  now: float | None = None) -> float | None:
     """The least spread of this state's pairs at either length (None: none known): how
     far the ratio of two windows measured side by side varies on this machine, the
-    least it was seen to. Two windows minutes apart vary at least as much."""
+    least it was seen to. Two windows minutes apart vary at least as much. A length
+    with fewer than :data:`MIN_DOF` degrees of freedom counts only where no length has
+    that many (then the one with the most): a try that went back after a few pairs
+    can read low by chance."""
     lengths = LENGTHS[busy]
-    spreads = [k.spread for k in (known(entries, w, busy, now)
-                                  for w in (lengths.first, lengths.other)) if k is not None]
-    return min(spreads, default=None)
+    both = [k for k in (known(entries, w, busy, now) for w in (lengths.first, lengths.other))
+            if k is not None]
+    sure = [k for k in both if k.dof >= MIN_DOF]
+    if not sure and both:
+        sure = [max(both, key=lambda k: k.dof)]
+    return min((k.spread for k in sure), default=None)
 
 
 def entries_of(result: TrialResult, choice: Choice) -> list[dict]:

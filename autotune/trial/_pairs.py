@@ -275,8 +275,7 @@ def run_pairs(reference: Side, candidates: list[Candidate], spec: MeasureSpec,
         if not open_:
             return "decided"
         spent = time.perf_counter() - started
-        paired = sum(c.comparison.pairs for c in candidates)
-        for c in focus(open_, pairs.max_s - spent, spent / paired if paired else None):
+        for c in focus(open_, pairs.max_s - spent, pair_seconds(candidates, window_s)):
             if time.perf_counter() - started >= pairs.max_s:
                 for each in open_:
                     each.stopped = each.stopped or "time"
@@ -293,6 +292,12 @@ def run_pairs(reference: Side, candidates: list[Candidate], spec: MeasureSpec,
             for side in sides:
                 side.length(window_s)
         round_ += 1
+
+
+def pair_seconds(candidates: list[Candidate], window_s: float) -> float | None:
+    """A pair's seconds so far in windows of ``window_s`` (None before the first)."""
+    seconds = [p["seconds"] for c in candidates for p in c.pairs if p["window_s"] == window_s]
+    return sum(seconds) / len(seconds) if seconds else None
 
 
 def went_back(candidates: list[Candidate], pairs: PairSpec) -> bool:
