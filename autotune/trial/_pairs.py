@@ -318,9 +318,9 @@ def focus(open_: list[Candidate], left_s: float, pair_s: float | None) -> list[C
     pairs pooled, :func:`pooled_noise`) fit in the ``left_s`` seconds left; else only
     the fastest so far whose own fit (else the fastest): where the time cannot
     confirm them all, it goes to the one the default would be, rather than leaving
-    each short of its precision. A config off the search's front gets it only as the fastest: it is
-    paired to tell it from the fastest, and confirmed slower it would be no default.
-    The others stay open, and are paired again once it is decided."""
+    each short of its precision. A config off the search's front gets it only as the
+    fastest: it is paired to tell it from the fastest, and confirmed slower it would
+    be no default. The others stay open, and are paired again once it is decided."""
     if len(open_) < 2 or pair_s is None:
         return open_
     need = [c.comparison.pairs_to_precision() for c in open_]
