@@ -296,18 +296,21 @@ def verdict_of(low: float, high: float, margin: float) -> Verdict:
     return "undecided"
 
 
-def pair_noise(series: list[list[float]]) -> float | None:
+def pooled(groups: list[list[float]]) -> tuple[float, int]:
+    """The squared deviations of each group's values around its own mean, summed, and
+    their degrees of freedom: a spread pooled over comparisons whose means differ
+    (a group of fewer than two values adds nothing)."""
+    groups = [each for each in groups if len(each) >= 2]
+    return (sum(statistics.pvariance(each) * len(each) for each in groups),
+            sum(len(each) - 1 for each in groups))
+
+
+def pair_noise(series: list[list[float]], least_dof: int = 2) -> float | None:
     """The standard deviation of one pair's log ratio, pooled over ``series`` (each the
-    ratios of one comparison, about its own mean): None before two degrees of freedom."""
-    squares, freedom = 0.0, 0
-    for ratios in series:
-        if len(ratios) < 2:
-            continue
-        logs = [math.log(r) for r in ratios]
-        mean = statistics.fmean(logs)
-        squares += sum((x - mean) ** 2 for x in logs)
-        freedom += len(logs) - 1
-    return math.sqrt(squares / freedom) if freedom >= 2 else None
+    ratios of one comparison, about its own mean, :func:`pooled`): None before
+    ``least_dof`` degrees of freedom."""
+    squares, freedom = pooled([[math.log(r) for r in ratios] for ratios in series])
+    return math.sqrt(squares / freedom) if freedom >= max(least_dof, 1) else None
 
 
 def pairs_to_tell(speedup: float, noise: float, rule: Rule) -> int | None:

@@ -36,11 +36,11 @@ from typing import Any, Callable
 import psutil
 import torch._dynamo
 
-from autotune.compare import Comparison, Rule
+from autotune.compare import Comparison, Rule, pair_noise
 from autotune.config import TrialConfig
 from autotune.specs import MeasureSpec
 from autotune.trial._load import LoadMeter
-from autotune.trial._spread import Known, costlier, known_of, pooled
+from autotune.trial._spread import Known, costlier, known_of
 from autotune.trial._result import busy_over, rate_half_width, ratio_half_width
 from autotune.trial._window import GraphRecordings, MemoryTracker, _StepClock, _Stepper, \
     _warm_up, loader_worker_pids, stopped
@@ -341,13 +341,12 @@ def focus(open_: list[Candidate], left_s: float, pair_s: float | None) -> list[C
 
 def pooled_noise(open_: list[Candidate]) -> float | None:
     """The standard deviation of a pair's log ratio, pooled over the candidates'
-    pairs around each one's mean (:func:`autotune.trial._spread.pooled`): a
+    pairs around each one's mean (:func:`autotune.compare.pair_noise`): a
     machine's pairs spread alike whichever config they pair, so with several
     candidates it is known while each one's own is not yet; None before twice the
     rules' least pairs of degrees of freedom."""
-    squares, dof = pooled([[math.log(r) for r in c.comparison.ratios] for c in open_])
     least = max(c.comparison.rule.min_pairs for c in open_)
-    return math.sqrt(squares / dof) if dof >= 2 * least else None
+    return pair_noise([c.comparison.ratios for c in open_], least_dof=2 * least)
 
 
 def _pair(reference: Side, c: Candidate, sides: list[Side], round_: int,

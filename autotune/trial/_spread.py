@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 from dataclasses import dataclass
 from typing import Any
+
+from autotune.compare import pooled
 
 # A try of another window length is costlier than the known one with this confidence
 # (one-sided): a try is tried again where its pairs do not show that, so the test
@@ -44,15 +45,6 @@ class Known:
     def from_dict(cls, values: dict[str, Any]) -> Known:
         return cls(float(values["window_s"]), float(values["spread"]), int(values["dof"]),
                    float(values["pair_s"]))
-
-
-def pooled(groups: list[list[float]]) -> tuple[float, int]:
-    """The squared deviations of each group's values around its own mean, summed, and
-    their degrees of freedom: a spread pooled over candidates whose means differ
-    (a group of fewer than two values adds nothing)."""
-    groups = [each for each in groups if len(each) >= 2]
-    return (sum(statistics.pvariance(each) * len(each) for each in groups),
-            sum(len(each) - 1 for each in groups))
 
 
 def known_of(pairs: list[list[dict]], window_s: float) -> Known | None:
