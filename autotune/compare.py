@@ -254,16 +254,19 @@ class Comparison:
             return None
         return math.exp(best)
 
-    def pairs_to_precision(self, noise: float | None = None) -> float | None:
+    def pairs_to_precision(self, noise: float | None = None,
+                           least: int | None = None) -> float | None:
         """How many pairs in all the interval would take to come within the rule's
         precision, were the pairs to come as spread as these (or as ``noise``, a log
         ratio's standard deviation known otherwise): the fewest ``n`` from this many
         on with ``n`` pairs' half-width within it (``math.inf`` where
         ``rule.max_pairs`` would not do); None without a precision, and before twice
         the rule's least pairs (the spread's estimate is too rough there; with
-        ``noise``, before the rule's least)."""
+        ``noise``, before the rule's least, or before ``least`` pairs where given:
+        a ``noise`` known from many pairs before these needs none of them)."""
         n = len(self.ratios)
-        least = self.rule.min_pairs if noise is not None else 2 * self.rule.min_pairs
+        if least is None:
+            least = self.rule.min_pairs if noise is not None else 2 * self.rule.min_pairs
         if self.rule.precision is None or n < least:
             return None
         # the pairs that would tell a speed-up of 1 + precision from 1 are those whose

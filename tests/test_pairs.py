@@ -139,7 +139,7 @@ def test_where_time_cannot_confirm_every_candidate_it_goes_to_one_that_it_can(mo
         monkeypatch.setattr(_pairs, "timed_window", window)
         monkeypatch.setattr(_pairs, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
         if not rule_on:
-            monkeypatch.setattr(_pairs, "focus", lambda open_, left_s, pair_s: open_)
+            monkeypatch.setattr(_pairs, "focus", lambda open_, *_: open_)
         both = [Candidate(_side(i), Comparison(Rule(precision=0.10, max_pairs=60)))
                 for i in (1, 2)]
         ended = _pairs.run_pairs(_side(0), both, MeasureSpec(), _pairs.PairSpec(max_s=60.0))
@@ -190,6 +190,45 @@ def test_with_many_candidates_the_focus_reads_their_pairs_spread_pooled_before_t
     assert _pairs.focus(two, left_s=1.0, pair_s=2.3) == two
 
 
+def test_with_this_machines_spread_known_the_focus_acts_from_the_first_pair():
+    """Five configs beside a training, one pair each: too few for their own spreads or
+    their pooled one, but this machine's record knows how its pairs spread at this
+    length, so the time that cannot confirm them all goes to the fastest at once,
+    not after the rule's least pairs of each; without the record, all five are paired
+    until their pooled spread is known."""
+    def candidate(speedup):
+        return Candidate(_side(1), Comparison(Rule(precision=0.10), ratios=[speedup]))
+
+    five = [candidate(s) for s in (1.6, 2.2, 1.7, 1.3, 1.9)]
+    assert _pairs.pooled_noise(five) is None
+    assert _pairs.focus(five, left_s=60.0, pair_s=3.1) == five  # unknown: all
+    assert _pairs.focus(five, left_s=60.0, pair_s=3.1, noise=0.13) == [five[1]]
+    assert _pairs.focus(five, left_s=1e4, pair_s=3.1, noise=0.13) == five  # all fit
+    quiet = five[0].comparison.pairs_to_precision(0.065, least=1)
+    assert quiet < five[0].comparison.pairs_to_precision(0.13, least=1)
+    assert _pairs.focus(five, left_s=5 * quiet * 2.0, pair_s=2.0, noise=0.065) == five
+
+
+def test_the_pairs_read_the_records_spread_at_the_length_they_run_in(monkeypatch):
+    """The spread the focus is handed is the record's at the pairs' length: the
+    spec's, then, once a try has gone back, the known length's."""
+    rates = {0: [100.0] * 40, 1: [200.0, 230.0, 180.0, 220.0] * 5,
+             2: [150.0, 180.0, 130.0, 170.0] * 5}
+    _scripted(monkeypatch, rates, {})
+    real, seen = _pairs.focus, []
+
+    def focus(open_, left_s, pair_s, noise=None):
+        seen.append(noise)
+        return real(open_, left_s, pair_s, noise)
+
+    monkeypatch.setattr(_pairs, "focus", focus)
+    monkeypatch.setattr(_pairs, "went_back", lambda candidates, pairs: len(seen) == 2)
+    both = [Candidate(_side(i), Comparison(Rule(precision=0.01, max_pairs=4))) for i in (1, 2)]
+    _pairs.run_pairs(_side(0), both, MeasureSpec(), _pairs.PairSpec(
+        window_s=0.5, noise=0.17, back_to=_pairs.Known(1.0, 0.126, 25, 3.1)))
+    assert seen[:2] == [0.17, 0.17] and set(seen[2:]) == {0.126}, seen
+
+
 def test_short_time_goes_to_a_config_off_the_front_only_where_it_is_the_fastest():
     """A contender (off the search's front, paired to tell it from the fastest)
     confirmed slower would be no default, so the time the fastest's need does not
@@ -211,8 +250,10 @@ def test_short_time_goes_to_a_config_off_the_front_only_where_it_is_the_fastest(
 
 
 def test_a_pair_spec_keeps_its_configs_off_the_front_through_the_trial_process():
-    spec = _pairs.PairSpec(off_front=(1, 3))
+    spec = _pairs.PairSpec(off_front=(1, 3), noise=0.13)
     assert _pairs.PairSpec.from_dict(spec.to_dict()).off_front == (1, 3)
+    assert _pairs.PairSpec.from_dict(spec.to_dict()).noise == 0.13
+    assert _pairs.PairSpec.from_dict({**spec.to_dict(), "noise": None}).noise is None
     old = {k: v for k, v in spec.to_dict().items() if k != "off_front"}
     assert _pairs.PairSpec.from_dict(old).off_front == ()
 
@@ -405,13 +446,17 @@ def test_a_machines_window_length_follows_its_earlier_pairs_quiet_or_busy():
 
     assert choose([]) == _lengths.Choice(0.5)
     assert choose([_known(0.5, 0.2, MIN_DOF - 1, 1.6)]) == _lengths.Choice(0.5)  # too few
-    assert choose([_known(0.5, TRY_SPREAD - 0.01, 40, 1.6)]) == _lengths.Choice(0.5)
+    narrow = choose([_known(0.5, TRY_SPREAD - 0.01, 40, 1.6)])
+    assert (narrow.window_s, narrow.why, narrow.back_to) == (0.5, "", None)
+    assert narrow.known.spread == pytest.approx(TRY_SPREAD - 0.01)  # the focus reads it
     tried = choose([_known(0.5, 0.145, 20, 1.6), _known(0.5, 0.145, 20, 1.6)])
+    assert tried.known is None  # a try: its spread is what its pairs will show
     assert tried.window_s == 1.0 and tried.why.startswith("tried, this machine's pairs of "
                                                           "0.5 s: spread 0.145"), tried
     # the AMX Xeon's figures (pair-windows-amx.json): 1-s pairs reach ±10% sooner there
     noisy = [_known(0.5, 0.145, 40, 1.6), _known(1.0, 0.093, 30, 2.6)]
     assert choose(noisy).window_s == 1.0 and "soonest" in choose(noisy).why
+    assert choose(noisy).known.spread == pytest.approx(0.093)
     # the AVX2-only EPYC's: 0.5-s ones do
     assert choose([_known(0.5, 0.082, 40, 1.6), _known(1.0, 0.102, 40, 2.7)]).window_s == 0.5
     old = _known(1.0, 0.093, 30, 2.6, age_s=_lengths.MAX_AGE_S + 1)  # not read: tried again
@@ -593,21 +638,23 @@ def test_a_confirmations_pairs_are_recorded_for_the_next_and_a_bad_record_is_lef
         assert path.read_text() == bad
 
 
-@pytest.mark.parametrize("before", ["none", "wide", "unreadable"])
+@pytest.mark.parametrize("before", ["none", "narrow", "wide", "unreadable"])
 def test_a_search_takes_its_paired_windows_from_this_machines_record_and_adds_to_it(
         tmp_path, monkeypatch, before):
     """A quiet search's paired confirmation reads this machine's record of earlier
     confirmations (under the studies folder): none, its windows are 0.5 s; 0.5-s pairs
-    that spread wide, 1 s is tried, and its line says why; a record that cannot be
-    read is said once and left as it was. Its own pairs are then recorded."""
+    that spread wide, 1 s is tried, and its line says why; narrow, 0.5 s, and the
+    pairs are handed their spread; a record that cannot be read is said once and
+    left as it was. Its own pairs are then recorded."""
     from test_paired import FakeMachine, _search_after_looks
 
     from autotune.trial import Load
 
     path = _lengths.history_path(tmp_path / "studies")
     path.parent.mkdir(parents=True)
-    if before == "wide":
-        path.write_text(json.dumps({"entries": [_known(0.5, 0.15, 40, 1.6)]}))
+    if before in ("wide", "narrow"):
+        spread = 0.15 if before == "wide" else 0.08
+        path.write_text(json.dumps({"entries": [_known(0.5, spread, 40, 1.6)]}))
     elif before == "unreadable":
         path.write_text("{not json")
     machine = PairedFake(FakeMachine(drift=0.0))
@@ -615,6 +662,7 @@ def test_a_search_takes_its_paired_windows_from_this_machines_record_and_adds_to
         cores=2, wall_s=0.25), sizes=[640, 896, 1024], racing=False, confirm=1,
         confirm_by="pairs")
     assert [spec.window_s for spec in machine.specs] == [1.0 if before == "wide" else 0.5]
+    assert machine.specs[0].noise == (pytest.approx(0.08) if before == "narrow" else None)
     line = next(n for n in notes if n.startswith("confirmation: pairs"))
     assert ("(1 s each; tried, this machine's pairs of 0.5 s: spread 0.150" in line) == \
         (before == "wide"), line

@@ -292,6 +292,7 @@ class Plan:
     paired: bool = False  # one paired trial (autotune.trial._pairs), not rounds
     window_s: float = WINDOW_S  # a paired trial's windows (Searching.pair_windows)
     back_to: Known | None = None  # where window_s is a try: the known length's figures
+    noise: float | None = None  # the record's spread of a pair at window_s, where known
     knee: int | None = None  # a follow-up's: the knee that moved onto an unmeasured config
 
     @property
@@ -638,8 +639,9 @@ class Confirmation:
             if windows is None and the_plan.paired and not cut:
                 windows = self.search.pair_windows()
             if windows is not None:
-                the_plan = dataclasses.replace(the_plan, window_s=windows.window_s,
-                                               back_to=windows.back_to)
+                the_plan = dataclasses.replace(
+                    the_plan, window_s=windows.window_s, back_to=windows.back_to,
+                    noise=None if windows.known is None else windows.known.spread)
             if on_plan is not None and not cut:
                 on_plan(the_plan)
             try:
@@ -744,7 +746,8 @@ class Confirmation:
         result, where, _ = self.search.measure(
             configs[0], trial_dir, f"confirmation of study {study.study_name}",
             pairs=PairSpec(tuple(configs[1:]), rule, max_s, the_plan.window_s,
-                           off_front(study, trials, numbers), the_plan.back_to))
+                           off_front(study, trials, numbers), the_plan.back_to,
+                           the_plan.noise))
         self.search.pairs_measured(result)
         for stored in self.store_paired(the_plan, result, where):
             self.search.confirmed(stored)

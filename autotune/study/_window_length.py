@@ -72,12 +72,15 @@ class Choice:
     the state's first length without a comparison); ``busy``: chosen for a busy
     machine (its pairs are recorded as such); ``back_to``: where the length is a try,
     what the record knows of the state's first length, which the pairs go back to once
-    the try is known costlier."""
+    the try is known costlier; ``known``: what it knows of ``window_s`` where that
+    chose it (:data:`MIN_DOF` degrees of freedom at least), whose spread the
+    confirmation's focus reads before its own pairs show one (None: a try, or too few)."""
 
     window_s: float
     why: str = ""
     busy: bool = False
     back_to: Known | None = None
+    known: Known | None = None
 
 
 def history_path(studies_dir: str | os.PathLike) -> Path:
@@ -138,18 +141,18 @@ def choose(entries: list[dict], busy: bool = False, now: float | None = None) ->
         return Choice(lengths.first, busy=busy)
     if other is None or other.dof < MIN_DOF:
         if first.spread < lengths.try_spread:
-            return Choice(lengths.first, busy=busy)
+            return Choice(lengths.first, busy=busy, known=first)
         if other is not None and costlier(other, first):
             return Choice(lengths.first, f"this machine's{state} pairs of {other.words()} "
                                          f"({other.dof} degrees of freedom) were costlier "
-                                         f"than of {first.words()}", busy)
+                                         f"than of {first.words()}", busy, known=first)
         return Choice(lengths.other, f"tried, this machine's{state} pairs of {first.words()} "
                                      f"({first.dof} degrees of freedom); back to "
                                      f"{first.window_s:g} s once its own pairs show the try "
                                      f"costlier", busy, back_to=first)
     best = min((first, other), key=lambda k: k.cost)
     return Choice(best.window_s, f"this machine's{state} pairs reach a precision soonest "
-                                 f"there: {first.words()}; {other.words()}", busy)
+                                 f"there: {first.words()}; {other.words()}", busy, known=best)
 
 
 def least_spread(entries: list[dict], busy: bool = False,

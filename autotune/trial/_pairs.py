@@ -75,7 +75,9 @@ class PairSpec:
     ``back_to``: where ``window_s`` is a try, what this machine's pairs at the length
     it knows showed; the pairs go back to that length once theirs are known costlier.
     ``off_front`` holds the positions in ``candidates`` of configs off the search's
-    front, paired only to tell them from its fastest (:func:`focus`)."""
+    front, paired only to tell them from its fastest (:func:`focus`). ``noise``: the
+    spread of a pair's log ratio at ``window_s`` that this machine's record holds
+    (None: it knows none), which the focus reads from the first pair on."""
 
     candidates: tuple = ()
     rule: Rule = field(default_factory=Rule)
@@ -83,12 +85,14 @@ class PairSpec:
     window_s: float = WINDOW_S
     off_front: tuple[int, ...] = ()
     back_to: Known | None = None
+    noise: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"configs": [c.to_dict() for c in self.candidates],
                 "rule": dataclasses.asdict(self.rule), "max_s": self.max_s,
                 "window_s": self.window_s, "off_front": list(self.off_front),
-                "back_to": None if self.back_to is None else self.back_to.to_dict()}
+                "back_to": None if self.back_to is None else self.back_to.to_dict(),
+                "noise": self.noise}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> PairSpec:
@@ -97,7 +101,8 @@ class PairSpec:
                    Rule(**values["rule"]), float(values["max_s"]),
                    float(values.get("window_s", WINDOW_S)),
                    tuple(int(i) for i in values.get("off_front", ())),
-                   None if back_to is None else Known.from_dict(back_to))
+                   None if back_to is None else Known.from_dict(back_to),
+                   None if values.get("noise") is None else float(values["noise"]))
 
 
 @dataclass
@@ -275,7 +280,8 @@ def run_pairs(reference: Side, candidates: list[Candidate], spec: MeasureSpec,
         if not open_:
             return "decided"
         spent = time.perf_counter() - started
-        for c in focus(open_, pairs.max_s - spent, pair_seconds(candidates, window_s)):
+        noise = pairs.noise if window_s == pairs.window_s else pairs.back_to.spread
+        for c in focus(open_, pairs.max_s - spent, pair_seconds(candidates, window_s), noise):
             if time.perf_counter() - started >= pairs.max_s:
                 for each in open_:
                     each.stopped = each.stopped or "time"
@@ -311,23 +317,31 @@ def went_back(candidates: list[Candidate], pairs: PairSpec) -> bool:
     return tried is not None and tried.dof >= BACK_MIN_DOF and costlier(tried, pairs.back_to)
 
 
-def focus(open_: list[Candidate], left_s: float, pair_s: float | None) -> list[Candidate]:
+def focus(open_: list[Candidate], left_s: float, pair_s: float | None,
+          noise: float | None = None) -> list[Candidate]:
     """The open candidates to pair this round: all of them while the pairs each still
     needs for its precision (:meth:`Comparison.pairs_to_precision`, at a pair's
     seconds so far; while its own spread is too early to tell, at that of all their
-    pairs pooled, :func:`pooled_noise`) fit in the ``left_s`` seconds left; else only
-    the fastest so far whose own fit (else the fastest): where the time cannot
-    confirm them all, it goes to the one the default would be, rather than leaving
-    each short of its precision. A config off the search's front gets it only as the
-    fastest: it is paired to tell it from the fastest, and confirmed slower it would
-    be no default. The others stay open, and are paired again once it is decided."""
+    pairs pooled, :func:`pooled_noise`; while that too is, at ``noise``, this
+    machine's spread at this length as its record knows it, from each one's first
+    pair on) fit in the ``left_s`` seconds left; else only the fastest so far whose
+    own fit (else the fastest): where the time cannot confirm them all, it goes to
+    the one the default would be, rather than leaving each short of its precision
+    (with many candidates, the rule's least pairs each, before their pooled spread
+    is known, can take most of the time). A config off the search's front gets it
+    only as the fastest: it is paired to tell it from the fastest, and confirmed
+    slower it would be no default. The others stay open, and are paired again once
+    it is decided."""
     if len(open_) < 2 or pair_s is None:
         return open_
     need = [c.comparison.pairs_to_precision() for c in open_]
     if None in need:  # too early for their own spreads: that of all their pairs
-        noise = pooled_noise(open_)
-        need = [c.comparison.pairs_to_precision(noise) if n is None and noise is not None
+        pooled = pooled_noise(open_)
+        need = [c.comparison.pairs_to_precision(pooled) if n is None and pooled is not None
                 else n for c, n in zip(open_, need)]
+    if None in need and noise is not None:  # that of this machine's earlier pairs
+        need = [c.comparison.pairs_to_precision(noise, least=1) if n is None else n
+                for c, n in zip(open_, need)]
     if None in need:  # too early to tell
         return open_
     short = {id(c): n - c.comparison.pairs for c, n in zip(open_, need)}
