@@ -1,8 +1,11 @@
 """Facts about the machine a trial runs on: cores, CPU model, versions, sizes, and
-how fast it computes bfloat16 (:func:`bf16_matmul_gain`)."""
+how fast it computes bfloat16 (:func:`bf16_matmul_gain`); and how a process of
+autotune's ends (:func:`end_quickly`)."""
 from __future__ import annotations
 
+import atexit
 import contextlib
+import gc
 import hashlib
 import os
 import platform
@@ -18,6 +21,18 @@ from autotune.errors import ConfigError
 _UNITS = {"b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3,
           "gb": 1000**3, "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2,
           "gib": 1024**3, "tib": 1024**4}
+
+
+@lru_cache(maxsize=1)
+def end_quickly() -> None:
+    """Has this process end without the interpreter's last garbage collections, which
+    walk every object torch and PyG made (``benchmarks/exit.py`` measures what they
+    cost a command and a fresh trial): at exit the objects left are frozen out of
+    them (``gc.freeze``). Objects still go when their last reference does, so files
+    are flushed and closed as before; only objects in reference cycles are left to
+    the process's end, whose finalizers Python never promised to run at exit. Called
+    where a command or a trial's process starts; once a process."""
+    atexit.register(gc.freeze)
 
 
 def parse_bytes(text: str | int, *, option: str = "size") -> int:

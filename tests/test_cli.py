@@ -31,6 +31,27 @@ def test_help_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.parametrize("imports, call", [
+    ("from autotune.env import end_quickly", "end_quickly(); end_quickly()"),
+    ("from autotune.cli import main", "main(['show', '--help'])"),
+    ("from autotune.trial._worker import main", "main(['-', '-'])")],
+    ids=["end_quickly", "the command", "a trial's worker"])
+def test_a_process_ends_with_its_objects_frozen_out_of_the_last_collections(imports, call):
+    """What made a command's end slow (benchmarks/exit.py): the handler that
+    freezes what is left is registered once, and has run by the process's last exit
+    handler (the first registered)."""
+    code = ("import atexit, gc\n"
+            "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
+            f"{imports}\n"
+            "before = atexit._ncallbacks()\n"
+            f"try:\n    {call}\nexcept (SystemExit, OSError, ValueError):\n    pass\n"
+            "print('handlers added:', atexit._ncallbacks() - before)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "handlers added: 1" in proc.stdout.splitlines(), proc.stdout
+    assert proc.stdout.rstrip().endswith("frozen at exit: True"), proc.stdout
+
+
 def test_trial_help_has_an_example():
     proc = autotune("trial", "--help")
     assert proc.returncode == 0

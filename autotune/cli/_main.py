@@ -32,7 +32,7 @@ from autotune.cli._render import (
 )
 from autotune.config import one_line, with_model
 from autotune.export import Export, read_export
-from autotune.env import clock as clock_text, make_writable_dir, parse_bytes, plural
+from autotune.env import clock as clock_text, end_quickly, make_writable_dir, parse_bytes, plural
 from autotune.errors import AutotuneError, ConfigError, GuardError
 from autotune.files import inductor_cache_dir
 from autotune.logging import enable_default_handler
@@ -59,6 +59,7 @@ def _measure_and_limits(args: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
+    end_quickly()
     parser = build_parser()
     args = parser.parse_args(argv)
     _current_folder_on_path()

@@ -23,6 +23,7 @@ import time
 import traceback
 from pathlib import Path
 
+from autotune.env import end_quickly
 from autotune.files import atomic_write
 from autotune.logging import get_logger
 
@@ -321,6 +322,7 @@ def die_with_parent() -> None:
 def main(argv: list[str] | None = None) -> int:
     import faulthandler
 
+    end_quickly()
     faulthandler.enable()  # a segfault leaves its Python stack in stderr.log
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the runner's "where are you?"
     die_with_parent()
