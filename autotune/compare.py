@@ -254,6 +254,17 @@ class Comparison:
             return None
         return math.exp(best)
 
+    def best_case(self, noise: float) -> float | None:
+        """The most speed-up its pairs so far make plausible, were a pair's log ratio
+        to spread as ``noise`` (known otherwise): the upper end of the mean's
+        two-sided interval at the rule's confidence with that standard deviation
+        known; None before a pair. One pair that read low by chance still reaches
+        up where a few more could show it the fastest."""
+        n = len(self.ratios)
+        if not n:
+            return None
+        return math.exp(self._mean + z_quantile(self.rule.confidence) * noise / math.sqrt(n))
+
     def pairs_to_precision(self, noise: float | None = None,
                            least: int | None = None) -> float | None:
         """How many pairs in all the interval would take to come within the rule's

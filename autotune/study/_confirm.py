@@ -292,7 +292,7 @@ class Plan:
     paired: bool = False  # one paired trial (autotune.trial._pairs), not rounds
     window_s: float = WINDOW_S  # a paired trial's windows (Searching.pair_windows)
     back_to: Known | None = None  # where window_s is a try: the known length's figures
-    noise: float | None = None  # the record's spread of a pair at window_s, where known
+    noise: float | None = None  # a pair's spread at window_s, known or guessed (Choice.noise)
     knee: int | None = None  # a follow-up's: the knee that moved onto an unmeasured config
 
     @property
@@ -641,7 +641,7 @@ class Confirmation:
             if windows is not None:
                 the_plan = dataclasses.replace(
                     the_plan, window_s=windows.window_s, back_to=windows.back_to,
-                    noise=None if windows.known is None else windows.known.spread)
+                    noise=windows.noise)
             if on_plan is not None and not cut:
                 on_plan(the_plan)
             try:

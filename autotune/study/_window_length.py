@@ -31,7 +31,7 @@ import math
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -72,15 +72,16 @@ class Choice:
     the state's first length without a comparison); ``busy``: chosen for a busy
     machine (its pairs are recorded as such); ``back_to``: where the length is a try,
     what the record knows of the state's first length, which the pairs go back to once
-    the try is known costlier; ``known``: what it knows of ``window_s`` where that
-    chose it (:data:`MIN_DOF` degrees of freedom at least), whose spread the
-    confirmation's focus reads before its own pairs show one (None: a try, or too few)."""
+    the try is known costlier; ``noise``: how far a pair at ``window_s`` is taken to
+    spread, which the confirmation's focus reads before its own pairs show it: the
+    record's, where the record chose the length (:data:`MIN_DOF` degrees of freedom at
+    least), else :meth:`MachineRecord.spread`'s (None: a try, whose pairs show it)."""
 
     window_s: float
     why: str = ""
     busy: bool = False
     back_to: Known | None = None
-    known: Known | None = None
+    noise: float | None = None
 
 
 def history_path(studies_dir: str | os.PathLike) -> Path:
@@ -141,18 +142,19 @@ def choose(entries: list[dict], busy: bool = False, now: float | None = None) ->
         return Choice(lengths.first, busy=busy)
     if other is None or other.dof < MIN_DOF:
         if first.spread < lengths.try_spread:
-            return Choice(lengths.first, busy=busy, known=first)
+            return Choice(lengths.first, busy=busy, noise=first.spread)
         if other is not None and costlier(other, first):
             return Choice(lengths.first, f"this machine's{state} pairs of {other.words()} "
                                          f"({other.dof} degrees of freedom) were costlier "
-                                         f"than of {first.words()}", busy, known=first)
+                                         f"than of {first.words()}", busy, noise=first.spread)
         return Choice(lengths.other, f"tried, this machine's{state} pairs of {first.words()} "
                                      f"({first.dof} degrees of freedom); back to "
                                      f"{first.window_s:g} s once its own pairs show the try "
                                      f"costlier", busy, back_to=first)
     best = min((first, other), key=lambda k: k.cost)
     return Choice(best.window_s, f"this machine's{state} pairs reach a precision soonest "
-                                 f"there: {first.words()}; {other.words()}", busy, known=best)
+                                 f"there: {first.words()}; {other.words()}", busy,
+                  noise=best.spread)
 
 
 def least_spread(entries: list[dict], busy: bool = False,
@@ -218,12 +220,19 @@ class MachineRecord:
         self.path, self.note, self.readable = history_path(studies_dir), note, True
 
     def choice(self, busy: bool) -> Choice:
-        """The next confirmation's length in this state (:func:`choose`)."""
+        """The next confirmation's length in this state (:func:`choose`); where the
+        record knows too little of that length to say how far its pairs spread, with
+        the :meth:`spread` it knows or guesses, so that a confirmation whose time
+        cannot confirm every config focuses from each one's first pair on, a fresh
+        folder's first too, rather than after the rule's least pairs of each."""
         try:
-            return choose(read(self.path), busy)
+            choice = choose(read(self.path), busy)
         except ValueError as err:
             self.unreadable(err)
-            return Choice(LENGTHS[busy].first, busy=busy)
+            choice = Choice(LENGTHS[busy].first, busy=busy)
+        if choice.noise is None and choice.back_to is None:
+            return replace(choice, noise=self.spread(busy))
+        return choice
 
     def spread(self, busy: bool) -> float:
         """:func:`least_spread` of this state's pairs; :data:`UNKNOWN_SPREAD` where

@@ -76,8 +76,9 @@ class PairSpec:
     it knows showed; the pairs go back to that length once theirs are known costlier.
     ``off_front`` holds the positions in ``candidates`` of configs off the search's
     front, paired only to tell them from its fastest (:func:`focus`). ``noise``: the
-    spread of a pair's log ratio at ``window_s`` that this machine's record holds
-    (None: it knows none), which the focus reads from the first pair on."""
+    spread of a pair's log ratio at ``window_s`` as this machine's record knows or
+    guesses it (None: a try, whose pairs show it), which the focus reads from the
+    first pair on."""
 
     candidates: tuple = ()
     rule: Rule = field(default_factory=Rule)
@@ -323,22 +324,26 @@ def focus(open_: list[Candidate], left_s: float, pair_s: float | None,
     needs for its precision (:meth:`Comparison.pairs_to_precision`, at a pair's
     seconds so far; while its own spread is too early to tell, at that of all their
     pairs pooled, :func:`pooled_noise`; while that too is, at ``noise``, this
-    machine's spread at this length as its record knows it, from each one's first
-    pair on) fit in the ``left_s`` seconds left; else only the fastest so far whose
-    own fit (else the fastest): where the time cannot confirm them all, it goes to
-    the one the default would be, rather than leaving each short of its precision
-    (with many candidates, the rule's least pairs each, before their pooled spread
-    is known, can take most of the time). A config off the search's front gets it
-    only as the fastest: it is paired to tell it from the fastest, and confirmed
-    slower it would be no default. The others stay open, and are paired again once
-    it is decided."""
+    machine's spread at this length as its record knows or guesses it, from each
+    one's first pair on) fit in the ``left_s`` seconds left; else one: where the time
+    cannot confirm them all, it goes to the one the default would be, rather than
+    leaving each short of its precision (with many candidates, the rule's least pairs
+    each, before their pooled spread is known, can take most of the time). That one
+    is the candidate whose pairs so far allow the most speed-up
+    (:meth:`Comparison.best_case` at the pooled spread, else at ``noise``) whose own
+    need fits (else that one): a config paired once or twice, whose pairs may have
+    read low by chance, is paired again while it could still be the fastest, rather
+    than left behind one whose many pairs read a little faster. A config off the
+    search's front gets it only as the first: it is paired to tell it from the
+    fastest, and confirmed slower it would be no default. The others stay open, and
+    are paired again once it is decided."""
     if len(open_) < 2 or pair_s is None:
         return open_
+    pooled = pooled_noise(open_)
     need = [c.comparison.pairs_to_precision() for c in open_]
-    if None in need:  # too early for their own spreads: that of all their pairs
-        pooled = pooled_noise(open_)
-        need = [c.comparison.pairs_to_precision(pooled) if n is None and pooled is not None
-                else n for c, n in zip(open_, need)]
+    if None in need and pooled is not None:  # too early for their own: all their pairs'
+        need = [c.comparison.pairs_to_precision(pooled) if n is None else n
+                for c, n in zip(open_, need)]
     if None in need and noise is not None:  # that of this machine's earlier pairs
         need = [c.comparison.pairs_to_precision(noise, least=1) if n is None else n
                 for c, n in zip(open_, need)]
@@ -347,7 +352,14 @@ def focus(open_: list[Candidate], left_s: float, pair_s: float | None,
     short = {id(c): n - c.comparison.pairs for c, n in zip(open_, need)}
     if sum(short.values()) * pair_s <= left_s:
         return open_
-    ranked = sorted(open_, key=lambda c: c.comparison.decision().speedup, reverse=True)
+    spread = pooled if pooled is not None else noise
+
+    def best_case(c: Candidate) -> float:  # none yet: unpaired, it could be any
+        best = c.comparison.decision().speedup if spread is None else \
+            c.comparison.best_case(spread)
+        return math.inf if best is None else best
+
+    ranked = sorted(open_, key=best_case, reverse=True)
     fits = [c for c in ranked if short[id(c)] * pair_s <= left_s and
             (c is ranked[0] or not c.off_front)]
     return [(fits or ranked)[0]]
