@@ -352,14 +352,9 @@ def focus(open_: list[Candidate], left_s: float, pair_s: float | None,
     short = {id(c): n - c.comparison.pairs for c, n in zip(open_, need)}
     if sum(short.values()) * pair_s <= left_s:
         return open_
+    # every need known: each has a pair, and the pooled spread or ``noise`` is known
     spread = pooled if pooled is not None else noise
-
-    def best_case(c: Candidate) -> float:  # none yet: unpaired, it could be any
-        best = c.comparison.decision().speedup if spread is None else \
-            c.comparison.best_case(spread)
-        return math.inf if best is None else best
-
-    ranked = sorted(open_, key=best_case, reverse=True)
+    ranked = sorted(open_, key=lambda c: c.comparison.best_case(spread), reverse=True)
     fits = [c for c in ranked if short[id(c)] * pair_s <= left_s and
             (c is ranked[0] or not c.off_front)]
     return [(fits or ranked)[0]]
