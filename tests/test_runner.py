@@ -23,6 +23,13 @@ def server(tmp_path_factory):
         yield forks
 
 
+@pytest.fixture(scope="module")
+def inductor(tmp_path_factory):
+    """One inductor cache for the module's compiled trials, as a studies folder keeps
+    one for its searches: a later trial's compile finds what an earlier one built."""
+    return tmp_path_factory.mktemp("inductor")
+
+
 def _leftovers(trial_dir):
     """The trial's processes still alive (the worker and its forks)."""
     return [p.pid for p in trial_processes(trial_dir)]
@@ -86,14 +93,16 @@ def test_observed_affinity_equals_requested(prepared, quick_measure, tmp_path, s
 
 
 @pytest.mark.slow
-def test_compiled_padded_trial_reports_compile_and_buckets(prepared, tmp_path, server):
+def test_compiled_padded_trial_reports_compile_and_buckets(prepared, tmp_path, server,
+                                                           inductor):
     from autotune.specs import MeasureSpec
 
+    before = set(inductor.rglob("*"))
     config = TrialConfig(**SMALL, compile_mode="default", shapes="padded", pad_ladder="pow2")
     result = run_trial(config, dataset=prepared, trial_dir=tmp_path / "t",
                        measure=MeasureSpec(warmup_steps=2, min_warmup_s=0.0,
                                            min_steps=4, max_window_s=1.0),
-                       inductor_cache=tmp_path / "inductor", server=server)
+                       inductor_cache=inductor, server=server)
     assert result.status == "ok", result.stderr_tail
     assert result.compile.compiled and result.compile.compile_time_s > 0
     assert result.compile.backend == "inductor"
@@ -104,7 +113,7 @@ def test_compiled_padded_trial_reports_compile_and_buckets(prepared, tmp_path, s
     assert result.compile.recompiles <= len(buckets)
     # mode default records no CUDA graph; the count crosses the process boundary as a figure
     assert result.compile.cuda_graphs_recorded == result.compile.cuda_graphs_recorded_in_window == 0
-    assert any((tmp_path / "inductor").iterdir()), "the inductor cache was not used"
+    assert set(inductor.rglob("*")) - before, "the inductor cache was not used"
 
 
 def test_each_kind_of_cpu_keeps_its_own_inductor_cache(monkeypatch, tmp_path):
@@ -131,7 +140,7 @@ def test_each_kind_of_cpu_keeps_its_own_inductor_cache(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_trial_past_the_recompile_limit_is_flagged_eager(prepared, tmp_path, server):
+def test_a_trial_past_the_recompile_limit_is_flagged_eager(prepared, tmp_path, server, inductor):
     """Static padded shapes recompile once per bucket; with the limit at 1 the
     second bucket makes torch._dynamo give up and run the model eagerly."""
     from autotune.specs import MeasureSpec
@@ -140,7 +149,8 @@ def test_a_trial_past_the_recompile_limit_is_flagged_eager(prepared, tmp_path, s
                          shapes="padded", pad_ladder="geometric", recompile_limit=1)
     result = run_trial(config, dataset=prepared, trial_dir=tmp_path / "t",
                        measure=MeasureSpec(warmup_steps=2, min_warmup_s=0.0,
-                                           min_steps=6, max_window_s=1.0), server=server)
+                                           min_steps=6, max_window_s=1.0),
+                       inductor_cache=inductor, server=server)
     assert result.status == "ok", result.stderr_tail
     assert len(result.observed.pad_buckets) > 1, "needs two buckets to recompile"
     assert result.compile.recompile_limit == 1
