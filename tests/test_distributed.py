@@ -18,11 +18,11 @@ FAST = ["--dataset", "synthetic", "--scale", "0.004", "--steps", "3", "--warmup"
         "--max-seconds", "0.5", "--space", "quick", "--confirm", "0"]
 
 
-def _worker(tmp_path, url, name, n_trials, *extra, steps="3", lock_dir=None):
+def _worker(tmp_path, url, name, n_trials, *extra, steps="3", lock_dir=None, env=None):
     return cli("search", *FAST, "--root", str(tmp_path / "data"), "--studies-dir",
                str(tmp_path / "studies"), "--storage", url, "--study-name", name, "--n-trials",
                str(n_trials), "--steps", steps, *extra, background=True,
-               env={"AUTOTUNE_LOCK_DIR": str(lock_dir or tmp_path / "locks")})
+               env={"AUTOTUNE_LOCK_DIR": str(lock_dir or tmp_path / "locks"), **(env or {})})
 
 
 def _study(url, name):
@@ -89,14 +89,15 @@ def test_sigkilled_worker_trial_fails_and_the_other_completes(tmp_path, pg_url, 
     _prepare_data(tmp_path)
     grace = 20
     flags = ["--heartbeat", "2", "--grace-period", str(grace)]
-    # long trials: at 400 steps, one on the AVX-512 EPYC once ended between the read
-    # of the trial below and the kill, and was COMPLETE
-    doomed = _worker(tmp_path, pg_url, pg_study, 5, *flags, steps="4000")
+    # its trials hang at their first measured step until it is killed: a trial of 400
+    # steps once ended between the read of the trial below and the kill, and was
+    # COMPLETE (on the AVX-512 EPYC); one of 4000 steps took a core from the survivor
+    doomed = _worker(tmp_path, pg_url, pg_study, 5, *flags,
+                     env={"AUTOTUNE_TEST_FAULT": "hang:1"})
     _running_trial(pg_url, pg_study, doomed.pid)
     survivor = _worker(tmp_path, pg_url, pg_study, 5, *flags)
     time.sleep(3)
-    # the trial it measures now, read just before the kill: on a fast machine its first
-    # 400-step trial had ended within those 3 s and was COMPLETE
+    # the trial it measures now, read just before the kill
     victim = _running_trial(pg_url, pg_study, doomed.pid)
     doomed.send_signal(signal.SIGKILL)
     doomed.wait()

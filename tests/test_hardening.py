@@ -155,8 +155,9 @@ def _search_args(tmp_path, n_trials):
 
 
 def _start_long_search(args):
-    """A search whose trials run long enough to be interrupted mid-trial."""
-    return cli(*args, "--steps", "400", "--max-seconds", "120", background=True)
+    """A search whose trials are interrupted mid-trial: each hangs at its first
+    measured step (asleep: a trial of 400 steps took a core for the seconds it ran)."""
+    return cli(*args, background=True, env={"AUTOTUNE_TEST_FAULT": "hang:1"})
 
 
 def _wait_for_trial(tmp_path, proc, number):

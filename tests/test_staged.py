@@ -426,20 +426,22 @@ def test_forked_trials_start_in_a_second_isolated_and_never_overlap(tmp_path):
 @pytest.mark.slow
 def test_budget_stops_the_search_within_one_trial(tmp_path):
     """(Not exclusive: a test beside it slows every trial alike, and the bound
-    allows the longest trial it measured. 15 s: on a 2-core EPYC with AVX2 only, two
+    allows the longest trial it measured. On a 2-core EPYC with AVX2 only, two
     CPU-bound tests beside it stretched the first trial, the fork server's start
-    with it, to 9 s.)"""
+    with it, to 9 s: a 12-s budget may hold the baseline only there, so the test asks
+    for the budget's stop, not for a count of trials.)"""
     common = [*FAST, "--root", str(tmp_path / "data"), "--studies-dir", str(tmp_path / "s")]
     started = time.monotonic()
-    proc = cli("search", *common, "--study-name", "b", "--n-trials", "200", "--budget", "15s",
+    proc = cli("search", *common, "--study-name", "b", "--n-trials", "200", "--budget", "12s",
                "--max-seconds", "1")
     wall = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr
+    assert "stopped: --budget 0:12 has " in proc.stdout, proc.stdout
     study = optuna.load_study(study_name="b", storage=f"sqlite:///{tmp_path / 's' / 'b.db'}")
     done = [t for t in study.trials if t.state.name == "COMPLETE"]
-    assert 2 <= len(done) < 200
+    assert 1 <= len(done) < 200
     longest = max(t.user_attrs["measured_at"][1] - t.user_attrs["measured_at"][0] for t in done)
-    assert wall <= 15 + longest + 15, (wall, longest)  # + the CLI's own start and finish
+    assert wall <= 12 + longest + 15, (wall, longest)  # + the CLI's own start and finish
     # a budget shorter than one trial fails that trial cleanly: counted against nothing,
     # no trial left waiting (the next run queues the baseline again), and said: exit 1
     proc = cli("search", *common, "--study-name", "c", "--n-trials", "3", "--budget", "3s",
