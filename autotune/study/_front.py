@@ -235,15 +235,18 @@ def study_reference(study) -> FrontRow | None:
 
 
 def write_pareto(study, path: Path, url: str) -> None:
-    """Rewrites ``pareto.yaml``."""
-    s = StudyRecord.from_study(study)
-    reference = study_reference(study)
+    """Rewrites ``pareto.yaml``: :func:`study_front`, :func:`study_reference` and the
+    controls' drift, from one read of the study (the search calls it after every
+    trial)."""
+    s, trials = StudyRecord.from_study(study), rec.records(study)
+    reference = reference_row(trials, s.baseline)
+    front = front_rows(trials, s.baseline, s.budget_mib, s.num_train, s.confirm_within)
     blob = {"study": study.study_name, "storage": masked(url), "task": s.task.name,
             "unit": s.task.unit, "baseline_trial": s.baseline,
             "max_memory_mib": s.budget_mib, "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "front": [r.to_dict() for r in study_front(study)],
+            "front": [r.to_dict() for r in front],
             "reference": reference.to_dict() if reference else None,
-            "controls": drifts(rec.records(study))}
+            "controls": drifts(trials)}
     atomic_write(path, dump(blob, "yaml"))
 
 
