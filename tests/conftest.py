@@ -10,6 +10,7 @@ from pathlib import Path
 import _helpers
 import pytest
 import torch
+from fake_clock import fake_clock  # noqa: F401  (a fixture: the search's clock, slept on at once)
 from fake_cuda import fake_cuda  # noqa: F401  (a fixture: torch.cuda over a stand-in GPU)
 
 # The real Planetoid files, in ../shared/data beside the checkout (read-only; not part

@@ -456,54 +456,52 @@ def test_a_sampler_that_repeats_itself_explores_then_stops(tmp_path, monkeypatch
     assert len({t.config.batch_size for t in trials if t.counts}) == 3
 
 
-def test_budget_keeps_time_for_the_confirmation(tmp_path, monkeypatch):
+def test_budget_keeps_time_for_the_confirmation(tmp_path, monkeypatch, fake_clock):
     """A budgeted search ends within its budget and one trial, and its confirmation
     ran (a first round at least): the loop stopped early enough to leave it time.
-    (Its measurements sleep: a test beside it does not slow them, and each test
-    worker has a measurement lock of its own, which no other test's trial holds.)"""
-    import time as clock
-
+    (Its measurements take 2 s each on the search's fake clock: a test beside it
+    slows only the search's own work.)"""
     class Slow(FakeMachine):
         def __call__(self, config, **kw):
-            clock.sleep(0.4)
+            fake_clock.sleep(2.0)
             return super().__call__(config, **kw)
 
-    started = clock.monotonic()
+    started = fake_clock.monotonic()
     result, trials, s = _search(tmp_path, monkeypatch, Slow(drift=0.0), n_trials=50,
-                                budget=12, confirm=1)
-    took = clock.monotonic() - started
+                                budget=60, confirm=1)
+    took = fake_clock.monotonic() - started
     assert result.outcome.measured >= 3, result.outcome
     # without the reserve the loop spends the whole budget and no round runs; under a
     # load that slows later measurements the last rounds may still be cut (and said)
     assert result.outcome.confirmed > 0, result.outcome
     # the budget runs from the search's start (preparing the dataset comes before):
     # budget + a trial, and storing; the whole call may take the preparation besides
-    assert result.outcome.elapsed_s <= 12 + 0.4 * 3 + 2, result.outcome
+    assert result.outcome.elapsed_s <= 60 + 2.0 * 3 + 2, result.outcome
     assert took <= result.outcome.elapsed_s + 30, took
 
 
 class Timed(FakeMachine):
-    """A machine whose measurements take ``seconds[batch size]`` of wall time, and
-    that a trial's timeout cuts, as the real runner's watchdog does."""
+    """A machine whose measurements take ``seconds[batch size]`` on ``clock`` (the
+    search's :class:`fake_clock.FakeClock`), and that a trial's timeout cuts, as the
+    real runner's watchdog does."""
 
-    def __init__(self, seconds: dict[int, float], **kw):
+    def __init__(self, clock, seconds: dict[int, float], **kw):
         super().__init__(drift=0.0, **kw)
-        self.seconds = seconds
+        self.clock, self.seconds = clock, seconds
 
     def __call__(self, config, *, limits, **kw):
-        import time as clock
-
         took = self.seconds[config.batch_size]
         if took > limits.timeout_s:
-            clock.sleep(limits.timeout_s)
+            self.clock.sleep(limits.timeout_s)
             return TrialResult(status="timeout", config=config, reason="timeout")
-        clock.sleep(took)
+        self.clock.sleep(took)
         return super().__call__(config, **kw)
 
 
 def _search_cli(tmp_path, monkeypatch, capsys, machine, sizes, *flags):
-    """``autotune search`` in this process on ``machine``: exit code, stdout, stderr
-    and the study's records."""
+    """``autotune search`` in this process on ``machine``, confirming in rounds of
+    trials (the fakes measure no pairs): exit code, stdout, stderr and the study's
+    records."""
     import json
 
     from autotune.cli import main
@@ -515,7 +513,7 @@ def _search_cli(tmp_path, monkeypatch, capsys, machine, sizes, *flags):
     code = main(["search", "--dataset", "synthetic", "--scale", "0.004", "--root",
                  str(tmp_path / "data"), "--studies-dir", str(tmp_path / "studies"),
                  "--space", str(space), "--study-name", "b", "--no-priors",
-                 "--optuna-sampler", "random", *flags])
+                 "--optuna-sampler", "random", "--confirm-by", "rounds", *flags])
     out, err = capsys.readouterr()
     study = optuna.load_study(study_name="b",
                               storage=f"sqlite:///{tmp_path / 'studies' / 'b.db'}")
@@ -523,15 +521,15 @@ def _search_cli(tmp_path, monkeypatch, capsys, machine, sizes, *flags):
 
 
 def test_a_budget_measures_the_spaces_only_trial_rather_than_keep_time_for_nothing(
-        tmp_path, monkeypatch, capsys):
-    """``--budget 10s``: the baseline takes 1 s, the space's only other config 6.6 s,
-    more than the 9 s left would leave it once a confirmation's reserve (a quarter of
-    the budget) were kept. No time is kept from it (there is nothing to confirm
+        tmp_path, monkeypatch, capsys, fake_clock):
+    """``--budget 100s``: the baseline takes 10 s, the space's only other config 66 s,
+    more than the 90 s left would leave it once a confirmation's reserve (a quarter
+    of the budget) were kept. No time is kept from it (there is nothing to confirm
     without it): it is measured, and what the confirmation could not do is said. The
-    search's own work has 2.4 s beside them (a busy machine took more than 1.6 s)."""
+    search's own work has 24 s beside them."""
     code, out, err, trials = _search_cli(tmp_path, monkeypatch, capsys,
-                                         Timed({1024: 1.0, 896: 6.6}), [896, 1024],
-                                         "--budget", "10s", "--confirm", "1")
+                                         Timed(fake_clock, {1024: 10.0, 896: 66.0}),
+                                         [896, 1024], "--budget", "100s", "--confirm", "1")
     assert code == 0, err
     other = [t for t in trials if t.search_point and t.config.batch_size == 896]
     assert [t.state for t in other] == ["complete"], [(t.state, t.fail_reason) for t in other]
@@ -539,17 +537,18 @@ def test_a_budget_measures_the_spaces_only_trial_rather_than_keep_time_for_nothi
 
 
 def test_a_budget_that_holds_only_the_baseline_says_so_and_exits_1(tmp_path, monkeypatch,
-                                                                   capsys):
-    """``--budget 8s`` where the baseline (outside the space: a reference only) takes
-    2 s and each config of the space 12 s: the first is cut, numbered as counting for
+                                                                   capsys, fake_clock):
+    """``--budget 80s`` where the baseline (outside the space: a reference only) takes
+    20 s and each config of the space 120 s: the first is cut, numbered as counting for
     nothing, left queued by no one (the next run queues it); the stop is said once;
     the exit is 1 with one line of why; and the closing hint is no export, which
     would fail: nothing is on the front."""
     from autotune.cli import main
 
-    slow = {1024: 2.0, 896: 12.0, 512: 12.0}
-    code, out, err, trials = _search_cli(tmp_path, monkeypatch, capsys, Timed(slow),
-                                         [896, 512], "--budget", "8s", "--confirm", "1")
+    slow = {1024: 20.0, 896: 120.0, 512: 120.0}
+    code, out, err, trials = _search_cli(tmp_path, monkeypatch, capsys,
+                                         Timed(fake_clock, slow), [896, 512],
+                                         "--budget", "80s", "--confirm", "1")
     assert code == 1, (out, err)
     said = [line for line in err.splitlines() if line.startswith("autotune:")]
     assert len(said) == 1 and "measured no config but the baseline" in said[0], err
@@ -569,7 +568,8 @@ def test_a_budget_that_holds_only_the_baseline_says_so_and_exits_1(tmp_path, mon
                  "--out", str(tmp_path / "b.yaml")]) == 2  # what the hint used to say
     # the next run measures the cut config first, and then leaves nothing queued
     code, out, err, trials = _search_cli(tmp_path, monkeypatch, capsys,
-                                         Timed({1024: 2.0, 896: 0.2, 512: 0.2}), [896, 512],
+                                         Timed(fake_clock, {1024: 20.0, 896: 2.0, 512: 2.0}),
+                                         [896, 512],
                                          "--n-trials", "3", "--confirm", "0")
     assert code == 0, err
     again = [t for t in trials if t.retry_of == cut[0].number]

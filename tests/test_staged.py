@@ -187,8 +187,8 @@ def test_far_below_the_best_stops_at_the_first_block():
     """A config whose fastest warm-up step is under a third of the best stops at its
     first block, not at a precision; one that shows it only in the window stops at
     the block that shows it; a config near the best is measured as before."""
-    def window(best, warm_rate, min_window_s=5.0):
-        spec = MeasureSpec(min_steps=10, min_window_s=min_window_s, max_window_s=30.0,
+    def window(best, warm_rate, min_window_s=5.0, max_window_s=30.0):
+        spec = MeasureSpec(min_steps=10, min_window_s=min_window_s, max_window_s=max_window_s,
                            precision=0.01, screen=Screen(precision=0.1, best=best))
         return _window(_FakeStepper(lambda: 0.002), spec, [0.002] * 3, lambda: 50.0,
                        warm_rate).stats
@@ -200,8 +200,9 @@ def test_far_below_the_best_stops_at_the_first_block():
     stats = window(best=10 * rate, warm_rate=0.0)  # nothing known from the warm-up
     assert stats.screened_by == "window" and len(stats.blocks) == 1
     # near the best: a block under a third of it needs sleeps 2.5x long (at 1.5x the
-    # rate, 2x long ones cut it once in a whole suite's run)
-    stats = window(best=1.2 * rate, warm_rate=rate, min_window_s=0.2)
+    # rate, 2x long ones cut it once in a whole suite's run); measured for 2 s at most
+    # (sleeps of 2 ms rarely reach the 1% asked: it would run to 30 s)
+    stats = window(best=1.2 * rate, warm_rate=rate, min_window_s=0.2, max_window_s=2.0)
     assert stats.stopped != "screened" and len(stats.blocks) >= 4
 
 
