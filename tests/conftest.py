@@ -46,10 +46,12 @@ def pytest_configure(config):
 
 
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto`` (pyproject's addopts): a worker per core, at most 4. Every test
-    runs trials that want the cores; past that, workers only wait on each other (on
-    2 cores a third worker kept the machine busier, and finished no sooner)."""
-    return max(1, min(4, len(os.sched_getaffinity(0))))
+    """``-n auto`` (pyproject's addopts): a worker per core and one more, at most 4.
+    Workers wait (a command's start, a trial's timeout, a process beside a test): two
+    on 2 cores left 18-29% of the cores' time idle in whole runs, which a third
+    worker's tests fill (docs/benchmarks.md#the-test-suites-time). Past 4, workers
+    only wait on each other."""
+    return max(1, min(4, len(os.sched_getaffinity(0)) + 1))
 
 
 # In a parallel run each worker keeps to its share of the cores, in its own torch work
