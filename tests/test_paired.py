@@ -646,10 +646,18 @@ def test_a_real_confirmation_measures_each_candidate_in_its_own_process(tmp_path
                               storage=f"sqlite:///{tmp_path / 'studies' / 'c.db'}")
     trials = records(study)
     every = sorted((t for t in trials if t.confirm is not None), key=lambda t: t.measured_at[0])
+    # a measurement the machine disturbed is measured again in its round (DISTURBED_AGAIN):
+    # the last one stands for it. (In a serial run: the suite's parallel workers set
+    # AUTOTUNE_MAX_BUSY=1, under which no window is disturbed.)
+    def key(t):
+        return t.confirm["run"], t.confirm["round"], t.confirm["of"]
+
+    last = {key(t): t for t in every}
     runs = sorted({t.confirm["run"] for t in every})  # 1, or more where the knee moved
     assert runs == list(range(len(runs))) and len(runs) <= 3
     for run in runs:
-        rounds = [t for t in every if t.confirm["run"] == run]
+        rounds = [t for t in every if t.confirm["run"] == run
+                  and last[key(t)] is t]
         per_round = len({t.confirm["of"] for t in rounds})
         numbers = [t.confirm["round"] for t in rounds]
         assert per_round >= 2 and numbers[:3 * per_round + 1] == \
