@@ -6,7 +6,8 @@ budget is spent on both as on the real machine, and a test's wall time is only t
 search's own work: it holds on a slow or busy CI machine as on a quiet one."""
 from __future__ import annotations
 
-import sys
+import importlib
+import pkgutil
 import time as _time
 
 import pytest
@@ -39,13 +40,16 @@ class FakeClock:
 
 @pytest.fixture
 def fake_clock(monkeypatch) -> FakeClock:
-    """A :class:`FakeClock` in place of ``time`` in every module of the search
-    (``autotune.study``). The trial runner, the storage's locks and everything else
-    keep the real clock."""
-    import autotune.study  # noqa: F401  (its modules, loaded)
+    """A :class:`FakeClock` in place of the module-level ``time`` of every module of
+    the search (``autotune.study``, each imported now: one imported later would keep
+    the real clock). The trial runner, the storage's locks and everything else keep
+    the real clock (so does a heartbeat's staleness, ``_recovery``'s local import: a
+    beat on the fake clock, ahead of the real one, reads as fresh)."""
+    import autotune.study
 
     clock = FakeClock()
-    for name, module in list(sys.modules.items()):
-        if name.startswith("autotune.study.") and getattr(module, "time", None) is _time:
+    for found in pkgutil.iter_modules(autotune.study.__path__, "autotune.study."):
+        module = importlib.import_module(found.name)
+        if getattr(module, "time", None) is _time:
             monkeypatch.setattr(module, "time", clock)
     return clock
