@@ -125,7 +125,7 @@ def _search(tmp_path, monkeypatch, machine, **options):
 @pytest.mark.slow
 def test_a_budgeted_gpu_search_spends_its_budget_on_what_matters(tmp_path, monkeypatch,
                                                                   fake_cuda, fake_clock):
-    """--budget 5m as on the H100 (scaled): trials run until the budget is spent, the
+    """--budget 5m as on the H100 (on the fake clock): trials run until the budget is spent, the
     CPU-sampling priors wait once GPU-resident trials win, the sampler's CPU-sampling
     proposals are cut at their warm-up, the confirmation measures the baseline loosely
     beside 28x candidates and fits the reserve, and each stop says why."""

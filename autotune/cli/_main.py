@@ -431,8 +431,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     study, url = _load(args)
     if is_run(study):
         return _show_run(study, url, args)
-    front, trials, s = study_front(study), rec.records(study), rec.StudyRecord.from_study(study)
-    references, reference = drifts(trials), study_reference(study)
+    trials, s = rec.records(study), rec.StudyRecord.from_study(study)
+    front, reference = study_front(study, trials, s), study_reference(study, trials, s)
+    references = drifts(trials)
     blob = {"study": study.study_name, "storage": masked(url), "task": s.task.name,
             "unit": s.task.unit, "baseline_trial": s.baseline,
             "pareto": [r.to_dict() for r in front],

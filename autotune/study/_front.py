@@ -221,26 +221,29 @@ def payback_epochs(trial: TrialRecord, trials: list[TrialRecord],
     return trial.compile.compile_time_s / saved if saved > 0 else float("inf")
 
 
-def study_front(study) -> list[FrontRow]:
+def study_front(study, trials: list[TrialRecord] | None = None,
+                s: StudyRecord | None = None) -> list[FrontRow]:
     """The study's front: the one computation ``show``, ``pareto.yaml``, the export's
-    knee, the report and the dashboard note all read."""
-    s = StudyRecord.from_study(study)
-    return front_rows(rec.records(study), s.baseline, s.budget_mib, s.num_train,
-                      s.confirm_within)
+    knee, the report and the dashboard note all read. ``trials`` and ``s``: the
+    study's records, where the caller has read them already."""
+    s = StudyRecord.from_study(study) if s is None else s
+    trials = rec.records(study) if trials is None else trials
+    return front_rows(trials, s.baseline, s.budget_mib, s.num_train, s.confirm_within)
 
 
-def study_reference(study) -> FrontRow | None:
-    """The study's baseline as a reference row, where the front does not hold it."""
-    return reference_row(rec.records(study), StudyRecord.from_study(study).baseline)
+def study_reference(study, trials: list[TrialRecord] | None = None,
+                    s: StudyRecord | None = None) -> FrontRow | None:
+    """The study's baseline as a reference row, where the front does not hold it
+    (``trials`` and ``s`` as :func:`study_front` takes them)."""
+    s = StudyRecord.from_study(study) if s is None else s
+    return reference_row(rec.records(study) if trials is None else trials, s.baseline)
 
 
 def write_pareto(study, path: Path, url: str) -> None:
-    """Rewrites ``pareto.yaml``: :func:`study_front`, :func:`study_reference` and the
-    controls' drift, from one read of the study (the search calls it after every
-    trial)."""
+    """Rewrites ``pareto.yaml`` from one read of the study (the search calls it after
+    every trial)."""
     s, trials = StudyRecord.from_study(study), rec.records(study)
-    reference = reference_row(trials, s.baseline)
-    front = front_rows(trials, s.baseline, s.budget_mib, s.num_train, s.confirm_within)
+    reference, front = study_reference(study, trials, s), study_front(study, trials, s)
     blob = {"study": study.study_name, "storage": masked(url), "task": s.task.name,
             "unit": s.task.unit, "baseline_trial": s.baseline,
             "max_memory_mib": s.budget_mib, "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
