@@ -234,8 +234,11 @@ def check_cores(name: str, cores: tuple[int, ...] | None) -> None:
 
 
 def fingerprint(device: str = "cpu") -> dict:
-    """Versions and hardware, recorded with every trial and export."""
-    import optuna
+    """Versions and hardware, recorded with every trial and export. Optuna's version
+    is read from its installed metadata: a trial's process imports nothing else of
+    optuna's, and every trial would pay for its import outside its window."""
+    from importlib import metadata
+
     import psutil
     import torch
     import torch_geometric
@@ -246,7 +249,7 @@ def fingerprint(device: str = "cpu") -> dict:
     return {
         "autotune": __import__("autotune").__version__,
         "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
-        "optuna": optuna.__version__, "python": platform.python_version(),
+        "optuna": metadata.version("optuna"), "python": platform.python_version(),
         "cpu": cpu_model(), "cpu_features": [f for f in SPEED_FLAGS if f in cpu_flags()],
         "logical_cores": psutil.cpu_count(logical=True),
         "physical_cores": psutil.cpu_count(logical=False),

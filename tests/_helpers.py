@@ -16,9 +16,11 @@ def cli(*args, env=None, timeout=900, cwd=None, background=False, script=False, 
     of a 2-core machine importing torch and PyG, about a fifth of the suite's CPU time
     when every command paid it. ``fresh``, ``background`` (the running ``Popen``, its
     stdout and stderr piped as text), ``script`` (the installed ``autotune`` script,
-    whose import path, unlike ``-m``'s, lacks the current folder) or a ``PYTHONPATH``
-    in ``env`` run ``python -m autotune ARGS`` in a fresh interpreter instead: what
-    needs a process of its own (a signal, a kill, an import path, a timeout).
+    whose import path, unlike ``-m``'s, lacks the current folder) run ``python -m
+    autotune ARGS`` in a fresh interpreter instead: what needs a process of its own (a
+    signal, a kill, a timeout, an import path as Python builds it at start). A
+    ``PYTHONPATH`` in ``env`` goes ahead of an in-process command's import path, as
+    Python puts it at start, and reaches the processes the command starts.
     ``on_line``: called with each line of an in-process command's stdout as it is
     printed (to act while the command runs)."""
     import os
@@ -26,7 +28,7 @@ def cli(*args, env=None, timeout=900, cwd=None, background=False, script=False, 
     import sys
     from pathlib import Path
 
-    if not (fresh or background or script or "PYTHONPATH" in (env or {})):
+    if not (fresh or background or script):
         return _in_process([str(a) for a in args], env or {}, cwd, on_line)
     assert on_line is None, "a fresh interpreter's lines: read its piped stdout"
     command = [str(Path(sys.executable).with_name("autotune"))] if script else \
@@ -62,6 +64,8 @@ def _in_process(argv: list[str], env: dict, cwd, on_line=None):
     modules = set(sys.modules)
     installed = (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"])
     try:
+        if env.get("PYTHONPATH"):
+            sys.path[:0] = [os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p]
         os.environ.update({k: v for k, v in env.items() if v is not None})
         for k in [k for k, v in env.items() if v is None]:
             os.environ.pop(k, None)

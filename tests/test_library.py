@@ -134,7 +134,7 @@ def test_search_a_user_model_from_the_cli_and_train_it(tmp_path):
               "--warmup-time", "0",
               "--max-seconds", "0.5"]
     run = cli("search", *common, "--n-trials", "2", "--confirm", "0", env=env, cwd=tmp_path,
-              timeout=600)
+              timeout=600, fresh=True)
     assert run.returncode == 0, run.stderr
     study = optuna.load_study(study_name="cli", storage=f"sqlite:///{tmp_path / 's' / 'cli.db'}")
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]

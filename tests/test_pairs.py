@@ -326,9 +326,11 @@ def test_a_real_search_confirms_its_front_in_one_paired_process(tmp_path):
         if row["trial"] in figures and row.get("confirmed"):
             assert row["confirmed"]["unit"] == "pair"
             assert row["confirmed"]["rounds"] == figures[row["trial"]].rounds
-    # the real pairs' spread and pace, recorded for this machine's next confirmation
-    added, = _lengths.read(_lengths.history_path(tmp_path / "studies"))
-    assert added["window_s"] == 0.5 and added["pair_s"] > 0.5, added
+    # the real pairs' spread and pace, recorded for this machine's next confirmation: an
+    # entry a paired run (a second run, where the knee moved, adds its own)
+    added = _lengths.read(_lengths.history_path(tmp_path / "studies"))
+    assert 1 <= len(added) <= len(runs), (added, runs)
+    assert all(a["window_s"] == 0.5 and a["pair_s"] > 0.5 for a in added), added
 
 
 class PairedFake:
