@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 
 import psutil
-from scipy import stats as scipy_stats
 from _common import baseline, measure_spec, parser, prepare, write
 
+from autotune.compare import t_quantile
 from autotune.trial import ForkServer, run_trial
 
 WAYS = ("shipped", "optuna")
@@ -102,7 +102,7 @@ def _trial(args, ref, config, server, env, folder: Path) -> dict:
 def _mean_interval(diffs: list[float]) -> dict:
     n = len(diffs)
     mean = statistics.fmean(diffs)
-    half = scipy_stats.t.ppf(0.975, n - 1) * statistics.stdev(diffs) / math.sqrt(n)
+    half = t_quantile(0.95, n - 1) * statistics.stdev(diffs) / math.sqrt(n)
     return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 
