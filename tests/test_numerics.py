@@ -4,13 +4,14 @@ gradients on the incumbent's first batches before it trains a window, and refuse
 bfloat16 out, and without consent it names the flag that would try it."""
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
+from fake_clock import FakeClock
+
 from autotune.config import TrialConfig
 from autotune.pipeline import Pipeline, TrainSpec, build, fit
+from autotune.pipeline import _source
 from autotune.tuning import Change, TunedRun, TuneSpec, loss_check, numerics_check, \
     precision_notes
 from autotune.tuning import _checks
@@ -142,21 +143,26 @@ def test_a_candidate_back_to_float32_is_not_checked_against_a_lower_precision(
 @pytest.mark.parametrize("inflated", [False, True])
 def test_a_faster_precision_candidate_whose_loss_rises_beyond_the_noise_is_refused(
         tiny_synthetic, monkeypatch, inflated):
-    """A precision candidate that passes the gradient check and is faster (its
-    incumbent's step slowed by 20 ms) is kept; the same candidate whose training
-    loss reads 3x the float32 windows' beside it is refused by the loss check, and
-    the run goes on with float32. (Three epochs give it 6 pairs: with two, 4 pairs,
-    one of them disturbed in a CI run beside other tests, left it undecided at
-    3.46x [0.87, 13.75].)"""
+    """A precision candidate that passes the gradient check and is faster is kept;
+    the same candidate whose training loss reads 3x the float32 windows' beside it
+    is refused by the loss check, and the run goes on with float32. The windows are
+    timed on a fake clock (tests/fake_clock.py) on which a bfloat16 step takes
+    0.25 s and a float32 step 1 s more than its real time: 4x apart, whatever the
+    machine's load does to the real few milliseconds (a real 20 ms sleep in the
+    float32 step left 4-step windows undecided after 6 pairs beside two busy cores,
+    1 run in 4: ratios 1.22-4.78 on an AVX2-only EPYC)."""
 
     queue = [Change.of(CONFIG, "feature_dtype", "bfloat16")]
     real = Pipeline.train_step
+    clock = FakeClock()
+    monkeypatch.setattr(_source, "time", clock)
 
     def step(self, batch):
         loss = real(self, batch)
         if self.config.feature_dtype == "bfloat16":
+            clock.sleep(0.25)
             return loss * 3 if inflated else loss
-        time.sleep(0.02)
+        clock.sleep(1.0)
         return loss
 
     monkeypatch.setattr(Pipeline, "train_step", step)
