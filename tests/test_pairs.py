@@ -108,6 +108,25 @@ def test_racing_drops_a_candidate_known_slower_than_another(monkeypatch):
     assert slow.comparison.pairs < 20
 
 
+def test_racing_reads_two_candidates_quotients_where_a_rounds_drift_moves_both(monkeypatch):
+    """Each round moves both candidates' ratios alike (a neighbour that slows them
+    more than the reference), 0.7x to 1.4x: their intervals against the reference
+    stay wide and overlap, but the quotients of their ratios in the same rounds are
+    1.25 each, and the slower is dropped at the rule's least pairs."""
+    drift = [1.0, 0.7, 1.4, 0.8, 1.3, 0.75, 1.2, 0.9]
+    rates = {0: [100.0] * 16, 1: [150.0 * d for d in drift], 2: [120.0 * d for d in drift]}
+    _scripted(monkeypatch, rates, {})
+    fast, slow = (Candidate(_side(i), Comparison(Rule(precision=0.10, max_pairs=8)))
+                  for i in (1, 2))
+    _pairs.run_pairs(_side(0), [fast, slow], MeasureSpec(), _pairs.PairSpec())
+    assert slow.stopped == "slower" and slow.slower_than == 1
+    assert slow.comparison.pairs == 4  # the rule's least
+    low_fast, _ = fast.comparison.interval()
+    _, high_slow = slow.comparison.interval()
+    assert high_slow > low_fast  # the intervals alone would not have told them apart
+    assert _pairs.known_faster(fast, slow) and not _pairs.known_faster(slow, fast)
+
+
 def test_pairs_stop_at_their_time_limit(monkeypatch):
     rates = {0: [100.0] * 40, 1: [100.0, 130.0, 80.0, 120.0] * 10}
     _scripted(monkeypatch, rates, {})
@@ -321,6 +340,9 @@ def test_a_real_search_confirms_its_front_in_one_paired_process(tmp_path):
         c = figures[t.confirm["of"]]
         assert c.unit == "pair" and c.rounds == len(pairs["ratios"])
         assert c.ratios == tuple(pairs["ratios"])
+        # each pair's round, rising: where two candidates' quotients are read
+        assert len(pairs["pair_rounds"]) == len(pairs["ratios"]) and c.at == tuple(
+            pairs["pair_rounds"]) == tuple(sorted(set(pairs["pair_rounds"])))
     pareto = yaml.safe_load((tmp_path / "studies" / "p" / "pareto.yaml").read_text())
     for row in pareto["front"]:
         if row["trial"] in figures and row.get("confirmed"):
@@ -376,8 +398,8 @@ class PairedFake:
                                "stopped": "time" if spread else "decided",
                                "slower_than": None, "busy_pairs": 0, "redone": 0,
                                "taken_by": [], "pairs": [
-                                   {"ratio": r, "window_s": pairs.window_s, "seconds": 2.0}
-                                   for r in ratios]})
+                                   {"ratio": r, "window_s": pairs.window_s, "seconds": 2.0,
+                                    "round": k} for k, r in enumerate(ratios)]})
         return TrialResult(status="ok", config=config,
                            phases_s={"startup": 0.0, "warmup": 1.0,
                                      "measure_total": 1.0 + 2 * len(self.SPREAD)},

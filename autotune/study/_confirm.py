@@ -895,6 +895,7 @@ def paired_record(the_plan: Plan, i: int, result: TrialResult, where: dict
         c = paired["candidates"][i - 1]
         figure.update({k: c[k] for k in ("ratios", "half_widths", "verdict", "stopped",
                                          "busy_pairs", "redone", "taken_by")})
+        figure["pair_rounds"] = [p["round"] for p in c["pairs"]]  # shared with whom: place
         if c["slower_than"] is not None:  # racing: known slower than another candidate
             figure["slower_than"] = the_plan.trials[c["slower_than"]].number
             figure["stopped"] = f"slower than #{figure['slower_than']}"

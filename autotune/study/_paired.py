@@ -103,7 +103,7 @@ class Confirmed:
     low: float | None = None
     high: float | None = None
     unit: str = "round"  # what ``rounds`` counts: rounds of trials, or a paired trial's pairs
-    slower_than: int | None = None  # racing dropped it: its interval lies under this one's
+    slower_than: int | None = None  # racing dropped it: known slower than this one
     at: tuple[int, ...] = ()  # the round (or pair) of each of ``ratios``
     stopped: str = ""  # a paired candidate's: why its pairs ended ("time", "pairs spent", ...)
 
@@ -228,7 +228,8 @@ def _from_pairs(measured: list[TrialRecord], base: int | None,
             number, len(ratios), d.speedup, d.half_width, t.throughput,
             _spread(list(rates)) if len(rates) > 1 else None, t.memory_mib, tuple(ratios),
             (t.number,), low=d.low, high=d.high, unit="pair",
-            slower_than=figure.get("slower_than"), at=tuple(range(len(ratios))),
+            slower_than=figure.get("slower_than"),
+            at=tuple(figure.get("pair_rounds") or range(len(ratios))),  # older: by order
             stopped=figure.get("stopped", ""))
     return out
 
@@ -339,9 +340,10 @@ def place(a: Confirmed, b: Confirmed, within: float, baseline: int | None) -> Ve
     the slower, with ``within`` as its margin: ``faster``, ``tied`` (within it either
     way), else ``undecided`` (not told apart). Against the baseline it reads the
     candidate's own interval; between two candidates, the quotients of their ratios
-    in the rounds (pairs) both have: their k-th ratios were measured in the same
-    round, close in time (in rounds of trials, against the same baseline), so a
-    drift of the round cancels in the quotient."""
+    in the rounds both have (``at``: in rounds of trials, against the same
+    baseline; in a paired trial, the pairs' own rounds, or their order in studies
+    from before those were kept), close in time, so a drift of the round cancels in
+    the quotient (as racing reads it: :func:`autotune.trial._pairs.known_faster`)."""
     if b.trial == baseline or a.trial == baseline:
         c = b if a.trial == baseline else a
         if c.low is None or c.high is None:

@@ -252,7 +252,7 @@ class Candidate:
     comparison: Comparison
     off_front: bool = False  # off the search's front: paired to tell it from the fastest
     stopped: str = ""  # why its pairs ended: decided, slower (than another), pairs spent, time
-    slower_than: int | None = None  # the config whose interval lies wholly above its own
+    slower_than: int | None = None  # the config it is known slower than (racing)
     busy_pairs: int = 0  # kept though both windows were disturbed (it cancels)
     redone: int = 0  # pairs measured again: one window only was disturbed
     taken_by: list[dict] = field(default_factory=list)  # the loads of its disturbed windows
@@ -398,7 +398,7 @@ def _pair(reference: Side, c: Candidate, sides: list[Side], round_: int,
                     "reference_rate": ref["rate"], "rate": own["rate"],
                     "inner": inner_ratio(ref, own, ref_first=order[0] is reference),
                     "busy": [ref["busy"], own["busy"]], "window_s": window_s,
-                    "seconds": seconds})
+                    "seconds": seconds, "round": round_})
     c.comparison.add(own["rate"] / ref["rate"], half)
 
 
@@ -427,8 +427,10 @@ def back_from(candidates: list[Candidate], pairs: PairSpec) -> list[dict] | None
 
 
 def _race(candidates: list[Candidate]) -> None:
-    """Drops an open candidate whose interval lies wholly under another's: it is known
-    to be slower, and cannot be the fastest."""
+    """Drops an open candidate known to be slower than another, which cannot be the
+    fastest: where its interval lies wholly under the other's, or where the other is
+    known faster by the quotients of their ratios in the rounds both were paired in
+    (:func:`known_faster`)."""
     bounds = {id(c): c.comparison.interval() for c in candidates}
     for c in candidates:
         mine = bounds[id(c)]
@@ -436,9 +438,33 @@ def _race(candidates: list[Candidate]) -> None:
             continue
         for other in candidates:
             theirs = bounds[id(other)]
-            if other is not c and theirs is not None and mine[1] < theirs[0]:
+            if other is not c and (theirs is not None and mine[1] < theirs[0]
+                                   or known_faster(other, c)):
                 c.stopped, c.slower_than = "slower", other.side.index
                 break
+
+
+def known_faster(fast: Candidate, slow: Candidate) -> bool:
+    """Whether ``fast`` is known faster than ``slow`` by the one comparison engine, on
+    the quotients of their ratios in the rounds both were paired in, seconds apart: a
+    drift of the round that moves both ratios alike (a neighbour's load that slows the
+    candidates more than the reference) cancels in the quotient, where two intervals
+    against the reference each carry it whole; and on independent pairs the
+    quotient's spread is about 1.4 times one pair's, where two intervals part only
+    once their half-widths together are under the gap. Its interval (at ``slow``'s
+    rule's confidence, from its least pairs on; each quotient's own precision that of
+    its two pairs' windows together) lies wholly above 1."""
+    mine = {p["round"]: p for p in slow.pairs}
+    both = [(p, mine[p["round"]]) for p in fast.pairs if p["round"] in mine]
+    least = slow.comparison.rule.min_pairs
+    if len(both) < least:
+        return False
+    comparison = Comparison(dataclasses.replace(slow.comparison.rule, precision=None,
+                                                max_pairs=max(len(both), least)))
+    for f, s in both:
+        comparison.add(f["ratio"] / s["ratio"], ratio_half_width(f["half_width"], s["half_width"]))
+    bounds = comparison.interval()
+    return bounds is not None and bounds[0] > 1
 
 
 def measure_paired(reference, candidates: list, spec: MeasureSpec, pairs: PairSpec,
