@@ -27,6 +27,7 @@ quantiles come from scipy.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -290,6 +291,31 @@ class Comparison:
     def exhausted(self) -> bool:
         """Whether the rule's pairs are spent."""
         return len(self.ratios) >= self.rule.max_pairs
+
+
+def ratio_half_width(a: float | None, b: float | None) -> float | None:
+    """The relative half-width of a ratio of two independent measurements."""
+    if a is None or b is None:
+        return None
+    return (a * a + b * b) ** 0.5
+
+
+def quotients(rule: Rule, fast: dict[int, tuple[float, float | None]],
+              slow: dict[int, tuple[float, float | None]]) -> Comparison:
+    """``fast`` over ``slow`` under ``rule``, on the quotients of their ratios in the
+    rounds both have (each a round's ratio and its relative half-width, None where
+    unknown, by round): a drift of the round that moves both ratios alike cancels in
+    the quotient, and on independent pairs its spread is about 1.4 times one pair's,
+    where two intervals part only once their half-widths together are under the gap.
+    Each quotient's half-width is its two ratios' together; the rule's ``max_pairs``
+    is the rounds they share (its least at least)."""
+    shared = [k for k in fast if k in slow]
+    comparison = Comparison(dataclasses.replace(rule, max_pairs=max(len(shared),
+                                                                    rule.min_pairs)))
+    for k in shared:
+        (ratio, half), (theirs, their_half) = fast[k], slow[k]
+        comparison.add(ratio / theirs, ratio_half_width(half, their_half))
+    return comparison
 
 
 def tie_floor(margin: float) -> float:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.compare import Comparison, Rule, boundary, t_quantile, verdict_of
+from autotune.compare import Comparison, Rule, boundary, quotients, t_quantile, verdict_of
 from autotune.errors import ConfigError
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -228,3 +228,19 @@ def test_pairs_to_precision_is_where_the_interval_would_come_within_it():
         == math.inf
     tight = Comparison(Rule(precision=0.1), ratios=[2.0, 2.01, 1.99, 2.0] * 2)
     assert tight.pairs_to_precision() == 8  # within it already: no pairs short
+
+
+def test_quotients_read_only_the_rounds_two_comparisons_share():
+    """Rounds 0 and 3 are both's: their quotients, each with its two ratios'
+    half-widths together (round 1's is unknown on one side); rounds 1 and 2 are one
+    side's alone and left out."""
+    fast = {0: (1.5, 0.03), 1: (1.05, None), 3: (1.4, 0.03)}
+    slow = {0: (1.2, 0.04), 2: (0.9, 0.01), 3: (1.12, 0.04)}
+    comparison = quotients(Rule(min_pairs=2), fast, slow)
+    assert comparison.ratios == pytest.approx([1.25, 1.25])
+    assert len(comparison.floors) == 2 and comparison.rule.max_pairs == 2
+    low, high = comparison.interval()
+    assert low < 1.25 < high  # their windows' own noise (±5%) widens it
+    bare = quotients(Rule(min_pairs=2), {k: (r, None) for k, (r, _) in fast.items()}, slow)
+    assert bare.interval() == pytest.approx((1.25, 1.25))  # the quotients alone agree
+

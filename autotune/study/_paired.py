@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 from autotune.compare import CONFIDENCE, Comparison, Decision, Rule, Verdict, pair_noise, \
-    pairs_to_tell, t_quantile, verdict_of
+    pairs_to_tell, quotients, t_quantile, verdict_of
 from autotune.env import plural
 from autotune.trial import Load, ratio_half_width
 from autotune.study._records import TrialRecord
@@ -106,6 +106,10 @@ class Confirmed:
     slower_than: int | None = None  # racing dropped it: known slower than this one
     at: tuple[int, ...] = ()  # the round (or pair) of each of ``ratios``
     stopped: str = ""  # a paired candidate's: why its pairs ended ("time", "pairs spent", ...)
+
+    def by_round(self) -> dict[int, tuple[float, float | None]]:
+        """Its ratios by round (``at``), each half-width unknown here."""
+        return {k: (r, None) for k, r in zip(self.at, self.ratios)}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -352,12 +356,9 @@ def place(a: Confirmed, b: Confirmed, within: float, baseline: int | None) -> Ve
         verdict = verdict_of(low, high, within)
     else:
         fast, slow = (a, b) if a.speedup >= b.speedup else (b, a)
-        mine = dict(zip(slow.at, slow.ratios))
-        both = [(r, mine[k]) for k, r in zip(fast.at, fast.ratios) if k in mine]
-        if len(both) < 2:
+        comparison = quotients(Rule(margin=within, min_pairs=2), fast.by_round(),
+                               slow.by_round())
+        if comparison.pairs < 2:
             return "undecided"
-        comparison = Comparison(Rule(margin=within, min_pairs=2, max_pairs=len(both)))
-        for r_fast, r_slow in both:
-            comparison.add(r_fast / r_slow)
         verdict = comparison.decision().verdict
     return "undecided" if verdict == "not faster" else verdict

@@ -36,12 +36,12 @@ from typing import Any, Callable
 import psutil
 import torch._dynamo
 
-from autotune.compare import Comparison, Rule, pair_noise
+from autotune.compare import Comparison, Rule, pair_noise, quotients, ratio_half_width
 from autotune.config import TrialConfig
 from autotune.specs import MeasureSpec
 from autotune.trial._load import LoadMeter
 from autotune.trial._spread import Known, costlier, known_of
-from autotune.trial._result import busy_over, rate_half_width, ratio_half_width
+from autotune.trial._result import busy_over, rate_half_width
 from autotune.trial._window import GraphRecordings, MemoryTracker, _StepClock, _Stepper, \
     _warm_up, loader_worker_pids, stopped
 
@@ -446,25 +446,18 @@ def _race(candidates: list[Candidate]) -> None:
 
 def known_faster(fast: Candidate, slow: Candidate) -> bool:
     """Whether ``fast`` is known faster than ``slow`` by the one comparison engine, on
-    the quotients of their ratios in the rounds both were paired in, seconds apart: a
-    drift of the round that moves both ratios alike (a neighbour's load that slows the
-    candidates more than the reference) cancels in the quotient, where two intervals
-    against the reference each carry it whole; and on independent pairs the
-    quotient's spread is about 1.4 times one pair's, where two intervals part only
-    once their half-widths together are under the gap. Its interval (at ``slow``'s
-    rule's confidence, from its least pairs on; each quotient's own precision that of
-    its two pairs' windows together) lies wholly above 1."""
-    mine = {p["round"]: p for p in slow.pairs}
-    both = [(p, mine[p["round"]]) for p in fast.pairs if p["round"] in mine]
-    least = slow.comparison.rule.min_pairs
-    if len(both) < least:
-        return False
-    comparison = Comparison(dataclasses.replace(slow.comparison.rule, precision=None,
-                                                max_pairs=max(len(both), least)))
-    for f, s in both:
-        comparison.add(f["ratio"] / s["ratio"], ratio_half_width(f["half_width"], s["half_width"]))
-    bounds = comparison.interval()
+    the quotients of their ratios in the rounds both were paired in, seconds apart
+    (:func:`autotune.compare.quotients`): its interval (at ``slow``'s rule's
+    confidence, from that rule's least pairs on) lies wholly above 1."""
+    rule = dataclasses.replace(slow.comparison.rule, precision=None)
+    comparison = quotients(rule, _by_round(fast), _by_round(slow))
+    bounds = comparison.interval() if comparison.pairs >= rule.min_pairs else None
     return bounds is not None and bounds[0] > 1
+
+
+def _by_round(c: Candidate) -> dict[int, tuple[float, float | None]]:
+    """``c``'s pairs by round: each one's ratio and relative half-width."""
+    return {p["round"]: (p["ratio"], p["half_width"]) for p in c.pairs}
 
 
 def measure_paired(reference, candidates: list, spec: MeasureSpec, pairs: PairSpec,

@@ -9,7 +9,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from autotune.compare import CONFIDENCE, t_quantile
+from autotune.compare import CONFIDENCE, ratio_half_width, t_quantile  # noqa: F401 (re-export)
 from autotune.config import TrialConfig
 from autotune.taskinfo import task_info
 
@@ -131,13 +131,6 @@ def rate_half_width(blocks) -> float | None:
     rate = total_count / total_s
     variance = sum((c - rate * s) ** 2 for c, s in blocks) / (n - 1)
     return t975(n - 1) * (variance / n) ** 0.5 / (total_s / n) / rate
-
-
-def ratio_half_width(a: float | None, b: float | None) -> float | None:
-    """The relative half-width of a ratio of two independent measurements."""
-    if a is None or b is None:
-        return None
-    return (a * a + b * b) ** 0.5
 
 
 # A window's others' share counts only once they took this many CPU seconds in all: a
