@@ -426,12 +426,15 @@ def test_a_tuned_run_is_a_study_that_show_export_and_studies_read(tmp_path):
     from autotune.export import read_export
 
     config = tmp_path / "cfg.yaml"
-    config.write_text(yaml.safe_dump(START.to_dict()))
+    # no loader workers: the run's windows here are 3 steps, shorter than the 4 batches
+    # two workers hold in flight as a window begins, so that the incumbent's wait share
+    # (which orders the queue) is known only once another config is adopted, and a busy
+    # suite's fast end refused after 9 pairs left it unknown for the whole run
+    config.write_text(yaml.safe_dump(START.replace(num_workers=0).to_dict()))
     where = ["--studies-dir", str(tmp_path / "studies")]
     data = ["--dataset", "synthetic", "--scale", "0.004", "--root", str(tmp_path / "data")]
-    # 3 epochs: a fast end that the screen does not keep in its first 2 pairs (a busy
-    # suite's ratios) takes 4, into the second epoch, and the queue is ordered (its
-    # wait share known) only at the turn after it
+    # 3 epochs: a candidate that the screen does not keep in its first 2 pairs (a busy
+    # suite's ratios) takes 4 or more, into the second epoch
     run = cli("train", "--config", str(config), *data, "--epochs", "3", "--tune",
               "--tune-share", "100%", "--study-name", "run", *where, "-f", "json")
     assert run.returncode == 0, run.stderr
