@@ -235,6 +235,20 @@ class Comparison:
                 verdict = "undecided"
         return Decision(verdict, speedup, low, high, n, no_slower)
 
+    def placed(self) -> Verdict:
+        """Where the rule has a precision: the verdict of the interval read with the
+        precision as its margin, once it is within that precision of the speed-up
+        (and from the rule's least pairs), else ``undecided``. The question a paired
+        confirmation asks of a candidate: known to its precision, and placed against
+        the reference as the front places two configs (faster, tied within the
+        precision, or not faster), more pairs only narrow the margin of a verdict the
+        front would not show."""
+        d = self.decision()
+        if self.rule.precision is None or d.pairs < self.rule.min_pairs or \
+                d.half_width is None or d.half_width > self.rule.precision:
+            return "undecided"
+        return verdict_of(d.low, d.high, self.rule.precision)
+
     def out_of_reach(self) -> float | None:
         """Where the pairs left to the rule could not call the candidate faster: the
         most speed-up its pairs so far allow (the upper end of a plain 95%

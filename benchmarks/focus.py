@@ -116,12 +116,10 @@ def replay(way: str, speedups: list[float], logs: list[float], pair_s: float,
            rng: random.Random) -> dict:
     """One confirmation's pairs (the real :func:`run_pairs`), each pair drawn from
     ``logs`` for its config, on a clock that each pair moves by ``pair_s``."""
-    from autotune.compare import MIN_PAIRS, Rule
-    from autotune.study._confirm import MAX_PAIRS
-    from autotune.study._paired import MARGIN
+    from autotune.study._confirm import MAX_PAIRS, pairs_rule
     from autotune.trial import _pairs
 
-    rule = Rule(margin=MARGIN, min_pairs=MIN_PAIRS, max_pairs=MAX_PAIRS, precision=0.10)
+    rule = pairs_rule(0.10)
     noise = {c: iter(draws(logs, MAX_PAIRS, rng)) for c in range(len(speedups))}
     clock = [0.0]
 

@@ -244,3 +244,21 @@ def test_quotients_read_only_the_rounds_two_comparisons_share():
     bare = quotients(Rule(min_pairs=2), {k: (r, None) for k, (r, _) in fast.items()}, slow)
     assert bare.interval() == pytest.approx((1.25, 1.25))  # the quotients alone agree
 
+
+
+def test_placed_reads_the_interval_with_the_precision_as_its_margin_once_it_is_precise():
+    """A confirmation's question: known to its precision, and placed against the
+    reference at that margin; never before the rule's least pairs, however close."""
+    close = Comparison(Rule(precision=0.1))
+    for ratio in (1.0, 1.001, 0.999):
+        close.add(ratio)
+        assert close.placed() == "undecided"  # 3 pairs: under the rule's least
+    close.add(1.0)
+    assert close.placed() == "tied" and close.decision().verdict == "tied"
+    # about 1.03x, ±5%: tied within 10%, where a 2% margin cannot yet say
+    near = Comparison(Rule(precision=0.1), ratios=[1.01, 1.06, 1.03, 1.04])
+    assert (near.placed(), near.decision().verdict) == ("tied", "undecided")
+    assert Comparison(Rule(precision=0.1), ratios=[1.5, 1.6, 1.55, 1.52]).placed() == "faster"
+    assert Comparison(Rule(precision=0.01), ratios=[1.5, 1.6, 1.55, 1.52]).placed() == \
+        "undecided"  # not yet within 1%
+    assert Comparison(Rule(), ratios=[1.0] * 4).placed() == "undecided"  # no precision

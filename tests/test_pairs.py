@@ -84,6 +84,31 @@ def test_pairs_alternate_abba_and_stop_once_the_engine_decides(monkeypatch):
     assert order == [0, 1, 1, 0, 0, 1, 1, 0]  # A B, B A, A B, B A
 
 
+def test_a_candidate_about_as_fast_as_the_reference_stops_once_precise_and_placed(
+        monkeypatch):
+    """The confirmation's rule (``pairs_rule``): a candidate at about 0.98x stops once
+    its interval is within the precision and places it, with the precision as the
+    margin (as the front places two configs): tied, or not faster. Not before it is
+    precise (the wider series would be "not faster" at a 10% margin after 4 pairs, at
+    ±12%), and not later, pairing on until the interval lies within the 2% margin."""
+    from autotune.study._confirm import pairs_rule
+
+    def pairs_of(rule: Rule, ratios: list[float]) -> Candidate:
+        _scripted(monkeypatch, {0: [100.0] * 120, 1: [100.0 * r for r in ratios * 15]}, {})
+        candidate = Candidate(_side(1), Comparison(rule))
+        _pairs.run_pairs(_side(0), [candidate], MeasureSpec(), _pairs.PairSpec())
+        return candidate
+
+    for ratios, verdict, pairs in (([0.95, 1.01, 0.97, 0.99], "tied", 4),
+                                   ([0.93, 1.03, 0.96, 1.0], "not faster", 5)):
+        placed = pairs_of(pairs_rule(0.10), ratios)
+        decision = placed.comparison.decision()
+        assert placed.stopped == "decided" and placed.to_dict()["verdict"] == verdict
+        assert decision.half_width <= 0.10 and decision.pairs == pairs, decision
+        unplaced = pairs_of(dataclasses.replace(pairs_rule(0.10), precision=None), ratios)
+        assert unplaced.comparison.pairs > decision.pairs, unplaced.comparison.decision()
+
+
 def test_a_pair_disturbed_on_one_side_is_measured_again_and_one_on_both_is_kept(monkeypatch):
     rates = {0: [100.0] * 10, 1: [50.0, 120.0, 120.0, 120.0, 120.0, 120.0]}
     # pair 1: the candidate's window alone disturbed (its 50 would be a false "slower"),

@@ -93,6 +93,16 @@ EXPECTED_PAIRS = 10  # ... and the pairs a candidate takes, for that estimate
 Left = Callable[[], "float | None"]  # the seconds left of --budget (None: no budget)
 
 
+def pairs_rule(precision: float, rounds: int = MIN_PAIRS) -> Rule:
+    """The engine's rule for a paired confirmation's candidates at ``precision``
+    (``--confirm-precision``), ``rounds`` (``--confirm-rounds``) its least pairs. A
+    candidate's pairs stop once it is decided, or once its interval is within the
+    precision and places it against the reference with the precision as the margin
+    (:meth:`autotune.compare.Comparison.placed`, as the front places two configs)."""
+    return Rule(margin=MARGIN, min_pairs=max(rounds, MIN_PAIRS), max_pairs=MAX_PAIRS,
+                precision=precision)
+
+
 @dataclasses.dataclass(frozen=True)
 class Schedule:
     """When and what a search measures beside its trials, read from its ``study``
@@ -740,8 +750,7 @@ class Confirmation:
         if short := _too_short(rest, _paired_start_s(trials, numbers)):
             return short
         max_s = PAIRED_MAX_S if rest is None else min(PAIRED_MAX_S, rest - fixed)
-        rule = Rule(margin=MARGIN, min_pairs=max(opts.confirm_rounds, MIN_PAIRS),
-                    max_pairs=MAX_PAIRS, precision=opts.confirm_precision)
+        rule = pairs_rule(opts.confirm_precision, opts.confirm_rounds)
         trial_dir = opts.study_dir / "trials" / f"confirm-{the_plan.run}-paired"
         result, where, _ = self.search.measure(
             configs[0], trial_dir, f"confirmation of study {study.study_name}",

@@ -260,9 +260,10 @@ class Candidate:
 
     def to_dict(self) -> dict[str, Any]:
         d = self.comparison.decision()
+        verdict = d.verdict if d.decided else self.comparison.placed()
         return {"config": self.side.index, "ratios": list(self.comparison.ratios),
                 "half_widths": [p["half_width"] for p in self.pairs],
-                "verdict": d.verdict, "speedup": d.speedup, "low": d.low, "high": d.high,
+                "verdict": verdict, "speedup": d.speedup, "low": d.low, "high": d.high,
                 "stopped": self.stopped, "slower_than": self.slower_than,
                 "busy_pairs": self.busy_pairs,
                 "redone": self.redone, "taken_by": self.taken_by, "pairs": self.pairs}
@@ -270,8 +271,9 @@ class Candidate:
 
 def run_pairs(reference: Side, candidates: list[Candidate], spec: MeasureSpec,
               pairs: PairSpec) -> str:
-    """Pairs of each open candidate with the reference, ABBA, until each is decided
-    (or known slower than another candidate: racing drops it), its pairs are spent,
+    """Pairs of each open candidate with the reference, ABBA, until each is decided,
+    or known to the rule's precision and placed at it (:meth:`Comparison.placed`),
+    or known slower than another candidate (racing drops it), its pairs are spent,
     or ``pairs.max_s`` has run; returns why the pairs ended. A try of another window
     length goes back to ``pairs.back_to``'s once it is known costlier (:func:`went_back`)."""
     sides = [reference] + [c.side for c in candidates]
@@ -288,8 +290,7 @@ def run_pairs(reference: Side, candidates: list[Candidate], spec: MeasureSpec,
                     each.stopped = each.stopped or "time"
                 return "max-seconds"
             _pair(reference, c, sides, round_, spec, window_s)
-            decision = c.comparison.decision()
-            if decision.decided:
+            if c.comparison.decision().decided or c.comparison.placed() != "undecided":
                 c.stopped = "decided"
             elif c.comparison.exhausted:
                 c.stopped = "pairs spent"
