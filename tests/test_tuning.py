@@ -426,10 +426,10 @@ def test_a_tuned_run_is_a_study_that_show_export_and_studies_read(tmp_path):
     from autotune.export import read_export
 
     config = tmp_path / "cfg.yaml"
-    # no loader workers: the run's windows here are 3 steps, shorter than the 4 batches
-    # two workers hold in flight as a window begins, so that the incumbent's wait share
-    # (which orders the queue) is known only once another config is adopted, and a busy
-    # suite's fast end refused after 9 pairs left it unknown for the whole run
+    # no loader workers: with two, the fast end (workers 0) goes first, and the queue is
+    # ordered (its wait share known) only at the turn after its verdict, in a window run
+    # on past the 4 batches two workers hold in flight; a busy suite's fast end, refused
+    # after 9 pairs, took the whole run, and the run had no wait share to show
     config.write_text(yaml.safe_dump(START.replace(num_workers=0).to_dict()))
     where = ["--studies-dir", str(tmp_path / "studies")]
     data = ["--dataset", "synthetic", "--scale", "0.004", "--root", str(tmp_path / "data")]
