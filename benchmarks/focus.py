@@ -126,7 +126,8 @@ def replay(way: str, speedups: list[float], logs: list[float], pair_s: float,
     def pair(reference, c, sides, round_, spec, window_s):
         ratio = speedups[c.side.index] * math.exp(next(noise[c.side.index]))
         clock[0] += pair_s
-        c.pairs.append({"ratio": ratio, "window_s": window_s, "seconds": pair_s})
+        c.pairs.append({"ratio": ratio, "window_s": window_s, "seconds": pair_s,
+                        "round": round_, "half_width": None})
         c.comparison.add(ratio)
 
     candidates = [_pairs.Candidate(SimpleNamespace(index=i), _pairs.Comparison(rule))
@@ -140,7 +141,8 @@ def replay(way: str, speedups: list[float], logs: list[float], pair_s: float,
             rule=rule, max_s=MAX_S, window_s=1.0, noise=GUESS if "guess" in way else None))
     finally:
         _pairs._pair, _pairs.time.perf_counter, _pairs.Comparison.best_case = saved
-    confirmed = [c.comparison.decision().verdict == "faster" and c.stopped == "decided"
+    # confirmed as the front reads it (Confirmed.why_not): its interval within ±10%
+    confirmed = [(c.comparison.decision().half_width or math.inf) <= rule.precision
                  for c in candidates]
     return {"fastest_confirmed": confirmed[0], "other_confirmed": any(confirmed[1:]),
             "fastest_pairs": candidates[0].comparison.pairs,
