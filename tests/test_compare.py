@@ -245,7 +245,6 @@ def test_quotients_read_only_the_rounds_two_comparisons_share():
     assert bare.interval() == pytest.approx((1.25, 1.25))  # the quotients alone agree
 
 
-
 def test_placed_reads_the_interval_with_the_precision_as_its_margin_once_it_is_precise():
     """A confirmation's question: known to its precision, and placed against the
     reference at that margin; never before the rule's least pairs, however close."""

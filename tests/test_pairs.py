@@ -90,7 +90,7 @@ def test_a_candidate_about_as_fast_as_the_reference_stops_once_precise_and_place
     its interval is within the precision and places it, with the precision as the
     margin (as the front places two configs): tied, or not faster. Not before it is
     precise (the wider series would be "not faster" at a 10% margin after 4 pairs, at
-    ±12%), and not later, pairing on until the interval lies within the 2% margin."""
+    ±12%), and no later: not paired on until its interval lies within 2% of 1."""
     from autotune.study._confirm import pairs_rule
 
     def pairs_of(rule: Rule, ratios: list[float]) -> Candidate:
