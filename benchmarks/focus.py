@@ -142,8 +142,8 @@ def replay(way: str, speedups: list[float], logs: list[float], pair_s: float,
     finally:
         _pairs._pair, _pairs.time.perf_counter, _pairs.Comparison.best_case = saved
     # confirmed as the front reads it (Confirmed.why_not): its interval within ±10%
-    confirmed = [(c.comparison.decision().half_width or math.inf) <= rule.precision
-                 for c in candidates]
+    widths = [c.comparison.decision().half_width for c in candidates]
+    confirmed = [w is not None and w <= rule.precision for w in widths]
     return {"fastest_confirmed": confirmed[0], "other_confirmed": any(confirmed[1:]),
             "fastest_pairs": candidates[0].comparison.pairs,
             "pairs": sum(c.comparison.pairs for c in candidates), "seconds": clock[0]}

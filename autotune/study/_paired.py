@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 from autotune.compare import CONFIDENCE, Comparison, Decision, Rule, Verdict, pair_noise, \
-    pairs_to_tell, quotients, t_quantile, verdict_of
+    pairs_to_tell, quotients, ratio_half_width, t_quantile, verdict_of
 from autotune.env import plural
-from autotune.trial import Load, ratio_half_width
+from autotune.trial import Load
 from autotune.study._records import TrialRecord
 
 MARGIN = 0.02  # a speed-up within this of another's is a tie (autotune.compare.Rule)
