@@ -206,11 +206,14 @@ def test_far_below_the_best_stops_at_the_first_block():
     assert stats.stopped != "screened" and len(stats.blocks) >= 4
 
 
+@pytest.mark.exclusive
 def test_a_bursty_config_far_below_the_best_stops_within_seconds():
     """A prefetching loader delivers in bursts, so single blocks run fast while the
     rate does not (the H200's b4096 f[5, 5] w7 trial: 6.6x against a best of 26x,
     cut only by the front rule after a 38.7 s window). The rate's upper bound shows
-    it within a few blocks."""
+    it within a few blocks. (Exclusive: beside other tests, the 0.1-ms sleeps of a
+    burst wake late and the fastest block falls under a third of the best, so the
+    premise fails: 15,393 seeds/s in a 3-worker run on a 2-core Xeon.)"""
     cycle = itertools.cycle([0.0001] * 6 + [0.03])  # a burst of 6, then a wait
     spec = MeasureSpec(min_steps=10, min_window_s=5.0, max_window_s=30.0, precision=0.01,
                        screen=Screen(precision=0.1, best=80_000.0))
