@@ -82,6 +82,20 @@ def test_the_windows_of_a_busy_confirmation_name_each_process_once_with_all_it_t
     assert who_took([]) == ""
 
 
+def test_a_load_the_hypervisors_steal_took_most_of_is_stolen():
+    """On a cloud host whose neighbours are busy, the hypervisor's steal is most of
+    what others took (a quick start's baseline: steal 23.8 CPU-s, its parent 0.2): no
+    process here for the trials' threads to spin against. A training beside the
+    search is not, nor a window that no other process took."""
+    steal = Load(cores=2, wall_s=10.0, others_s=24.0, share=0.3,
+                 top=[[0, "steal", 23.8], [10800, "python", 0.2]])
+    assert steal.stolen
+    assert Load.summed([steal, Load(cores=2, wall_s=10.0, others_s=0.0)]).stolen
+    shared = Load(cores=2, wall_s=10.0, others_s=12.0, share=0.6,
+                  top=[[18607, "python", 7.0], [0, "steal", 5.0]])
+    assert not shared.stolen and not Load(cores=2, wall_s=10.0).stolen
+
+
 @pytest.mark.exclusive
 def test_the_meter_tells_the_trials_own_work_from_another_process():
     cores = sorted(os.sched_getaffinity(0))

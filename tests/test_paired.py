@@ -38,18 +38,21 @@ class FakeMachine:
     """``run_trial``'s stand-in: a config's true rate times a drift that falls by
     ``drift`` over ``span`` measurements; ``boost``: batch sizes whose first
     measurement is that much faster (fast only by drift); ``grow``: batch sizes whose
-    peak memory is that many MiB from their second measurement on."""
+    peak memory is that many MiB from their second measurement on; ``slowed``: the
+    share of its rate a measurement reads while the machine is ``busy``, and ``took``
+    the (pid, name) that takes the cores then (pid 0, "steal": the hypervisor)."""
 
     def __init__(self, drift: float = 0.2, span: int = 40, boost: dict | None = None,
                  grow: dict | None = None, jitter: dict | None = None,
-                 busy: Callable[[TrialConfig, int], bool] | None = None):
+                 busy: Callable[[TrialConfig, int], bool] | None = None,
+                 slowed: float = 1.0, took: tuple[int, str] = (4321, "stress")):
         self.k, self.drift, self.span, self.boost = 0, drift, span, dict(boost or {})
         self.grow = dict(grow or {})
         # batch size -> factors of its successive measurements (rounds that disagree)
         self.jitter = {size: list(factors) for size, factors in (jitter or {}).items()}
         # whether the machine is busy (another process took half the cores) while
         # measuring this config as its nth measurement (from 1)
-        self.busy = busy
+        self.busy, self.slowed, self.took = busy, slowed, took
         self.calls: list[tuple[int, int]] = []  # (batch size, pid stand-in)
         self.specs: list = []  # the MeasureSpec of each call
         self.envs: list = []  # the environment each call adds to the trial's processes
@@ -68,12 +71,13 @@ class FakeMachine:
         jitter = self.jitter.get(config.batch_size)
         rate *= jitter.pop(0) if jitter else 1.0
         busy = self.busy is not None and self.busy(config, nth)
+        rate *= self.slowed if busy else 1.0
         self.k += 1
         self.calls.append((config.batch_size, self.k))
         steps, seeds = 20, config.batch_size
         wall = steps * seeds / rate
         load = {"cores": 2, "wall_s": wall, "own_s": wall, "others_s": wall if busy else 0.0,
-                "share": 0.5 if busy else 0.01, "top": [[4321, "stress", wall]] if busy else []}
+                "share": 0.5 if busy else 0.01, "top": [[*self.took, wall]] if busy else []}
         return TrialResult(
             status="ok", config=config, step_times_s=(wall / steps,) * steps,
             seeds_per_step=(seeds,) * steps, nodes_per_step=(seeds,) * steps,
@@ -213,10 +217,11 @@ def test_a_disturbed_confirmation_measurement_is_measured_again_not_kept(tmp_pat
     assert result.default.number == fast
 
 
-def _busy_search(tmp_path, monkeypatch, busy_calls: range, n_trials: int = 8):
+def _busy_search(tmp_path, monkeypatch, busy_calls: range, n_trials: int = 8, **machine):
     """A racing search of ``n_trials`` on a FakeMachine that another process keeps
     busy in ``busy_calls`` (its measurements, from 1), OpenMP's policy left to the
-    search: the machine, the notes and the result."""
+    search (``machine``: the FakeMachine's other arguments): the machine, the notes
+    and the result."""
     import dataclasses
 
     import autotune
@@ -224,7 +229,7 @@ def _busy_search(tmp_path, monkeypatch, busy_calls: range, n_trials: int = 8):
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.setenv("AUTOTUNE_MAX_BUSY", "1")  # no look at this machine's own load
     machine = FakeMachine(drift=0.0, busy=lambda config, nth: len(machine.calls) + 1 in
-                          busy_calls)
+                          busy_calls, **machine)
     monkeypatch.setattr(search_module, "run_trial", machine)
     plan = autotune.prepare_search(
         dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
@@ -261,6 +266,25 @@ def test_a_machine_that_stays_busy_is_said_once_and_its_windows_kept(tmp_path, m
         machine.envs
     passive = [n for n in notes if "OMP_WAIT_POLICY=PASSIVE" in n]
     assert len(passive) == 1 and "stayed disturbed" in passive[0], notes
+
+
+def test_a_machine_the_hypervisor_keeps_busy_is_said_once_and_its_threads_spin(
+        tmp_path, monkeypatch):
+    """The hypervisor's steal takes the cores in the second to sixth measurements (a
+    cloud host whose neighbours are busy): no process on the machine is there for the
+    trials' threads to spin against, so the first trial that stayed disturbed is kept
+    as measured, not measured again with passive threads; after two in a row the
+    search says once that the machine stays busy, naming the hypervisor, and keeps
+    their windows; every trial's threads spin as the runtime has them."""
+    machine, notes, result = _busy_search(tmp_path, monkeypatch, range(2, 7),
+                                          took=(0, "steal"))
+    said = [n for n in notes if n.startswith("the machine stays busy")]
+    assert len(said) == 1 and "the hypervisor (steal)" in said[0], notes
+    assert not any("OMP_WAIT_POLICY" in n or "stayed disturbed" in n for n in notes), notes
+    assert machine.envs == [{}] * len(machine.envs)
+    assert len({size for size, _ in machine.calls[1:3]}) == 2  # not measured again
+    assert all(s.busy_retries == 0 and s.screen is None for s in machine.specs[3:6])
+    assert any(n.startswith("the machine is quiet again") for n in notes), notes
 
 
 def test_one_trial_that_stayed_disturbed_turns_the_threads_passive_until_one_is_quiet(
@@ -742,14 +766,14 @@ def _pairs_spread(tmp_path, spread: float) -> None:
         "squares": 30 * spread ** 2, "pair_s": 1.5})
 
 
-def _a_faster_768_read_low(tmp_path, monkeypatch, reads: float, wrap=None):
+def _a_faster_768_read_low(tmp_path, monkeypatch, reads: float, wrap=None, **machine):
     """A search of batch sizes 1024, 896, 768 and 640 (confirming one config) where 768
     is truly 1.15x (1,150 seed nodes/s at 720 MiB) but its search window reads
     ``reads`` of that; ``wrap``: what the search measures through, given the fake
-    machine. Its result, trials, study record, trials by batch size, and the
-    confirmation's candidates."""
+    machine; ``machine``: the fake machine's other arguments. Its result, trials,
+    study record, trials by batch size, and the confirmation's candidates."""
     monkeypatch.setitem(TRUE, 768, (1150.0, 720.0))
-    machine = FakeMachine(drift=0.0, boost={768: reads})
+    machine = FakeMachine(drift=0.0, boost={768: reads}, **machine)
     result, trials, s = _search(tmp_path, monkeypatch, wrap(machine) if wrap else machine,
                                 sizes=(1024, 896, 768, 640), n_trials=4, confirm=1)
     by_size = {t.config.batch_size: t.number for t in trials
@@ -810,6 +834,32 @@ def test_a_config_screened_out_on_a_window_that_read_low_is_raced_too(tmp_path, 
     exported = yaml.safe_load(result.export(tmp_path / "best.yaml").read_text())
     assert exported["measured"]["trial"] == screened.number
     assert exported["config"]["batch_size"] == 768
+
+
+def test_a_config_measured_only_on_a_busy_machine_is_raced_against_the_quiet_front(
+        tmp_path, monkeypatch):
+    """768 is truly 1.15x, but another process took half the cores through both of
+    its search windows (the second with passive threads), which read half its rate
+    (575 at 720 MiB, DISTURBED), while every other trial found the machine quiet. A
+    window the machine slowed says nothing against quiet ones, however narrow both
+    intervals and this machine's pairs (1% here): the disturbed windows are compared
+    among themselves, 768 leads them, and the confirmation races it; its quiet
+    measurements find it faster, so it is the default, confirmed. (A quick start on a
+    Xeon whose hypervisor took a third of its cores in the search's first half
+    defaulted to a config 30% slower, never confirming the faster one it had
+    measured then.)"""
+    _pairs_spread(tmp_path, 0.01)
+    result, trials, s, by_size, first = _a_faster_768_read_low(
+        tmp_path, monkeypatch, 1.0, busy=lambda config, nth: config.batch_size == 768 and
+        nth <= 2, slowed=0.5)
+    slowed = next(t for t in trials if t.number == by_size[768])
+    assert slowed.disturbed and slowed.throughput == pytest.approx(575.0)
+    assert [t.number for t in trials if t.disturbed and t.reused_from is None] == [slowed.number]
+    assert by_size[768] in first, first
+    default = next(r for r in result.front if r.default)
+    assert default.trial == by_size[768], result.front
+    assert default.speedup == pytest.approx(1.15)
+    assert default.confirmation.startswith("confirmed"), default.marks
 
 
 @pytest.mark.parametrize("spread", [0.01, 0.1, None])

@@ -415,18 +415,33 @@ def contenders(trials: list[TrialRecord], rows: list[FrontRow],
     nothing confirmed). Screened-out configs count too: racing stops a window once
     its best case is dominated by any front config, the slower leaner ones
     included, and one window that read low would drop the fastest config for good
-    (docs/measurement.md, "Who is measured")."""
+    (docs/measurement.md, "Who is measured").
+
+    Where the fastest was measured on a quiet machine, the DISTURBED windows (other
+    processes took the cores, however often they were measured again, or the
+    machine was said to stay busy) are compared among themselves, not with it: a
+    window read a share of its rate that the load does not tell (a hypervisor's
+    steal of a third of the cores read half), so those that reach the fastest of them
+    come first, on or off the front."""
     if not rows or rows[0].precision is None:
         return []
     fastest, on_front = rows[0], {r.trial for r in rows}
+    eligible = [t for t in trials if t.measured_point and not t.baseline and
+                t.fits(budget_mib) and t.precision is not None and t.throughput]
 
-    def reaches(t: TrialRecord) -> bool:
-        gap = math.log(fastest.throughput / t.throughput)
-        own = math.log1p(t.precision) - math.log1p(-min(fastest.precision, 0.99))
+    def reaches(t: TrialRecord, rate: float, precision: float) -> bool:
+        gap = math.log(rate / t.throughput)
+        own = math.log1p(t.precision) - math.log1p(-min(precision, 0.99))
         return gap <= math.hypot(own, Z95 * between)
-    near = [t for t in trials if t.measured_point and t.number not in on_front and
-            not t.baseline and t.fits(budget_mib) and t.precision is not None and t.throughput and reaches(t)]
-    return [t.number for t in sorted(near, key=lambda t: -t.throughput)]
+    near = [t for t in eligible if t.number not in on_front and
+            reaches(t, fastest.throughput, fastest.precision)]
+    slowed = [t for t in eligible if t.disturbed]
+    if any(t.number == fastest.trial for t in slowed) or not slowed:
+        return [t.number for t in sorted(near, key=lambda t: -t.throughput)]
+    lead = max(slowed, key=lambda t: t.throughput)
+    slowed = [t for t in slowed if reaches(t, lead.throughput, lead.precision)]
+    return list(dict.fromkeys(t.number for t in [*sorted(slowed, key=lambda t: -t.throughput),
+                                                  *sorted(near, key=lambda t: -t.throughput)]))
 
 
 def follow_up(study: optuna.Study) -> tuple[int | None, list[int]]:

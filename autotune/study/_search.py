@@ -216,15 +216,18 @@ class Search:
                       f"{plural(self.disturbed_in_row, 'trial')} in a row): windows are kept "
                       "as measured from now on, marked DISTURBED, neither measured again nor "
                       "screened; the confirmation's pairs, disturbed alike on both sides, "
-                      "decide the speed-ups" + self.threads_for(busy=True))
+                      "decide the speed-ups" + self.threads_for(
+                          busy=not Load.from_dict(record.window.load).stolen))
 
     def threads_for(self, busy: bool) -> str:
         """The trials' OpenMP threads from now on: waiting passively at a barrier
         (:data:`BUSY_ENV`) while the machine is ``busy``, spinning as the runtime has
-        them while it is quiet; a user's own ``OMP_WAIT_POLICY`` wins. The runtime reads
-        the policy as it loads, so a change takes a fork server of its own
-        (:class:`ForkServer`; the one before is kept for a change back). What to say of
-        it: "" where nothing changed."""
+        them while it is quiet, or busy only by the hypervisor's steal
+        (:attr:`Load.stolen`: no process here for them to spin against, and passive
+        threads alone read slower, benchmarks/omp_wait.py); a user's own
+        ``OMP_WAIT_POLICY`` wins. The runtime reads the policy as it loads, so a change
+        takes a fork server of its own (:class:`ForkServer`; the one before is kept for
+        a change back). What to say of it: "" where nothing changed."""
         want = dict(BUSY_ENV) if busy and "OMP_WAIT_POLICY" not in os.environ else {}
         if want == self.trial_env:
             return ""
@@ -238,12 +241,17 @@ class Search:
         often it was measured again: spinning threads beside another process's read a
         fraction of their rate (benchmarks/omp_wait.py), so the trials' threads wait
         passively from now on (:meth:`threads_for`), this one's measured again first,
-        as said, rather than kept at that fraction."""
+        as said, rather than kept at that fraction. Not where the hypervisor's steal
+        took the cores (:attr:`Load.stolen`): no process here is there to spin
+        against, and measuring it again so would only double its time (a Xeon's
+        baseline took 110 s, measured 6 times, before its first result line)."""
         if not result.ok or not result.window.disturbed or self.trial_env:
+            return False
+        windows = [*result.window.remeasured, result.window.load]
+        if Load.summed(Load.from_dict(w) for w in windows).stolen:
             return False
         passive = self.threads_for(busy=True)  # "" where the user's own policy holds
         if passive:
-            windows = [*result.window.remeasured, result.window.load]
             self.note(f"#{number} stayed disturbed however often it was measured again "
                       f"({who_took(windows)}){passive}; it is measured again")
         return bool(passive)
@@ -287,7 +295,7 @@ class Search:
                   f"{100 * load.share:.0f}% of its {load.cores} cores): windows are kept "
                   "as measured, marked DISTURBED, neither measured again nor screened; "
                   "the confirmation's pairs, disturbed alike on both sides, decide the "
-                  "speed-ups" + self.threads_for(busy=True))
+                  "speed-ups" + self.threads_for(busy=not load.stolen))
 
     def busy_now(self) -> Load | None:
         """Other processes' load on the cores where they take more than ``--max-busy``
@@ -314,8 +322,9 @@ class Search:
         whatever the trials' were. Either follows this machine's record of its earlier
         confirmations in that state (:mod:`autotune.study._window_length`). Kept, with
         why in words, in :attr:`windows`, and returned."""
-        busy = self.busy_now() is not None
-        self.threads_for(busy)
+        load = self.busy_now()
+        busy = load is not None
+        self.threads_for(busy and not load.stolen)
         choice = self.record.choice(busy)
         passive = ", threads passive" if self.trial_env else ""
         words = f"{choice.window_s:g} s each{passive}: the machine is busy" if busy else ""

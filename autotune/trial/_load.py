@@ -30,6 +30,7 @@ TOP = 3  # the processes named for a disturbed window
 # the disturbance and at least this many CPU seconds
 UNSEEN_SHARE, UNSEEN_MIN_S = 0.25, 0.02
 STEAL = "steal"  # the name under which the hypervisor's steal time is reported
+STOLEN = 0.75  # the share of the others' CPU seconds that makes a load the hypervisor's
 
 
 def _cpu_s(times) -> float:
@@ -144,6 +145,13 @@ class Load(_Part):
                    others_s=others_s,
                    share=others_s / (cores * wall_s) if cores and wall_s else 0.0, top=top,
                    unseen_s=round(sum(x.unseen_s for x in loads), 2))
+
+    @property
+    def stolen(self) -> bool:
+        """The hypervisor's steal took most of what others took (:data:`STOLEN`): no
+        process on this machine is there for its threads to spin against."""
+        steal = sum(cpu_s for pid, name, cpu_s in self.top if pid == 0 and name == STEAL)
+        return self.others_s > 0 and steal >= STOLEN * self.others_s
 
     def named(self) -> str:
         """The processes that took the cores, in words: ``pid 812 (stress) 9.8 CPU-s``
