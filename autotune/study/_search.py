@@ -830,8 +830,8 @@ class Search:
         """Why a follow-up confirmation measures what it does
         (:func:`autotune.study._confirm.follow_up`)."""
         short = ", ".join(f"#{t.number}" for t in plan.trials[1:] if t.number != plan.knee)
-        why = [f"the knee moved to #{plan.knee}, which the confirmation did not measure"
-               ] if plan.knee is not None else []
+        why = [f"the {plan.moved} moved to #{plan.knee}, which the confirmation did not "
+               "measure"] if plan.knee is not None else []
         why += [f"{short} ran out of time or pairs before their precision, faster than "
                 "the default would be"] if short else []
         return "; ".join(why) + ": "
