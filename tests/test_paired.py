@@ -217,10 +217,10 @@ def test_a_disturbed_confirmation_measurement_is_measured_again_not_kept(tmp_pat
     assert result.default.number == fast
 
 
-def _busy_search(tmp_path, monkeypatch, busy_calls: range, n_trials: int = 8, **machine):
+def _busy_search(tmp_path, monkeypatch, busy_calls: range, n_trials: int = 8, **fake):
     """A racing search of ``n_trials`` on a FakeMachine that another process keeps
     busy in ``busy_calls`` (its measurements, from 1), OpenMP's policy left to the
-    search (``machine``: the FakeMachine's other arguments): the machine, the notes
+    search (``fake``: the FakeMachine's other arguments): the machine, the notes
     and the result."""
     import dataclasses
 
@@ -229,7 +229,7 @@ def _busy_search(tmp_path, monkeypatch, busy_calls: range, n_trials: int = 8, **
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.setenv("AUTOTUNE_MAX_BUSY", "1")  # no look at this machine's own load
     machine = FakeMachine(drift=0.0, busy=lambda config, nth: len(machine.calls) + 1 in
-                          busy_calls, **machine)
+                          busy_calls, **fake)
     monkeypatch.setattr(search_module, "run_trial", machine)
     plan = autotune.prepare_search(
         dataset="synthetic", scale=0.004, root=str(tmp_path / "data"),
@@ -766,14 +766,14 @@ def _pairs_spread(tmp_path, spread: float) -> None:
         "squares": 30 * spread ** 2, "pair_s": 1.5})
 
 
-def _a_faster_768_read_low(tmp_path, monkeypatch, reads: float, wrap=None, **machine):
+def _a_faster_768_read_low(tmp_path, monkeypatch, reads: float, wrap=None, **fake):
     """A search of batch sizes 1024, 896, 768 and 640 (confirming one config) where 768
     is truly 1.15x (1,150 seed nodes/s at 720 MiB) but its search window reads
     ``reads`` of that; ``wrap``: what the search measures through, given the fake
-    machine; ``machine``: the fake machine's other arguments. Its result, trials,
+    machine; ``fake``: the fake machine's other arguments. Its result, trials,
     study record, trials by batch size, and the confirmation's candidates."""
     monkeypatch.setitem(TRUE, 768, (1150.0, 720.0))
-    machine = FakeMachine(drift=0.0, boost={768: reads}, **machine)
+    machine = FakeMachine(drift=0.0, boost={768: reads}, **fake)
     result, trials, s = _search(tmp_path, monkeypatch, wrap(machine) if wrap else machine,
                                 sizes=(1024, 896, 768, 640), n_trials=4, confirm=1)
     by_size = {t.config.batch_size: t.number for t in trials

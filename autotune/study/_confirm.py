@@ -471,11 +471,12 @@ def follow_up(study: optuna.Study) -> tuple[tuple[int, str] | None, list[int]]:
         moved = (knee.trial, "default pick")
     floor = knee or next((r for r in rows if r.default and r.confirmation and
                           r.confirmation.startswith("confirmed")), None)
-    if floor is None or floor.speedup is None:
+    if floor is None:
         return None, []
-    short = [r.trial for r in rows if r.speedup is not None and r.speedup > floor.speedup
-             and r.confirmed and r.confirmed.get("stopped") in RAN_OUT
-             and r.confirmation.startswith("unconfirmed")]
+    short = [] if floor.speedup is None else [
+        r.trial for r in rows if r.speedup is not None and r.speedup > floor.speedup and
+        r.confirmed and r.confirmed.get("stopped") in RAN_OUT and
+        r.confirmation.startswith("unconfirmed")]
     return moved, short
 
 
