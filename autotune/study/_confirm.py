@@ -466,10 +466,9 @@ def follow_up(study: optuna.Study) -> tuple[tuple[int, str] | None, list[int]]:
         return next((r for r in rows if mark(r) and r.confirmed is None and
                      any(m.startswith("unconfirmed") for m in r.marks)), None)
     knee = unmeasured(lambda r: "knee" in r.marks)
-    moved = (knee.trial, "knee") if knee else None
-    if knee is None and (knee := unmeasured(lambda r: r.default)) is not None:
-        moved = (knee.trial, "default pick")
-    floor = knee or next((r for r in rows if r.default and r.confirmation and
+    pick = knee or unmeasured(lambda r: r.default)
+    moved = None if pick is None else (pick.trial, "knee" if pick is knee else "default pick")
+    floor = pick or next((r for r in rows if r.default and r.confirmation and
                           r.confirmation.startswith("confirmed")), None)
     if floor is None:
         return None, []

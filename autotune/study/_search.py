@@ -216,19 +216,21 @@ class Search:
                       f"{plural(self.disturbed_in_row, 'trial')} in a row): windows are kept "
                       "as measured from now on, marked DISTURBED, neither measured again nor "
                       "screened; the confirmation's pairs, disturbed alike on both sides, "
-                      "decide the speed-ups" + self.threads_for(
-                          busy=not Load.from_dict(record.window.load).stolen))
+                      "decide the speed-ups" +
+                      self.threads_for(Load.from_dict(record.window.load)))
 
-    def threads_for(self, busy: bool) -> str:
+    def threads_for(self, busy: Load | None) -> str:
         """The trials' OpenMP threads from now on: waiting passively at a barrier
-        (:data:`BUSY_ENV`) while the machine is ``busy``, spinning as the runtime has
-        them while it is quiet, or busy only by the hypervisor's steal
-        (:attr:`Load.stolen`: no process here for them to spin against, and passive
-        threads alone read slower, benchmarks/omp_wait.py); a user's own
-        ``OMP_WAIT_POLICY`` wins. The runtime reads the policy as it loads, so a change
-        takes a fork server of its own (:class:`ForkServer`; the one before is kept for
-        a change back). What to say of it: "" where nothing changed."""
-        want = dict(BUSY_ENV) if busy and "OMP_WAIT_POLICY" not in os.environ else {}
+        (:data:`BUSY_ENV`) while another process keeps the machine busy (``busy``, the
+        load that does; None where it is quiet), spinning as the runtime has them
+        while it is quiet, or busy only by the hypervisor's steal (:attr:`Load.stolen`:
+        no process here for them to spin against, and passive threads alone read
+        slower, benchmarks/omp_wait.py); a user's own ``OMP_WAIT_POLICY`` wins. The
+        runtime reads the policy as it loads, so a change takes a fork server of its
+        own (:class:`ForkServer`; the one before is kept for a change back). What to
+        say of it: "" where nothing changed."""
+        passive = busy is not None and not busy.stolen
+        want = dict(BUSY_ENV) if passive and "OMP_WAIT_POLICY" not in os.environ else {}
         if want == self.trial_env:
             return ""
         self.trial_env = want
@@ -248,9 +250,8 @@ class Search:
         if not result.ok or not result.window.disturbed or self.trial_env:
             return False
         windows = [*result.window.remeasured, result.window.load]
-        if Load.summed(Load.from_dict(w) for w in windows).stolen:
-            return False
-        passive = self.threads_for(busy=True)  # "" where the user's own policy holds
+        # "" where the user's own policy holds, or the hypervisor took the cores
+        passive = self.threads_for(Load.summed(Load.from_dict(w) for w in windows))
         if passive:
             self.note(f"#{number} stayed disturbed however often it was measured again "
                       f"({who_took(windows)}){passive}; it is measured again")
@@ -267,7 +268,7 @@ class Search:
             self.quiet_again(f"; #{number}, measured with passive threads, is measured again")
         else:
             self.note(f"#{number} found the machine quiet, its threads passive: measured "
-                      f"again{self.threads_for(busy=False).replace(';', ',', 1)}")
+                      f"again{self.threads_for(None).replace(';', ',', 1)}")
         self.disturbed_in_row = 0
         return True
 
@@ -276,7 +277,7 @@ class Search:
         busy, and ``then``), its disturbed windows measured again from now on, its
         threads spinning."""
         self.note(f"the machine is quiet again (it was busy: {self.outcome.busy}): "
-                  f"disturbed windows are measured again{self.threads_for(busy=False)}{then}")
+                  f"disturbed windows are measured again{self.threads_for(None)}{then}")
         self.outcome.busy = ""
 
     def look_at_load(self) -> None:
@@ -295,7 +296,7 @@ class Search:
                   f"{100 * load.share:.0f}% of its {load.cores} cores): windows are kept "
                   "as measured, marked DISTURBED, neither measured again nor screened; "
                   "the confirmation's pairs, disturbed alike on both sides, decide the "
-                  "speed-ups" + self.threads_for(busy=not load.stolen))
+                  "speed-ups" + self.threads_for(load))
 
     def busy_now(self) -> Load | None:
         """Other processes' load on the cores where they take more than ``--max-busy``
@@ -324,7 +325,7 @@ class Search:
         why in words, in :attr:`windows`, and returned."""
         load = self.busy_now()
         busy = load is not None
-        self.threads_for(busy and not load.stolen)
+        self.threads_for(load)
         choice = self.record.choice(busy)
         passive = ", threads passive" if self.trial_env else ""
         words = f"{choice.window_s:g} s each{passive}: the machine is busy" if busy else ""
