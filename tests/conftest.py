@@ -155,24 +155,69 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+# Each module's seconds in a whole run (its tests' set-up, call and tear-down summed),
+# as ``pytest --write-module-times`` last measured them: the order the modules go to
+# the workers in. Only the order depends on it: a stale or missing figure costs a
+# worker some idle minutes at the end, never a result.
+MODULE_TIMES = Path(__file__).with_name("module_times.json")
+
+
 def _heaviest_modules_first(items) -> None:
     """The modules holding ``exclusive`` tests first, the smallest of them first (its
-    next module's exclusive tests come sooner), those tests first in them, then
-    the modules with the most ``slow`` tests, each module's other tests in their own
-    order: a parallel run hands whole modules to its workers in this order (with
-    ``--no-loadscope-reorder``, pyproject.toml's addopts: pytest-xdist's default hands
-    out the modules with the most tests first, whatever this order says). An
-    exclusive test waits for every running test to end, and its worker idles
-    meanwhile: at the start, none is running (in mid-run those waits cost a minute);
-    and a worker that started a long module last would finish alone."""
-    weight = collections.Counter(item.path for item in items if "slow" in item.keywords)
+    next module's exclusive tests come sooner), those tests first in them, then the
+    others, the longest first by MODULE_TIMES (a module it lacks as long as two
+    seconds a test), each module's tests in their own order: a parallel run hands
+    whole modules to its workers in this order (with ``--no-loadscope-reorder``,
+    pyproject.toml's addopts: pytest-xdist's default hands out the modules with the
+    most tests first, whatever this order says). An exclusive test waits for every
+    running test to end, and its worker idles meanwhile: at the start, none is
+    running (in mid-run those waits cost a minute). The longest first, so that the
+    last modules the workers take are short and the workers end together: ranked by
+    the count of their ``slow`` tests, a module of many unmarked tests of 3-10 s
+    each went last, and its worker ran on while the others idled
+    (docs/benchmarks.md#the-test-suites-time)."""
+    import json
+
     size = collections.Counter(item.path for item in items)
+    try:
+        seconds = json.loads(MODULE_TIMES.read_text())["seconds"]
+    except (OSError, ValueError, KeyError):
+        seconds = {}
     exclusive = {item.path for item in items if "exclusive" in item.keywords}
     first_seen = {path: i for i, path in enumerate(dict.fromkeys(i.path for i in items))}
     items.sort(key=lambda item: (item.path not in exclusive,
                                  size[item.path] if item.path in exclusive
-                                 else -weight[item.path],
+                                 else -seconds.get(item.path.name, 2.0 * size[item.path]),
                                  first_seen[item.path], "exclusive" not in item.keywords))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--write-module-times", action="store_true",
+                     help=f"write each module's seconds in this run into {MODULE_TIMES.name} "
+                          "(the order modules go to the workers in)")
+
+
+_MODULE_SECONDS: collections.Counter = collections.Counter()
+
+
+def pytest_sessionfinish(session):
+    """``--write-module-times``: the modules' seconds of this run, on the machine named,
+    into MODULE_TIMES (in a parallel run, by the process that gathers the workers' reports)."""
+    import json
+    import platform
+    import time
+
+    if not session.config.getoption("write_module_times") \
+            or hasattr(session.config, "workerinput"):
+        return
+    cpu = next((line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    MODULE_TIMES.write_text(json.dumps({
+        "measured_on": f"{time.strftime('%Y-%m-%d')}, {cpu}, "
+                       f"{len(os.sched_getaffinity(0))} cores",
+        "seconds": {name: round(s, 1) for name, s in _MODULE_SECONDS.most_common()}},
+        indent=1) + "\n")
 
 
 @pytest.fixture
@@ -222,6 +267,7 @@ _TALLY = {"fault": [0, 0], "bad_input": [0, 0]}  # [passed, ran]
 
 
 def pytest_runtest_logreport(report):
+    _MODULE_SECONDS[Path(report.nodeid.split("::")[0]).name] += report.duration
     if report.when != "call":
         return
     for marker, counts in _TALLY.items():
