@@ -146,7 +146,7 @@ def _share(exclusive: bool, keep: bool = False):
 
 
 def pytest_collection_modifyitems(config, items):
-    _heaviest_modules_first(items)
+    _heaviest_modules_first(items, config.getoption("write_module_times"))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="no CUDA device")
@@ -157,12 +157,12 @@ def pytest_collection_modifyitems(config, items):
 
 # Each module's seconds in a whole run (its tests' set-up, call and tear-down summed),
 # as ``pytest --write-module-times`` last measured them: the order the modules go to
-# the workers in. Only the order depends on it: a stale or missing figure costs a
-# worker some idle minutes at the end, never a result.
+# the workers in. Only the order depends on it: a stale figure, or a module it lacks,
+# costs a worker some idle minutes at the end, never a result.
 MODULE_TIMES = Path(__file__).with_name("module_times.json")
 
 
-def _heaviest_modules_first(items) -> None:
+def _heaviest_modules_first(items, rewriting: bool) -> None:
     """The modules holding ``exclusive`` tests first, the smallest of them first (its
     next module's exclusive tests come sooner), those tests first in them, then the
     others, the longest first by MODULE_TIMES (a module it lacks as long as two
@@ -176,19 +176,31 @@ def _heaviest_modules_first(items) -> None:
     the count of their ``slow`` tests, a module of many unmarked tests of 3-10 s
     each went last, and its worker ran on while the others idled
     (docs/benchmarks.md#the-test-suites-time)."""
-    import json
-
     size = collections.Counter(item.path for item in items)
-    try:
-        seconds = json.loads(MODULE_TIMES.read_text())["seconds"]
-    except (OSError, ValueError, KeyError):
-        seconds = {}
+    seconds = _module_times(rewriting)["seconds"]
     exclusive = {item.path for item in items if "exclusive" in item.keywords}
     first_seen = {path: i for i, path in enumerate(dict.fromkeys(i.path for i in items))}
     items.sort(key=lambda item: (item.path not in exclusive,
                                  size[item.path] if item.path in exclusive
                                  else -seconds.get(item.path.name, 2.0 * size[item.path]),
                                  first_seen[item.path], "exclusive" not in item.keywords))
+
+
+def _module_times(rewriting: bool) -> dict:
+    """MODULE_TIMES as stored; a file that cannot be read stops the run, naming it,
+    unless this run writes it again (then it starts from nothing)."""
+    import json
+
+    try:
+        stored = json.loads(MODULE_TIMES.read_text())
+        if not all(isinstance(v, (int, float)) for v in stored["seconds"].values()):
+            raise ValueError("a module's seconds is not a number")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        if rewriting:
+            return {"seconds": {}}
+        raise pytest.UsageError(f"{MODULE_TIMES} unreadable ({exc}): run the suite with "
+                                "--write-module-times to write it again") from None
+    return stored
 
 
 def pytest_addoption(parser):
@@ -201,8 +213,9 @@ _MODULE_SECONDS: collections.Counter = collections.Counter()
 
 
 def pytest_sessionfinish(session):
-    """``--write-module-times``: the modules' seconds of this run, on the machine named,
-    into MODULE_TIMES (in a parallel run, by the process that gathers the workers' reports)."""
+    """``--write-module-times``: the seconds of the modules this run ran, on the machine
+    named, into MODULE_TIMES, where the other modules keep theirs (in a parallel run,
+    by the process that gathers the workers' reports)."""
     import json
     import platform
     import time
@@ -213,11 +226,12 @@ def pytest_sessionfinish(session):
     cpu = next((line.split(":", 1)[1].strip()
                 for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
+    seconds = {**_module_times(rewriting=True)["seconds"],
+               **{name: round(s, 1) for name, s in _MODULE_SECONDS.items()}}
     MODULE_TIMES.write_text(json.dumps({
         "measured_on": f"{time.strftime('%Y-%m-%d')}, {cpu}, "
                        f"{len(os.sched_getaffinity(0))} cores",
-        "seconds": {name: round(s, 1) for name, s in _MODULE_SECONDS.most_common()}},
-        indent=1) + "\n")
+        "seconds": dict(sorted(seconds.items(), key=lambda kv: -kv[1]))}, indent=1) + "\n")
 
 
 @pytest.fixture
