@@ -217,20 +217,19 @@ def pytest_sessionfinish(session):
     named, into MODULE_TIMES, where the other modules keep theirs (in a parallel run,
     by the process that gathers the workers' reports)."""
     import json
-    import platform
     import time
+
+    from autotune.env import SPEED_FLAGS, available_cores, cpu_flags, cpu_model
 
     if not session.config.getoption("write_module_times") \
             or hasattr(session.config, "workerinput"):
         return
-    cpu = next((line.split(":", 1)[1].strip()
-                for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+    flags = " ".join(f for f in SPEED_FLAGS if f in cpu_flags()) or "none of SPEED_FLAGS"
     seconds = {**_module_times(rewriting=True)["seconds"],
                **{name: round(s, 1) for name, s in _MODULE_SECONDS.items()}}
     MODULE_TIMES.write_text(json.dumps({
-        "measured_on": f"{time.strftime('%Y-%m-%d')}, {cpu}, "
-                       f"{len(os.sched_getaffinity(0))} cores",
+        "measured_on": f"{time.strftime('%Y-%m-%d')}, {cpu_model()} ({flags}), "
+                       f"{len(available_cores())} cores",
         "seconds": dict(sorted(seconds.items(), key=lambda kv: -kv[1]))}, indent=1) + "\n")
 
 

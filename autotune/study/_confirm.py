@@ -453,11 +453,11 @@ def follow_up(study: optuna.Study) -> tuple[tuple[int, str] | None, list[int]]:
     config) that the confirmation left unconfirmed for want of time or pairs
     (:data:`RAN_OUT`), not for being slower, so that a stretch of busy pairs that
     left them too wide does not hand the default to a slower config. Speed-ups, not
-    rates: each is taken against a baseline measured beside it, while a rate read in
-    pairs under the hypervisor's steal fell 30% under the search's, and a config no
-    confirmation measured became the default above two that read 1.57x and 1.43x
-    against its 1.21x. The pick that moved is given with its name, "knee" or
-    "default pick"; (None, []) where there is neither."""
+    rates: each is taken against a baseline measured beside it, while the rates of
+    pairs the hypervisor's steal slowed read under the search's, and a config no
+    confirmation measured could become the default above faster ones (the case,
+    measured: docs/measurement.md). The pick that moved is given with its name,
+    "knee" or "default pick"; (None, []) where there is neither."""
     s = StudyRecord.from_study(study)
     rows = [r for r in front_rows(rec.records(study), s.baseline, s.budget_mib,
                                   within=s.confirm_within) if r.trial != s.baseline]
