@@ -18,7 +18,9 @@ paired with itself (A/A: every ratio is noise) in one paired trial of busy windo
 training beside it, as a busy search's confirmation measures; each series is
 replayed on its own. A replay draws each config's pairs from the centred series by
 verdicts.py's circular block bootstrap (blocks of 4 pairs) and multiplies them by its
-speed-up; each pair takes the series' mean seconds.
+speed-up; each pair takes the series' mean seconds (recorded alone: two candidates
+paired in a round share one window of the reference, so each of theirs takes three
+quarters of it, :data:`SHARED`).
 
 The ways replayed, each a rule the code ran:
 - ``as-read``: the time goes to the fastest config as read, once their pooled spread
@@ -55,6 +57,9 @@ RESULTS = Path(__file__).parent / "results"
 SERIES = RESULTS / "focus-series.json"
 MAX_S = PAIRED_MAX_S  # the confirmation's seconds of pairs
 GUESS = UNKNOWN_SPREAD[True]  # the contender rule's guess of a busy pair's spread
+# a pair's share of a round where two candidates share the reference's window: its
+# own window and half the reference's, of two windows alike
+SHARED = 0.75
 # The configs' speed-ups as quick starts beside a training confirmed them (the fastest
 # first): docs/benchmarks.md, quickstart.py --one-folder --beside-training
 SCENARIOS = {
@@ -115,7 +120,8 @@ def record(pairs: int, beside: bool, window_s: float) -> dict:
 def replay(way: str, speedups: list[float], logs: list[float], pair_s: float,
            rng: random.Random) -> dict:
     """One confirmation's pairs (the real :func:`run_pairs`), each pair drawn from
-    ``logs`` for its config, on a clock that each pair moves by ``pair_s``."""
+    ``logs`` for its config, on a clock that each pair moves by ``pair_s`` (by
+    :data:`SHARED` of it where two share a window of the reference)."""
     from autotune.study._confirm import MAX_PAIRS, pairs_rule
     from autotune.trial import _pairs
 
@@ -123,24 +129,30 @@ def replay(way: str, speedups: list[float], logs: list[float], pair_s: float,
     noise = {c: iter(draws(logs, MAX_PAIRS, rng)) for c in range(len(speedups))}
     clock = [0.0]
 
-    def pair(reference, c, sides, round_, spec, window_s):
-        ratio = speedups[c.side.index] * math.exp(next(noise[c.side.index]))
-        clock[0] += pair_s
-        c.pairs.append({"ratio": ratio, "window_s": window_s, "seconds": pair_s,
-                        "round": round_, "half_width": None})
-        c.comparison.add(ratio)
+    def pairs_of(reference, before, after, sides, round_, spec, window_s):
+        shared = before is not None and after is not None
+        for c in (before, after):
+            if c is None:
+                continue
+            ratio = speedups[c.side.index] * math.exp(next(noise[c.side.index]))
+            seconds = pair_s * (SHARED if shared else 1.0)
+            clock[0] += seconds
+            c.pairs.append({"ratio": ratio, "window_s": window_s, "seconds": seconds,
+                            "round": round_, "half_width": None,
+                            "ref_first": c is after})
+            c.comparison.add(ratio)
 
     candidates = [_pairs.Candidate(SimpleNamespace(index=i), _pairs.Comparison(rule))
                   for i in range(len(speedups))]
-    saved = _pairs._pair, _pairs.time.perf_counter, _pairs.Comparison.best_case
-    _pairs._pair, _pairs.time.perf_counter = pair, lambda: clock[0]
+    saved = _pairs._pairs_of, _pairs.time.perf_counter, _pairs.Comparison.best_case
+    _pairs._pairs_of, _pairs.time.perf_counter = pairs_of, lambda: clock[0]
     if way.startswith("as-read"):
         _pairs.Comparison.best_case = lambda self, spread: self.decision().speedup
     try:
         _pairs.run_pairs(None, candidates, None, _pairs.PairSpec(
             rule=rule, max_s=MAX_S, window_s=1.0, noise=GUESS if "guess" in way else None))
     finally:
-        _pairs._pair, _pairs.time.perf_counter, _pairs.Comparison.best_case = saved
+        _pairs._pairs_of, _pairs.time.perf_counter, _pairs.Comparison.best_case = saved
     # confirmed as the front reads it (Confirmed.why_not): its interval within ±10%
     widths = [c.comparison.decision().half_width for c in candidates]
     confirmed = [w is not None and w <= rule.precision for w in widths]

@@ -84,6 +84,38 @@ def test_pairs_alternate_abba_and_stop_once_the_engine_decides(monkeypatch):
     assert order == [0, 1, 1, 0, 0, 1, 1, 0]  # A B, B A, A B, B A
 
 
+def test_two_candidates_share_the_references_window_each_alternating_its_side(monkeypatch):
+    """Two candidates paired in a round share one window of the reference, one just
+    before it and one just after, swapping sides each round (ABBA for each): 12
+    windows for their 4 pairs each, not 16. A shared pair costs its own window and
+    half the reference's. A shared pair disturbed on one side only is measured again
+    alone; the other candidate's, disturbed on both, is kept."""
+    rates = {0: [100.0] * 20, 1: [150.0, 151.0, 149.0, 150.5] * 5,
+             2: [149.0, 150.0, 151.0, 150.2] * 5}
+    order = _scripted(monkeypatch, rates, {})
+    one, two = (Candidate(_side(i), Comparison(Rule(precision=0.10))) for i in (1, 2))
+    _pairs.run_pairs(_side(0), [one, two], MeasureSpec(), _pairs.PairSpec())
+    assert one.stopped == two.stopped == "decided"
+    assert [c.comparison.pairs for c in (one, two)] == [4, 4]
+    assert order == [1, 0, 2, 2, 0, 1] * 2
+    assert [p["ref_first"] for p in one.pairs] == [False, True] * 2
+    assert [p["ref_first"] for p in two.pairs] == [True, False] * 2
+    assert one.comparison.ratios == [r / 100.0 for r in (150.0, 151.0, 149.0, 150.5)]
+    assert two.comparison.ratios == [r / 100.0 for r in (149.0, 150.0, 151.0, 150.2)]
+    assert all(p["seconds"] == pytest.approx(0.6 + 0.3) for p in one.pairs + two.pairs)
+
+    # the reference's window and #2's disturbed, #1's not: #1's pair is measured again
+    busy = {0: [True, False], 1: [False, False], 2: [True]}
+    rates = {0: [50.0, 100.0] + [100.0] * 20, 1: [150.0] * 20, 2: [60.0] + [120.0] * 20}
+    order = _scripted(monkeypatch, rates, busy)
+    one, two = (Candidate(_side(i), Comparison(Rule(min_pairs=2, max_pairs=2))) for i in (1, 2))
+    _pairs.run_pairs(_side(0), [one, two], MeasureSpec(busy_retries=2), _pairs.PairSpec())
+    assert order[:5] == [1, 0, 2, 1, 0]  # the shared round, then #1's again alone
+    assert one.redone == 1 and one.busy_pairs == 0 and one.comparison.ratios == [1.5, 1.5]
+    assert two.redone == 0 and two.busy_pairs == 1 and two.comparison.ratios == [1.2, 1.2]
+    assert one.pairs[0]["seconds"] == pytest.approx(0.6 + 0.3 + 0.6 + 0.6)  # the try dropped too
+
+
 def test_a_candidate_about_as_fast_as_the_reference_stops_once_precise_and_placed(
         monkeypatch):
     """The confirmation's rule (``pairs_rule``): a candidate at about 0.98x stops once
@@ -161,11 +193,12 @@ def test_pairs_stop_at_their_time_limit(monkeypatch):
 
 
 def test_where_time_cannot_confirm_every_candidate_it_goes_to_one_that_it_can(monkeypatch):
-    """Two candidates a pair's noise apart, 60 s of pairs at 2 s a pair: confirming
+    """Two candidates a pair's noise apart, 52 s of pairs in windows of 1 s (3 s a
+    round where the two share the reference's window, 2 s a pair alone): confirming
     both to ±10% would take about 37 pairs, so once their spread is known (pooled
     over both, from five pairs each) the pairs go to the one whose own fit, the
-    faster one where both would: it is confirmed. Paired in turn to the end, neither
-    is (as without the rule)."""
+    faster one where both would: it is confirmed. Paired in turn to the end (as
+    without the rule), the faster one is not: the slower is confirmed instead."""
     import types
 
     def run(rule_on: bool):
@@ -186,7 +219,7 @@ def test_where_time_cannot_confirm_every_candidate_it_goes_to_one_that_it_can(mo
             monkeypatch.setattr(_pairs, "focus", lambda open_, *_: open_)
         both = [Candidate(_side(i), Comparison(Rule(precision=0.10, max_pairs=60)))
                 for i in (1, 2)]
-        ended = _pairs.run_pairs(_side(0), both, MeasureSpec(), _pairs.PairSpec(max_s=60.0))
+        ended = _pairs.run_pairs(_side(0), both, MeasureSpec(), _pairs.PairSpec(max_s=52.0))
         return ended, [(c.stopped, c.comparison.decision()) for c in both]
 
     ended, (one, two) = run(rule_on=True)
@@ -194,7 +227,7 @@ def test_where_time_cannot_confirm_every_candidate_it_goes_to_one_that_it_can(mo
     assert one[1].half_width <= 0.10 and two[0] == "time"
     assert two[1].pairs < one[1].pairs  # its pairs stopped once the time went to #1
     ended, results = run(rule_on=False)
-    assert ended == "max-seconds" and [stopped for stopped, _ in results] == ["time", "time"]
+    assert ended == "max-seconds" and [stopped for stopped, _ in results] == ["time", "decided"]
 
 
 def test_the_focus_pairs_everyone_while_their_needs_fit_or_their_spread_is_unknown():

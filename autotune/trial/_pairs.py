@@ -21,6 +21,13 @@ as their own spread and pace show the try costlier
 (:func:`autotune.trial._spread.costlier`): a try costs a few pairs, not the
 confirmation.
 
+Two candidates paired in the same round share the reference's window: one runs just
+before it and the other just after (``a R b``), each candidate's pairs alternating
+which side it takes, as a lone candidate's alternate ABBA. The reference's windows are
+the dearest (the baseline's loader workers refill in its untimed steps), and a
+candidate's pairs are still one pair a round, seconds apart, the reference adjacent;
+the two candidates' quotient in that round is then of their own windows alone.
+
 A pair with one of its windows disturbed by another process (more than
 ``MeasureSpec.max_busy`` of the cores) is measured again; one disturbed on both sides
 is kept (the disturbance cancels) and counted, with the process named.
@@ -271,8 +278,9 @@ class Candidate:
 
 def run_pairs(reference: Side, candidates: list[Candidate], spec: MeasureSpec,
               pairs: PairSpec) -> str:
-    """Pairs of each open candidate with the reference, ABBA, until each is decided,
-    or known to the rule's precision and placed at it (:meth:`Comparison.placed`),
+    """Pairs of each open candidate with the reference, ABBA, two candidates sharing a
+    window of the reference where their turns allow (:func:`sharing`), until each is
+    decided, or known to the rule's precision and placed at it (:meth:`Comparison.placed`),
     or known slower than another candidate (racing drops it), its pairs are spent,
     or ``pairs.max_s`` has run; returns why the pairs ended. A try of another window
     length goes back to ``pairs.back_to``'s once it is known costlier (:func:`went_back`)."""
@@ -284,16 +292,20 @@ def run_pairs(reference: Side, candidates: list[Candidate], spec: MeasureSpec,
             return "decided"
         spent = time.perf_counter() - started
         noise = pairs.noise if window_s == pairs.window_s else pairs.back_to.spread
-        for c in focus(open_, pairs.max_s - spent, pair_seconds(candidates, window_s), noise):
+        chosen = focus(open_, pairs.max_s - spent, pair_seconds(candidates, window_s), noise)
+        for before, after in sharing(chosen):
             if time.perf_counter() - started >= pairs.max_s:
                 for each in open_:
                     each.stopped = each.stopped or "time"
                 return "max-seconds"
-            _pair(reference, c, sides, round_, spec, window_s)
-            if c.comparison.decision().decided or c.comparison.placed() != "undecided":
-                c.stopped = "decided"
-            elif c.comparison.exhausted:
-                c.stopped = "pairs spent"
+            _pairs_of(reference, before, after, sides, round_, spec, window_s)
+            for c in (before, after):
+                if c is None:
+                    continue
+                if c.comparison.decision().decided or c.comparison.placed() != "undecided":
+                    c.stopped = "decided"
+                elif c.comparison.exhausted:
+                    c.stopped = "pairs spent"
         _race(candidates)
         if window_s == pairs.window_s and went_back(candidates, pairs):
             window_s = pairs.back_to.window_s
@@ -371,18 +383,68 @@ def pooled_noise(open_: list[Candidate]) -> float | None:
     return pair_noise([c.comparison.ratios for c in open_], least_dof=2 * least)
 
 
+def lean(c: Candidate) -> int:
+    """How ``c``'s pairs so far lean: those that ran the reference first less those
+    that ran it second (its next pair runs it second where this is over 0, first
+    where under)."""
+    return sum(1 if p["ref_first"] else -1 for p in c.pairs)
+
+
+def sharing(chosen: list[Candidate]) -> list[tuple[Candidate | None, Candidate | None]]:
+    """This round's pairs, as (the candidate just before a reference window, the one
+    just after): two candidates share one window of the reference wherever their
+    turns allow, each running on the side its pairs so far lean away from
+    (:func:`lean`; either where they lean neither way); a candidate left alone runs
+    on its side, the reference first where it leans neither way."""
+    first = [c for c in chosen if lean(c) > 0]  # runs before the reference
+    second = [c for c in chosen if lean(c) < 0]  # after it
+    either = [c for c in chosen if lean(c) == 0]
+    out: list[tuple[Candidate | None, Candidate | None]] = []
+    while first and second:
+        out.append((first.pop(0), second.pop(0)))
+    while first and either:
+        out.append((first.pop(0), either.pop(0)))
+    while second and either:
+        out.append((either.pop(0), second.pop(0)))
+    while len(either) >= 2:
+        out.append((either.pop(0), either.pop(0)))
+    out += [(c, None) for c in first] + [(None, c) for c in second + either]
+    return out
+
+
+def _pairs_of(reference: Side, before: Candidate | None, after: Candidate | None,
+              sides: list[Side], round_: int, spec: MeasureSpec, window_s: float) -> None:
+    """This round's pair of ``before`` (its window just before the reference's) and of
+    ``after`` (just after it), one window of the reference between them where both
+    are given (:func:`sharing`)."""
+    if before is None or after is None:
+        c = before or after
+        _pair(reference, c, sides, round_, spec, window_s, ref_first=after is not None)
+        return
+    order = [before.side, reference, after.side]
+    got = {side.index: timed_window(side, [s for s in sides if s is not side], spec)
+           for side in order}
+    _pair(reference, before, sides, round_, spec, window_s, ref_first=False, got=got)
+    _pair(reference, after, sides, round_, spec, window_s, ref_first=True, got=got)
+
+
 def _pair(reference: Side, c: Candidate, sides: list[Side], round_: int,
-          spec: MeasureSpec, window_s: float) -> None:
-    """One pair in windows of ``window_s``, the reference first in even rounds;
-    measured again (up to ``spec.busy_retries`` times) where one window only was
-    disturbed. Its seconds hold every window it took, and what opened each."""
-    order = [reference, c.side] if round_ % 2 == 0 else [c.side, reference]
-    seconds = 0.0
+          spec: MeasureSpec, window_s: float, ref_first: bool = True,
+          got: dict[int, dict] | None = None) -> None:
+    """One pair in windows of ``window_s``, the reference first where ``ref_first``;
+    ``got``: its two windows measured already (beside another candidate's, sharing the
+    reference's). Measured again (up to ``spec.busy_retries`` times) where one window
+    only was disturbed. Its seconds hold every window it took, and what opened each,
+    a shared window of the reference as half its own (what the pair cost the machine:
+    the focus plans with it, and the machine's record keeps it)."""
+    order = [reference, c.side] if ref_first else [c.side, reference]
+    seconds, shared = 0.0, got is not None
     for again in range(spec.busy_retries + 1):
-        got = {}
-        for side in order:
-            got[side.index] = timed_window(side, [s for s in sides if s is not side], spec)
-            seconds += got[side.index]["fixed_s"] + got[side.index]["seconds"]
+        if got is None or again:
+            got, shared = {side.index: timed_window(side, [s for s in sides if s is not side],
+                                                    spec) for side in order}, False
+        seconds += sum((got[side.index]["fixed_s"] + got[side.index]["seconds"]) *
+                       (0.5 if shared and side is reference else 1.0) for side in order)
         ref, own = got[reference.index], got[c.side.index]
         one_sided = ref["busy"] != own["busy"]
         if one_sided and again < spec.busy_retries:
@@ -397,9 +459,9 @@ def _pair(reference: Side, c: Candidate, sides: list[Side], round_: int,
     c.taken_by += [w["load"] for w in (ref, own) if w["busy"]]
     c.pairs.append({"ratio": own["rate"] / ref["rate"], "half_width": half,
                     "reference_rate": ref["rate"], "rate": own["rate"],
-                    "inner": inner_ratio(ref, own, ref_first=order[0] is reference),
+                    "inner": inner_ratio(ref, own, ref_first=ref_first),
                     "busy": [ref["busy"], own["busy"]], "window_s": window_s,
-                    "seconds": seconds, "round": round_})
+                    "seconds": seconds, "round": round_, "ref_first": ref_first})
     c.comparison.add(own["rate"] / ref["rate"], half)
 
 

@@ -22,7 +22,8 @@ CONFIDENCE = 0.95
 class Known:
     """What pairs at one window length showed: their log ratios' pooled spread around
     each candidate's mean, its degrees of freedom, and a pair's seconds (both windows
-    and what opens them, a pair measured again included)."""
+    and what opens them, a pair measured again included; a window of the reference
+    that two candidates' pairs shared, half in each)."""
 
     window_s: float
     spread: float
