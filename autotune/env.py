@@ -222,6 +222,11 @@ def isa_key() -> str:
 SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
 
 
+def cpu_features() -> list[str]:
+    """The :data:`SPEED_FLAGS` this CPU has, in that order."""
+    return [f for f in SPEED_FLAGS if f in cpu_flags()]
+
+
 def check_cores(name: str, cores: tuple[int, ...] | None) -> None:
     """Rejects a core set that names a core this machine (or this process) lacks."""
     if cores is None:
@@ -250,7 +255,7 @@ def fingerprint(device: str = "cpu") -> dict:
         "autotune": __import__("autotune").__version__,
         "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
         "optuna": metadata.version("optuna"), "python": platform.python_version(),
-        "cpu": cpu_model(), "cpu_features": [f for f in SPEED_FLAGS if f in cpu_flags()],
+        "cpu": cpu_model(), "cpu_features": cpu_features(),
         "logical_cores": psutil.cpu_count(logical=True),
         "physical_cores": psutil.cpu_count(logical=False),
         "available_cores": len(available_cores()),

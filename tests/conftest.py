@@ -219,12 +219,12 @@ def pytest_sessionfinish(session):
     import json
     import time
 
-    from autotune.env import SPEED_FLAGS, available_cores, cpu_flags, cpu_model
+    from autotune.env import available_cores, cpu_features, cpu_model
 
     if not session.config.getoption("write_module_times") \
             or hasattr(session.config, "workerinput"):
         return
-    flags = " ".join(f for f in SPEED_FLAGS if f in cpu_flags()) or "none of SPEED_FLAGS"
+    flags = " ".join(cpu_features()) or "none of SPEED_FLAGS"
     seconds = {**_module_times(rewriting=True)["seconds"],
                **{name: round(s, 1) for name, s in _MODULE_SECONDS.items()}}
     MODULE_TIMES.write_text(json.dumps({

@@ -396,9 +396,10 @@ def sharing(chosen: list[Candidate]) -> list[tuple[Candidate | None, Candidate |
     turns allow, each running on the side its pairs so far lean away from
     (:func:`lean`; either where they lean neither way); a candidate left alone runs
     on its side, the reference first where it leans neither way."""
-    first = [c for c in chosen if lean(c) > 0]  # runs before the reference
-    second = [c for c in chosen if lean(c) < 0]  # after it
-    either = [c for c in chosen if lean(c) == 0]
+    leans = [(lean(c), c) for c in chosen]
+    first = [c for n, c in leans if n > 0]  # runs before the reference
+    second = [c for n, c in leans if n < 0]  # after it
+    either = [c for n, c in leans if n == 0]
     out: list[tuple[Candidate | None, Candidate | None]] = []
     while first and second:
         out.append((first.pop(0), second.pop(0)))
@@ -421,11 +422,15 @@ def _pairs_of(reference: Side, before: Candidate | None, after: Candidate | None
         c = before or after
         _pair(reference, c, sides, round_, spec, window_s, ref_first=after is not None)
         return
-    order = [before.side, reference, after.side]
-    got = {side.index: timed_window(side, [s for s in sides if s is not side], spec)
-           for side in order}
+    got = _windows([before.side, reference, after.side], sides, spec)
     _pair(reference, before, sides, round_, spec, window_s, ref_first=False, got=got)
     _pair(reference, after, sides, round_, spec, window_s, ref_first=True, got=got)
+
+
+def _windows(order: list[Side], sides: list[Side], spec: MeasureSpec) -> dict[int, dict]:
+    """A window of each of ``order``'s sides, in that order, by side index."""
+    return {side.index: timed_window(side, [s for s in sides if s is not side], spec)
+            for side in order}
 
 
 def _pair(reference: Side, c: Candidate, sides: list[Side], round_: int,
@@ -438,11 +443,11 @@ def _pair(reference: Side, c: Candidate, sides: list[Side], round_: int,
     a shared window of the reference as half its own (what the pair cost the machine:
     the focus plans with it, and the machine's record keeps it)."""
     order = [reference, c.side] if ref_first else [c.side, reference]
-    seconds, shared = 0.0, got is not None
+    seconds = 0.0
     for again in range(spec.busy_retries + 1):
-        if got is None or again:
-            got, shared = {side.index: timed_window(side, [s for s in sides if s is not side],
-                                                    spec) for side in order}, False
+        shared = got is not None and not again
+        if not shared:
+            got = _windows(order, sides, spec)
         seconds += sum((got[side.index]["fixed_s"] + got[side.index]["seconds"]) *
                        (0.5 if shared and side is reference else 1.0) for side in order)
         ref, own = got[reference.index], got[c.side.index]
