@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 from typing import Callable
@@ -99,7 +100,9 @@ def _space(sizes, fanouts=((25, 10),)) -> dict:
 
 
 def _search(tmp_path, monkeypatch, machine, sizes=TRUE, fanouts=((25, 10),), notes=None,
-            **options):
+            lines=None, **options):
+    """A search on the fake ``machine``; ``notes``: takes the plan's notes, ``lines``:
+    the lines the run shows as it goes (confirmations announced)."""
     import autotune
 
     monkeypatch.setattr(search_module, "run_trial", machine)
@@ -108,6 +111,8 @@ def _search(tmp_path, monkeypatch, machine, sizes=TRUE, fanouts=((25, 10),), not
         studies_dir=str(tmp_path / "studies"), space=_space(sizes, fanouts),
         **{"priors": False, "racing": False, "progress": False, "optuna_sampler": "random",
            "confirm_by": "rounds", **options})
+    if lines is not None:
+        plan = dataclasses.replace(plan, on_note=lines.append)
     result = plan.run()
     study = optuna.load_study(study_name=result.study_name, storage=result._url)
     if notes is not None:
@@ -752,6 +757,49 @@ def test_a_knee_that_moves_onto_an_unmeasured_config_is_confirmed_in_a_follow_up
     # only the leanest, neither fastest nor knee at any point, was never confirmed
     assert [r.trial for r in result.front if r.confirmation ==
             "unconfirmed: the confirmation did not measure it"] == [by_size[256]]
+
+
+def test_a_follow_up_stopped_by_sigterm_names_the_pick_that_moved_when_resumed(
+        tmp_path, monkeypatch):
+    """The knee's follow-up above (768, after 896's memory grew), stopped by SIGTERM in
+    its second measurement: run again, the search resumes that run, announced as
+    what it is, the knee that moved, not as a bare "resumed", and confirms 768."""
+    import signal
+
+    from autotune.cli._main import Terminated, _terminated
+
+    _pairs_spread(tmp_path, 0.01)
+    machine = FakeMachine(drift=0.0, grow={896: 1200.0}, boost={768: 0.95})
+    following = []
+
+    def stops(config, **kw):
+        if "confirm-1-" in str(kw.get("trial_dir", "")):
+            following.append(config.batch_size)
+            if len(following) == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return machine(config, **kw)
+
+    search = functools.partial(_search, tmp_path, monkeypatch, sizes=(1024, 896, 768, 640, 256),
+                               n_trials=5, confirm=1, study_name="k")
+    before: list[str] = []
+    outer = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        with pytest.raises(Terminated):
+            search(stops, lines=before)
+    finally:
+        signal.signal(signal.SIGTERM, outer)
+    after: list[str] = []
+    result, trials, s = search(machine, lines=after)
+    knee = next(r for r in result.front if "knee" in r.marks)
+    announced = [line for line in before + after if line.startswith("confirmation:")]
+    assert len(announced) == 3, announced
+    moved = f"the knee moved to #{knee.trial}, which the confirmation did not measure: "
+    assert announced[1].startswith(f"confirmation: {moved}"), announced
+    assert announced[2].startswith(f"confirmation: resumed where it was stopped: {moved}"), \
+        announced
+    assert [r["state"] for r in s.confirmations] == ["done", "done"]
+    assert knee.trial == s.confirmations[1]["knee"] and "confirmed in 3 rounds" in \
+        " ".join(knee.marks)
 
 
 def _pairs_spread(tmp_path, spread: float) -> None:

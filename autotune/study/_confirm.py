@@ -305,6 +305,7 @@ class Plan:
     noise: float | None = None  # a pair's spread at window_s, known or guessed (Choice.noise)
     knee: int | None = None  # a follow-up's: the knee that moved onto an unmeasured config
     moved: str = "knee"  # ... or the default pick that did (follow_up)
+    follow_up: bool = False  # a run after the first, for what the first did not confirm
 
     @property
     def measurements(self) -> int:
@@ -504,12 +505,15 @@ def interrupted_note(study: optuna.Study) -> str | None:
 
 
 def _resumed(study: optuna.Study, run: dict) -> Plan:
-    """The plan of an unfinished confirmation run, to go on where it stopped; this
-    worker claims it."""
+    """The plan of an unfinished confirmation run, to go on where it stopped (a
+    follow-up's with the pick that moved, which its announcement names); this worker
+    claims it."""
     _update_run(study, run["run"], worker=this_worker(), beat=time.time(), state="running")
     frozen = study.get_trials(deepcopy=False)
     return Plan(run["run"], tuple(frozen[n] for n in run["candidates"]), run["rounds"],
-                run["asked"], resumed=True, paired=run.get("paired", False))
+                run["asked"], resumed=True, paired=run.get("paired", False),
+                knee=run.get("knee"), moved=run.get("moved", "knee"),
+                follow_up="follow_up_of" in run)
 
 
 def _finish(study: optuna.Study, run: int, cut: str, state: str = "done") -> None:
@@ -744,7 +748,7 @@ class Confirmation:
             "state": "running", "worker": this_worker(), "beat": time.time(), **extra}])
         return Plan(len(runs), tuple(frozen[n] for n in numbers), rounds, asked,
                     paired=extra.get("paired", False), knee=extra.get("knee"),
-                    moved=extra.get("moved", "knee"))
+                    moved=extra.get("moved", "knee"), follow_up="follow_up_of" in extra)
 
     def beat(self, run: int) -> None:
         """Confirmation ``run`` is alive: its worker was heard now (another host

@@ -813,12 +813,11 @@ class Search:
         """The line that starts a confirmation: what it measures, how, and about how
         long it takes."""
         clock = self.clock
-        follow_up = clock.confirmed > 0  # the knee moved onto a config not measured
         clock.confirming = clock.confirmed + plan.measurements
         names = ", ".join(f"#{t.number}" + (" (baseline)" if rec.is_baseline(t) else "")
                           for t in plan.trials)
-        what = self.follow_up_words(plan) if follow_up else ""
-        what = "resumed where it was stopped: " if plan.resumed else what
+        what = self.follow_up_words(plan) if plan.follow_up else ""
+        what = f"resumed where it was stopped: {what}" if plan.resumed else what
         fewer = " (all that --budget holds)" if plan.rounds < plan.asked else ""
         windows = f" ({self.windows.why})" if self.windows.why else ""
         how = f"pairs of short windows in one process{windows}" if plan.paired else \
