@@ -316,19 +316,27 @@ def ratio_half_width(a: float | None, b: float | None) -> float | None:
 
 def quotients(rule: Rule, fast: dict[int, tuple[float, float | None]],
               slow: dict[int, tuple[float, float | None]]) -> Comparison:
-    """``fast`` over ``slow`` under ``rule``, on the quotients of their ratios in the
-    rounds both have (each a round's ratio and its relative half-width, None where
-    unknown, by round): a drift of the round that moves both ratios alike cancels in
-    the quotient, and on independent pairs its spread is about 1.4 times one pair's,
-    where two intervals part only once their half-widths together are under the gap.
-    Each quotient's half-width is its two ratios' together; the rule's ``max_pairs``
-    is the rounds they share (its least at least)."""
-    shared = [k for k in fast if k in slow]
-    comparison = Comparison(dataclasses.replace(rule, max_pairs=max(len(shared),
+    """``fast`` over ``slow`` under ``rule``, on the quotients of their ratios (each a
+    round's ratio and its relative half-width, None where unknown, by round): first
+    in the rounds both have, where a drift of the round that moves both ratios alike
+    cancels; then the rounds each has alone, matched in their order (the first of
+    one's with the first of the other's, and so on), as a focus that pairs one
+    candidate a round leaves them: two candidates it alternates between have their
+    pairs a round or two apart, and a drift between those rounds is a ratio's own
+    noise, which the quotients' spread holds. On independent pairs a quotient
+    spreads about 1.4 times one pair's, where two intervals part only once their
+    half-widths together are under the gap. The matching reads the rounds, never the
+    ratios, and a new pair of either only adds a quotient. Each quotient's
+    half-width is its two ratios' together; the rule's ``max_pairs`` is the
+    quotients' count (its least at least)."""
+    both = [(k, k) for k in fast if k in slow]
+    alone = zip(sorted(k for k in fast if k not in slow), sorted(k for k in slow if k not in fast))
+    matched = both + list(alone)
+    comparison = Comparison(dataclasses.replace(rule, max_pairs=max(len(matched),
                                                                     rule.min_pairs)))
-    for k in shared:
-        (ratio, half), (theirs, their_half) = fast[k], slow[k]
-        comparison.add(ratio / theirs, ratio_half_width(half, their_half))
+    for mine, theirs in matched:
+        (ratio, half), (their_ratio, their_half) = fast[mine], slow[theirs]
+        comparison.add(ratio / their_ratio, ratio_half_width(half, their_half))
     return comparison
 
 

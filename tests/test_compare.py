@@ -230,19 +230,23 @@ def test_pairs_to_precision_is_where_the_interval_would_come_within_it():
     assert tight.pairs_to_precision() == 8  # within it already: no pairs short
 
 
-def test_quotients_read_only_the_rounds_two_comparisons_share():
+def test_quotients_read_the_rounds_two_comparisons_share_then_the_rest_in_order():
     """Rounds 0 and 3 are both's: their quotients, each with its two ratios'
-    half-widths together (round 1's is unknown on one side); rounds 1 and 2 are one
-    side's alone and left out."""
-    fast = {0: (1.5, 0.03), 1: (1.05, None), 3: (1.4, 0.03)}
-    slow = {0: (1.2, 0.04), 2: (0.9, 0.01), 3: (1.12, 0.04)}
+    half-widths together (round 1's is unknown on one side). Rounds 1 and 5 are
+    ``fast``'s alone, 2 ``slow``'s: 1 is matched with 2, the first of each, and 5,
+    which has none left to meet, is left out."""
+    fast = {0: (1.5, 0.03), 1: (1.05, None), 3: (1.4, 0.03), 5: (2.0, 0.02)}
+    slow = {0: (1.2, 0.04), 2: (0.84, 0.01), 3: (1.12, 0.04)}
     comparison = quotients(Rule(min_pairs=2), fast, slow)
-    assert comparison.ratios == pytest.approx([1.25, 1.25])
-    assert len(comparison.floors) == 2 and comparison.rule.max_pairs == 2
+    assert comparison.ratios == pytest.approx([1.25, 1.25, 1.25])
+    assert len(comparison.floors) == 2 and comparison.rule.max_pairs == 3
     low, high = comparison.interval()
     assert low < 1.25 < high  # their windows' own noise (±5%) widens it
     bare = quotients(Rule(min_pairs=2), {k: (r, None) for k, (r, _) in fast.items()}, slow)
     assert bare.interval() == pytest.approx((1.25, 1.25))  # the quotients alone agree
+    # a round of either only adds a quotient: those read before stay as they were
+    later = quotients(Rule(min_pairs=2), fast, {**slow, 6: (1.6, None)})
+    assert later.ratios == pytest.approx([1.25, 1.25, 1.25, 1.25])
 
 
 def test_placed_reads_the_interval_with_the_precision_as_its_margin_once_it_is_precise():

@@ -184,6 +184,25 @@ def test_racing_reads_two_candidates_quotients_where_a_rounds_drift_moves_both(m
     assert _pairs.known_faster(fast, slow) and not _pairs.known_faster(slow, fast)
 
 
+def test_racing_reads_the_quotients_of_two_candidates_never_paired_in_one_round():
+    """A focus that pairs one candidate a round, alternating between two 1.25x apart,
+    their pairs spreading about 9% each: after 8 pairs each their intervals still
+    overlap, and they share no round; their pairs matched in order tell the faster."""
+    noise = {1: [1.1, 0.9, 1.0, 1.12, 0.89, 1.0, 1.06, 0.94],
+             2: [0.9, 1.1, 1.12, 0.9, 1.0, 1.04, 0.92, 1.04]}
+    fast, slow = (Candidate(_side(i), Comparison(Rule(precision=0.10))) for i in (1, 2))
+    for k in range(16):
+        c, speedup = (fast, 2.0) if k % 2 == 0 else (slow, 1.6)
+        ratio = speedup * noise[c.side.index][k // 2]
+        c.pairs.append({"round": k, "ratio": ratio, "half_width": None})
+        c.comparison.add(ratio)
+    (_, high_slow), (low_fast, _) = slow.comparison.interval(), fast.comparison.interval()
+    assert high_slow > low_fast  # the intervals alone do not tell them apart
+    assert _pairs.known_faster(fast, slow) and not _pairs.known_faster(slow, fast)
+    _pairs._race([fast, slow])
+    assert slow.stopped == "slower" and slow.slower_than == 1 and not fast.stopped
+
+
 def test_pairs_stop_at_their_time_limit(monkeypatch):
     rates = {0: [100.0] * 40, 1: [100.0, 130.0, 80.0, 120.0] * 10}
     _scripted(monkeypatch, rates, {})

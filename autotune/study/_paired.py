@@ -347,7 +347,8 @@ def place(a: Confirmed, b: Confirmed, within: float, baseline: int | None) -> Ve
     in the rounds both have (``at``: in rounds of trials, against the same
     baseline; in a paired trial, the pairs' own rounds, or their order in studies
     from before those were kept), close in time, so a drift of the round cancels in
-    the quotient (as racing reads it: :func:`autotune.trial._pairs.known_faster`)."""
+    the quotient, then those of the rounds each has alone, in their order (as racing
+    reads them: :func:`autotune.trial._pairs.known_faster`)."""
     if b.trial == baseline or a.trial == baseline:
         c = b if a.trial == baseline else a
         if c.low is None or c.high is None:

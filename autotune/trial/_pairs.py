@@ -497,8 +497,7 @@ def back_from(candidates: list[Candidate], pairs: PairSpec) -> list[dict] | None
 def _race(candidates: list[Candidate]) -> None:
     """Drops an open candidate known to be slower than another, which cannot be the
     fastest: where its interval lies wholly under the other's, or where the other is
-    known faster by the quotients of their ratios in the rounds both were paired in
-    (:func:`known_faster`)."""
+    known faster by the quotients of their ratios (:func:`known_faster`)."""
     bounds = {id(c): c.comparison.interval() for c in candidates}
     for c in candidates:
         mine = bounds[id(c)]
@@ -514,7 +513,8 @@ def _race(candidates: list[Candidate]) -> None:
 
 def known_faster(fast: Candidate, slow: Candidate) -> bool:
     """Whether ``fast`` is known faster than ``slow`` by the one comparison engine, on
-    the quotients of their ratios in the rounds both were paired in, seconds apart
+    the quotients of their ratios, seconds apart: in the rounds both were paired in,
+    then in the rounds each was paired in alone, in their order
     (:func:`autotune.compare.quotients`): its interval (at ``slow``'s rule's
     confidence, from that rule's least pairs on) lies wholly above 1."""
     rule = dataclasses.replace(slow.comparison.rule, precision=None)
