@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -52,6 +53,13 @@ def write_space(space: dict, path: Path) -> Path:
 
     path.write_text(yaml.safe_dump(space, sort_keys=False))
     return path
+
+
+def spread_from_median(values: list[float]) -> float:
+    """The largest deviation from the values' median, relative: the spread of repeated
+    speed-ups that noise.py's and quickstart.py's 5% targets read."""
+    mid = statistics.median(values)
+    return max(abs(v / mid - 1) for v in values)
 
 
 def write(path: str, report: dict, env: bool = True) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import time
 
-from _common import baseline, measure_spec, parser, prepare, rounds, write
+from _common import baseline, measure_spec, parser, prepare, rounds, spread_from_median, write
 
 from autotune.trial._runner import ForkServer, run_trial
 
@@ -51,18 +51,12 @@ def repeated_confirmations(config, ref, args, server) -> dict:
         speedups = [r[name]["speedup"] for r in runs if name in r]
         rates = [r[name]["throughput"] for r in runs if name in r]
         out[name] = {"paired_speedups": speedups, "throughputs": rates,
-                     "paired_spread": _spread(speedups), "throughput_spread": _spread(rates),
+                     "paired_spread": spread_from_median(speedups), "throughput_spread": spread_from_median(rates),
                      "intervals": [r[name]["interval"] for r in runs if name in r]}
     worst = max(v["paired_spread"] for k, v in out.items() if k != "baseline")
     return {"repeats": args.repeats, "gap_s": args.gap, "runs": runs, "configs": out,
             "max_paired_spread": worst, "target_paired_spread": PAIRED_TARGET,
             "meets_paired": worst <= PAIRED_TARGET}
-
-
-def _spread(values: list[float]) -> float:
-    """The largest deviation from the median, relative."""
-    mid = statistics.median(values)
-    return max(abs(v / mid - 1) for v in values)
 
 
 def main() -> None:

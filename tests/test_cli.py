@@ -131,6 +131,23 @@ def test_ci_runs_the_readme_test_command():
     assert ci in (ROOT / "README.md").read_text()
 
 
+def test_every_benchmark_script_imports(monkeypatch):
+    """Each script in benchmarks/ imports (what it takes from autotune, and from the
+    scripts beside it, still exists there); no test runs them (they take minutes)."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    scripts = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py"))
+    assert "quickstart" in scripts and "verdicts" in scripts
+    try:
+        for name in scripts:
+            assert importlib.import_module(name).__file__ == \
+                str(ROOT / "benchmarks" / f"{name}.py"), name
+    finally:
+        for name in scripts:  # none stays importable by its bare name
+            sys.modules.pop(name, None)
+
+
 def test_public_names_resolve():
     import autotune
 
