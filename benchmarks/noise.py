@@ -51,7 +51,8 @@ def repeated_confirmations(config, ref, args, server) -> dict:
         speedups = [r[name]["speedup"] for r in runs if name in r]
         rates = [r[name]["throughput"] for r in runs if name in r]
         out[name] = {"paired_speedups": speedups, "throughputs": rates,
-                     "paired_spread": spread_from_median(speedups), "throughput_spread": spread_from_median(rates),
+                     "paired_spread": spread_from_median(speedups),
+                     "throughput_spread": spread_from_median(rates),
                      "intervals": [r[name]["interval"] for r in runs if name in r]}
     worst = max(v["paired_spread"] for k, v in out.items() if k != "baseline")
     return {"repeats": args.repeats, "gap_s": args.gap, "runs": runs, "configs": out,

@@ -10,7 +10,7 @@ With ``--runs 3`` it runs three whole quick starts back to back, each in a fresh
 folder, and reports whether they agree: the same default, or defaults tied within
 their intervals; confirmed speed-ups whose intervals overlap; and the paired spread
 of the defaults' speed-ups, as noise.py reads it: the largest deviation from their
-median (target <= 5%). Their range (max over min, less 1; about twice that, and the
+median (target <= 5%). Their range (max over min, less 1; once to twice that, and the
 figure these files held as ``speedup_spread`` before 2026-12-03) is reported beside it.
 
 With ``--one-folder`` the runs share one folder, each its own study, as one user's
