@@ -764,30 +764,12 @@ def test_a_follow_up_stopped_by_sigterm_names_the_pick_that_moved_when_resumed(
     """The knee's follow-up above (768, after 896's memory grew), stopped by SIGTERM in
     its second measurement: run again, the search resumes that run, announced as
     what it is, the knee that moved, not as a bare "resumed", and confirms 768."""
-    import signal
-
-    from autotune.cli._main import Terminated, _terminated
-
     _pairs_spread(tmp_path, 0.01)
     machine = FakeMachine(drift=0.0, grow={896: 1200.0}, boost={768: 0.95})
-    following = []
-
-    def stops(config, **kw):
-        if "confirm-1-" in str(kw.get("trial_dir", "")):
-            following.append(config.batch_size)
-            if len(following) == 2:
-                os.kill(os.getpid(), signal.SIGTERM)
-        return machine(config, **kw)
-
     search = functools.partial(_search, tmp_path, monkeypatch, sizes=(1024, 896, 768, 640, 256),
                                n_trials=5, confirm=1, study_name="k")
     before: list[str] = []
-    outer = signal.signal(signal.SIGTERM, _terminated)
-    try:
-        with pytest.raises(Terminated):
-            search(stops, lines=before)
-    finally:
-        signal.signal(signal.SIGTERM, outer)
+    _stopped_by_sigterm(functools.partial(search, lines=before), machine, "confirm-1-", 2)
     after: list[str] = []
     result, trials, s = search(machine, lines=after)
     knee = next(r for r in result.front if "knee" in r.marks)
@@ -800,6 +782,31 @@ def test_a_follow_up_stopped_by_sigterm_names_the_pick_that_moved_when_resumed(
     assert [r["state"] for r in s.confirmations] == ["done", "done"]
     assert knee.trial == s.confirmations[1]["knee"] and "confirmed in 3 rounds" in \
         " ".join(knee.marks)
+
+
+def _stopped_by_sigterm(search: Callable, machine, marker: str, at: int) -> None:
+    """``search(run_trial)`` on ``machine`` with SIGTERM sent (the command's handler
+    installed: it raises, as for Ctrl-C) during the ``at``-th measurement whose trial
+    directory names ``marker``; the search must end by it."""
+    import signal
+
+    from autotune.cli._main import Terminated, _terminated
+
+    seen = [0]
+
+    def stops(config, **kw):
+        if marker in str(kw.get("trial_dir", "")):
+            seen[0] += 1
+            if seen[0] == at:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return machine(config, **kw)
+
+    outer = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        with pytest.raises(Terminated):
+            search(stops)
+    finally:
+        signal.signal(signal.SIGTERM, outer)
 
 
 def _pairs_spread(tmp_path, spread: float) -> None:
@@ -1030,29 +1037,13 @@ def test_a_search_stopped_by_sigterm_in_its_confirmation_finishes_it_when_run_ag
     the confirmation was stopped, not that a trial is queued again; the same search
     run again goes on with the same confirmation run, measuring only what it had not,
     and finishes it: every candidate has its confirmed figures."""
-    import signal
-
-    from autotune.cli._main import Terminated, _terminated
     from autotune.study import interrupted_note
     from autotune.study._confirm import unfinished
 
     machine = FakeMachine(drift=0.0)
-    confirming = []
-
-    def stops(config, **kw):
-        if "confirm-" in str(kw.get("trial_dir", "")):
-            confirming.append(config.batch_size)
-            if len(confirming) == 5:
-                os.kill(os.getpid(), signal.SIGTERM)
-        return machine(config, **kw)
-
-    outer = signal.signal(signal.SIGTERM, _terminated)
-    try:
-        with pytest.raises(Terminated):
-            _search(tmp_path, monkeypatch, stops, sizes=[640, 896, 1024], n_trials=3,
-                    confirm=2, study_name="s")
-    finally:
-        signal.signal(signal.SIGTERM, outer)
+    _stopped_by_sigterm(lambda run_trial: _search(
+        tmp_path, monkeypatch, run_trial, sizes=[640, 896, 1024], n_trials=3, confirm=2,
+        study_name="s"), machine, "confirm-", 5)
     study = optuna.load_study(study_name="s",
                               storage=f"sqlite:///{tmp_path / 'studies' / 's.db'}")
     stopped = unfinished(study)
